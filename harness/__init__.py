@@ -1,0 +1,1 @@
+"""harness: sweeps, metrics, MLflow logging, baselines and CI glue around mini_engine."""

@@ -1,0 +1,52 @@
+"""The ``kvbench`` console script: a thin dispatcher over harness.commands.*."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from harness.commands import COMMANDS
+from mini_engine.errors import KVBenchError
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse already exits 2 with one usage line; keep that but make it one line.
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"kvbench: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kvbench", description="KV-cache accounting benchmark harness")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"harness.commands.{name}")
+        except ModuleNotFoundError as err:
+            # Only a subcommand that is not written yet may be absent; a broken import
+            # inside an existing module must surface.
+            if err.name == f"harness.commands.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KVBenchError as err:
+        print(f"kvbench: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kvbench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
