@@ -1,0 +1,128 @@
+"""Seeded synthetic workloads and --prompts files, as lists of Requests.
+
+* fixed:     every request has input_len prompt tokens and output_len new tokens.
+* uniform:   nano-vllm's benchmark shape: input and output lengths uniform in
+             [min_len, input_len] and [min_len, output_len] (defaults 100..1024).
+* lognormal: long-tailed lengths with medians input_len / output_len and shape
+             sigma, clipped to [1, 8 x median]: a few very long requests among many short.
+* pd:        the uniform shape, but a pd_fraction of the requests arrive already
+             prefilled (fill_len = prompt length), as on the decode node of PD
+             disaggregation, staggered over the first steps.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mini_engine.errors import ConfigError, check_choice, check_positive
+from mini_engine.request import Request
+
+WORKLOADS = ("fixed", "uniform", "lognormal", "pd")
+
+
+@dataclass
+class WorkloadConfig:
+    workload: str = "uniform"
+    num_requests: int = 256
+    input_len: int = 1024
+    output_len: int = 1024
+    min_len: int = 100
+    sigma: float = 1.0
+    pd_fraction: float = 1.0
+    arrival_gap: int = 0  # steps between PD arrivals (0 = all at once)
+    prompt_vocab: int = 1024  # prompt token ids are drawn from [0, prompt_vocab)
+    prompts: str | None = None  # JSON-lines file; replaces the synthetic shape
+
+    def __post_init__(self) -> None:
+        check_choice("workload", self.workload, WORKLOADS)
+        check_positive("num_requests", self.num_requests)
+        check_positive("input_len", self.input_len)
+        check_positive("output_len", self.output_len)
+        check_positive("min_len", self.min_len)
+        check_positive("prompt_vocab", self.prompt_vocab, minimum=2)
+        check_positive("arrival_gap", self.arrival_gap, minimum=0)
+        for name, low, high in (("sigma", 0.0, 10.0), ("pd_fraction", 0.0, 1.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
+                raise ConfigError(f"{name} must be a number in [{low}, {high}] (got {v!r})")
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        return tuple(cls.__dataclass_fields__)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_requests(wl: WorkloadConfig, seed: int) -> list[Request]:
+    if wl.prompts is not None:
+        return load_prompts(wl.prompts, default_output_len=wl.output_len)
+    rng = np.random.default_rng([seed, 0x3017])  # own stream: the engine's seed keys tokens
+    n = wl.num_requests
+    if wl.workload == "fixed":
+        ins = np.full(n, wl.input_len)
+        outs = np.full(n, wl.output_len)
+    elif wl.workload == "lognormal":
+        ins = _lognormal(rng, wl.input_len, wl.sigma, n)
+        outs = _lognormal(rng, wl.output_len, wl.sigma, n)
+    else:  # uniform and pd
+        ins = rng.integers(min(wl.min_len, wl.input_len), wl.input_len, n, endpoint=True)
+        outs = rng.integers(min(wl.min_len, wl.output_len), wl.output_len, n, endpoint=True)
+    pd = np.zeros(n, dtype=bool)
+    if wl.workload == "pd":
+        pd = rng.random(n) < wl.pd_fraction
+    reqs = []
+    for i in range(n):
+        prompt = rng.integers(0, wl.prompt_vocab, int(ins[i])).tolist()
+        fill = len(prompt) if pd[i] else 0
+        arrival = i * wl.arrival_gap if pd[i] else 0
+        reqs.append(Request(rid=i, prompt=prompt, max_new_tokens=int(outs[i]), fill_len=fill, arrival_step=arrival))
+    return reqs
+
+
+def _lognormal(rng: np.random.Generator, median: int, sigma: float, n: int) -> np.ndarray:
+    x = rng.lognormal(np.log(median), sigma, n)
+    return np.clip(np.rint(x), 1, 8 * median).astype(np.int64)
+
+
+def load_prompts(path: str, *, default_output_len: int) -> list[Request]:
+    """JSON lines: a list of token ids, or {"prompt": [...], "max_new_tokens": n, "fill_len": f}."""
+    p = Path(path)
+    try:
+        lines = p.read_text().splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"prompts file {path!r} not found") from None
+    except (IsADirectoryError, UnicodeDecodeError) as err:
+        raise ConfigError(f"prompts file {path!r} is not a JSON-lines text file ({type(err).__name__})") from None
+    reqs: list[Request] = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"prompts file {path!r} line {lineno}"
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{where}: not valid JSON ({err.msg})") from None
+        out_len, fill = default_output_len, 0
+        if isinstance(item, dict):
+            unknown = set(item) - {"prompt", "max_new_tokens", "fill_len"}
+            if unknown:
+                raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} (allowed: prompt, max_new_tokens, fill_len)")
+            out_len = item.get("max_new_tokens", out_len)
+            fill = item.get("fill_len", 0)
+            item = item.get("prompt")
+        if not isinstance(item, list) or not item or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in item):
+            raise ConfigError(f"{where}: a prompt must be a non-empty list of token ids >= 0")
+        if isinstance(out_len, bool) or not isinstance(out_len, int) or out_len < 1:
+            raise ConfigError(f"{where}: max_new_tokens must be an integer >= 1 (got {out_len!r})")
+        if fill not in (0, len(item)):
+            raise ConfigError(f"{where}: fill_len must be 0 or the prompt length {len(item)} (got {fill!r})")
+        reqs.append(Request(rid=len(reqs), prompt=list(item), max_new_tokens=out_len, fill_len=fill))
+    if not reqs:
+        raise ConfigError(f"prompts file {path!r} holds no prompts")
+    return reqs

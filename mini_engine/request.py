@@ -1,0 +1,67 @@
+"""Request: what a client asked for and how far the engine got.
+
+Token ids live here; KV accounting lives in ``kv`` (the memory layer's
+ReqKVState), which exists only while the request holds a req_to_token row.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"  # queued (new, or retracted and waiting to recompute)
+    RUNNING = "running"  # holds a row: prefilling or decoding
+    FINISHED = "finished"
+
+
+@dataclass
+class Request:
+    rid: int
+    prompt: list[int]
+    max_new_tokens: int
+    # > 0: a PD arrival whose first fill_len tokens (the prompt) were prefilled on
+    # another node; the decode side preallocates them and receives their KV.
+    fill_len: int = 0
+    # Engine step at which the request becomes visible to the scheduler.
+    arrival_step: int = 0
+    outputs: list[int] = field(default_factory=list)
+    status: Status = Status.WAITING
+    kv: Any = None  # ReqKVState while RUNNING
+    # Positions [0, prefill_target) must have KV before decoding; prefilled of them are done.
+    prefill_target: int = 0
+    prefilled: int = 0
+    admit_seq: int = -1  # admission order; retraction picks the newest
+    retractions: int = 0
+    spec_steps: int = 0
+    accepted: int = 0  # tokens accepted over all spec steps, bonus included
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.prompt) + len(self.outputs)
+
+    @property
+    def remaining(self) -> int:
+        return self.max_new_tokens - len(self.outputs)
+
+    @property
+    def prefilling(self) -> bool:
+        return self.prefilled < self.prefill_target
+
+    @property
+    def is_pd(self) -> bool:
+        return self.fill_len > 0
+
+    def tokens(self, start: int, end: int) -> list[int]:
+        """Token ids of positions [start, end) of prompt + outputs."""
+        n = len(self.prompt)
+        if end <= n:
+            return self.prompt[start:end]
+        if start >= n:
+            return self.outputs[start - n : end - n]
+        return self.prompt[start:] + self.outputs[: end - n]
+
+    def last_token(self) -> int:
+        return self.outputs[-1] if self.outputs else self.prompt[-1]

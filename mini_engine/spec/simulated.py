@@ -1,0 +1,45 @@
+"""The accounting-only backend (model = 'none'): no forward pass.
+
+Token ids are a pure function of (seed, rid, position), so an output does not
+depend on batching, chunking or retraction; accepted lengths come from
+``Acceptance``. The spec step reproduces what a verify does to the accounting: it
+touches (and so requires) the reserved slots of the whole draft.
+"""
+
+from __future__ import annotations
+
+from mini_engine.config import EngineConfig
+from mini_engine.request import Request
+from mini_engine.spec.acceptance import Acceptance, mix64
+
+
+class SimulatedBackend:
+    def __init__(self, cfg: EngineConfig):
+        self.cfg = cfg
+        self.acceptance = Acceptance.from_config(cfg) if cfg.speculative else None
+        self.manager = None
+
+    def attach(self, manager) -> None:
+        self.manager = manager
+
+    def token(self, rid: int, position: int) -> int:
+        return mix64(self.cfg.seed, 0x70C, rid, position) % self.cfg.vocab_size
+
+    def prefill(self, reqs: list[Request], starts: list[int], ends: list[int]) -> list[int | None]:
+        return [self.token(r.rid, e) if e == r.prefill_target else None for r, e in zip(reqs, ends)]
+
+    def decode(self, reqs: list[Request]) -> list[int]:
+        return [self.token(r.rid, r.seq_len) for r in reqs]
+
+    def spec_step(self, reqs: list[Request]) -> list[list[int]]:
+        out = []
+        for r in reqs:
+            n = self.acceptance.draw(r.rid, r.seq_len)
+            out.append([self.token(r.rid, r.seq_len + i) for i in range(n)])
+        return out
+
+    def transfer(self, reqs: list[Request]) -> list[int]:
+        return [self.token(r.rid, r.fill_len) for r in reqs]
+
+    def release(self, req: Request) -> None:
+        pass

@@ -1,0 +1,100 @@
+"""What the step loop counts (DESIGN.md section 3), as plain ints and floats.
+
+Every figure is read from host counters the memory layer keeps anyway, so
+sampling after each step costs a few attribute reads, never a device read.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+from dataclasses import dataclass, field
+
+
+def rss_peak_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB
+
+
+@dataclass
+class Stats:
+    page_size: int
+    max_accept: int
+    steps: int = 0
+    prefill_steps: int = 0
+    decode_steps: int = 0
+    prefill_tokens: int = 0
+    output_tokens: int = 0
+    spec_verifies: int = 0  # one per request per spec step
+    accepted_tokens: int = 0  # bonus included
+    plan_s: float = 0.0  # host planning time of decode steps (reserve + allocate + evict)
+    peak_held: int = 0
+    peak_reserved: int = 0
+    peak_stranded: int = 0
+    stranded_sum: int = 0
+    peak_running: int = 0
+    retractions: int = 0
+    releases: int = 0
+    predicted_leaked_pages: int = 0
+    pd_arrivals: int = 0
+    k9_checks: int = 0
+    peak_compact_draft: int = 0
+    series: dict[str, list[int]] = field(default_factory=lambda: {"stranded": [], "reserved": [], "held": []})
+
+    def on_release(self, extent: int, free_policy: str) -> None:
+        # DESIGN.md: a host_pages free returns extent // ps pages; an unaligned
+        # extent leaves its last page behind, one leaked page per such release.
+        self.releases += 1
+        if free_policy == "host_pages" and extent % self.page_size:
+            self.predicted_leaked_pages += 1
+
+    def sample(self, manager, running: int) -> None:
+        stranded = int(manager.stranded_slots)
+        reserved = int(manager.reserved_unwritten_slots)
+        held = int(manager.pages_held)
+        self.series["stranded"].append(stranded)
+        self.series["reserved"].append(reserved)
+        self.series["held"].append(held)
+        self.stranded_sum += stranded
+        self.peak_stranded = max(self.peak_stranded, stranded)
+        self.peak_reserved = max(self.peak_reserved, reserved)
+        self.peak_held = max(self.peak_held, held)
+        self.peak_running = max(self.peak_running, running)
+
+    def finalize(self, *, wall_s: float, syncs: int, leaked_pages: int, requests: int,
+                 finished: int, violations: int) -> dict[str, float | int]:
+        tau = self.accepted_tokens / self.spec_verifies if self.spec_verifies else 0.0
+        drafts = self.max_accept - 1
+        wall = max(wall_s, 1e-9)
+        return {
+            "steps": self.steps,
+            "prefill_steps": self.prefill_steps,
+            "decode_steps": self.decode_steps,
+            "requests": requests,
+            "finished_requests": finished,
+            "prefill_tokens": self.prefill_tokens,
+            "output_tokens": self.output_tokens,
+            "wall_s": wall_s,
+            "output_tokens_per_s": self.output_tokens / wall,
+            "steps_per_s": self.steps / wall,
+            "requests_per_s": finished / wall,
+            "tau": tau,
+            # Accepted drafts over drafted tokens: the bonus token is not a draft.
+            "acceptance_rate": (tau - 1.0) / drafts if self.spec_verifies and drafts > 0 else 0.0,
+            "plan_us_per_decode_step": 1e6 * self.plan_s / self.decode_steps if self.decode_steps else 0.0,
+            "syncs": syncs,
+            "syncs_per_step": syncs / self.steps if self.steps else 0.0,
+            "peak_pages_held": self.peak_held,
+            "peak_reserved_slots": self.peak_reserved,
+            "peak_stranded_slots": self.peak_stranded,
+            "stranded_slots_sum": self.stranded_sum,
+            "leaked_pages": leaked_pages,
+            "predicted_leaked_pages": self.predicted_leaked_pages,
+            "peak_running": self.peak_running,
+            "retractions": self.retractions,
+            "releases": self.releases,
+            "pd_arrivals": self.pd_arrivals,
+            "peak_compact_draft_len": self.peak_compact_draft,
+            "rss_peak_bytes": rss_peak_bytes(),
+            "violations": violations,
+        }
