@@ -1,0 +1,235 @@
+"""PagedAllocator: the free pages of one KV pool.
+
+Page p covers slots [p*ps, (p+1)*ps). Pages are numbered 1..N; page 0 is a dummy
+that padded rows point at and is never handed out. Allocation keeps
+slot % ps == position % ps, so a partly filled last page is continued in place.
+
+The order is deterministic (same calls -> same slots): allocation takes from the
+front of the free array; freed pages wait in a release list and are merged back,
+sorted, only when the free array runs short. The allocation trace replay relies on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from mini_engine.errors import InvariantViolation, check_choice, check_positive
+
+if TYPE_CHECKING:
+    from mini_engine.memory.invariants import Auditor
+    from mini_engine.memory.trace import TraceWriter
+
+POOLS = ("full", "swa")
+
+
+@dataclass
+class Allocation:
+    """One batched allocation, flat: what the manager needs without a per-request loop."""
+
+    slots: np.ndarray  # int64, positions of request 0, then request 1, ...
+    lens: np.ndarray  # int64 [B], slots per request
+    pages: np.ndarray  # int64, the new pages, request-major
+    pages_per_req: np.ndarray  # int64 [B]
+    positions: np.ndarray  # int64, the position of each slot in its request's row
+
+    def split(self) -> list[np.ndarray]:
+        return np.split(self.slots, np.cumsum(self.lens)[:-1]) if len(self.lens) else []
+
+
+class PagedAllocator:
+    def __init__(self, num_pages: int, page_size: int, pool: str = "full",
+                 trace: TraceWriter | None = None, auditor: Auditor | None = None):
+        self.num_pages = check_positive("num_pages", num_pages)
+        self.page_size = check_positive("page_size", page_size)
+        self.pool = check_choice("pool", pool, POOLS)
+        self.trace = trace
+        self.auditor = auditor
+        self.syncs = 0  # device reads a real engine would pay (dedup free only)
+        self._free = np.arange(1, num_pages + 1, dtype=np.int64)
+        self._released: list[np.ndarray] = []
+        self._num_released = 0
+        self._is_free = np.ones(num_pages + 1, dtype=bool)
+        self._is_free[0] = False
+        self._group: list[np.ndarray] | None = None
+
+    # -- queries ---------------------------------------------------------------
+    @property
+    def num_free_pages(self) -> int:
+        return len(self._free) + self._num_released
+
+    def available_size(self) -> int:
+        """Free slots (whole free pages times page size)."""
+        return self.num_free_pages * self.page_size
+
+    def free_page_ids(self) -> np.ndarray:
+        """Every free page, for audits (not the hot path)."""
+        return np.concatenate([self._free, *self._released]) if self._released else self._free.copy()
+
+    def is_free(self, pages: np.ndarray) -> np.ndarray:
+        return self._is_free[pages]
+
+    # -- allocation ------------------------------------------------------------
+    def pages_needed(self, prefix_lens: np.ndarray, seq_lens: np.ndarray) -> np.ndarray:
+        ps = self.page_size
+        return -(-seq_lens // ps) - (-(-prefix_lens // ps))
+
+    def allocate(self, prefix_lens, seq_lens, last_locs) -> Allocation | None:
+        """Flat form of alloc_extend; all-or-nothing (None and nothing changed when short)."""
+        prefix = np.asarray(prefix_lens, dtype=np.int64).reshape(-1)
+        seq = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
+        last = np.asarray(last_locs, dtype=np.int64).reshape(-1)
+        if not (len(prefix) == len(seq) == len(last)):
+            raise ValueError("prefix_lens, seq_lens and last_locs must have one entry per request")
+        if len(prefix) and ((seq < prefix).any() or (prefix < 0).any()):
+            raise ValueError("alloc_extend needs 0 <= prefix_len <= seq_len for every request")
+        ps = self.page_size
+        npages = self.pages_needed(prefix, seq)
+        total = int(npages.sum())
+        if total > self.num_free_pages:
+            return None
+        if total > len(self._free):
+            self._merge_released()
+        pages = self._free[:total]
+        self._free = self._free[total:]
+        self._is_free[pages] = False
+
+        lens = seq - prefix
+        n = int(lens.sum())
+        req = np.repeat(np.arange(len(lens)), lens)
+        first = np.cumsum(lens) - lens
+        pos = prefix[req] + (np.arange(n, dtype=np.int64) - first[req])
+        page_start = -(-prefix // ps) * ps  # first position that needs a new page
+        cont = pos < page_start[req]
+        if ps > 1 and cont.any():
+            bad = (prefix % ps != 0) & (last % ps != (prefix - 1) % ps)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(
+                    f"last_loc {int(last[i])} is not the slot of position {int(prefix[i]) - 1} "
+                    f"in a paged row (page_size {ps})")
+        first_page = np.cumsum(npages) - npages
+        k = np.where(cont, 0, (pos - page_start[req]) // ps) + first_page[req]
+        new_slot = pages[np.minimum(k, max(total - 1, 0))] * ps + pos % ps if total else pos
+        slots = np.where(cont, last[req] + 1 + (pos - prefix[req]), new_slot)
+        return Allocation(slots=slots.astype(np.int64), lens=lens, pages=pages,
+                          pages_per_req=npages, positions=pos)
+
+    def alloc_extend(self, prefix_lens, seq_lens, last_locs) -> list[np.ndarray] | None:
+        """One slot array per request: rest of the last page, whole new pages, a new partial page."""
+        got = self.traced_allocate(prefix_lens, seq_lens, last_locs)
+        return None if got is None else got.split()
+
+    def traced_allocate(self, prefix_lens, seq_lens, last_locs) -> Allocation | None:
+        """allocate() plus the trace record alloc_extend would write (the manager's path)."""
+        got = self.allocate(prefix_lens, seq_lens, last_locs)
+        if self.trace is not None:
+            self.trace.write({
+                "op": "alloc_extend", "pool": self.pool,
+                "prefix_lens": _ints(prefix_lens), "seq_lens": _ints(seq_lens),
+                "last_locs": _ints(last_locs),
+                "out": None if got is None else [s.tolist() for s in got.split()],
+                "available": self.available_size(),
+            })
+        return got
+
+    def alloc_decode(self, seq_lens, last_locs) -> list[np.ndarray] | None:
+        seq = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
+        return self.alloc_extend(seq - 1, seq, last_locs)
+
+    # -- freeing ---------------------------------------------------------------
+    def free(self, indices) -> np.ndarray:
+        """Legacy dedup free: the unique pages of slot indices.
+
+        On a device, unique has a data-dependent output shape, so the host must wait
+        for it: one sync.
+        """
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        self.syncs += 1
+        pages = np.unique(idx // self.page_size)
+        if self._group is not None:
+            self._group.append(pages)
+            return pages
+        freed = self._release(pages)
+        if self.trace is not None:
+            self.trace.write({"op": "free", "pool": self.pool, "indices": idx.tolist(),
+                              "available": self.available_size()})
+        return freed
+
+    def free_pages(self, page_ids) -> np.ndarray:
+        """Host whole-page free: the caller computed the pages, no dedup, no sync."""
+        pages = np.asarray(page_ids, dtype=np.int64).reshape(-1)
+        if self._group is not None:
+            self._group.append(pages)
+            return pages
+        freed = self._release(pages)
+        if self.trace is not None:
+            self.trace.write({"op": "free_pages", "pool": self.pool, "page_ids": pages.tolist(),
+                              "available": self.available_size()})
+        return freed
+
+    def free_segment(self, row_slots: np.ndarray, start: int, end: int, *, offset: int = 0) -> np.ndarray:
+        """Free the pages of positions [start, end): one representative slot per page.
+
+        row_slots[i] is the slot of position offset + i. start must be page aligned
+        (K5): a segment that starts mid-page would free a page still live below it.
+        """
+        ps = self.page_size
+        if start % ps != 0:
+            self._violation("K5", start=start, end=end, page_size=ps,
+                            reason="segment start is not page aligned")
+            start = -(-start // ps) * ps
+        if end <= start:
+            return np.empty(0, dtype=np.int64)
+        reps = np.asarray(row_slots)[start - offset:end - offset:ps]
+        return self.free_pages(reps.astype(np.int64) // ps)
+
+    def free_group_begin(self) -> None:
+        self._group = []
+
+    def free_group_end(self) -> None:
+        group, self._group = self._group, None
+        if group:
+            self.free_pages(np.concatenate(group))
+
+    # -- internals -------------------------------------------------------------
+    def _release(self, pages: np.ndarray) -> np.ndarray:
+        if len(pages) == 0:
+            return pages
+        bad = (pages <= 0) | (pages > self.num_pages)
+        if bad.any():
+            self._violation("K5", pages=pages[bad][:8].tolist(), reason="page out of range or dummy page 0")
+            pages = pages[~bad]
+        again = self._is_free[pages]
+        if again.any():
+            self._violation("K5", pages=pages[again][:8].tolist(), reason="page freed twice")
+            pages = pages[~again]
+        if len(pages) > 1:
+            uniq = np.unique(pages)
+            if len(uniq) != len(pages):
+                self._violation("K5", reason="page freed twice in one call",
+                                pages=pages[:8].tolist())
+                pages = uniq
+        self._is_free[pages] = True
+        self._released.append(pages)
+        self._num_released += len(pages)
+        return pages
+
+    def _merge_released(self) -> None:
+        self._free = np.sort(np.concatenate([self._free, *self._released]))
+        self._released = []
+        self._num_released = 0
+
+    def _violation(self, kid: str, **values) -> None:
+        from mini_engine.memory.invariants import Violation
+
+        v = Violation(kid, None, -1, {"pool": self.pool, **values})
+        if self.auditor is None:
+            raise InvariantViolation(v)
+        self.auditor.report(v)
+
+
+def _ints(x) -> list[int]:
+    return np.asarray(x, dtype=np.int64).reshape(-1).tolist()

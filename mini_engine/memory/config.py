@@ -1,0 +1,49 @@
+"""MemoryConfig: the sizes and policies of the KV memory layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mini_engine.errors import ConfigError, check_choice, check_positive
+from mini_engine.memory.sizing import POLICIES
+
+FREE_POLICIES = ("host_pages", "dedup")
+
+
+@dataclass
+class MemoryConfig:
+    page_size: int
+    num_pages: int
+    max_reqs: int
+    row_width: int
+    policy: str = "aligned"  # how every writer records the extent
+    free_policy: str = "host_pages"  # how release computes the pages to free
+    swa_num_pages: int | None = None  # SWA pool; None = no SWA layers
+    window: int | None = None  # SWA window in positions
+    device: str = "cpu"  # where the device twins live
+    draft_window: int | None = None  # DFLASH compact draft cache (K9); None = not used
+    algo: str | None = None  # label written in the trace's prepare records
+
+    def validate(self) -> MemoryConfig:
+        check_positive("page_size", self.page_size)
+        check_positive("num_pages", self.num_pages)
+        check_positive("max_reqs", self.max_reqs)
+        check_positive("row_width", self.row_width)
+        check_choice("policy", self.policy, POLICIES)
+        check_choice("free_policy", self.free_policy, FREE_POLICIES)
+        if (self.swa_num_pages is None) != (self.window is None):
+            raise ConfigError(
+                "swa_num_pages and window must be given together (SWA on) or both left unset "
+                f"(got swa_num_pages={self.swa_num_pages!r}, window={self.window!r})")
+        if self.swa_num_pages is not None:
+            check_positive("swa_num_pages", self.swa_num_pages)
+            check_positive("window", self.window)
+        if self.draft_window is not None:
+            check_positive("draft_window", self.draft_window)
+        if not isinstance(self.device, str) or not self.device:
+            raise ConfigError(f"device must be a torch device string such as cpu or cuda (got {self.device!r})")
+        return self
+
+    @property
+    def swa(self) -> bool:
+        return self.swa_num_pages is not None

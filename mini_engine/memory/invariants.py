@@ -1,0 +1,230 @@
+"""Invariants K1-K10 of DESIGN.md section 2, as named checks, and the Auditor.
+
+Two kinds of checks: event checks at the writers (K2 at set_extent, K4 at prepare,
+K5 at frees, K6 at cursor writes) report through the auditor as they happen; the
+state checks below run over a KVManager after a step (KVManager.check). Audit
+reads (K7's mapping, K10's device twins) are allowed here: they are not on the
+scheduler's hot path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+from mini_engine.errors import InvariantViolation, check_choice
+
+if TYPE_CHECKING:
+    from mini_engine.memory.batch import BatchArrays
+    from mini_engine.memory.manager import KVManager
+
+MODES = ("record", "raise", "off")
+MAX_RECORDS = 100
+
+
+@dataclass
+class Violation:
+    id: str
+    rid: object
+    step: int
+    values: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        vals = ", ".join(f"{k}={v}" for k, v in self.values.items())
+        who = "" if self.rid is None else f" request {self.rid}"
+        return f"{self.id} violated at step {self.step}{who}: {vals}"
+
+
+class Auditor:
+    def __init__(self, mode: str = "record"):
+        self.mode = check_choice("audit mode", mode, MODES)
+        self.counts: dict[str, int] = {}
+        self.records: list[Violation] = []
+        self.total = 0
+        self.step = -1  # stamped on event violations that do not know their step
+
+    def report(self, v: Violation) -> None:
+        """Count v; in raise mode stop at it."""
+        self.record(v)
+        if self.mode == "raise":
+            raise InvariantViolation(v)
+
+    def record(self, v: Violation) -> None:
+        """Count v without raising (the caller raises its own error, e.g. EvictFloorError)."""
+        if self.mode == "off":
+            return
+        if v.step < 0:
+            v.step = self.step
+        self.counts[v.id] = self.counts.get(v.id, 0) + 1
+        self.total += 1
+        if len(self.records) < MAX_RECORDS:
+            self.records.append(v)
+
+
+# -- state checks over a KVManager ------------------------------------------------
+
+def _live(m: KVManager):
+    states = list(m.states.values())
+    n = len(states)
+    rows = np.fromiter((s.row for s in states), dtype=np.int64, count=n)
+    alloc = np.fromiter((s.allocated for s in states), dtype=np.int64, count=n)
+    com = np.fromiter((s.committed for s in states), dtype=np.int64, count=n)
+    return states, rows, alloc, com
+
+
+def check_k1(m: KVManager, step: int) -> list[Violation]:
+    """K1: extents are page multiples and pages held == extent / ps (0 stranded slots)."""
+    states, rows, alloc, _ = _live(m)
+    held = m.ledger.held["full"][rows]
+    bad = (alloc % m.ps != 0) | (held * m.ps != alloc)
+    return [Violation("K1", states[i].rid, step, {
+        "allocated": int(alloc[i]), "pages_held": int(held[i]), "page_size": m.ps,
+        "stranded": int(held[i] * m.ps - alloc[i])}) for i in np.flatnonzero(bad)]
+
+
+def check_k2(m: KVManager, step: int) -> list[Violation]:
+    """K2: no live extent went back since the last check (the writer refuses it too)."""
+    out = []
+    for row, s in m.states.items():
+        seen = m._seen.get(row)
+        if seen is not None and seen[0] is s and s.allocated < seen[1]:
+            out.append(Violation("K2", s.rid, step, {"old": seen[1], "new": s.allocated}))
+    return out
+
+
+def check_k3(m: KVManager, step: int) -> list[Violation]:
+    """K3: protected <= committed <= allocated <= row width; protected page aligned."""
+    w, ps = m.mem.row_width, m.ps
+    return [Violation("K3", s.rid, step, {
+        "protected": s.protected, "committed": s.committed, "allocated": s.allocated, "row_width": w})
+        for s in m.states.values()
+        if not (0 <= s.protected <= s.committed <= s.allocated <= w) or s.protected % ps]
+
+
+def check_k4(m: KVManager, step: int) -> list[Violation]:
+    """K4: the last reservation still covers committed-at-prepare + reserve."""
+    return [Violation("K4", s.rid, step, {
+        "allocated": s.allocated, "committed_at_prepare": s.reserve_base, "reserve": s.reserve})
+        for s in m.states.values() if s.reserve and s.allocated < s.reserve_base + s.reserve]
+
+
+def _pools(m: KVManager):
+    yield "full", m.full
+    if m.swa is not None:
+        yield "swa", m.swa.allocator
+
+
+def check_k5(m: KVManager, step: int) -> list[Violation]:
+    """K5 (state side): the free list holds each page once, never the dummy page 0."""
+    out = []
+    for name, a in _pools(m):
+        free = a.free_page_ids()
+        if len(np.unique(free)) != len(free) or (free <= 0).any() or not a.is_free(free).all():
+            out.append(Violation("K5", None, step, {"pool": name, "reason": "free list corrupt",
+                                                    "free": len(free)}))
+    return out
+
+
+def check_k6(m: KVManager, step: int) -> list[Violation]:
+    """K6: cursors are >= 0, page multiples, and did not move back since the last check."""
+    out = []
+    for row, s in m.states.items():
+        seen = m._seen.get(row)
+        back = seen is not None and seen[0] is s and s.swa_evicted < seen[2]
+        if s.swa_evicted < 0 or s.swa_evicted % m.ps or back:
+            out.append(Violation("K6", s.rid, step, {
+                "value": s.swa_evicted, "previous": seen[2] if seen else 0, "page_size": m.ps}))
+    return out
+
+
+def check_k7(m: KVManager, step: int) -> list[Violation]:
+    """K7: the SWA map is 0 below the cursor; above it, each page maps into one live SWA page."""
+    if m.swa is None:
+        return []
+    out, ps, host, owner = [], m.ps, m.req_to_token.host, m.ledger.owner["swa"]
+    for s in m.states.values():
+        row = host[s.row]
+        cur, ext = s.swa_evicted, s.allocated
+        below = m.swa.map_host[row[:min(cur, ext)]]
+        above = m.swa.map_host[row[cur:ext]] if ext > cur else np.empty(0, dtype=np.int64)
+        pos = np.arange(cur, max(cur, ext))
+        pages = above // ps
+        # Positions of one page share its first position's SWA page (cursor is page aligned).
+        first = pages[((pos // ps) * ps - cur).clip(0)] if len(pages) else pages
+        problems = []
+        if below.any():
+            problems.append("SWA copy below the cursor")
+        if (above == 0).any():
+            problems.append("no SWA copy above the cursor")
+        elif len(above) and ((above % ps != pos % ps).any() or (pages != first).any()):
+            problems.append("positions of one page map to different SWA pages")
+        elif len(above) and (owner[pages] != s.row + 1).any():
+            problems.append("SWA page not held by the request")
+        if problems:
+            out.append(Violation("K7", s.rid, step, {"cursor": cur, "allocated": ext,
+                                                     "reason": "; ".join(problems)}))
+    return out
+
+
+def check_k8(m: KVManager, step: int) -> list[Violation]:
+    """K8: free + held == total per pool, no page both free and held; new leaks reported once."""
+    out = []
+    for name, a in _pools(m):
+        held = m.ledger.total[name]
+        free = a.num_free_pages
+        leaked = a.num_pages - free - held
+        owner = m.ledger.owner[name]
+        both = int(((owner > 0) & a._is_free).sum())
+        counted = int(m.ledger.held[name].sum())
+        last = m._seen_leaked.get(name, 0)
+        if leaked != last or both or counted != held:
+            out.append(Violation("K8", None, step, {
+                "pool": name, "total": a.num_pages, "free": free, "held": held,
+                "leaked": leaked, "new_leaks": leaked - last, "free_and_held": both}))
+        m._seen_leaked[name] = leaked
+    return out
+
+
+def check_k9(m: KVManager, step: int) -> list[Violation]:
+    """K9: the compact-draft host bound is >= the exact compact length at every length <= committed."""
+    dw = m.mem.draft_window
+    if dw is None:
+        return []
+    states, _, _, com = _live(m)
+    ps = m.ps
+    # The exact length is periodic in the last ps positions: their max is the max over all t <= L.
+    t = com[:, None] - np.arange(ps)[None, :]
+    t = np.where(t >= 0, t, 0)
+    exact = (t - np.maximum(0, t - dw) // ps * ps).max(axis=1) if len(com) else com
+    bound = np.minimum(com, dw + (ps if ps > 1 else 0))
+    return [Violation("K9", states[i].rid, step, {
+        "committed": int(com[i]), "bound": int(bound[i]), "exact_max": int(exact[i]), "draft_window": dw})
+        for i in np.flatnonzero(bound < exact)]
+
+
+def check_k10(m: KVManager, step: int, batch: BatchArrays | None) -> list[Violation]:
+    """K10: a batch's host arrays equal their device twins and the live request states."""
+    if batch is None:
+        return []
+    out = []
+    for name in ("rows", "committed", "allocated"):
+        host = getattr(batch, name)
+        dev = getattr(batch, f"{name}_device")
+        # An audit read of the device twin: this is the check, not the scheduler.
+        if len(host) != dev.shape[0] or not np.array_equal(host, dev.cpu().numpy()):
+            out.append(Violation("K10", None, step, {"array": name, "reason": "host != device"}))
+    for i, row in enumerate(batch.rows.tolist()):
+        s = m.states.get(row)
+        if s is None or s.rid != batch.rids[i] or s.committed != batch.committed[i] \
+                or s.allocated != batch.allocated[i]:
+            out.append(Violation("K10", batch.rids[i], step, {"row": row, "reason": "batch != request state"}))
+    return out
+
+
+def check_all(m: KVManager, step: int, batch: BatchArrays | None = None) -> list[Violation]:
+    found = (check_k1(m, step) + check_k2(m, step) + check_k3(m, step) + check_k4(m, step)
+             + check_k5(m, step) + check_k6(m, step) + check_k7(m, step) + check_k8(m, step)
+             + check_k9(m, step) + check_k10(m, step, batch))
+    m._seen = {row: (s, s.allocated, s.swa_evicted) for row, s in m.states.items()}
+    return found

@@ -1,0 +1,313 @@
+"""KVManager: everything a request gets from the KV memory layer.
+
+The scheduler talks only to this class. All planning is host data (ints and numpy
+arrays); device tensors are written, never read, so no call here syncs except the
+legacy dedup free, which counts its sync.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation, check_positive
+from mini_engine.memory.allocator import PagedAllocator
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.invariants import Auditor, Violation, check_all
+from mini_engine.memory.kv_state import ExtentDecrease, ReqKVState
+from mini_engine.memory.ledger import PageLedger
+from mini_engine.memory.req_to_token import ReqToTokenPool
+from mini_engine.memory.sizing import swa_tail_len
+from mini_engine.memory.swa import SWAPool
+from mini_engine.memory.trace import TraceWriter
+
+
+
+class KVManager:
+    def __init__(self, mem: MemoryConfig, auditor: Auditor | None = None, trace: TraceWriter | None = None):
+        self.mem = mem.validate()
+        self.ps = mem.page_size
+        self.aligned = mem.policy == "aligned"
+        self.auditor = auditor
+        self.trace = trace
+        self.full = PagedAllocator(mem.num_pages, mem.page_size, "full", trace, auditor)
+        self.swa = (SWAPool(mem.swa_num_pages, mem.page_size, mem.num_pages, mem.device, trace, auditor)
+                    if mem.swa else None)
+        self.req_to_token = ReqToTokenPool(mem.max_reqs, mem.row_width, mem.device)
+        pools = {"full": mem.num_pages, "swa": mem.swa_num_pages or 0}
+        self.ledger = PageLedger(pools, mem.max_reqs)
+        self.states: dict[int, ReqKVState] = {}  # live requests by row
+        self.step = 0
+        # Running sums over live requests, so the per-step counters are O(1).
+        self._sum_extent = 0
+        self._sum_committed = 0
+        # What state checks saw last time, for K2/K6 as state properties.
+        self._seen: dict[int, tuple[object, int, int]] = {}
+        self._seen_leaked: dict[str, int] = {}
+
+    # -- counters the engine reads every step (O(1), host only) -------------------
+    @property
+    def syncs(self) -> int:
+        return self.full.syncs + (self.swa.allocator.syncs if self.swa else 0)
+
+    @property
+    def pages_held(self) -> int:
+        """Full-pool pages held by live requests (swa_pages_held for the SWA pool)."""
+        return self.ledger.total["full"]
+
+    @property
+    def swa_pages_held(self) -> int:
+        return self.ledger.total["swa"]
+
+    @property
+    def stranded_slots(self) -> int:
+        """Slots of held pages beyond the recorded extents: off the free list, recorded nowhere."""
+        return self.ledger.total["full"] * self.ps - self._sum_extent
+
+    @property
+    def reserved_unwritten_slots(self) -> int:
+        return self._sum_extent - self._sum_committed
+
+    @property
+    def num_free_pages(self) -> int:
+        return self.full.num_free_pages
+
+    @property
+    def total_pages(self) -> int:
+        return self.mem.num_pages
+
+    def leaked_pages(self, pool: str | None = None) -> int:
+        """Pages neither free nor held by a live request (both pools summed unless pool is given)."""
+        out = 0
+        if pool in (None, "full"):
+            out += self.full.num_pages - self.full.num_free_pages - self.ledger.total["full"]
+        if self.swa and pool in (None, "swa"):
+            a = self.swa.allocator
+            out += a.num_pages - a.num_free_pages - self.ledger.total["swa"]
+        return out
+
+    @property
+    def num_free_rows(self) -> int:
+        return self.req_to_token.num_free_rows
+
+    # -- request lifecycle --------------------------------------------------------
+    def admit(self, rid: object) -> ReqKVState | None:
+        row = self.req_to_token.alloc()
+        if row is None:
+            return None
+        state = ReqKVState(rid=rid, row=row)
+        self.states[row] = state
+        return state
+
+    def extend(self, state: ReqKVState, new_len: int) -> bool:
+        """Cover positions < new_len (a prefill chunk or a plain decode token)."""
+        check_positive("new_len", new_len, minimum=0)
+        target = -(-new_len // self.ps) * self.ps if self.aligned else new_len
+        if target > self.mem.row_width:
+            raise ConfigError(
+                f"row_width={self.mem.row_width} is too small for {new_len} positions of request "
+                f"{state.rid} (extent {target}); size rows with sizing.row_width")
+        if target <= state.allocated:
+            return True
+        return self._grow([state], np.array([target], dtype=np.int64))
+
+    def prepare(self, states: list[ReqKVState], reserve: int, *, algo: str | None = None) -> bool:
+        """Speculative decode reservation for a batch: one allocation, all-or-nothing."""
+        check_positive("reserve", reserve)
+        if not states:
+            return True
+        ps, width = self.ps, self.mem.row_width
+        cur = np.fromiter((s.allocated for s in states), dtype=np.int64, count=len(states))
+        com = np.fromiter((s.committed for s in states), dtype=np.int64, count=len(states))
+        want = com + reserve
+        nxt = np.maximum(cur, -(-want // ps) * ps if self.aligned else want)
+        # K4: the row must have headroom for the reservation plus the page round-up.
+        short = (width - com < reserve + ps - 1) | (nxt > width)
+        if short.any():
+            for i in np.flatnonzero(short):
+                self._report(Violation("K4", states[i].rid, self.step, {
+                    "committed": int(com[i]), "reserve": reserve, "nxt": int(nxt[i]),
+                    "row_width": width, "page_size": ps}))
+            nxt = np.minimum(nxt, width)
+        if self.trace is not None:
+            self.trace.write({
+                "op": "prepare", "algo": algo or self.mem.algo or "none", "policy": self.mem.policy,
+                "reserve": reserve,
+                "reqs": [{"rid": _jsonable(s.rid), "committed": int(c), "cur": int(x), "nxt": int(y)}
+                         for s, c, x, y in zip(states, com, cur, nxt)],
+            })
+        if not self._grow(states, nxt):
+            return False
+        for s, c in zip(states, com.tolist()):
+            s.reserve_base = c
+            s.reserve = reserve
+        return True
+
+    def commit(self, state: ReqKVState, n: int) -> None:
+        """The forward wrote final KV for n more positions."""
+        new = state.committed + n
+        if n < 0 or new > state.allocated:
+            self._report(Violation("K3", state.rid, self.step, {
+                "committed": state.committed, "n": n, "allocated": state.allocated}))
+            new = min(max(new, state.committed), state.allocated)
+        self._sum_committed += new - state.committed
+        state.committed = new
+
+    def evict_swa(self, state: ReqKVState) -> int:
+        """Window rule: cursor -> max(cursor, floor_ps(committed - window)); returns SWA pages freed."""
+        if self.swa is None:
+            return 0
+        old = state.swa_evicted
+        new = max(old, max(0, state.committed - self.mem.window) // self.ps * self.ps)
+        if new == old:
+            return 0
+        new = self._write_cursor(state, new)
+        freed = self.swa.evict(self.req_to_token.host[state.row], old, new)
+        self._give_back("swa", state, freed)
+        return len(freed)
+
+    def pd_prealloc(self, state: ReqKVState, fill_len: int, *, skip_floor: bool = False) -> bool:
+        """Decode side of PD: full KV for fill_len transferred tokens, SWA only for the tail.
+
+        skip_floor is the test hook of a caller that bypasses the floor and writes
+        fill_len - window as is; the K6 check must fire at that write.
+        """
+        check_positive("fill_len", fill_len)
+        if state.allocated or state.committed:
+            raise ValueError(f"pd_prealloc needs a fresh request; {state.rid} already has extent {state.allocated}")
+        ps = self.ps
+        target = -(-fill_len // ps) * ps if self.aligned else fill_len
+        if target > self.mem.row_width:
+            raise ConfigError(
+                f"row_width={self.mem.row_width} is too small for fill_len={fill_len} (extent {target})")
+        if self.swa is not None:
+            window = self.mem.window
+            tail = swa_tail_len(fill_len, window, ps)
+            value = max(0, fill_len - window) if skip_floor else fill_len - tail
+            if self.trace is not None:
+                self.trace.write({"op": "swa_prealloc", "fill_len": fill_len, "window": window,
+                                  "tail": fill_len - value, "evicted": value})
+            self._write_cursor(state, value, fill_len=fill_len, window=window)
+        if not self._grow([state], np.array([target], dtype=np.int64)):
+            state.swa_evicted = 0  # the prealloc did not happen: the fresh state is restored whole
+            return False
+        self._sum_committed += fill_len
+        state.committed = fill_len
+        return True
+
+    def release(self, state: ReqKVState) -> int:
+        """Free the request's pages under the free policy and return its row."""
+        row, extent, ps = state.row, state.allocated, self.ps
+        host_row = self.req_to_token.host[row]
+        if extent:
+            if self.mem.free_policy == "dedup":
+                freed = self.full.free(host_row[:extent])
+            else:
+                # Host pages by stride over the recorded extent, no dedup: an unaligned
+                # extent drops its last page (the leak the aligned policy prevents).
+                freed = self.full.free_segment(host_row, 0, extent // ps * ps)
+            self._give_back("full", state, freed)
+        self.ledger.drop_row("full", row)
+        if self.swa is not None:
+            freed = self.swa.release(host_row, state.swa_evicted, extent, self.mem.free_policy)
+            self._give_back("swa", state, freed)
+            self.ledger.drop_row("swa", row)
+        self._sum_extent -= extent
+        self._sum_committed -= state.committed
+        self.req_to_token.free(row)
+        del self.states[row]
+        self._seen.pop(row, None)
+        state.released = True
+        return row
+
+    def slots(self, state: ReqKVState, start: int, end: int) -> np.ndarray:
+        """Host slots of positions [start, end): where a forward writes (a read-only view)."""
+        if not 0 <= start <= end <= state.allocated:
+            raise ValueError(f"positions [{start}, {end}) of request {state.rid} are outside its extent {state.allocated}")
+        return self.req_to_token.host[state.row, start:end]
+
+    def check(self, step: int | None = None, batch=None) -> list[Violation]:
+        """Run the state checks K1-K10 and report each violation through the auditor."""
+        if step is not None:
+            self.step = step
+        if self.auditor is not None:
+            self.auditor.step = self.step
+        found = check_all(self, self.step, batch)
+        for v in found:
+            self._report(v)
+        return found
+
+    # -- internals ----------------------------------------------------------------
+    def _grow(self, states: list[ReqKVState], targets: np.ndarray) -> bool:
+        """Allocate positions [allocated, target) of each state in both pools, all-or-nothing."""
+        cur = np.fromiter((s.allocated for s in states), dtype=np.int64, count=len(states))
+        grow = targets > cur
+        if not grow.any():
+            return True
+        if not grow.all():
+            idx = np.flatnonzero(grow)
+            states = [states[i] for i in idx]
+            cur, targets = cur[idx], targets[idx]
+        rows = np.fromiter((s.row for s in states), dtype=np.int64, count=len(states))
+        host = self.req_to_token.host
+        last = np.where(cur > 0, host[rows, np.maximum(cur - 1, 0)], -1)
+        need = int(self.full.pages_needed(cur, targets).sum())
+        if need > self.full.num_free_pages:
+            return False
+        if self.swa is not None:
+            # SWA pages start at the cursor: a fresh PD request holds none below it.
+            base = np.fromiter((s.swa_evicted for s in states), dtype=np.int64, count=len(states))
+            swa_prefix = np.maximum(cur, base)
+            if int(self.swa.allocator.pages_needed(swa_prefix, np.maximum(targets, swa_prefix)).sum()) \
+                    > self.swa.allocator.num_free_pages:
+                return False
+        got = self.full.traced_allocate(cur, targets, last)
+        row_rep = np.repeat(rows, got.lens)
+        self.req_to_token.write_flat(row_rep, got.positions, got.slots)
+        self.ledger.take("full", np.repeat(rows, got.pages_per_req), got.pages)
+        if self.swa is not None:
+            # Continue the SWA copy of the last page only where growth continues the row.
+            swa_last = np.where((swa_prefix == cur) & (cur > 0), self.swa.translate(np.maximum(last, 0)), -1)
+            sg = self.swa.allocator.traced_allocate(swa_prefix, np.maximum(targets, swa_prefix), swa_last)
+            self.swa.set_map(host[np.repeat(rows, sg.lens), sg.positions], sg.slots)
+            self.ledger.take("swa", np.repeat(rows, sg.pages_per_req), sg.pages)
+        for s, t in zip(states, targets.tolist()):
+            self._set_extent(s, t)
+        return True
+
+    def _set_extent(self, state: ReqKVState, new: int) -> None:
+        try:
+            old = state.set_extent(new)
+        except ExtentDecrease as err:
+            self._report(Violation("K2", state.rid, self.step, {"old": err.old, "new": err.new}))
+            return
+        self._sum_extent += new - old
+
+    def _write_cursor(self, state: ReqKVState, value: int, **context: int) -> int:
+        """The one writer of swa_evicted_seqlen; K6 fires here, at the write."""
+        prev, ps = state.swa_evicted, self.ps
+        if value < 0 or value % ps or value < prev:
+            values = {"value": value, "previous": prev, "page_size": ps, **context}
+            v = Violation("K6", state.rid, self.step, values)
+            if self.auditor is not None:
+                self.auditor.record(v)
+            if self.auditor is None or self.auditor.mode != "record":
+                raise EvictFloorError(state.rid, value, prev, ps, **context)
+            value = max(prev, max(0, value) // ps * ps)
+        state.swa_evicted = value
+        return value
+
+    def _give_back(self, pool: str, state: ReqKVState, freed: np.ndarray) -> None:
+        stray = self.ledger.give_back(pool, state.row, freed)
+        if len(stray):
+            self._report(Violation("K8", state.rid, self.step, {
+                "pool": pool, "reason": "freed pages the request did not hold",
+                "pages": stray[:8].tolist()}))
+
+    def _report(self, v: Violation) -> None:
+        if self.auditor is None:
+            raise InvariantViolation(v)
+        self.auditor.report(v)
+
+
+def _jsonable(x: object) -> object:
+    return x if isinstance(x, (int, str, float)) or x is None else str(x)

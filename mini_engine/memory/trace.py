@@ -1,0 +1,64 @@
+"""Allocation trace (DESIGN.md section 5): JSON lines, header first.
+
+The writer records every allocator call of both pools and the manager's planning
+records; replay (trace_replay.py) re-runs a file on fresh allocators.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from typing import IO
+
+FORMAT = "kvbench-trace"
+VERSION = 1
+
+
+class TraceWriter:
+    def __init__(self, path_or_file: str | os.PathLike | IO[str], header: dict):
+        if isinstance(path_or_file, (str, os.PathLike)):
+            self._fh: IO[str] = open(path_or_file, "w", encoding="utf-8")
+            self._owns = True
+        else:
+            self._fh = path_or_file
+            self._owns = False
+        head = {"format": FORMAT, "version": VERSION, "page_size": None, "num_pages": None,
+                "swa_num_pages": None, "config": {}}
+        head.update(header)
+        self.header = head
+        self.calls = 0
+        self._write(head)
+
+    @classmethod
+    def for_memory(cls, path_or_file, mem, config: dict | None = None) -> TraceWriter:
+        """A writer whose header describes the pools of a MemoryConfig."""
+        return cls(path_or_file, {
+            "page_size": mem.page_size, "num_pages": mem.num_pages,
+            "swa_num_pages": mem.swa_num_pages,
+            "config": dict(config or {}, policy=mem.policy, free_policy=mem.free_policy,
+                           window=mem.window),
+        })
+
+    def write(self, record: dict) -> None:
+        self.calls += 1
+        self._write(record)
+
+    def _write(self, obj: dict) -> None:
+        self._fh.write(json.dumps(obj, separators=(",", ":")))
+        self._fh.write("\n")
+
+    def flush(self) -> None:
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._owns and not self._fh.closed:
+            self._fh.close()
+        elif not isinstance(self._fh, io.StringIO) or not self._fh.closed:
+            self._fh.flush()
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
