@@ -1,7 +1,7 @@
 """Allocation trace (DESIGN.md section 5): JSON lines, header first.
 
 The writer records every allocator call of both pools and the manager's planning
-records; replay (trace_replay.py) re-runs a file on fresh allocators.
+records; replay (replay.py, re-exported here) re-runs a file on fresh allocators.
 """
 
 from __future__ import annotations
@@ -62,3 +62,10 @@ class TraceWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def replay(path):  # noqa: D401 - thin re-export, keeps trace.replay the public name
+    """Re-run a trace on fresh allocators; see mini_engine.memory.replay.replay."""
+    from mini_engine.memory.replay import replay as _replay
+
+    return _replay(path)

@@ -1,0 +1,189 @@
+"""Replay an allocation trace on fresh allocators and report the first divergence.
+
+Every allocator call is re-run and its out / available compared with the record;
+planning records (prepare, swa_prealloc) are recomputed from the sizing formulas.
+A file that cannot be read as a trace is a TraceError (one line, exit 2 from the CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+from mini_engine.errors import KVBenchError, TraceError
+from mini_engine.memory.allocator import PagedAllocator
+from mini_engine.memory.sizing import plan_extent, swa_tail_len
+from mini_engine.memory.trace import FORMAT, VERSION
+
+REQUIRED = {
+    "alloc_extend": ("prefix_lens", "seq_lens", "last_locs", "out", "available"),
+    "free": ("indices", "available"),
+    "free_pages": ("page_ids", "available"),
+    "prepare": ("policy", "reserve", "reqs"),
+    "swa_prealloc": ("fill_len", "window", "tail", "evicted"),
+}
+
+INT_LISTS = {
+    "alloc_extend": ("prefix_lens", "seq_lens", "last_locs"),
+    "free": ("indices",),
+    "free_pages": ("page_ids",),
+}
+
+
+@dataclass
+class Divergence:
+    call: int  # 1-based index among the records after the header
+    line: int
+    op: str
+    field: str
+    expected: object
+    got: object
+
+    def __str__(self) -> str:
+        return (f"call {self.call} (line {self.line}) {self.op}: {self.field} expected "
+                f"{_short(self.expected)}, got {_short(self.got)}")
+
+
+@dataclass
+class ReplayReport:
+    calls: int = 0
+    divergences: int = 0
+    first_divergence: Divergence | None = None
+    seconds_per_call: float = 0.0
+    allocator_calls: int = 0
+    all_divergences: list[Divergence] = field(default_factory=list, repr=False)
+
+
+def _short(x: object, limit: int = 120) -> str:
+    text = json.dumps(x, separators=(",", ":")) if not isinstance(x, str) else x
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _read_header(path: str, line: str) -> dict:
+    try:
+        head = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise TraceError(f"{path}: line 1 is not JSON ({err.msg}); expected the kvbench-trace header") from None
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise TraceError(f'{path}: line 1 is not a kvbench-trace header (needs "format": "{FORMAT}")')
+    if head.get("version") != VERSION:
+        raise TraceError(f"{path}: trace version {head.get('version')!r} is not supported (expected {VERSION})")
+    for key in ("page_size", "num_pages"):
+        v = head.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise TraceError(f"{path}: header {key} must be an integer >= 1 (got {v!r})")
+    swa = head.get("swa_num_pages")
+    if swa is not None and (isinstance(swa, bool) or not isinstance(swa, int) or swa < 1):
+        raise TraceError(f"{path}: header swa_num_pages must be null or an integer >= 1 (got {swa!r})")
+    return head
+
+
+def _parse(path: str, lineno: int, line: str) -> dict:
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise TraceError(f"{path}: line {lineno} is not JSON ({err.msg})") from None
+    if not isinstance(rec, dict) or rec.get("op") not in REQUIRED:
+        op = rec.get("op") if isinstance(rec, dict) else None
+        raise TraceError(f"{path}: line {lineno} has unknown op {op!r} (allowed: {', '.join(REQUIRED)})")
+    missing = [k for k in REQUIRED[rec["op"]] if k not in rec]
+    if missing:
+        raise TraceError(f"{path}: line {lineno} ({rec['op']}) lacks {', '.join(missing)}")
+    for key in INT_LISTS.get(rec["op"], ()):
+        if not _int_list(rec[key]):
+            raise TraceError(f"{path}: line {lineno} ({rec['op']}) {key} must be a list of integers")
+    if "available" in rec and not _is_int(rec["available"]):
+        raise TraceError(f"{path}: line {lineno} ({rec['op']}) available must be an integer")
+    return rec
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _int_list(x: object) -> bool:
+    return isinstance(x, list) and all(_is_int(v) for v in x)
+
+
+def replay(path: str | os.PathLike) -> ReplayReport:
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise TraceError(f"trace file {path} does not exist or is not a file")
+    with open(path, encoding="utf-8") as fh:
+        try:
+            lines = fh.read().splitlines()
+        except UnicodeDecodeError:
+            raise TraceError(f"{path}: not a text file (a trace is JSON lines)") from None
+    if not lines or not lines[0].strip():
+        raise TraceError(f"trace file {path} is empty (expected a kvbench-trace header line)")
+    head = _read_header(path, lines[0])
+    ps = head["page_size"]
+    pools = {"full": PagedAllocator(head["num_pages"], ps, "full")}
+    if head.get("swa_num_pages"):
+        pools["swa"] = PagedAllocator(head["swa_num_pages"], ps, "swa")
+
+    report = ReplayReport()
+    spent = 0.0
+
+    def diverge(rec_no: int, lineno: int, op: str, fld: str, expected, got) -> None:
+        d = Divergence(rec_no, lineno, op, fld, expected, got)
+        report.divergences += 1
+        if report.first_divergence is None:
+            report.first_divergence = d
+        if len(report.all_divergences) < 100:
+            report.all_divergences.append(d)
+
+    for lineno, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        rec = _parse(path, lineno, line)
+        report.calls += 1
+        n, op = report.calls, rec["op"]
+        if op in ("prepare", "swa_prealloc"):
+            _check_plan(rec, ps, lambda f, e, g: diverge(n, lineno, op, f, e, g), path, lineno)
+            continue
+        pool = rec.get("pool", "full")
+        if pool not in pools:
+            raise TraceError(f"{path}: line {lineno} uses pool {pool!r}, which the header does not define")
+        alloc = pools[pool]
+        t0 = time.perf_counter()
+        try:
+            if op == "alloc_extend":
+                got = alloc.alloc_extend(rec["prefix_lens"], rec["seq_lens"], rec["last_locs"])
+                got = None if got is None else [g.tolist() for g in got]
+            elif op == "free":
+                alloc.free(rec["indices"])
+            else:
+                alloc.free_pages(rec["page_ids"])
+        except (KVBenchError, ValueError, TypeError, IndexError) as err:
+            spent += time.perf_counter() - t0
+            report.allocator_calls += 1
+            diverge(n, lineno, op, "result", "success", f"error: {err}")
+            continue
+        spent += time.perf_counter() - t0
+        report.allocator_calls += 1
+        if op == "alloc_extend" and got != rec["out"]:
+            diverge(n, lineno, op, "out", rec["out"], got)
+        if alloc.available_size() != rec["available"]:
+            diverge(n, lineno, op, "available", rec["available"], alloc.available_size())
+    report.seconds_per_call = spent / report.allocator_calls if report.allocator_calls else 0.0
+    return report
+
+
+def _check_plan(rec: dict, ps: int, diverge, path: str, lineno: int) -> None:
+    try:
+        if rec["op"] == "prepare":
+            for i, r in enumerate(rec["reqs"]):
+                nxt = plan_extent(r["cur"], r["committed"], rec["reserve"], ps, rec["policy"])
+                if nxt != r["nxt"]:
+                    diverge(f"reqs[{i}].nxt", r["nxt"], nxt)
+        else:
+            tail = swa_tail_len(rec["fill_len"], rec["window"], ps)
+            if tail != rec["tail"]:
+                diverge("tail", rec["tail"], tail)
+            if rec["fill_len"] - tail != rec["evicted"]:
+                diverge("evicted", rec["evicted"], rec["fill_len"] - tail)
+    except (KeyError, TypeError, KVBenchError) as err:
+        raise TraceError(f"{path}: line {lineno} ({rec['op']}) is malformed ({err})") from None
