@@ -1,0 +1,124 @@
+"""Carry out a plan through the GitHub client: reply, dispatch, label, rerun, report.
+
+``handle_event`` is what the comment workflow runs; ``report`` is what each rerun
+workflow calls as its status changes. Both talk to GitHub only through ``client``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.ci import reply
+from harness.ci.bot import Comment, Plan, known_suites, plan_comment
+from harness.ci.github_client import Client, GitHubError
+from harness.ci.permissions import Permissions
+from harness.ci.runners import Registry
+from mini_engine.errors import KVBenchError
+
+WORKFLOW = "rerun-test.yml"
+MAX_TABLE = 20000  # characters of a compare table in a reply (a comment holds 65536)
+UPDATE_TRIES = 3
+
+
+class EventError(KVBenchError):
+    """The event file is not an issue_comment payload."""
+
+
+def comment_from_event(event: dict) -> tuple[Comment, str]:
+    """The comment and the repository's default branch from an issue_comment payload."""
+    try:
+        issue, comment = event["issue"], event["comment"]
+        parsed = Comment(
+            body=str(comment.get("body") or ""),
+            user=str(comment["user"]["login"]),
+            association=str(comment.get("author_association", "NONE")),
+            pr=int(issue["number"]),
+            pr_author=str(issue["user"]["login"]),
+            is_pull=bool(issue.get("pull_request")),
+        )
+        branch = str((event.get("repository") or {}).get("default_branch") or "main")
+    except (KeyError, TypeError, ValueError) as err:
+        raise EventError(f"the event file is not an issue_comment payload (missing {err})") from None
+    return parsed, branch
+
+
+@dataclass
+class Outcome:
+    plan: Plan
+    reply_id: int | None = None
+
+
+def handle_event(event: dict, client: Client, root: Path, tree: Path, registry: Registry,
+                 perms: Permissions) -> Outcome:
+    """Plan the comment, reply, then dispatch; a refusal is a reply, never an exception."""
+    if event.get("action", "created") != "created":
+        return Outcome(Plan(None))  # edits and deletions are not new commands
+    comment, branch = comment_from_event(event)
+    plan = plan_comment(comment, tree, registry, perms, known_suites(root))
+    if plan.command is None:
+        return Outcome(plan)
+    if plan.refusal or plan.command != "tag-and-rerun-ci":
+        reply_id = client.post_comment(plan.pr, reply.render(plan))
+        if not plan.refusal:
+            _dispatch(plan, client, branch, reply_id)
+        return Outcome(plan, reply_id)
+    return Outcome(plan, _tag_and_rerun(plan, client, perms))
+
+
+def _dispatch(plan: Plan, client: Client, branch: str, reply_id: int) -> None:
+    changed = False
+    for i, group in enumerate(plan.groups, 1):
+        inputs = {
+            "runner": group.runner,
+            "tests": json.dumps(group.tests),
+            "suite": group.suite or "",
+            "filter": group.filter or "",
+            "pr": str(plan.pr),
+            "reply_comment": str(reply_id),
+            "group": str(i),
+        }
+        try:
+            client.dispatch_workflow(WORKFLOW, branch, inputs)
+        except GitHubError as err:
+            group.status, group.note, changed = "error", f"dispatch failed: {err}", True
+    if changed:
+        client.update_comment(reply_id, reply.render(plan))
+
+
+def _tag_and_rerun(plan: Plan, client: Client, perms: Permissions) -> int:
+    lines = []
+    try:
+        client.add_labels(plan.pr, [perms.ci_label])
+        lines.append(f"- labelled `{perms.ci_label}`")
+        runs = client.failed_runs(client.pull_head_sha(plan.pr))
+        for run in runs:
+            client.rerun_failed_jobs(run["id"])
+            lines.append(f"- rerunning failed jobs of [{run['name'] or run['id']}]({run['url']})")
+        if not runs:
+            lines.append("- no failed workflow runs on the head commit")
+    except GitHubError as err:
+        lines.append(f"- \u26a0\ufe0f stopped: {err}")
+    return client.post_comment(plan.pr, reply.render(plan) + "\n" + "\n".join(lines) + "\n")
+
+
+def report(client: Client, comment_id: int, group: int, status: str, run_url: str = "",
+           mlflow: list[str] | None = None, table: str | None = None) -> str:
+    """Set one group's status in the reply. Re-read after writing: two groups finishing
+    at once both read-modify-write the same comment, and the later write must not undo
+    the earlier one, so a lost update is retried."""
+    if table is not None and len(table) > MAX_TABLE:
+        table = table[:MAX_TABLE].rsplit("\n", 1)[0] + "\n\n_(table truncated; see the run's artifact)_"
+    for _ in range(UPDATE_TRIES):
+        body = reply.update(client.get_comment(comment_id), group, status, run_url, mlflow, table)
+        client.update_comment(comment_id, body)
+        now = reply.parse(client.get_comment(comment_id)).groups[group - 1]
+        if now.status == status:
+            return body
+    raise GitHubError(f"comment {comment_id}: group {group} status did not stick after {UPDATE_TRIES} tries")
+
+
+def status_of(result: str) -> str:
+    """A GitHub job result (success, failure, cancelled, skipped) as a reply status."""
+    return {"success": "passed", "failure": "failed", "cancelled": "cancelled"}.get(result, result)

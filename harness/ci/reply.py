@@ -1,0 +1,113 @@
+"""The bot's reply comment: rendered from a plan, carrying that plan as hidden state.
+
+Each rerun workflow updates its own group's status marker. The reply embeds the plan as
+JSON in an HTML comment, so an update re-reads the state and re-renders the whole body,
+rather than patching markdown text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict
+
+from harness.ci.bot import Group, Plan, USAGE
+from mini_engine.errors import KVBenchError
+
+STATE_RE = re.compile(r"<!-- kvbench-bot (\{.*?\}) -->", re.S)
+STATUSES = ("queued", "running", "passed", "failed", "cancelled", "error")
+MARKERS = {
+    "queued": "\u23f3 queued",
+    "running": "\U0001f504 running",
+    "passed": "\u2705 passed",
+    "failed": "\u274c failed",
+    "cancelled": "\u26aa cancelled",
+    "error": "\u26a0\ufe0f error",
+}
+URL_RE = re.compile(r"https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]{1,500}\Z", re.ASCII)
+
+
+class ReplyError(KVBenchError):
+    """The comment to update is not a kvbench bot reply, or names no such group."""
+
+
+def check_url(url: str) -> str:
+    if not URL_RE.match(url) or ")" in url or "(" in url:
+        raise ReplyError(f"a link must be an http(s) URL without spaces or brackets (got {url[:80]!r})")
+    return url
+
+
+def _links(group: Group) -> str:
+    links = [f"[workflow run]({group.run_url})"] if group.run_url else []
+    links += [f"[MLflow run {i}]({u})" if len(group.mlflow) > 1 else f"[MLflow]({u})"
+              for i, u in enumerate(group.mlflow, 1)]
+    return " \u00b7 ".join(links)
+
+
+def render(plan: Plan) -> str:
+    state = {"v": 1, "command": plan.command, "user": plan.user, "pr": plan.pr,
+             "groups": [asdict(g) for g in plan.groups]}
+    raw = json.dumps(state, ensure_ascii=True, separators=(",", ":"))
+    # Escaped so that nothing in the state (a compare table, say) can close the HTML comment.
+    raw = raw.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    lines = [f"<!-- kvbench-bot {raw} -->"]
+    who = f"@{plan.user}" if plan.user else "a commenter"
+    if plan.refusal:
+        what = f"`/{plan.command}`" if plan.command in USAGE else "this comment"
+        lines.append(f"**kvbench bot** cannot run {what} for {who}: {plan.refusal}")
+        lines.append("")
+        lines.append("Commands: " + ", ".join(f"`{u}`" for u in USAGE.values()))
+    elif plan.command == "tag-and-rerun-ci":
+        lines.append(f"**kvbench bot** `/tag-and-rerun-ci` for {who}")
+    else:
+        n = len(plan.groups)
+        lines.append(f"**kvbench bot** `/{plan.command}` for {who}: {n} run{'s' if n != 1 else ''}")
+    for i, group in enumerate(plan.groups, 1):
+        lines += ["", f"**{i}. runner `{group.runner}`** \u2014 {MARKERS[group.status]}"]
+        if group.note:
+            lines.append(group.note)
+        lines += ["```", group.command(), "```"]
+        links = _links(group)
+        if links:
+            lines.append(links)
+        if group.table:
+            lines += ["", group.table]
+    for note in plan.notes:
+        lines += ["", f"_{note}_"]
+    return "\n".join(lines) + "\n"
+
+
+def parse(body: str) -> Plan:
+    match = STATE_RE.search(body or "")
+    if not match:
+        raise ReplyError("the comment is not a kvbench bot reply (no state marker)")
+    try:
+        state = json.loads(match.group(1))
+        groups = [Group(**g) for g in state["groups"]]
+        return Plan(state["command"], user=state["user"], pr=int(state["pr"]), groups=groups)
+    except (ValueError, KeyError, TypeError) as err:
+        raise ReplyError(f"the kvbench bot state in the comment is damaged ({type(err).__name__})") from None
+
+
+def update(body: str, group: int, status: str, run_url: str = "", mlflow: list[str] | None = None,
+           table: str | None = None, note: str | None = None) -> str:
+    """Body with group ``group`` (1-based) set to ``status``; other groups untouched."""
+    if status not in STATUSES:
+        raise ReplyError(f"status must be one of {', '.join(STATUSES)} (got {status!r})")
+    plan = parse(body)
+    if not 1 <= group <= len(plan.groups):
+        raise ReplyError(f"group must be in 1..{len(plan.groups)} (got {group})")
+    g = plan.groups[group - 1]
+    g.status = status
+    if run_url:
+        g.run_url = check_url(run_url)
+    for url in mlflow or []:
+        if check_url(url) not in g.mlflow:
+            g.mlflow.append(url)
+    if table is not None:
+        g.table = table
+    if note is not None:
+        g.note = note
+    # Notes of the original plan are not in the state; keep the rendered ones.
+    plan.notes = re.findall(r"^_(.+)_$", body, re.M)
+    return render(plan)

@@ -1,0 +1,54 @@
+"""Turn the rerun workflow's inputs back into a command, checking them all again.
+
+The bot validated them before dispatching, but a workflow can also be dispatched by
+hand, so the workflow's first (trusted) job re-checks everything here: each test id
+against the tree and the allow-list, each test's runner against the requested label,
+the suite, the filter and the run id. The output is a JSON argv run without a shell.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from harness.ci import specs
+from harness.ci.bot import Group, known_suites
+from harness.ci.runners import Registry
+from harness.ci.specs import Refusal
+from mini_engine.errors import ConfigError
+
+RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z", re.ASCII)
+MAX_TESTS = 100
+
+
+def rerun_argv(registry: Registry, tree: Path, root: Path, runner: str, tests_json: str,
+               suite: str, expr: str, run_id: str) -> list[str]:
+    registry.get(runner)
+    if not RUN_ID_RE.match(run_id):
+        raise ConfigError(f"--run-id must be letters, digits, '.', '_' or '-' (got {run_id!r})")
+    try:
+        tests = json.loads(tests_json or "[]")
+    except json.JSONDecodeError:
+        raise ConfigError("--tests must be a JSON list of test ids") from None
+    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+        raise ConfigError("--tests must be a JSON list of test ids")
+    if bool(tests) == bool(suite):
+        raise ConfigError("give either --tests (a non-empty list) or --suite, not both")
+    try:
+        if suite:
+            group = Group(runner, suite=specs.check_suite(suite, known_suites(root)),
+                          filter=specs.check_filter(expr) if expr else None)
+            return group.argv(run_id)
+        if len(tests) > MAX_TESTS:
+            raise ConfigError(f"--tests: at most {MAX_TESTS} test ids (got {len(tests)})")
+        ids = []
+        for token in tests:
+            spec = specs.parse_test_spec(token, tree)
+            want = registry.runner_for_test(tree, spec.file, spec.test)
+            if want != runner:
+                raise ConfigError(f"--tests: {spec.node_id} runs on {want}, not on {runner}")
+            ids.append(spec.node_id)
+        return Group(runner, tests=ids).argv(run_id)
+    except Refusal as err:
+        raise ConfigError(str(err)) from None

@@ -1,0 +1,160 @@
+"""Strict allow-lists for everything a comment may put on a command line.
+
+Comment text is hostile until proven otherwise. Nothing from it reaches argv unless it
+matched one of the patterns here *and* names something that exists (a test file under
+suites/, a test in it found statically, a suite, a runner label). Every rejection is a
+``Refusal`` whose message is the reply the commenter sees.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.ci.testfiles import scan
+from mini_engine.errors import KVBenchError
+
+MAX_LINE = 1000  # characters of the first comment line
+MAX_TOKEN = 200  # characters of one spec
+MAX_FILTER = 200
+NAME = r"[A-Za-z_][A-Za-z0-9_]{0,99}"
+PATH_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*\.py\Z", re.ASCII)
+TEST_RE = re.compile(rf"{NAME}((::|\.){NAME})?\Z", re.ASCII)
+FILE_NAME_RE = re.compile(r"(test_[A-Za-z0-9_]*|[A-Za-z0-9_]*_test)\.py\Z", re.ASCII)
+SPEC_CHARS = "letters, digits and _ . / : -"
+# One filter term is NAME OP VALUE; terms are joined by ','. No spaces, quotes or
+# shell metacharacters are possible, so the expression is safe as one argv entry.
+FILTER_TERM_RE = re.compile(
+    r"(?P<name>[a-z_][a-z0-9_]{0,63}(\.[a-z_][a-z0-9_]{0,63})?)"
+    r"(?P<op>==|!=|=|~)"
+    r"(?P<value>[A-Za-z0-9_.+-]{1,64}(\|[A-Za-z0-9_.+-]{1,64}){0,15})\Z",
+    re.ASCII,
+)
+
+
+class Refusal(KVBenchError):
+    """A comment the bot will not act on; the message is the reason shown in the reply."""
+
+
+def show(text: str, limit: int = 60) -> str:
+    """Echo user text back safely: ASCII only, no backticks, truncated, in a code span."""
+    text = text.encode("ascii", "backslashreplace").decode("ascii").replace("`", "'")
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"`{text}`"
+
+
+def check_line(line: str) -> None:
+    """The first comment line: bounded, printable ASCII (no look-alike letters or slashes)."""
+    if len(line) > MAX_LINE:
+        raise Refusal(f"the command line is {len(line)} characters; at most {MAX_LINE} are read")
+    for col, ch in enumerate(line, 1):
+        if ord(ch) > 127:
+            name = unicodedata.name(ch, "unnamed character")
+            raise Refusal(
+                f"non-ASCII character U+{ord(ch):04X} {name} at column {col}; "
+                "commands, paths and test names are plain ASCII"
+            )
+        if ch != "\t" and not ch.isprintable():
+            raise Refusal(f"control character 0x{ord(ch):02x} at column {col}")
+
+
+def first_line(body: str) -> str:
+    """Only the first line of a comment is a command; the rest is conversation."""
+    return body.replace("\r\n", "\n").replace("\r", "\n").split("\n", 1)[0].strip(" \t")
+
+
+def _bad_char(token: str, allowed: str) -> str | None:
+    for ch in token:
+        if not (ch.isascii() and (ch.isalnum() or ch in allowed)):
+            return ch
+    return None
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    file: str  # repository-relative path under suites/
+    test: str | None  # "func", "Class" or "Class::method"
+
+    @property
+    def node_id(self) -> str:
+        return f"{self.file}::{self.test}" if self.test else self.file
+
+
+def _find_by_name(suites: Path, name: str) -> list[str]:
+    root = suites.parent
+    return sorted(str(p.relative_to(root)) for p in suites.rglob(name) if p.is_file())
+
+
+def parse_test_spec(token: str, root: Path) -> TestSpec:
+    """``suites/x/test_y.py``, ``test_y.py`` (unique under suites/), with ``::Class.method``."""
+    if len(token) > MAX_TOKEN:
+        raise Refusal(f"spec {show(token)} is longer than {MAX_TOKEN} characters")
+    bad = _bad_char(token, "_./:-")
+    if bad is not None:
+        raise Refusal(f"spec {show(token)} contains {show(bad)}; a spec is {SPEC_CHARS}")
+    path, sep, test = token.partition("::")
+    if sep and not TEST_RE.match(test):
+        raise Refusal(f"spec {show(token)}: a test is func, Class, Class.method or Class::method")
+    if path.startswith("/") or "\\" in path:
+        raise Refusal(f"spec {show(token)}: paths are relative to the repository root")
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise Refusal(f"spec {show(token)}: path components '..', '.' and empty ones are not allowed")
+    if not PATH_RE.match(path) or not FILE_NAME_RE.match(parts[-1]):
+        raise Refusal(f"spec {show(token)}: a test file is suites/.../test_*.py or *_test.py")
+
+    suites = root / "suites"
+    if len(parts) == 1:
+        found = _find_by_name(suites, path)
+        if not found:
+            raise Refusal(f"no test file named {show(path)} under suites/")
+        if len(found) > 1:
+            raise Refusal(f"{show(path)} is ambiguous: {', '.join(found[:5])}; give the path")
+        path = found[0]
+    elif parts[0] != "suites":
+        raise Refusal(f"spec {show(token)}: test files live under suites/")
+    full = root / path
+    # A symlink could point out of the tree; the resolved file must stay under suites/.
+    try:
+        inside = full.resolve().is_relative_to(suites.resolve())
+    except OSError:
+        inside = False
+    if not inside or not full.is_file():
+        raise Refusal(f"no such test file: {show(path)}")
+    if not test:
+        return TestSpec(path, None)
+    test = test.replace(".", "::")
+    try:
+        info = scan(full)
+    except KVBenchError as err:
+        raise Refusal(str(err)) from None
+    if not info.has(test):
+        raise Refusal(f"no test {show(test)} in {path}")
+    return TestSpec(path, test)
+
+
+def check_filter(expr: str) -> str:
+    """``NAME OP VALUE[,...]``; OP is =, ==, != or ~ (substring); VALUE may list a|b|c."""
+    if len(expr) > MAX_FILTER:
+        raise Refusal(f"--filter is longer than {MAX_FILTER} characters")
+    for term in expr.split(","):
+        if not FILTER_TERM_RE.match(term):
+            raise Refusal(
+                f"--filter term {show(term)} is not NAME=VALUE, NAME!=VALUE or NAME~VALUE "
+                "(names: lowercase letters, digits, _ and one '.'; values: letters, digits, _ . + - and '|')"
+            )
+    return expr
+
+
+SUITE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z", re.ASCII)
+
+
+def check_suite(name: str, known: list[str]) -> str:
+    if not SUITE_RE.match(name):
+        raise Refusal(f"suite {show(name)}: a suite name is lowercase letters, digits, _ and -")
+    if known and name not in known:
+        raise Refusal(f"no suite {show(name)}; known suites: {', '.join(known)}")
+    return name

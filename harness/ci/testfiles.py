@@ -1,0 +1,106 @@
+"""Static facts about a test file, read with ``ast``: its tests and its runner marks.
+
+The bot reads test files from pull requests it does not trust, so it never imports
+them: parsing is enough to know which tests exist and which runner they ask for.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mini_engine.errors import ConfigError
+
+MAX_FILE_BYTES = 1 << 20  # a test file larger than this is not a test file we will parse
+
+
+@dataclass
+class TestInfo:
+    path: str
+    module_runner: str | None = None
+    module_gpu: bool = False
+    functions: dict[str, str | None] = field(default_factory=dict)  # name -> runner mark
+    classes: dict[str, str | None] = field(default_factory=dict)  # name -> runner mark
+    methods: dict[str, dict[str, str | None]] = field(default_factory=dict)  # class -> name -> mark
+
+    def has(self, test: str) -> bool:
+        """``test`` is ``func``, ``Class`` or ``Class::method``."""
+        cls, _, meth = test.partition("::")
+        if not meth:
+            return cls in self.functions or cls in self.classes
+        return meth in self.methods.get(cls, {})
+
+    def runner_of(self, test: str) -> str | None:
+        cls, _, meth = test.partition("::")
+        if meth:
+            return self.methods.get(cls, {}).get(meth) or self.classes.get(cls) or self.module_runner
+        return self.functions.get(cls) or self.classes.get(cls) or self.module_runner
+
+
+def _marks(node: ast.expr) -> list[ast.expr]:
+    return list(node.elts) if isinstance(node, (ast.List, ast.Tuple)) else [node]
+
+
+def _mark_name(node: ast.expr) -> str | None:
+    """``pytest.mark.gpu`` -> 'gpu'; ``mark.runner("x")`` -> 'runner'."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        base = node.value
+        if isinstance(base, ast.Attribute) and base.attr == "mark":
+            return node.attr
+        if isinstance(base, ast.Name) and base.id == "mark":
+            return node.attr
+    return None
+
+
+def _runner_from(marks: list[ast.expr], where: str) -> str | None:
+    for mark in marks:
+        if _mark_name(mark) != "runner":
+            continue
+        args = mark.args if isinstance(mark, ast.Call) else []
+        if len(args) != 1 or not isinstance(args[0], ast.Constant) or not isinstance(args[0].value, str):
+            raise ConfigError(f"{where}: pytest.mark.runner takes one string literal label")
+        return args[0].value
+    return None
+
+
+def _pytestmark(body: list[ast.stmt]) -> list[ast.expr]:
+    for stmt in body:
+        if isinstance(stmt, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in stmt.targets
+        ):
+            return _marks(stmt.value)
+    return []
+
+
+def parse_source(source: str, path: str) -> TestInfo:
+    try:
+        tree = ast.parse(source, filename=path)
+    except SyntaxError as err:
+        raise ConfigError(f"{path}: not valid Python (line {err.lineno})") from None
+    module_marks = _pytestmark(tree.body)
+    info = TestInfo(path, _runner_from(module_marks, path), any(_mark_name(m) == "gpu" for m in module_marks))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            info.functions[node.name] = _runner_from(node.decorator_list, f"{path}::{node.name}")
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            where = f"{path}::{node.name}"
+            info.classes[node.name] = _runner_from(node.decorator_list + _pytestmark(node.body), where)
+            info.methods[node.name] = {
+                m.name: _runner_from(m.decorator_list, f"{where}::{m.name}")
+                for m in node.body
+                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name.startswith("test")
+            }
+    return info
+
+
+def scan(path: Path) -> TestInfo:
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"{path.name}: larger than {MAX_FILE_BYTES} bytes, not scanned")
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path.name}: cannot be read ({type(err).__name__})") from None
+    return parse_source(source, path.name)

@@ -1,0 +1,166 @@
+"""``kvbench ci``: what the CI workflows call (triage, rerun-args) and what checks them (lint)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+
+from mini_engine.errors import ConfigError
+
+
+def _root(args: argparse.Namespace) -> Path:
+    root = Path(args.root)
+    if not (root / "ci" / "runners.toml").is_file():
+        raise ConfigError(f"--root {root} holds no ci/runners.toml (run from the repository root or pass --root)")
+    return root
+
+
+def _client(args: argparse.Namespace):
+    if args.github:
+        from harness.ci.github_client import GitHubClient
+
+        return GitHubClient(args.github)
+    from harness.ci.recording import RecordingClient
+
+    return RecordingClient()
+
+
+def cmd_triage(args: argparse.Namespace) -> int:
+    from harness.baseline import load_baseline
+    from harness.ci import triage
+    from harness.ci.runners import load_registry
+
+    root = _root(args)
+    if args.runner:
+        where = load_registry(root / "ci" / "runners.toml").get(args.runner).label
+    else:
+        where = None
+    baseline = load_baseline(args.baseline)
+    where = where or str(baseline.get("profile") or Path(args.baseline).stem)
+    dirs = [Path(d) for d in args.nights] if args.nights else triage.history(Path(args.history))
+    nights = triage.load_nights(dirs, baseline, args.mlflow_url or "")
+    tp = triage.plan(nights, baseline, where, args.min_nights)
+    client = _client(args)
+    for line in triage.apply(tp, client, where, nights[-1].name):
+        print(line)
+    if not args.github:
+        for t in tp.track:
+            print(f"\n--- would file: {t.title}\n{t.body}")
+    print(f"triage: {len(tp.track)} tracked, {len(tp.blips)} one-night, {len(tp.recovered)} recovered "
+          f"over {len(nights)} night(s)")
+    return 0
+
+
+def cmd_rerun_args(args: argparse.Namespace) -> int:
+    from harness.ci.rerun import rerun_argv
+    from harness.ci.runners import load_registry
+
+    root = _root(args)
+    registry = load_registry(root / "ci" / "runners.toml")
+    tree = Path(args.tree) if args.tree else root
+    argv = rerun_argv(registry, tree, root, args.runner, args.tests, args.suite, args.filter, args.run_id)
+    print(json.dumps(argv))
+    return 0
+
+
+def parse_cli(argv: list[str]) -> None:
+    """Raise SystemExit unless ``kvbench <argv>`` parses to a runnable subcommand."""
+    from harness.cli import build_parser
+
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        ns = build_parser().parse_args(argv)
+    if not getattr(ns, "func", None):
+        raise SystemExit(2)
+
+
+def lint(root: Path) -> list[str]:
+    """Problems in the workflows, the runner registry, the permissions and runner marks."""
+    from harness.ci import specs, testfiles, workflows
+    from harness.ci.permissions import load_permissions
+    from harness.ci.runners import load_registry
+
+    registry = load_registry(root / "ci" / "runners.toml")
+    load_permissions(root / "ci" / "permissions.json", registry.labels)
+    problems = [str(p) for p in workflows.check_all(root, registry, parse_cli)]
+    for path in sorted((root / "suites").rglob("*.py")):
+        if not specs.FILE_NAME_RE.match(path.name):
+            continue
+        rel = str(path.relative_to(root))
+        try:
+            info = testfiles.scan(path)
+            marks = [info.module_runner, *info.functions.values(), *info.classes.values()]
+            marks += [m for methods in info.methods.values() for m in methods.values()]
+            for label in filter(None, marks):
+                if label not in registry.runners:
+                    problems.append(f"{rel}: runner mark {label!r} is not in ci/runners.toml")
+        except ConfigError as err:
+            problems.append(f"{rel}: {err}")
+    return problems
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    problems = lint(_root(args))
+    for p in problems:
+        print(p)
+    print(f"ci lint: {len(problems)} problem(s)", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def cmd_runners(args: argparse.Namespace) -> int:
+    from harness.ci.runners import load_registry
+
+    root = _root(args)
+    registry = load_registry(root / "ci" / "runners.toml")
+    if not args.files:
+        for r in registry.runners.values():
+            print(f"{r.label:12} profile={r.profile:8} gpus={r.gpus} runs-on={r.runs_on} suites={','.join(r.suites) or '-'}")
+        return 0
+    from harness.ci.specs import parse_test_spec
+
+    for token in args.files:
+        spec = parse_test_spec(token, root)
+        print(f"{spec.node_id} {registry.runner_for_test(root, spec.file, spec.test)}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("ci", help="CI helpers: nightly triage, rerun arguments, workflow lint")
+    sub = p.add_subparsers(dest="ci_command", metavar="CI_COMMAND", parser_class=type(p))
+    sub.required = True
+
+    t = sub.add_parser("triage", help="open/update issues for regressions seen on consecutive nights")
+    nights = t.add_mutually_exclusive_group(required=True)
+    nights.add_argument("--nights", nargs="+", metavar="DIR", help="run directories, oldest first")
+    nights.add_argument("--history", metavar="DIR", help="a directory of night run directories (sorted by name)")
+    t.add_argument("--baseline", required=True, metavar="FILE", help="results/baselines/<profile>.json")
+    where = t.add_mutually_exclusive_group()
+    where.add_argument("--github", metavar="OWNER/REPO", help="file issues there (token from GITHUB_TOKEN)")
+    where.add_argument("--dry-run", action="store_true", help="print what would be filed (the default)")
+    t.add_argument("--mlflow-url", default="", metavar="URL", help="MLflow UI base URL for run links")
+    t.add_argument("--runner", metavar="LABEL", help="runner label named in issue titles (default: the profile)")
+    t.add_argument("--min-nights", type=int, default=2, metavar="N", help="consecutive nights before filing (>= 2)")
+    t.add_argument("--root", default=".", help=argparse.SUPPRESS)
+    t.set_defaults(func=cmd_triage)
+
+    r = sub.add_parser("rerun-args", help="validate rerun-test inputs and print the argv to run, as JSON")
+    r.add_argument("--runner", required=True, metavar="LABEL")
+    r.add_argument("--tests", default="[]", metavar="JSON", help="JSON list of test ids")
+    r.add_argument("--suite", default="", metavar="SUITE")
+    r.add_argument("--filter", default="", metavar="EXPR")
+    r.add_argument("--run-id", required=True, metavar="ID")
+    r.add_argument("--tree", metavar="DIR", help="checkout whose suites/ holds the tests (default: --root)")
+    r.add_argument("--root", default=".", help="repository root (ci/ and suites/*.toml)")
+    r.set_defaults(func=cmd_rerun_args)
+
+    lt = sub.add_parser("lint", help="check workflows, runner registry, permissions and runner marks")
+    lt.add_argument("--root", default=".", help="repository root")
+    lt.set_defaults(func=cmd_lint)
+
+    rn = sub.add_parser("runners", help="list runner labels, or the runner of each given test spec")
+    rn.add_argument("files", nargs="*", metavar="SPEC")
+    rn.add_argument("--root", default=".", help="repository root")
+    rn.set_defaults(func=cmd_runners)
