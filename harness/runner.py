@@ -1,0 +1,130 @@
+"""run_config: the one execution path for one configuration.
+
+``kvbench run``, the sweeps and the pytest suites all call it. A configuration is
+a flat dict of engine options (EngineConfig) and workload options
+(WorkloadConfig); the result row is JSON-serialisable. Bad options raise
+ConfigError (bad input); anything that breaks inside the run becomes status
+'failed' with its error text, so a sweep records it and goes on.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from mini_engine.config import EngineConfig
+from mini_engine.errors import ConfigError, KVBenchError
+from harness.workloads import WorkloadConfig, make_requests
+
+STATUSES = ("ok", "violated", "failed", "pool_exhausted")
+
+# Short names for the key, in key order; the first group always appears.
+_ALWAYS = (("spec", "spec"), ("page_size", "ps"))
+_SPEC = {
+    "dflash": (("block_size", "bs"), ("draft_window", "dw")),
+    "eagle": (("topk", "topk"), ("steps", "steps"), ("num_draft_tokens", "ndt")),
+    "none": (),
+}
+_POLICY = (("policy", "policy"), ("free_policy", "free"))
+_SWA = (("window", "window"), ("layer_pattern", "layers"))
+_WORKLOAD = (("workload", "workload"), ("num_requests", "n"))
+_SHORT = {"pool_tokens": "pool", "max_running": "max_running", "accept_len": "acc",
+          "accept_mean": "acc_mean", "input_len": "in", "output_len": "out"}
+
+
+def _normalise(config: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(config, dict):
+        raise ConfigError(f"a configuration must be a table of options (got {type(config).__name__})")
+    return {str(k).replace("-", "_"): v for k, v in config.items()}
+
+
+def split_config(config: dict[str, Any]) -> tuple[EngineConfig, dict[str, Any]]:
+    """(validated EngineConfig, validated workload options with defaults filled in)."""
+    engine_names = set(EngineConfig.option_names())
+    workload_names = set(WorkloadConfig.option_names())
+    engine, workload = {}, {}
+    for key, value in _normalise(config).items():
+        if key in engine_names:
+            engine[key] = value
+        elif key in workload_names:
+            workload[key] = value
+        else:
+            allowed = ", ".join(sorted(engine_names | workload_names))
+            raise ConfigError(f"unknown option {key!r} (allowed: {allowed})")
+    cfg = EngineConfig.from_dict(engine)
+    wl = WorkloadConfig(**workload)
+    return cfg, wl.to_dict()
+
+
+def resolved_config(config: dict[str, Any]) -> dict[str, Any]:
+    cfg, wl = split_config(config)
+    return {**cfg.to_dict(), **wl}
+
+
+def config_key(config: dict[str, Any]) -> str:
+    """A stable, readable key: the main axes always, any other option when not default."""
+    full = resolved_config(config)
+    defaults = {**EngineConfig().to_dict(), **WorkloadConfig().to_dict()}
+    parts: list[str] = []
+    used: set[str] = set()
+
+    def add(name: str, short: str, always: bool) -> None:
+        used.add(name)
+        value = full.get(name)
+        if value is None or (not always and value == defaults.get(name)):
+            return
+        parts.append(f"{short}={value}")
+
+    swa = _SWA if full["window"] is not None else ()
+    for name, short in _ALWAYS + _SPEC[full["spec"]] + _POLICY + swa + _WORKLOAD:
+        add(name, short, True)
+    for name in sorted(full):
+        if name not in used:
+            add(name, _SHORT.get(name, name), False)
+    return ",".join(parts)
+
+
+def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: bool = False,
+               pd_skip_floor: bool = False) -> dict[str, Any]:
+    """Run one configuration and return its result row.
+
+    ``outputs`` adds every request's prompt and output ids; ``trace`` writes the
+    allocation trace; ``pd_skip_floor`` is the test hook of a PD caller that
+    bypasses the SWA evict floor.
+    """
+    from mini_engine.engine import Engine  # the memory layer loads only when a run starts
+
+    cfg, wl = split_config(config)
+    key = config_key(config)
+    row: dict[str, Any] = {
+        "key": key, "config": {**cfg.to_dict(), **wl}, "metrics": {}, "series": {},
+        "violations": {}, "violation_samples": [], "status": "failed", "error": None,
+    }
+    reqs = make_requests(WorkloadConfig(**wl), cfg.seed)
+    try:
+        engine = Engine(cfg, trace=trace, pd_skip_floor=pd_skip_floor)
+        engine.validate(reqs)
+    except ConfigError:
+        raise
+    except OSError as err:
+        raise ConfigError(f"trace file {trace!r} cannot be written ({err.strerror})") from None
+    try:
+        result = engine.run(reqs)
+    except ConfigError:
+        raise
+    except KVBenchError as err:
+        row["error"] = f"{type(err).__name__}: {err}"
+        return row
+    except Exception as err:  # a crash inside the run is a result, not a lost sweep
+        row["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=8)}"
+        return row
+    row.update(
+        metrics=result.stats, series=result.series, violations=result.violations,
+        violation_samples=result.violation_samples, status=result.verdict, error=result.error,
+    )
+    if outputs:
+        row["outputs"] = [
+            {"rid": r.rid, "prompt": list(r.prompt), "output": list(r.outputs), "fill_len": r.fill_len}
+            for r in result.requests
+        ]
+    return row

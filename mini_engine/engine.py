@@ -1,0 +1,343 @@
+"""The step loop and the public Engine API.
+
+One step is either a prefill step (chunks of admitted prompts) or a decode step
+(plain or speculative) over every request that finished its prefill, as in
+nano-vllm: prefill first, so admission keeps the batch full. PD arrivals are
+preallocated and transferred at the start of any step and decode from the next.
+
+Per decode step the host plans everything before the backend runs: the
+reservation (``extend`` for plain decode, ``prepare`` with the algorithm's reserve
+for speculative decode), the batch arrays (filter/merge as requests leave and
+join) and, after the verify, the commit and the SWA window eviction.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from mini_engine.backend import Backend, create_backend
+from mini_engine.config import EngineConfig
+from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation
+from mini_engine.memory import sizing
+from mini_engine.memory.batch import BatchArrays
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.invariants import Auditor, Violation
+from mini_engine.memory.manager import KVManager
+from mini_engine.memory.trace import TraceWriter
+from mini_engine.request import Request, Status
+from mini_engine.scheduler import Scheduler
+from mini_engine.stats import Stats
+
+MAX_SAMPLES = 20
+
+
+@dataclass
+class RunResult:
+    stats: dict[str, float | int]
+    series: dict[str, list[int]]
+    violations: dict[str, int]
+    violation_samples: list[dict]
+    outputs: dict[int, list[int]]
+    verdict: str  # ok | violated | pool_exhausted
+    error: str | None = None
+    requests: list[Request] = field(default_factory=list)
+
+
+def decode_reserve(cfg: EngineConfig) -> int:
+    if cfg.spec == "dflash":
+        return sizing.dflash_reserve(cfg.block_size)
+    if cfg.spec == "eagle":
+        return sizing.eagle_reserve(cfg.page_size, cfg.topk, cfg.steps, cfg.num_draft_tokens)
+    return 0
+
+
+def memory_config(cfg: EngineConfig) -> MemoryConfig:
+    reserve = decode_reserve(cfg)
+    return MemoryConfig(
+        page_size=cfg.page_size,
+        num_pages=cfg.num_pages,
+        max_reqs=cfg.max_running,
+        row_width=sizing.row_width(cfg.max_context, reserve, cfg.page_size, cfg.speculative),
+        policy=cfg.policy,
+        free_policy=cfg.free_policy,
+        # The SWA pool gets as many pages as the full pool: SWA KV of a request never
+        # exceeds its full KV, so the full pool is what limits admission.
+        swa_num_pages=cfg.num_pages if cfg.has_swa else None,
+        window=cfg.window if cfg.has_swa else None,
+        device=cfg.device,
+        draft_window=cfg.draft_window,
+        algo=None if cfg.spec == "none" else cfg.spec,
+    ).validate()
+
+
+def request_pages(cfg: EngineConfig, prompt_len: int, max_new: int) -> int:
+    """Pages one request may hold at its peak: full context plus the decode reservation."""
+    tokens = prompt_len + max_new + decode_reserve(cfg)
+    return -(-tokens // cfg.page_size) + (1 if cfg.policy == "unaligned" else 0)
+
+
+class Engine:
+    def __init__(self, cfg: EngineConfig, backend: Backend | None = None, *,
+                 trace: str | None = None, pd_skip_floor: bool = False):
+        self.cfg = cfg
+        self.reserve = decode_reserve(cfg)
+        self.mem = memory_config(cfg)
+        self.auditor = Auditor(cfg.audit)
+        self.trace = TraceWriter.for_memory(trace, self.mem, cfg.to_dict()) if trace else None
+        self.manager = KVManager(self.mem, self.auditor, self.trace)
+        self.backend = backend if backend is not None else create_backend(cfg)
+        self.backend.attach(self.manager)
+        self.stats = Stats(cfg.page_size, cfg.max_accept)
+        self.sched = Scheduler(cfg, self.manager, self.reserve, self._on_release)
+        # Test hook: a PD caller that bypasses the evict floor (K6 must fire).
+        self.sched.pd_skip_floor = pd_skip_floor
+        self.batch: BatchArrays | None = None
+        self.step_no = 0
+        self.error: str | None = None
+        self.requests: list[Request] = []
+
+    # -- public API ----------------------------------------------------------
+
+    def validate(self, reqs: list[Request]) -> None:
+        """Bad workloads are bad input (ConfigError), found before the first step."""
+        cfg = self.cfg
+        for r in reqs:
+            total = len(r.prompt) + r.max_new_tokens
+            if total > cfg.max_context:
+                raise ConfigError(
+                    f"max_context={cfg.max_context} is below request {r.rid}: prompt {len(r.prompt)} + "
+                    f"output {r.max_new_tokens} = {total} tokens; raise max_context"
+                )
+            need = request_pages(cfg, len(r.prompt), r.max_new_tokens)
+            if need > cfg.num_pages:
+                raise ConfigError(
+                    f"pool_tokens={cfg.num_pages * cfg.page_size} is too small for one request of the workload: "
+                    f"request {r.rid} needs {need} pages of {cfg.page_size} ({total} tokens + reserve "
+                    f"{self.reserve}); raise pool_tokens to >= {need * cfg.page_size}"
+                )
+
+    def submit(self, reqs: list[Request]) -> None:
+        """Queue requests (validated first); they join at their arrival_step."""
+        self.validate(reqs)
+        self.sched.add(reqs)
+        self.requests.extend(reqs)
+
+    def tick(self) -> bool | None:
+        """Let arrivals in and run one step (see ``step``); idle time jumps to the next arrival."""
+        self.sched.arrive(self.step_no)
+        if not (self.sched.waiting or self.sched.running):
+            nxt = self.sched.next_arrival()
+            if nxt is None:
+                return False
+            self.step_no = max(self.step_no, nxt)
+            self.sched.arrive(self.step_no)
+        return self.step()
+
+    def run(self, reqs: list[Request] | None = None) -> RunResult:
+        """Run every submitted request (and ``reqs``) to completion, or until the pool is exhausted."""
+        if reqs:
+            self.submit(reqs)
+        verdict = "ok"
+        stall = 0
+        t0 = time.perf_counter()
+        try:
+            while self.sched.has_work():
+                progress = self.tick()
+                if progress is None:
+                    verdict = "pool_exhausted"
+                    break
+                stall = 0 if progress else stall + 1
+                if stall > 2 * self.cfg.max_running + 8:  # a safety net: never spin
+                    verdict = "pool_exhausted"
+                    self.error = f"no progress for {stall} steps"
+                    break
+        except (InvariantViolation, EvictFloorError) as err:
+            verdict = "violated"  # raise mode: stop at the first one, keep what was counted
+            self.error = f"{type(err).__name__}: {err}"
+        wall = time.perf_counter() - t0
+        if verdict == "pool_exhausted" and self.error is None:
+            self.error = (f"pool exhausted at step {self.step_no}: {self.manager.num_free_pages} free pages of "
+                          f"{self.cfg.num_pages}, {self.manager.leaked_pages()} leaked, "
+                          f"{self._unfinished(self.requests)} requests unfinished")
+        self._drain()
+        return self._result(self.requests, verdict, wall)
+
+    # -- one step --------------------------------------------------------------
+
+    def step(self) -> bool | None:
+        """Run one step. True: made progress; False: none; None: the pool is exhausted."""
+        self.auditor.step = self.step_no
+        chunks, arrivals = self.sched.admit()
+        progress = False
+        if arrivals:
+            self._transfer(arrivals)
+            progress = True
+        if chunks:
+            self._prefill(chunks)
+            progress = True
+        elif self.sched.decode_batch():
+            got = self._decode()
+            if got is None:
+                return None
+            progress = progress or got
+        elif not progress:
+            # Nothing fits: running prefills are stuck on a short pool.
+            if not self.sched.retract_stuck():
+                return None
+        self._end_step()
+        return progress
+
+    def _transfer(self, reqs: list[Request]) -> None:
+        firsts = self.backend.transfer(reqs)
+        for r, tok in zip(reqs, firsts):
+            if r.kv.committed < r.fill_len:  # the prefill side's KV is final
+                self.manager.commit(r.kv, r.fill_len - r.kv.committed)
+            r.outputs.append(int(tok))
+            self.stats.output_tokens += 1
+            self.stats.pd_arrivals += 1
+            if r.remaining <= 0:
+                self.sched.finish(r)
+
+    def _prefill(self, chunks) -> None:
+        reqs = [c.req for c in chunks]
+        toks = self.backend.prefill(reqs, [c.start for c in chunks], [c.end for c in chunks])
+        self.stats.prefill_steps += 1
+        for c, tok in zip(chunks, toks):
+            r = c.req
+            self.manager.commit(r.kv, c.end - c.start)
+            r.prefilled = c.end
+            self.stats.prefill_tokens += c.end - c.start
+            if tok is not None:
+                r.outputs.append(int(tok))
+                self.stats.output_tokens += 1
+                if r.remaining <= 0:
+                    self.sched.finish(r)
+
+    def _decode(self) -> bool | None:
+        t0 = time.perf_counter()
+        batch = self.sched.reserve_decode(self.sched.decode_batch())
+        if batch is None:
+            return None
+        if not batch:
+            return False
+        self._sync_batch(batch)
+        plan = time.perf_counter() - t0
+        if self.cfg.speculative:
+            results = self.backend.spec_step(batch)
+        else:
+            results = [[t] for t in self.backend.decode(batch)]
+        t1 = time.perf_counter()
+        most = self.cfg.max_accept
+        for r, toks in zip(batch, results):
+            if not 1 <= len(toks) <= most:
+                raise RuntimeError(f"backend returned {len(toks)} tokens for request {r.rid} (allowed 1..{most})")
+            if self.cfg.speculative:
+                self.stats.spec_verifies += 1
+                self.stats.accepted_tokens += len(toks)
+                r.spec_steps += 1
+                r.accepted += len(toks)
+            take = toks[: r.remaining]
+            self.manager.commit(r.kv, len(take))
+            r.outputs.extend(int(t) for t in take)
+            self.stats.output_tokens += len(take)
+            if self.cfg.draft_window is not None:
+                self._check_draft_window(r)
+            if r.remaining <= 0:
+                self.sched.finish(r)
+            elif self.cfg.has_swa:
+                self.manager.evict_swa(r.kv)
+        self.stats.plan_s += plan + time.perf_counter() - t1
+        self.stats.decode_steps += 1
+        return True
+
+    def _check_draft_window(self, r: Request) -> None:
+        """K9: the host bound, from the host's estimate (the extent), covers the exact compact length."""
+        ps, dw = self.cfg.page_size, self.cfg.draft_window
+        exact = sizing.compact_draft_len(r.kv.committed, dw, ps)
+        bound = sizing.compact_draft_bound(r.kv.allocated, dw, ps)
+        self.stats.k9_checks += 1
+        self.stats.peak_compact_draft = max(self.stats.peak_compact_draft, exact)
+        if bound < exact:
+            self.auditor.report(Violation("K9", r.rid, self.step_no, {
+                "committed": r.kv.committed, "estimate": r.kv.allocated, "exact": exact, "bound": bound}))
+
+    def _sync_batch(self, batch: list[Request]) -> None:
+        """Before the forward: filter out requests that left, merge in those that joined."""
+        self._filter_batch()
+        if self.batch is None:
+            self.batch = BatchArrays.from_states([r.kv for r in batch], self.mem.device)
+        else:
+            kept = set(self.batch.rids)
+            joined = [r.kv for r in batch if r.rid not in kept]
+            if joined:
+                self.batch.merge(BatchArrays.from_states(joined, self.mem.device))
+        by_rid = {r.rid: r.kv for r in batch}
+        order = [i for i, rid in enumerate(self.batch.rids) if rid in by_rid]
+        if len(order) != len(self.batch):
+            self.batch.filter(order)  # requests still running but not in this step's batch
+        self.batch.sync_from([by_rid[rid] for rid in self.batch.rids])
+
+    def _filter_batch(self) -> None:
+        """Drop requests that finished or were retracted; refresh the rest (K10 compares them)."""
+        if self.batch is None:
+            return
+        live = {r.rid: r for r in self.sched.running}
+        keep = [i for i, rid in enumerate(self.batch.rids) if rid in live]
+        if len(keep) != len(self.batch):
+            self.batch.filter(keep)
+        self.batch.sync_from([live[rid].kv for rid in self.batch.rids])
+
+    def _end_step(self) -> None:
+        self._filter_batch()
+        if self.cfg.audit != "off":
+            self.manager.check(self.step_no, batch=self.batch)
+        self.stats.steps += 1
+        self.stats.sample(self.manager, len(self.sched.running))
+        self.step_no += 1
+
+    # -- bookkeeping -------------------------------------------------------------
+
+    def _on_release(self, r: Request, retracted: bool) -> None:
+        self.stats.on_release(int(r.kv.allocated), self.cfg.free_policy)
+        self.backend.release(r)
+
+    def _drain(self) -> None:
+        """Release whatever still runs (a stopped run) so leaks are measured on a drained pool."""
+        for r in list(self.sched.running):
+            self.sched.finish(r)
+            r.status = Status.WAITING
+        if self.trace is not None:
+            self.trace.close()
+
+    @staticmethod
+    def _unfinished(reqs: list[Request]) -> int:
+        return sum(r.status is not Status.FINISHED for r in reqs)
+
+    def _result(self, reqs: list[Request], verdict: str, wall: float) -> RunResult:
+        self.stats.retractions = self.sched.retractions
+        counts = dict(self.auditor.counts)
+        total = sum(counts.values())
+        if verdict == "ok" and total:
+            verdict = "violated"
+        stats = self.stats.finalize(
+            wall_s=wall, syncs=int(self.manager.syncs), leaked_pages=int(self.manager.leaked_pages()),
+            requests=len(reqs), finished=len(reqs) - self._unfinished(reqs), violations=total,
+        )
+        samples = [{"id": v.id, "rid": v.rid, "step": v.step, "values": _plain(v.values)}
+                   for v in self.auditor.records[:MAX_SAMPLES]]
+        return RunResult(
+            stats=stats, series=self.stats.series, violations=counts, violation_samples=samples,
+            outputs={r.rid: list(r.outputs) for r in reqs}, verdict=verdict, error=self.error,
+            requests=reqs,
+        )
+
+
+def _plain(values: dict) -> dict:
+    """Violation values as JSON-friendly Python scalars (they may hold numpy ints)."""
+    out = {}
+    for k, v in values.items():
+        if hasattr(v, "tolist"):
+            v = v.tolist()
+        out[str(k)] = v if isinstance(v, (int, float, str, bool, list, type(None))) else str(v)
+    return out

@@ -1,0 +1,214 @@
+"""Continuous batching: admission, chunked prefill, decode reservation, retraction.
+
+The scheduler decides who runs and asks the memory layer for the slots; it never
+touches token ids or the backend. Admission is estimated in whole pages against
+the free list; when the estimate was too optimistic and a decode reservation
+fails, the newest request is retracted (freed and requeued to recompute later).
+Retracting the newest means the oldest always progresses, so a pool that holds
+any single request finishes every request.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from mini_engine.config import EngineConfig
+from mini_engine.request import Request, Status
+
+# Share of its remaining output a running request is expected to still need
+# (SGLang's new_token_ratio): starts optimistic, decays each decode step, and
+# jumps back up after a retraction so admission turns cautious.
+INIT_RATIO = 0.7
+MIN_RATIO = 0.1
+RATIO_DECAY = 0.002
+RATIO_BUMP = 0.3
+
+
+@dataclass
+class PrefillChunk:
+    req: Request
+    start: int
+    end: int
+
+
+class Scheduler:
+    def __init__(self, cfg: EngineConfig, manager, reserve: int, on_release):
+        self.cfg = cfg
+        self.manager = manager
+        self.reserve = reserve  # slots reserved ahead of committed per decode step
+        self.on_release = on_release  # engine callback(req, retracted: bool) before the row is freed
+        self.future: list[Request] = []  # not arrived yet, sorted by arrival_step
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.ratio = INIT_RATIO
+        self._admitted = 0
+        self.retractions = 0
+
+    # -- queues ------------------------------------------------------------
+
+    def add(self, reqs: list[Request]) -> None:
+        self.future.extend(reqs)
+        self.future.sort(key=lambda r: (r.arrival_step, r.rid))
+        self.future.reverse()  # pop() from the end is the earliest
+
+    def arrive(self, step: int) -> None:
+        while self.future and self.future[-1].arrival_step <= step:
+            self.waiting.append(self.future.pop())
+
+    def next_arrival(self) -> int | None:
+        return self.future[-1].arrival_step if self.future else None
+
+    def has_work(self) -> bool:
+        return bool(self.future or self.waiting or self.running)
+
+    # -- admission ---------------------------------------------------------
+
+    def _grow(self) -> int:
+        return self.reserve if self.cfg.speculative else 1
+
+    def _pages(self, tokens: float) -> int:
+        return -(-int(tokens) // self.cfg.page_size)
+
+    def _headroom(self) -> int:
+        """Pages the running requests are expected to take before they finish."""
+        return sum(self._pages(r.remaining * self.ratio + self._grow()) + 1 for r in self.running)
+
+    def _need(self, r: Request) -> int:
+        # +1: under the unaligned policy the tail of a page may be stranded.
+        return self._pages(r.seq_len + r.remaining * self.ratio + self._grow()) + 1
+
+    def admit(self) -> tuple[list[PrefillChunk], list[Request]]:
+        """Continue running prefills, admit waiting requests; reserve their slots.
+
+        Returns the prefill chunks to run now and the PD arrivals preallocated
+        (they need ``backend.transfer`` and then decode).
+        """
+        budget = self.cfg.chunked_prefill
+        chunks: list[PrefillChunk] = []
+        for r in self.running:
+            if budget == 0:
+                break
+            if r.prefilling:
+                chunk = self._chunk(r, budget)
+                if chunk is None:
+                    break  # pool short: admitting more would only make it worse
+                chunks.append(chunk)
+                budget -= chunk.end - chunk.start
+        pd: list[Request] = []
+        free = self.manager.num_free_pages - self._headroom()
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_running:
+            r = self.waiting[0]
+            need = self._need(r)
+            # An empty engine always tries its head request, so a pool that can
+            # hold one request never stalls on a pessimistic estimate.
+            if need > free and (self.running or chunks or pd):
+                break
+            state = self.manager.admit(r.rid)
+            if state is None:
+                break
+            r.kv = state
+            if r.is_pd and not r.outputs:
+                if not self._pd_prealloc(r):
+                    self.manager.release(state)
+                    r.kv = None
+                    break
+                self._start(r)
+                r.prefill_target = r.prefilled = r.fill_len
+                pd.append(r)
+            else:
+                self._start(r)
+                r.prefill_target = r.seq_len
+                r.prefilled = 0
+                chunk = self._chunk(r, budget)
+                if chunk is None:
+                    self.running.pop()
+                    self.manager.release(state)
+                    r.kv = None
+                    r.status = Status.WAITING
+                    break
+                chunks.append(chunk)
+                budget -= chunk.end - chunk.start
+            self.waiting.popleft()
+            free -= need
+        return chunks, pd
+
+    def _start(self, r: Request) -> None:
+        r.status = Status.RUNNING
+        r.admit_seq = self._admitted
+        self._admitted += 1
+        self.running.append(r)
+
+    def _chunk(self, r: Request, budget: int) -> PrefillChunk | None:
+        end = min(r.prefill_target, r.prefilled + budget)
+        if not self.manager.extend(r.kv, end):
+            return None
+        return PrefillChunk(r, r.prefilled, end)
+
+    def _pd_prealloc(self, r: Request) -> bool:
+        skip = getattr(self, "pd_skip_floor", False)
+        if skip:
+            return bool(self.manager.pd_prealloc(r.kv, r.fill_len, skip_floor=True))
+        return bool(self.manager.pd_prealloc(r.kv, r.fill_len))
+
+    # -- decode --------------------------------------------------------------
+
+    def decode_batch(self) -> list[Request]:
+        return [r for r in self.running if not r.prefilling]
+
+    def reserve_decode(self, batch: list[Request]) -> list[Request] | None:
+        """Reserve the slots of one decode step, retracting the newest on shortage.
+
+        Returns the batch that got its slots (possibly smaller), or None when even
+        a lone request cannot get them: the pool is exhausted.
+        """
+        self.ratio = max(MIN_RATIO, self.ratio - RATIO_DECAY)
+        if self.cfg.speculative:
+            while batch:
+                if self.manager.prepare([r.kv for r in batch], self.reserve):
+                    return batch
+                if not self._retract_for(batch):
+                    return None
+            return batch
+        for r in list(batch):  # _retract_for may drop members of batch
+            while r.status is Status.RUNNING and not self.manager.extend(r.kv, r.seq_len):
+                if not self._retract_for(batch):
+                    return None
+        return [r for r in batch if r.status is Status.RUNNING]
+
+    def _retract_for(self, batch: list[Request]) -> bool:
+        """Retract the newest running request; False when only one runs (nothing to gain)."""
+        if len(self.running) <= 1:
+            return False
+        victim = max(self.running, key=lambda r: (r.admit_seq, r.seq_len))
+        self.retract(victim)
+        if victim in batch:
+            batch.remove(victim)
+        return True
+
+    def retract(self, r: Request) -> None:
+        self.on_release(r, True)
+        self.manager.release(r.kv)
+        self.running.remove(r)
+        r.kv = None
+        r.status = Status.WAITING
+        r.prefilled = r.prefill_target = 0
+        r.retractions += 1
+        self.retractions += 1
+        # Front of the queue: retracted requests are older than anything waiting.
+        self.waiting.appendleft(r)
+        self.ratio = min(1.0, self.ratio + RATIO_BUMP)
+
+    def finish(self, r: Request) -> None:
+        self.on_release(r, False)
+        self.manager.release(r.kv)
+        self.running.remove(r)
+        r.kv = None
+        r.status = Status.FINISHED
+
+    def retract_stuck(self) -> bool:
+        """Nothing could run this step: free the newest request so the others can."""
+        if len(self.running) <= 1:
+            return False
+        self.retract(max(self.running, key=lambda r: (r.admit_seq, r.seq_len)))
+        return True

@@ -1,0 +1,84 @@
+"""Pinned accounting of seeded runs against the DESIGN.md formulas.
+
+The worked example of DESIGN.md section 1 (ps 16, DFLASH block 16, 37 prompt
+tokens) run through the whole engine: unaligned strands and leaks exactly as the
+formula says, aligned does neither.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.runner import run_config
+
+# Four requests of 37 prompt tokens, 11 output tokens, 5 accepted per verify:
+# prefill extent 37 (3 pages, 11 stranded each); verify 1: nxt = 37 + 32 = 69
+# (5 pages, 11 stranded); verify 2: nxt = max(69, 42 + 32) = 74, done, released
+# with extent 74: 74 // 16 = 4 pages come back, the fifth leaks under host_pages.
+DFLASH = dict(spec="dflash", page_size=16, block_size=16, accept_len=5, workload="fixed",
+              num_requests=4, input_len=37, output_len=11, pool_tokens=4096)
+
+
+@pytest.mark.parametrize("free, leaked", [("host_pages", 4), ("dedup", 0)])
+def test_unaligned_dflash_worked_example(free, leaked):
+    row = run_config(dict(DFLASH, policy="unaligned", free_policy=free))
+    m = row["metrics"]
+    assert m["steps"] == 3 and m["output_tokens"] == 44
+    assert row["series"]["stranded"] == [44, 44, 0]
+    assert m["peak_stranded_slots"] == 44 and m["stranded_slots_sum"] == 88
+    assert m["leaked_pages"] == leaked == m["predicted_leaked_pages"]
+    assert row["violations"]["K1"] == 8  # 4 requests x 2 steps with stranded slots
+    assert row["status"] == "violated"
+    if free == "dedup":
+        assert m["syncs"] == 4  # one unique() per release
+    else:
+        assert m["syncs"] == 0
+        assert row["violations"]["K8"] >= 1  # the leak is caught (K8 conservation)
+
+
+def test_aligned_dflash_worked_example():
+    row = run_config(dict(DFLASH, policy="aligned"))
+    m = row["metrics"]
+    # Aligned: prefill 48, verify 1 nxt = ceil_ps(69) = 80, verify 2 nxt = max(80, ceil_ps(74)) = 80.
+    assert row["series"]["held"] == [4 * 3, 4 * 5, 0]
+    assert row["series"]["reserved"] == [4 * (48 - 37), 4 * (80 - 42), 0]
+    assert m["peak_stranded_slots"] == 0 and m["leaked_pages"] == 0 == m["predicted_leaked_pages"]
+    assert row["status"] == "ok" and row["violations"] == {}
+    assert m["tau"] == 5.0 and m["acceptance_rate"] == pytest.approx(4 / 15)
+
+
+def test_unaligned_eagle_chain():
+    # EAGLE topk 1, steps 3, ndt 4: W = 4, reserve 8. Prefill extent 37 (11 stranded);
+    # verify 1: nxt = 45 (3 stranded), commit 4 -> 41; verify 2: nxt = 49, done; 49 % 16 != 0 leaks.
+    row = run_config(dict(spec="eagle", page_size=16, topk=1, steps=3, num_draft_tokens=4, accept_len=4,
+                          workload="fixed", num_requests=2, input_len=37, output_len=9,
+                          policy="unaligned", pool_tokens=4096))
+    assert row["series"]["stranded"] == [22, 6, 0]
+    assert row["metrics"]["leaked_pages"] == 2 == row["metrics"]["predicted_leaked_pages"]
+
+
+def test_eagle_tree_reserve():
+    # topk 4, steps 3, ndt 8, ps 16: W = 2 * 16 * 4 = 128, reserve 256; committed 37 -> 304 (aligned).
+    row = run_config(dict(spec="eagle", page_size=16, topk=4, steps=3, num_draft_tokens=8, accept_len=1,
+                          workload="fixed", num_requests=1, input_len=37, output_len=2, pool_tokens=4096))
+    assert row["series"]["held"] == [3, 0]  # 37 -> 48 after prefill; the verify finishes it
+    row = run_config(dict(spec="eagle", page_size=16, topk=4, steps=3, num_draft_tokens=8, accept_len=1,
+                          workload="fixed", num_requests=1, input_len=37, output_len=3, pool_tokens=4096))
+    assert row["series"]["held"] == [3, 304 // 16, 0]
+    assert row["series"]["reserved"] == [48 - 37, 304 - 38, 0]
+
+
+@pytest.mark.parametrize("ps", [1, 16, 64])
+def test_unaligned_seeded_workload_matches_formula(ps):
+    """A seeded uniform workload: measured leaks equal the DESIGN.md count of unaligned releases."""
+    base = dict(spec="dflash", page_size=ps, block_size=8, workload="uniform", num_requests=24,
+                input_len=300, output_len=120, min_len=10, pool_tokens=16384, seed=7, policy="unaligned")
+    host = run_config(dict(base, free_policy="host_pages"))["metrics"]
+    dedup = run_config(dict(base, free_policy="dedup"))["metrics"]
+    assert host["leaked_pages"] == host["predicted_leaked_pages"]
+    assert dedup["leaked_pages"] == 0 == dedup["predicted_leaked_pages"]
+    if ps == 1:
+        assert host["leaked_pages"] == 0 and host["stranded_slots_sum"] == 0
+    else:
+        assert host["leaked_pages"] > 0 and dedup["stranded_slots_sum"] > 0
+        assert host["predicted_leaked_pages"] <= host["releases"]
