@@ -1,0 +1,141 @@
+"""Allocation trace: record random operations, replay with 0 divergences; corrupt and see it."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from harness.cli import main
+from mini_engine.errors import TraceError
+from mini_engine.memory import Auditor, KVManager, MemoryConfig, TraceWriter
+from mini_engine.memory.replay import replay
+
+
+def record(path, seed=0, steps=150, ps=16, swa=True, free_policy="host_pages", policy="aligned"):
+    mem = MemoryConfig(ps, 48, 6, 600, policy=policy, free_policy=free_policy,
+                       swa_num_pages=48 if swa else None, window=40 if swa else None)
+    rng = random.Random(seed)
+    with TraceWriter.for_memory(path, mem, {"seed": seed}) as trace:
+        m = KVManager(mem, Auditor("record"), trace)
+        live = []
+        for step in range(steps):
+            r = rng.random()
+            if r < 0.3 and m.num_free_rows:
+                s = m.admit(step)
+                ok = m.pd_prealloc(s, rng.randint(1, 120)) if swa and rng.random() < 0.4 else None
+                if ok is None:
+                    n = rng.randint(1, 90)
+                    ok = m.extend(s, n)
+                    if ok:
+                        m.commit(s, n)
+                (live.append(s) if ok else m.release(s))
+            elif r < 0.8 and live:
+                if m.prepare(live, 24, algo="dflash"):
+                    for s in live:
+                        m.commit(s, rng.randint(1, 12))
+                        m.evict_swa(s)
+            elif live:
+                m.release(live.pop(rng.randrange(len(live))))
+        for s in live:
+            m.release(s)
+    return m
+
+
+@pytest.mark.parametrize("free_policy", ["host_pages", "dedup"])
+@pytest.mark.parametrize("ps, swa", [(1, False), (16, True), (64, True)])
+def test_random_trace_replays_clean(tmp_path, ps, swa, free_policy):
+    path = tmp_path / "t.jsonl"
+    record(path, seed=ps, ps=ps, swa=swa, free_policy=free_policy)
+    rep = replay(path)
+    assert rep.divergences == 0 and rep.first_divergence is None
+    assert rep.calls == sum(1 for _ in open(path)) - 1 > 50
+    assert rep.allocator_calls > 0 and rep.seconds_per_call > 0
+
+
+def test_trace_header_and_records(tmp_path):
+    path = tmp_path / "t.jsonl"
+    record(path)
+    lines = [json.loads(x) for x in open(path)]
+    head = lines[0]
+    assert head["format"] == "kvbench-trace" and head["version"] == 1
+    assert (head["page_size"], head["num_pages"], head["swa_num_pages"]) == (16, 48, 48)
+    ops = {x["op"] for x in lines[1:]}
+    assert {"alloc_extend", "free_pages", "prepare", "swa_prealloc"} <= ops
+    assert all(x["pool"] in ("full", "swa") for x in lines[1:] if "available" in x)
+
+
+def _corrupt(path, op="alloc_extend"):
+    lines = open(path).read().splitlines()
+    for i, line in enumerate(lines[1:], start=1):
+        rec = json.loads(line)
+        if rec["op"] == op and rec.get("out"):
+            rec["out"][0][0] += 1
+            lines[i] = json.dumps(rec)
+            break
+    open(path, "w").write("\n".join(lines) + "\n")
+    return i
+
+
+def test_corrupted_line_diverges_exit_1(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    record(path)
+    line_idx = _corrupt(path)
+    rep = replay(path)
+    assert rep.divergences >= 1
+    d = rep.first_divergence
+    assert d.line == line_idx + 1 and d.op == "alloc_extend" and d.field == "out"
+    assert main(["replay", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"call {line_idx} (line {line_idx + 1}) alloc_extend: out expected" in out
+
+
+def test_a_wrong_planning_record_diverges(tmp_path):
+    path = tmp_path / "t.jsonl"
+    record(path)
+    lines = open(path).read().splitlines()
+    for i, line in enumerate(lines):
+        rec = json.loads(line)
+        if rec.get("op") == "swa_prealloc":
+            rec["evicted"] = rec["fill_len"] - rec["window"] if rec["fill_len"] > rec["window"] else 3
+            lines[i] = json.dumps(rec)
+            break
+    open(path, "w").write("\n".join(lines) + "\n")
+    assert replay(path).first_divergence.op == "swa_prealloc"
+
+
+def test_clean_trace_cli_exit_0(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    record(path, steps=40)
+    assert main(["replay", str(path)]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("replayed ") and ", 0 divergences (" in out and out.endswith("us/call host time)")
+
+
+@pytest.mark.parametrize("content, msg", [
+    (None, "does not exist"),
+    ("", "is empty"),
+    ("not json\n", "line 1 is not JSON"),
+    ('{"format": "other"}\n', "not a kvbench-trace header"),
+    ('{"format": "kvbench-trace", "version": 1, "page_size": 0, "num_pages": 4}\n', "page_size must be"),
+    ('{"format": "kvbench-trace", "version": 1, "page_size": 4, "num_pages": 4}\n{"op": "grow"}\n',
+     "unknown op 'grow'"),
+    ('{"format": "kvbench-trace", "version": 1, "page_size": 4, "num_pages": 4}\n{"op": "free_pages"}\n',
+     "lacks page_ids, available"),
+    ('{"format": "kvbench-trace", "version": 1, "page_size": 4, "num_pages": 4}\n{"op": "free_pages", "page_ids": "x", "available": 1}\n',
+     "page_ids must be a list of integers"),
+    ('{"format": "kvbench-trace", "version": 1, "page_size": 4, "num_pages": 4}\n{"op": "alloc_extend", "pool": "swa", "prefix_lens": [0], "seq_lens": [1], "last_locs": [-1], "out": null, "available": 1}\n',
+     "pool 'swa'"),
+    ('{"format": "kvbench-trace", "version": 1, "page_size": 4, "num_pages": 4}\n{"op": "free_pages",\n',
+     "line 2 is not JSON"),
+])
+def test_bad_trace_one_line_exit_2(tmp_path, capsys, content, msg):
+    path = tmp_path / "t.jsonl"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(TraceError, match=msg):
+        replay(path)
+    assert main(["replay", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and msg in err and "Traceback" not in err

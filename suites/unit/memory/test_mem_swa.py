@@ -1,0 +1,111 @@
+"""SWA pool, window eviction and the PD prealloc evict floor (K6 at the write)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mini_engine.errors import EvictFloorError
+from mini_engine.memory import Auditor, KVManager, MemoryConfig
+
+
+def make(mode="record", ps=16, window=32, policy="aligned", free_policy="host_pages"):
+    mem = MemoryConfig(ps, 64, 4, 400, policy=policy, free_policy=free_policy,
+                       swa_num_pages=64, window=window)
+    aud = Auditor(mode)
+    return KVManager(mem, aud), aud
+
+
+def test_pd_prealloc_worked_example():
+    m, aud = make()
+    s = m.admit("pd")
+    assert m.pd_prealloc(s, 50)
+    assert s.swa_evicted == 16 and s.committed == 50 and s.allocated == 64
+    assert m.pages_held == 4 and m.swa_pages_held == 3  # SWA only for positions [16, 64)
+    row = m.req_to_token.host[s.row]
+    assert not m.swa.map_host[row[:16]].any() and m.swa.map_host[row[16:64]].all()
+    assert m.check(0) == []
+
+
+def test_bypassing_caller_fires_at_the_write():
+    m, aud = make("raise")
+    s = m.admit("pd")
+    free = (m.num_free_pages, m.swa.allocator.num_free_pages)
+    with pytest.raises(EvictFloorError) as err:
+        m.pd_prealloc(s, 50, skip_floor=True)
+    e = err.value
+    assert (e.value, e.previous, e.page_size) == (18, 0, 16)
+    assert e.context == {"fill_len": 50, "window": 32}
+    # It fired at the cursor write: nothing was allocated after it.
+    assert (m.num_free_pages, m.swa.allocator.num_free_pages) == free and s.allocated == 0
+    assert aud.counts == {"K6": 1}
+
+
+def test_bypass_in_record_mode_records_and_floors():
+    m, aud = make("record")
+    s = m.admit("pd")
+    assert m.pd_prealloc(s, 50, skip_floor=True)
+    assert aud.counts == {"K6": 1}
+    v = aud.records[0]
+    assert v.values["value"] == 18 and v.rid == "pd"
+    assert s.swa_evicted == 16
+    assert m.check(1) == []
+
+
+def test_bypass_without_auditor_raises():
+    mem = MemoryConfig(16, 64, 4, 400, swa_num_pages=64, window=32)
+    m = KVManager(mem)
+    with pytest.raises(EvictFloorError):
+        m.pd_prealloc(m.admit(0), 50, skip_floor=True)
+
+
+def test_window_eviction_moves_by_whole_pages_and_never_back():
+    m, aud = make()
+    s = m.admit(0)
+    assert m.extend(s, 40)
+    m.commit(s, 40)
+    assert m.evict_swa(s) == 0 and s.swa_evicted == 0  # floor(8) = 0
+    assert m.extend(s, 70)
+    m.commit(s, 30)  # committed 70: floor_ps(38) = 32
+    assert m.evict_swa(s) == 2 and s.swa_evicted == 32
+    assert m.swa_pages_held == 3
+    assert m.evict_swa(s) == 0
+    assert m.check(0) == []
+    m.release(s)
+    assert m.leaked_pages() == 0 and m.check(1) == []
+
+
+@pytest.mark.parametrize("free_policy", ["host_pages", "dedup"])
+def test_release_frees_swa_above_the_cursor(free_policy):
+    m, aud = make(free_policy=free_policy)
+    s = m.admit(0)
+    assert m.pd_prealloc(s, 100)
+    assert m.prepare([s], 32)
+    m.commit(s, 20)
+    m.evict_swa(s)
+    m.release(s)
+    assert m.num_free_pages == 64 and m.swa.allocator.num_free_pages == 64
+    assert not m.swa.map_host.any()
+    assert m.check(0) == [] and aud.total == 0
+
+
+def test_unaligned_swa_leaks_under_host_pages():
+    m, aud = make(policy="unaligned")
+    s = m.admit(0)
+    assert m.pd_prealloc(s, 50)
+    m.release(s)
+    assert m.leaked_pages("full") == 1 and m.leaked_pages("swa") == 1
+    ids = [v.id for v in m.check(0)]
+    assert ids.count("K8") == 2
+
+
+def test_k7_catches_a_stale_mapping():
+    m, aud = make()
+    s = m.admit(0)
+    m.extend(s, 64)
+    m.commit(s, 64)
+    m.evict_swa(s)
+    row = m.req_to_token.host[s.row]
+    m.swa.map_host[row[0]] = 99  # a stale SWA copy below the cursor
+    assert [v.id for v in m.check(0)] == ["K7"]
+    assert isinstance(m.swa.map_host, np.ndarray)
