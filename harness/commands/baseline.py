@@ -1,0 +1,31 @@
+"""kvbench baseline RUN: write or update the baseline of the run's hardware profile."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("baseline", help="bless a run as the baseline of its hardware profile")
+    p.add_argument("run", help="run id, run directory or results.jsonl")
+    p.add_argument("--out", metavar="FILE", help="baseline file (default results/baselines/<profile>.json)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from harness.baseline import build, default_path, load_baseline, write_baseline
+    from harness.commands.compare import run_profile
+    from harness.mlflow_log import git_commit
+    from harness.results import load_rows, results_root
+
+    profile = run_profile(args.run)
+    rows = load_rows(args.run)
+    out = Path(args.out) if args.out else default_path(profile, results_root())
+    existing = load_baseline(out, expected_profile=profile) if out.exists() else None
+    base, added, updated, skipped = build(rows, profile, git_commit(), existing)
+    write_baseline(out, base)
+    print(f"baseline {out} (profile {profile}): {len(base['configs'])} configs, {added} added, {updated} updated"
+          + (f", {len(skipped)} failed configs not blessed" if skipped else ""))
+    return 0

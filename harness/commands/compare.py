@@ -1,0 +1,41 @@
+"""kvbench compare RUN: regression verdicts against the baseline of the run's hardware."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="compare a run with a baseline; exit 1 on a regression")
+    p.add_argument("run", help="run id, run directory or results.jsonl")
+    p.add_argument("--baseline", metavar="FILE", help="baseline file (default results/baselines/<profile>.json)")
+    p.add_argument("--format", choices=("text", "markdown"), default="text")
+    p.add_argument("--all", action="store_true", help="list unchanged figures too")
+    p.set_defaults(func=run)
+
+
+def run_profile(run: str) -> str:
+    from pathlib import Path
+
+    from harness import hardware
+    from harness.results import RunDir, open_run_dir
+
+    p = Path(run)
+    run_dir = RunDir(p.parent) if p.is_file() else open_run_dir(run)
+    profile = (run_dir.meta().get("hardware") or {}).get("profile")
+    return profile or hardware.detect().profile
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.baseline import default_path, load_baseline
+    from harness.compare import compare_rows
+    from harness.results import load_rows, results_root
+
+    profile = run_profile(args.run)
+    rows = load_rows(args.run)
+    path = args.baseline or default_path(profile, results_root())
+    baseline = load_baseline(path, expected_profile=profile)
+    report = compare_rows(rows, baseline)
+    print(f"kvbench compare {args.run} against {path} (profile {profile})")
+    print(report.table(args.format, all=args.all))
+    return 1 if report.regressed else 0

@@ -1,0 +1,178 @@
+"""Regression verdicts: a run's rows against a baseline of the same hardware profile.
+
+Deterministic counters (pages, slots, leaks, violations, syncs, steps, tokens,
+retractions) gate exactly: any change is a regression, and so is a violation id
+the baseline never saw. Timings and memory gate only on evidence: at least 10%
+worse AND a one-sided Mann-Whitney U over the repeated samples below alpha (as
+asv does), so one noisy run on a shared machine never fails a check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.baseline import counters_of
+from harness.metric_kinds import higher_is_better, kind
+
+VERDICTS = ("ok", "regression", "improvement", "new", "missing")
+THRESHOLD = 0.10
+ALPHA = 0.05
+
+
+@dataclass
+class Finding:
+    key: str
+    metric: str
+    baseline: float | None
+    now: float | None
+    change: str
+    verdict: str
+
+
+@dataclass
+class CompareReport:
+    findings: list[Finding] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)  # key -> test id, for shorter tables
+
+    @property
+    def regressions(self) -> list[Finding]:
+        return [f for f in self.findings if f.verdict == "regression"]
+
+    @property
+    def regressed(self) -> bool:
+        return any(f.verdict == "regression" for f in self.findings)
+
+    def counts(self) -> dict[str, int]:
+        c = dict.fromkeys(VERDICTS, 0)
+        for f in self.findings:
+            c[f.verdict] += 1
+        return c
+
+    def summary(self) -> str:
+        c = self.counts()
+        keys = len({f.key for f in self.findings})
+        return (f"{keys} configs compared: {c['regression']} regressions, {c['improvement']} improvements, "
+                f"{c['new']} new, {c['missing']} missing, {c['ok']} unchanged figures")
+
+    def table(self, fmt: str = "text", all: bool = False) -> str:
+        shown = self.findings if all else [f for f in self.findings if f.verdict != "ok"]
+        head = ("config", "metric", "baseline", "now", "change", "verdict")
+        cells = [(self.names.get(f.key, f.key), f.metric, _num(f.baseline), _num(f.now), f.change, f.verdict)
+                 for f in shown]
+        if fmt == "markdown":
+            lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+        elif fmt == "text":
+            widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(head)]
+            lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
+            lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+        else:
+            raise ValueError(f"fmt must be 'text' or 'markdown' (got {fmt!r})")
+        if not cells:
+            lines = ["no changes"]
+        return "\n".join(lines + ["", self.summary()])
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:g}" if isinstance(v, (int, float)) else str(v)
+
+
+def _counter_change(b: float, n: float) -> str:
+    d = n - b
+    return f"{d:+g}" if not b else f"{d:+g} ({100 * d / abs(b):+.1f}%)"
+
+
+def compare_rows(rows: list[dict[str, Any]], baseline: dict[str, Any], *, threshold: float = THRESHOLD,
+                 alpha: float = ALPHA) -> CompareReport:
+    report = CompareReport()
+    base_configs = baseline.get("configs") or {}
+    seen = set()
+    for row in rows:
+        key = row["key"]
+        seen.add(key)
+        if row.get("test_id"):
+            report.names[key] = row["test_id"]
+        base = base_configs.get(key)
+        if base is None:
+            report.findings.append(Finding(key, "*", None, None, "not in the baseline", "new"))
+            continue
+        report.findings.extend(_status(key, base, row))
+        report.findings.extend(_counters(key, base.get("counters") or {}, counters_of(row)))
+        report.findings.extend(_timings(key, base.get("timings") or {}, row, threshold, alpha))
+    for key, base in base_configs.items():
+        if key not in seen and rows_cover(rows):
+            report.names.setdefault(key, base.get("test_id") or key)
+            report.findings.append(Finding(key, "*", None, None, "not in this run", "missing"))
+    return report
+
+
+def rows_cover(rows: list[dict[str, Any]]) -> bool:
+    return bool(rows)
+
+
+def _status(key: str, base: dict[str, Any], row: dict[str, Any]) -> list[Finding]:
+    b, n = base.get("status"), row.get("status")
+    if b is None or b == n:
+        return []
+    return [Finding(key, "status", None, None, f"{b} -> {n}", "regression")]
+
+
+def _counters(key: str, base: dict[str, float], now: dict[str, float]) -> list[Finding]:
+    out = []
+    for name in sorted(set(base) | set(now)):
+        b, n = base.get(name), now.get(name)
+        if name.startswith("violations."):
+            b, n = b or 0, n or 0  # an id absent from a row was counted 0 times
+        if b is None:
+            out.append(Finding(key, name, None, n, "not in the baseline", "new"))
+        elif n is None:
+            out.append(Finding(key, name, b, None, "not measured now", "missing"))
+        elif b == n:
+            out.append(Finding(key, name, b, n, "=", "ok"))
+        else:
+            change = _counter_change(b, n)
+            if name.startswith("violations.") and not b:
+                change = f"new violation ({change})"
+            out.append(Finding(key, name, b, n, change, "regression"))
+    return out
+
+
+def _timings(key: str, base: dict[str, dict[str, Any]], row: dict[str, Any], threshold: float,
+             alpha: float) -> list[Finding]:
+    out = []
+    metrics = row.get("metrics") or {}
+    samples = row.get("samples") or {}
+    for name, b in sorted(base.items()):
+        n = metrics.get(name)
+        if not isinstance(n, (int, float)) or kind(name) not in ("timing", "memory"):
+            continue
+        bm = float(b.get("median", 0.0))
+        if bm == 0:
+            out.append(Finding(key, name, bm, n, "baseline is 0", "ok"))
+            continue
+        rel = (n - bm) / abs(bm)
+        worse = -rel if higher_is_better(name) else rel
+        b_samples = [float(x) for x in b.get("samples") or [bm]]
+        n_samples = [float(x) for x in samples.get(name, [n])]
+        change = f"{100 * rel:+.1f}%"
+        verdict = "ok"
+        if abs(worse) >= threshold:
+            p = _mwu(n_samples, b_samples, worse_means_larger=(worse > 0) != higher_is_better(name))
+            change += f" (p={p:.3f}, n={len(n_samples)}/{len(b_samples)})" if p is not None else " (too few samples)"
+            if p is not None and p < alpha:
+                verdict = "regression" if worse > 0 else "improvement"
+        out.append(Finding(key, name, bm, float(n), change, verdict))
+    return out
+
+
+def _mwu(now: list[float], base: list[float], *, worse_means_larger: bool) -> float | None:
+    """One-sided p-value that ``now`` is shifted past ``base`` in the observed direction."""
+    if len(now) < 2 or len(base) < 2:
+        return None
+    from scipy.stats import mannwhitneyu
+
+    alt = "greater" if worse_means_larger else "less"
+    return float(mannwhitneyu(now, base, alternative=alt).pvalue)

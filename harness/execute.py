@@ -1,0 +1,127 @@
+"""One grid config inside a pytest worker: run it, judge it, record it.
+
+Order matters for crash safety: the row goes to results.jsonl before MLflow is
+tried, so a kill after the append loses nothing (sync uploads it later), and a
+kill before it leaves the config undone (resume reruns it).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.expect import expectation, judge
+from harness.hardware import MemoryProbe
+from harness.metric_kinds import kind
+from harness.mlflow_log import Logger
+from harness.results import RunDir, append_line, append_row
+from harness.suites import GridConfig, Suite
+
+
+@dataclass
+class GridSession:
+    suite: Suite
+    run_dir: RunDir
+    logger: Logger | None = None
+    worker: str = "main"
+
+    def event(self, **fields: Any) -> None:
+        import json
+
+        append_line(self.run_dir.events, json.dumps({"t": time.time(), "worker": self.worker, **fields}))
+
+    def run(self, gc: GridConfig) -> dict[str, Any]:
+        self.event(event="start", id=gc.id)
+        runs = [run_once(gc.config) for _ in range(self.suite.repeat)]
+        row = merge_repeats(runs)
+        exp = expectation(resolved(gc.config), self.suite.rules)
+        verdict, reasons = judge(row, exp)
+        if row.get("nondeterministic"):
+            verdict = "unexpected"
+            reasons.append("counters differ between repeats: " + ", ".join(row["nondeterministic"]))
+        row.update(test_id=gc.id, suite=self.suite.name, run_id=self.run_dir.run_id, worker=self.worker,
+                   expected=exp.to_dict(), verdict=verdict, reasons=reasons, finished_at=time.time())
+        append_row(self.run_dir.results, row)
+        if self.logger is not None and self.logger.log(row, gc.id):
+            self.run_dir.mark_logged(row["key"])
+        self.event(event="done", id=gc.id, verdict=verdict, status=row.get("status"))
+        return row
+
+
+def resolved(config: dict[str, Any]) -> dict[str, Any]:
+    # Rules match on effective values: a config that leaves free_policy out uses host_pages.
+    from harness.runner import resolved_config
+
+    try:
+        return resolved_config(dict(config))
+    except Exception:
+        return dict(config)
+
+
+def run_once(config: dict[str, Any]) -> dict[str, Any]:
+    from harness.runner import config_key, run_config
+
+    try:
+        with MemoryProbe() as probe:
+            row = run_config(dict(config))
+        mem = probe.figures()
+    except Exception as err:  # the runner records crashes itself; this is the backstop
+        try:
+            key = config_key(dict(config))
+        except Exception:
+            key = repr(sorted(config.items()))
+        return {"key": key, "config": dict(config), "metrics": {}, "series": {}, "violations": {},
+                "violation_samples": [], "status": "failed",
+                "error": f"{type(err).__name__}: {err}".splitlines()[0],
+                "traceback": traceback.format_exc(limit=8)}
+    metrics = row.setdefault("metrics", {})
+    for name, value in mem.items():
+        metrics.setdefault(name, value)
+    return row
+
+
+def merge_repeats(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from repeated runs: counters from the first (they must agree), timings
+    as the median with every sample kept for the noise test of compare."""
+    row = dict(runs[0])
+    if len(runs) == 1:
+        return row
+    metrics = dict(row.get("metrics") or {})
+    samples: dict[str, list[float]] = {}
+    differ = []
+    for name, first in metrics.items():
+        values = [r.get("metrics", {}).get(name) for r in runs]
+        if kind(name) in ("timing", "memory") and all(isinstance(v, (int, float)) for v in values):
+            samples[name] = [float(v) for v in values]
+            metrics[name] = statistics.median(samples[name])
+        elif kind(name) == "counter" and any(v != first for v in values):
+            differ.append(name)
+    statuses = {r.get("status") for r in runs}
+    if len(statuses) > 1:
+        differ.append("status")
+        if "failed" in statuses:
+            failed = next(r for r in runs if r.get("status") == "failed")
+            row.update(status="failed", error=failed.get("error"))
+    row.update(metrics=metrics, samples=samples, repeat=len(runs))
+    if differ:
+        row["nondeterministic"] = differ
+    return row
+
+
+def worker_name() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+def session_from_env(suite: Suite) -> GridSession:
+    """The worker's view of the sweep, from what the controller (or kvbench sweep) exported."""
+    run_dir = RunDir(Path(os.environ["KVBENCH_GRID_RUN_DIR"]))
+    uri = os.environ.get("KVBENCH_GRID_MLFLOW_URI") or None
+    parent = os.environ.get("KVBENCH_GRID_PARENT") or None
+    root = Path(os.environ.get("KVBENCH_GRID_ROOT", run_dir.path.parent.parent))
+    logger = Logger(uri, suite.name, run_dir.run_id, parent, root) if uri else None
+    return GridSession(suite, run_dir, logger, worker_name())

@@ -1,0 +1,169 @@
+"""Expected outcomes: a suite says what a config must show, the row says what it did.
+
+A config no rule matches must be clean: status ok, no violation, no leaked page.
+A rule describes a known bug the suite reproduces on purpose, e.g.::
+
+    [[expect]]
+    name = "unaligned extents strand slots"
+    when = { policy = "unaligned", page_size = { min = 2 } }
+    status = ["violated", "pool_exhausted"]
+    metrics = { peak_stranded_slots = { min = 1 } }
+    violations = { K1 = { min = 1 } }
+
+``when`` and every condition take a value (equal), a list (one of), or a table
+``{ min, max, equals }``; a string where a number is expected names another
+metric of the same row (``leaked_pages = "predicted_leaked_pages"``: the leak the
+DESIGN formula predicts). Violation ids a matching rule does not name must be 0.
+Verdicts: ``ok`` (clean, no rule), ``as_expected`` (every matching rule holds),
+``unexpected`` (anything else), ``failed`` (the run crashed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mini_engine.errors import KVBenchError
+
+PASSING = ("ok", "as_expected")
+RULE_KEYS = ("name", "when", "status", "metrics", "violations")
+
+
+class ExpectError(KVBenchError):
+    """An [[expect]] rule is malformed."""
+
+
+@dataclass
+class ExpectRule:
+    name: str
+    when: dict[str, Any]
+    status: list[str] | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    violations: dict[str, Any] = field(default_factory=dict)
+
+    def applies(self, config: dict[str, Any]) -> bool:
+        return all(_holds(config.get(k), cond, {}) for k, cond in self.when.items())
+
+    def check_options(self, names: tuple[str, ...], where: str) -> None:
+        for key in self.when:
+            if key not in names:
+                raise ExpectError(f"{where}: expect rule {self.name!r}: unknown option {key!r} in when")
+
+
+def parse_rules(raw: Any, where: str) -> list[ExpectRule]:
+    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+        raise ExpectError(f"{where}: [[expect]] must be an array of tables")
+    rules = []
+    for i, r in enumerate(raw):
+        name = str(r.get("name", f"rule {i + 1}"))
+        for key in r:
+            if key not in RULE_KEYS:
+                raise ExpectError(f"{where}: expect rule {name!r}: unknown key {key!r} (allowed: {', '.join(RULE_KEYS)})")
+        when = r.get("when", {})
+        status = r.get("status")
+        if isinstance(status, str):
+            status = [status]
+        for label, table in (("when", when), ("metrics", r.get("metrics", {})), ("violations", r.get("violations", {}))):
+            if not isinstance(table, dict):
+                raise ExpectError(f"{where}: expect rule {name!r}: {label} must be a table")
+            for key, cond in table.items():
+                if isinstance(cond, dict) and set(cond) - {"min", "max", "equals"}:
+                    raise ExpectError(f"{where}: expect rule {name!r}: {label}.{key} allows min, max, equals (got {sorted(cond)})")
+        if status is not None and not (isinstance(status, list) and all(isinstance(s, str) for s in status)):
+            raise ExpectError(f"{where}: expect rule {name!r}: status must be a string or a list of strings")
+        rules.append(ExpectRule(name, dict(when), status, dict(r.get("metrics", {})), dict(r.get("violations", {}))))
+    return rules
+
+
+@dataclass
+class Expectation:
+    rules: list[str]
+    status: list[str]
+    metrics: dict[str, Any]
+    violations: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rules": self.rules, "status": self.status, "metrics": self.metrics, "violations": self.violations}
+
+
+def expectation(config: dict[str, Any], rules: list[ExpectRule]) -> Expectation:
+    exp = Expectation(rules=[], status=["ok"], metrics={"leaked_pages": 0}, violations={})
+    for rule in rules:
+        if not rule.applies(config):
+            continue
+        exp.rules.append(rule.name)
+        if rule.status is not None:
+            exp.status = list(rule.status)
+        exp.metrics.update(rule.metrics)
+        exp.violations.update(rule.violations)
+    return exp
+
+
+def judge(row: dict[str, Any], exp: Expectation) -> tuple[str, list[str]]:
+    """(verdict, reasons): each reason names what was measured and what was expected."""
+    if row.get("status") == "failed":
+        return "failed", [f"run failed: {row.get('error') or 'no error text'}"]
+    metrics = dict(row.get("metrics") or {})
+    counts = {k: v for k, v in (row.get("violations") or {}).items() if isinstance(v, (int, float))}
+    reasons = []
+    if row.get("status") not in exp.status:
+        reasons.append(f"status {row.get('status')!r}, expected {' or '.join(exp.status)}")
+    for name, cond in exp.metrics.items():
+        if name not in metrics:
+            if name == "leaked_pages" and not exp.rules:
+                continue  # the clean default only applies where the engine counts leaks
+            reasons.append(f"metric {name} missing from the row")
+            continue
+        if not _holds(metrics[name], cond, metrics):
+            reasons.append(f"{name}={metrics[name]}, expected {_describe(cond, metrics)}")
+    for vid in sorted(set(counts) | set(exp.violations)):
+        cond = exp.violations.get(vid, 0)
+        have = counts.get(vid, 0)
+        if not _holds(have, cond, metrics):
+            reasons.append(f"{vid} violations={have}, expected {_describe(cond, metrics)}")
+    if reasons:
+        return "unexpected", reasons
+    return ("as_expected" if exp.rules else "ok"), []
+
+
+def _value(ref: Any, metrics: dict[str, Any]) -> Any:
+    # A string where a number belongs names another metric of the row.
+    if isinstance(ref, str) and ref in metrics:
+        return metrics[ref]
+    return ref
+
+
+def _holds(have: Any, cond: Any, metrics: dict[str, Any]) -> bool:
+    if isinstance(cond, dict):
+        if "equals" in cond and have != _value(cond["equals"], metrics):
+            return False
+        if have is None or isinstance(have, str):
+            return not ({"min", "max"} & set(cond))
+        if "min" in cond and have < _value(cond["min"], metrics):
+            return False
+        if "max" in cond and have > _value(cond["max"], metrics):
+            return False
+        return True
+    if isinstance(cond, list):
+        return have in cond
+    if cond == "none":
+        return have is None
+    return have == _value(cond, metrics)
+
+
+def _describe(cond: Any, metrics: dict[str, Any]) -> str:
+    def ref(v: Any) -> str:
+        return f"{v}={metrics[v]}" if isinstance(v, str) and v in metrics else repr(v)
+
+    if isinstance(cond, dict):
+        parts = []
+        if "equals" in cond:
+            parts.append(f"== {ref(cond['equals'])}")
+        if "min" in cond:
+            parts.append(f">= {ref(cond['min'])}")
+        if "max" in cond:
+            parts.append(f"<= {ref(cond['max'])}")
+        return " and ".join(parts)
+    if isinstance(cond, list):
+        return f"one of {cond}"
+    return f"== {ref(cond)}"

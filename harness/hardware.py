@@ -1,0 +1,156 @@
+"""Which machine a run is on, and how much memory a run used.
+
+The profile names the baseline a run is compared with: ``cpu`` wherever NVML is
+absent (no driver, no GPU), else the GPU model (rtx5090, h100, h200). Memory is
+what the device says: torch's peak allocation and NVML's used bytes on a GPU,
+the process RSS on a CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PROFILES = ("cpu", "rtx5090", "h100", "h200")
+# Substrings of NVML's device name, checked in order.
+_NAME_TO_PROFILE = (("5090", "rtx5090"), ("H100", "h100"), ("H200", "h200"))
+
+
+@dataclass
+class Hardware:
+    profile: str
+    gpu_name: str | None = None
+    gpu_count: int = 0
+    driver: str | None = None
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    cpu: str = field(default_factory=platform.processor)
+    cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1)
+    torch_version: str | None = None
+    triton_version: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def profile_for(gpu_name: str | None) -> str:
+    if not gpu_name:
+        return "cpu"
+    for needle, profile in _NAME_TO_PROFILE:
+        if needle.lower() in gpu_name.lower():
+            return profile
+    # An unknown GPU gets its own profile name, so it never borrows another's baseline.
+    return "gpu-" + "".join(c if c.isalnum() else "-" for c in gpu_name.lower()).strip("-")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def detect() -> Hardware:
+    hw = Hardware(profile="cpu", torch_version=_version("torch"), triton_version=_version("triton"))
+    try:
+        import pynvml
+    except ImportError:
+        return hw
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:  # no driver or no GPU: a CPU machine
+        return hw
+    try:
+        hw.gpu_count = int(pynvml.nvmlDeviceGetCount())
+        if hw.gpu_count:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(_first_visible())
+            hw.gpu_name = _text(pynvml.nvmlDeviceGetName(handle))
+            hw.driver = _text(pynvml.nvmlSystemGetDriverVersion())
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            hw.memory_total_bytes, hw.memory_used_bytes = int(mem.total), int(mem.used)
+            hw.profile = profile_for(hw.gpu_name)
+    finally:
+        pynvml.nvmlShutdown()
+    return hw
+
+
+def _first_visible() -> int:
+    # NVML ignores CUDA_VISIBLE_DEVICES; a worker pinned to GPU k must read GPU k.
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
+
+
+def _version(module: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:
+        return None
+
+
+def rss_bytes() -> int:
+    """Current resident set size of this process."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return peak_rss_bytes()
+
+
+def peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+class MemoryProbe:
+    """Memory of one run: reset the device peak before, read it after.
+
+    RSS peak is per process (the kernel keeps no per-run peak), so on a CPU the
+    figure is the process peak after the run, plus the RSS growth during it."""
+
+    def __enter__(self) -> MemoryProbe:
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.reset_peak_memory_stats()
+        except ImportError:
+            pass
+        self.rss_before = rss_bytes()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def figures(self) -> dict[str, int]:
+        out = {"mem_rss_bytes": rss_bytes(), "mem_rss_growth_bytes": max(0, rss_bytes() - self.rss_before),
+               "mem_peak_rss_bytes": peak_rss_bytes()}
+        try:
+            import torch
+
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                out["mem_torch_peak_bytes"] = int(torch.cuda.max_memory_allocated())
+        except ImportError:
+            pass
+        used = nvml_used_bytes()
+        if used is not None:
+            out["mem_nvml_used_bytes"] = used
+        return out
+
+
+def nvml_used_bytes() -> int | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(_first_visible())
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+    except Exception:
+        return None
+    finally:
+        pynvml.nvmlShutdown()

@@ -1,0 +1,282 @@
+"""MLflow logging of a sweep: one experiment per suite, a parent run per sweep, a
+nested run per config.
+
+results.jsonl stays the truth. MLflow is a view that may lag: a config is logged
+after its row is on disk; a failure to reach the server only leaves the config
+unlogged, and `kvbench sync` (or the end of the sweep) uploads what is missing.
+Logging is idempotent: every child run carries the sweep's run id and a hash of
+the config key as tags, so a config already in MLflow is never logged twice, and
+a half-logged child (the process died mid-upload) is deleted and logged again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from mini_engine.errors import KVBenchError
+
+SERIES_POINTS = 256  # step metrics per series; the full series is in the row artifact
+PARAM_CHARS = 500
+
+
+class MlflowUnavailable(KVBenchError):
+    """The tracking server or store cannot be reached."""
+
+
+def quiet_client_env() -> None:
+    # MLflow's defaults retry an unreachable server for minutes; a sweep must not
+    # stall on that: fail fast, keep the row on disk, sync later.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+
+def default_uri(root: Path) -> str:
+    return f"sqlite:///{(root / 'mlflow.db').resolve()}"
+
+
+def artifact_location(root: Path) -> str:
+    return (root / "mlartifacts").resolve().as_uri()
+
+
+def tracking_uri(cli_uri: str | None, root: Path) -> str:
+    return cli_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(root)
+
+
+def experiment_name(suite: str) -> str:
+    return f"kvbench-{suite}"
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def client(uri: str):
+    quiet_client_env()
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def ensure_experiment(cl, name: str, uri: str, root: Path) -> str:
+    """The experiment id, creating it (and, for a fresh sqlite store, the schema)."""
+    try:
+        exp = cl.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        location = artifact_location(root) if uri.startswith("sqlite:") else None
+        return cl.create_experiment(name, artifact_location=location)
+    except Exception as err:
+        raise MlflowUnavailable(f"MLflow at {uri} cannot be reached: {_first_line(err)}") from None
+
+
+def git_commit(cwd: Path | None = None) -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def find_parent(cl, exp_id: str, run_id: str) -> str | None:
+    runs = cl.search_runs([exp_id], filter_string=f"tags.`kvbench.run` = '{run_id}' and tags.`kvbench.role` = 'parent'")
+    return runs[0].info.run_id if runs else None
+
+
+def ensure_parent(cl, exp_id: str, run_id: str, meta: dict[str, Any]) -> str:
+    """The sweep's parent run: found by tag (a resumed sweep keeps its parent) or created."""
+    found = find_parent(cl, exp_id, run_id)
+    if found:
+        return found
+    hw = meta.get("hardware", {})
+    tags = {
+        "kvbench.run": run_id,
+        "kvbench.role": "parent",
+        "kvbench.suite": meta.get("suite", ""),
+        "kvbench.suite_hash": meta.get("suite_hash", ""),
+        "git_commit": meta.get("git_commit", "unknown"),
+        "hardware_profile": hw.get("profile", "cpu"),
+        "gpu_name": hw.get("gpu_name") or "none",
+        "driver": hw.get("driver") or "none",
+        "torch_version": hw.get("torch_version") or "none",
+        "triton_version": hw.get("triton_version") or "none",
+    }
+    run = cl.create_run(exp_id, tags=tags, run_name=run_id)
+    params = {"suite": meta.get("suite", ""), "configs": meta.get("configs", 0), "jobs": meta.get("jobs", 1),
+              "filter": meta.get("filter") or "none", "repeat": meta.get("repeat", 1)}
+    from mlflow.entities import Param
+
+    cl.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+    return run.info.run_id
+
+
+def _children(cl, exp_id: str, run_id: str, key: str):
+    filt = f"tags.`kvbench.run` = '{run_id}' and tags.`kvbench.key_hash` = '{key_hash(key)}'"
+    return list(cl.search_runs([exp_id], filter_string=filt))
+
+
+def numeric_metrics(row: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, value in (row.get("metrics") or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    for vid, count in (row.get("violations") or {}).items():
+        if isinstance(count, (int, float)) and not isinstance(count, bool):
+            out[f"violations.{vid}"] = float(count)
+    return out
+
+
+def _downsample(values: list[Any]) -> list[tuple[int, float]]:
+    n = len(values)
+    stride = max(1, -(-n // SERIES_POINTS))
+    picked = list(range(0, n, stride))
+    if n and picked[-1] != n - 1:
+        picked.append(n - 1)  # keep the final step: it shows what is left after drain
+    return [(i, float(values[i])) for i in picked]
+
+
+def all_children(cl, exp_id: str, run_id: str) -> dict[str, list[Any]]:
+    """Every config run of a sweep, by key hash (one query per 1000 runs)."""
+    out: dict[str, list[Any]] = {}
+    token = None
+    filt = f"tags.`kvbench.run` = '{run_id}' and tags.`kvbench.role` = 'config'"
+    while True:
+        page = cl.search_runs([exp_id], filter_string=filt, max_results=1000, page_token=token)
+        for r in page:
+            out.setdefault(r.data.tags.get("kvbench.key_hash", ""), []).append(r)
+        token = page.token
+        if not token:
+            return out
+
+
+def log_row(cl, exp_id: str, parent_id: str, run_id: str, row: dict[str, Any], name: str,
+            existing: list[Any] | None = None) -> bool:
+    """Log one config as a nested run; False when it was already there.
+
+    ``existing``: the runs already logged for this key, when the caller searched in bulk."""
+    from mlflow.entities import Metric, Param, RunStatus
+
+    key = row["key"]
+    if existing is None:
+        existing = _children(cl, exp_id, run_id, key)
+    for old in existing:
+        if old.info.status == "FINISHED":
+            return False
+        cl.delete_run(old.info.run_id)  # a half-logged child from a killed process
+    tags = {"mlflow.parentRunId": parent_id, "kvbench.run": run_id, "kvbench.key": key[:5000],
+            "kvbench.key_hash": key_hash(key), "kvbench.status": str(row.get("status")),
+            "kvbench.verdict": str(row.get("verdict")), "kvbench.role": "config"}
+    child = cl.create_run(exp_id, tags=tags, run_name=name)
+    cid = child.info.run_id
+    now = int(time.time() * 1000)
+    params = [Param(k, ("none" if v is None else str(v))[:PARAM_CHARS]) for k, v in sorted((row.get("config") or {}).items())]
+    metrics = [Metric(k, v, now, 0) for k, v in numeric_metrics(row).items()]
+    for series, values in (row.get("series") or {}).items():
+        if isinstance(values, list) and values:
+            metrics.extend(Metric(f"series.{series}", v, now, step) for step, v in _downsample(values))
+    for i in range(0, max(len(params), 1), 100):
+        cl.log_batch(cid, params=params[i:i + 100])
+    for i in range(0, len(metrics), 1000):
+        cl.log_batch(cid, metrics=metrics[i:i + 1000])
+    cl.log_dict(cid, row, "row.json")
+    cl.set_terminated(cid, RunStatus.to_string(RunStatus.FINISHED))
+    return True
+
+
+class Logger:
+    """What a pytest worker uses: log rows of one sweep, never raising.
+
+    After a failure the logger stays quiet for a while, so an unreachable server
+    costs one timeout, not one per config; the rows stay pending for sync."""
+
+    BACKOFF_S = 60.0
+
+    def __init__(self, uri: str, suite: str, run_id: str, parent_id: str | None, root: Path):
+        self.uri, self.suite, self.run_id, self.parent_id, self.root = uri, suite, run_id, parent_id, root
+        self._cl = None
+        self._exp: str | None = None
+        self._down_until = 0.0
+        self.last_error: str | None = None
+
+    def log(self, row: dict[str, Any], name: str) -> bool:
+        """True when the row is in MLflow after the call."""
+        if self.parent_id is None or time.monotonic() < self._down_until:
+            return False
+        attempts = 3 if self.uri.startswith("sqlite:") else 1  # sqlite: writers may collide on the lock
+        for attempt in range(attempts):
+            try:
+                if self._cl is None:
+                    self._cl = client(self.uri)
+                    self._exp = ensure_experiment(self._cl, experiment_name(self.suite), self.uri, self.root)
+                log_row(self._cl, self._exp, self.parent_id, self.run_id, row, name)
+                return True
+            except Exception as err:
+                self.last_error = _first_line(err)
+                time.sleep(0.2 * (attempt + 1))
+        self._down_until = time.monotonic() + self.BACKOFF_S
+        return False
+
+
+def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
+    """Upload every row of a run that MLflow does not have; (uploaded, already there)."""
+    from harness.results import load_rows
+
+    meta = run_dir.meta()
+    if not meta:
+        raise KVBenchError(f"{run_dir.path} has no meta.json: not a sweep run directory")
+    uri = uri or meta.get("mlflow_uri") or tracking_uri(None, root)
+    cl = client(uri)
+    exp = ensure_experiment(cl, experiment_name(meta["suite"]), uri, root)
+    try:
+        parent = ensure_parent(cl, exp, run_dir.run_id, meta)
+    except Exception as err:
+        raise MlflowUnavailable(f"MLflow at {uri} cannot be reached: {_first_line(err)}") from None
+    if meta.get("mlflow_parent") != parent or meta.get("mlflow_uri") != uri:
+        meta.update(mlflow_parent=parent, mlflow_uri=uri)
+        run_dir.write_meta(meta)
+    logged = run_dir.logged_keys()
+    uploaded = present = 0
+    try:
+        children = all_children(cl, exp, run_dir.run_id)
+    except Exception as err:
+        raise MlflowUnavailable(f"MLflow at {uri} cannot be reached: {_first_line(err)}") from None
+    for row in load_rows(run_dir.path):
+        try:
+            known = children.get(key_hash(row["key"]), [])
+            if log_row(cl, exp, parent, run_dir.run_id, row, row.get("test_id") or row["key"], known):
+                uploaded += 1
+            else:
+                present += 1
+        except Exception as err:
+            raise MlflowUnavailable(
+                f"MLflow at {uri} failed after {uploaded} uploads: {_first_line(err)}; run kvbench sync again"
+            ) from None
+        if row["key"] not in logged:
+            run_dir.mark_logged(row["key"])
+    return uploaded, present
+
+
+def finish_parent(uri: str, parent_id: str, summary: dict[str, float], artifacts: list[Path], status: str) -> None:
+    cl = client(uri)
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    cl.log_batch(parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()])
+    for path in artifacts:
+        cl.log_artifact(parent_id, str(path), artifact_path="plots")
+    cl.set_terminated(parent_id, status)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
+
+
+def dump(row: dict[str, Any]) -> str:
+    return json.dumps(row, sort_keys=True)

@@ -1,0 +1,231 @@
+"""The run directory and its results file: one JSON line per finished config.
+
+``results.jsonl`` is the truth of a sweep. Every other view (the progress bar, the
+summary table, MLflow, plots, baselines) is derived from it, so it is written first,
+one whole line per config, appended under an exclusive lock so that several pytest
+workers can append at once without interleaving.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from mini_engine.errors import KVBenchError
+
+RESULTS = "results.jsonl"
+EVENTS = "events.jsonl"
+LOGGED = "mlflow_logged.txt"
+META = "meta.json"
+COLLECTED = "collected.json"
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class ResultsError(KVBenchError):
+    """A run directory or results file is missing or unreadable."""
+
+
+def results_root() -> Path:
+    """Where runs and the local MLflow store live: $KVBENCH_RESULTS or ./results."""
+    return Path(os.environ.get("KVBENCH_RESULTS", "results")).resolve()
+
+
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID.match(run_id):
+        raise ResultsError(
+            f"run id must be 1-128 characters of letters, digits, '.', '_' or '-' (got {run_id!r})"
+        )
+    return run_id
+
+
+def new_run_id(suite: str) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return f"{re.sub(r'[^A-Za-z0-9._-]', '_', suite)}-{stamp}-{os.getpid() % 10000:04d}"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def results(self) -> Path:
+        return self.path / RESULTS
+
+    @property
+    def events(self) -> Path:
+        return self.path / EVENTS
+
+    @property
+    def logged(self) -> Path:
+        return self.path / LOGGED
+
+    @property
+    def meta_path(self) -> Path:
+        return self.path / META
+
+    @property
+    def plots(self) -> Path:
+        return self.path / "plots"
+
+    def meta(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.meta_path.read_text())
+        except FileNotFoundError:
+            return {}
+        except json.JSONDecodeError as err:
+            raise ResultsError(f"{self.meta_path} is not valid JSON: {err}") from None
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        # Replace atomically: a reader (or a SIGKILL) never sees half a file.
+        tmp = self.meta_path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, self.meta_path)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.results)
+
+    def done_keys(self) -> set[str]:
+        return {row["key"] for row in self.rows() if "key" in row}
+
+    def logged_keys(self) -> set[str]:
+        try:
+            return {line.strip() for line in self.logged.read_text().splitlines() if line.strip()}
+        except FileNotFoundError:
+            return set()
+
+    def mark_logged(self, key: str) -> None:
+        append_line(self.logged, key)
+
+
+def open_run_dir(run: str | os.PathLike[str], *, root: Path | None = None) -> RunDir:
+    """A run given by id (under results/runs/) or by path; it must exist."""
+    p = Path(run)
+    if not p.is_dir():
+        q = (root or results_root()) / "runs" / str(run)
+        if not q.is_dir():
+            raise ResultsError(f"no run {str(run)!r}: not a directory and not in {q.parent}")
+        p = q
+    return RunDir(p.resolve())
+
+
+def create_run_dir(run_id: str, *, root: Path | None = None) -> RunDir:
+    check_run_id(run_id)
+    p = (root or results_root()) / "runs" / run_id
+    if p.exists():
+        raise ResultsError(f"run {run_id!r} already exists at {p}; pass --resume {run_id} to finish it")
+    p.mkdir(parents=True)
+    return RunDir(p.resolve())
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line atomically with respect to other appenders (flock + one write)."""
+    data = (line.rstrip("\n") + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def append_row(path: Path, row: dict[str, Any]) -> None:
+    append_line(path, json.dumps(row, sort_keys=True, default=_jsonable))
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSON-lines file. A torn last line (the writer was killed mid-write) is
+    ignored; a bad line anywhere else means the file is damaged, which is an error."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    lines = text.split("\n")
+    rows: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:  # no newline after it: the write never finished
+                continue
+            raise ResultsError(f"{path}: line {i + 1} is not valid JSON") from None
+        if isinstance(obj, dict):
+            rows.append(obj)
+    return rows
+
+
+def load_rows(path_or_run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The result rows of a run: a results.jsonl file, a run directory or a run id.
+
+    A config that appears twice (a rerun of one test id into the same run) counts
+    once, with its latest row."""
+    p = Path(path_or_run_dir)
+    if p.is_file():
+        rows = read_jsonl(p)
+    else:
+        rows = open_run_dir(p).rows()
+    latest: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if "key" not in row:
+            raise ResultsError(f"{p}: a row has no 'key'")
+        latest.pop(row["key"], None)  # keep first-seen order of the latest rows
+        latest[row["key"]] = row
+    return list(latest.values())
+
+
+def tail(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """Whole new lines of a JSON-lines file after byte ``offset``, and the new offset."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    rows = []
+    for line in data[: end + 1].splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            rows.append(obj)
+    return rows, offset + end + 1
+
+
+def _jsonable(value: Any) -> Any:
+    # numpy scalars and arrays, paths: whatever a row may carry that json cannot.
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+
+
+def iter_metric_names(rows: Iterable[dict[str, Any]]) -> list[str]:
+    names: dict[str, None] = {}
+    for row in rows:
+        for name in (row.get("metrics") or {}):
+            names[name] = None
+    return list(names)

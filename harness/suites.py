@@ -1,0 +1,274 @@
+"""Suites as data: a TOML grid of engine + workload options, expanded to configs.
+
+A suite file has::
+
+    name = "smoke"            # defaults to the file name
+    repeat = 1                # runs per config (timing samples for compare)
+    marks = []                # pytest markers for every config, e.g. ["gpu", "nightly"]
+    [defaults]                # options every config starts from
+    [axes]                    # option = [values...]: the grid is their product.
+                              # A value may be a table of options merged together
+                              # (lists inside it are sub-axes), for options that
+                              # only make sense together (spec + block_size).
+    [[include]]               # extra configs (options over the defaults, lists expand)
+    [[exclude]]               # drop product configs matching all of these options
+    [[expect]]                # expected outcomes (see harness.expect)
+
+TOML has no null: the string "none" stands for "not set" for options whose
+default is unset (window, block_size, ...). Every config is validated before any
+work, so a value out of range fails the sweep at once, naming the config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from harness.expect import ExpectRule, parse_rules
+from mini_engine.errors import ConfigError, KVBenchError
+
+SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+TOP_KEYS = ("name", "description", "repeat", "marks", "defaults", "axes", "include", "exclude", "expect")
+KNOWN_MARKS = ("gpu", "nightly", "slow")
+
+# Short names for test ids: ids must read well and work in `pytest -k` (whose
+# grammar has no '=', hence name:value).
+SHORT = {
+    "spec": "spec", "page_size": "ps", "block_size": "bs", "draft_window": "dw",
+    "topk": "topk", "steps": "steps", "num_draft_tokens": "ndt", "window": "win",
+    "layer_pattern": "pat", "policy": "policy", "free_policy": "free", "model": "model",
+    "workload": "wl", "num_requests": "n", "input_len": "in", "output_len": "out",
+    "pool_tokens": "pool", "max_running": "run", "seed": "seed", "accept_len": "acc",
+    "accept_mean": "tau", "device": "dev", "audit": "audit", "chunked_prefill": "chunk",
+}
+
+
+class SuiteError(KVBenchError):
+    """A suite is unknown, malformed, or holds a config that does not validate."""
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    id: str
+    config: dict[str, Any]
+
+
+@dataclass
+class Suite:
+    name: str
+    path: Path
+    digest: str
+    repeat: int
+    marks: tuple[str, ...]
+    configs: list[GridConfig]
+    rules: list[ExpectRule] = field(default_factory=list)
+    description: str = ""
+
+    @property
+    def needs_gpu(self) -> bool:
+        return "gpu" in self.marks
+
+    def by_id(self) -> dict[str, GridConfig]:
+        return {c.id: c for c in self.configs}
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in SUITES_DIR.glob("*.toml"))
+
+
+def resolve(name_or_path: str | os.PathLike[str]) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or os.sep in str(name_or_path):
+        if not p.is_file():
+            raise SuiteError(f"suite file {str(p)!r} not found")
+        return p.resolve()
+    q = SUITES_DIR / f"{name_or_path}.toml"
+    if not q.is_file():
+        names = ", ".join(available()) or "none"
+        raise SuiteError(f"unknown suite {str(name_or_path)!r} (available: {names}; or a path to a .toml file)")
+    return q
+
+
+def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -> Suite:
+    path = resolve(name_or_path)
+    raw = path.read_bytes()
+    try:
+        data = tomllib.loads(raw.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise SuiteError(f"suite {path.name}: not valid TOML: {err}") from None
+    where = f"suite {path.name}"
+    for key in data:
+        if key not in TOP_KEYS:
+            raise SuiteError(f"{where}: unknown key {key!r} (allowed: {', '.join(TOP_KEYS)})")
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name:
+        raise SuiteError(f"{where}: name must be a non-empty string")
+    repeat = data.get("repeat", 1)
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise SuiteError(f"{where}: repeat must be an integer >= 1 (got {repeat!r})")
+    marks = data.get("marks", [])
+    if not isinstance(marks, list) or any(m not in KNOWN_MARKS for m in marks):
+        raise SuiteError(f"{where}: marks must be a list of {', '.join(KNOWN_MARKS)} (got {marks!r})")
+    defaults = _table(data.get("defaults", {}), f"{where}: [defaults]")
+    axes = _table(data.get("axes", {}), f"{where}: [axes]")
+    includes = _tables(data.get("include", []), f"{where}: [[include]]")
+    excludes = _tables(data.get("exclude", []), f"{where}: [[exclude]]")
+    for axis, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise SuiteError(f"{where}: axis {axis!r} must be a non-empty list (got {values!r})")
+    rules = parse_rules(data.get("expect", []), where)
+
+    configs: list[dict[str, Any]] = []
+    for combo in _product(axes):
+        if any(_matches(combo, ex) for ex in excludes):
+            continue
+        configs.append({**defaults, **combo})
+    for inc in includes:
+        for combo in _product({k: v if isinstance(v, list) else [v] for k, v in inc.items()}):
+            configs.append({**defaults, **combo})
+    if not configs:
+        raise SuiteError(f"{where}: the grid is empty (check [axes], [[include]] and [[exclude]])")
+    configs = [_normalise(c) for c in configs]
+    ids = _ids(configs, defaults, _axis_keys(axes))
+    seen: dict[str, dict[str, Any]] = {}
+    grid = []
+    for cid, cfg in zip(ids, configs):
+        if cid in seen:
+            if seen[cid] == cfg:
+                continue  # the same config reached twice (an include repeating the grid)
+            raise SuiteError(f"{where}: two different configs share the id {cid!r}")
+        seen[cid] = cfg
+        grid.append(GridConfig(cid, cfg))
+    suite = Suite(name=name, path=path, digest=hashlib.sha256(raw).hexdigest()[:16], repeat=repeat,
+                  marks=tuple(marks), configs=grid, rules=rules, description=str(data.get("description", "")))
+    for rule in rules:
+        rule.check_options(option_names(), where)
+    if validate:
+        for gc in grid:
+            validate_config(gc.config, f"{where}, config {gc.id}")
+    return suite
+
+
+def option_names() -> tuple[str, ...]:
+    from harness.workloads import WorkloadConfig
+    from mini_engine.config import EngineConfig
+
+    return EngineConfig.option_names() + WorkloadConfig.option_names()
+
+
+def validate_config(config: dict[str, Any], where: str) -> None:
+    """Build the engine and workload configs the run would build; ConfigError -> SuiteError."""
+    try:
+        from harness.runner import split_config
+    except ImportError:  # the runner is not there: validate the engine part alone
+        split_config = None
+    try:
+        if split_config is not None:
+            split_config(config)
+        else:
+            from harness.workloads import WorkloadConfig
+            from mini_engine.config import EngineConfig
+
+            eng = {k: v for k, v in config.items() if k in EngineConfig.option_names()}
+            wl = {k: v for k, v in config.items() if k not in eng}
+            EngineConfig.from_dict(eng)
+            WorkloadConfig(**wl)
+    except ConfigError as err:
+        raise SuiteError(f"{where}: {err}") from None
+    except TypeError as err:  # an unknown workload option
+        raise SuiteError(f"{where}: {err}") from None
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SuiteError(f"{where} must be a table")
+    return dict(value)
+
+
+def _tables(value: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise SuiteError(f"{where} must be an array of tables")
+    return [dict(v) for v in value]
+
+
+def _product(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Cartesian product; a table value merges its options (lists inside are sub-axes)."""
+    combos: list[dict[str, Any]] = [{}]
+    for axis, values in axes.items():
+        expanded: list[dict[str, Any]] = []
+        for value in values:
+            if isinstance(value, dict):
+                expanded.extend(_product({k: v if isinstance(v, list) else [v] for k, v in value.items()}))
+            else:
+                expanded.append({axis: value})
+        combos = [{**c, **e} for c, e in itertools.product(combos, expanded)]
+    return combos
+
+
+def _matches(config: dict[str, Any], pattern: dict[str, Any]) -> bool:
+    for key, want in pattern.items():
+        have = config.get(key)
+        if isinstance(want, list):
+            if have not in want:
+                return False
+        elif have != want:
+            return False
+    return True
+
+
+def _axis_keys(axes: dict[str, list[Any]]) -> list[str]:
+    keys: dict[str, None] = {}
+    for axis, values in axes.items():
+        if any(isinstance(v, dict) for v in values):
+            for v in values:
+                if isinstance(v, dict):
+                    keys.update(dict.fromkeys(v))
+        else:
+            keys[axis] = None
+    return list(keys)
+
+
+def _normalise(config: dict[str, Any]) -> dict[str, Any]:
+    """'none' -> None for options whose default is unset (TOML cannot say null)."""
+    from harness.workloads import WorkloadConfig
+    from mini_engine.config import EngineConfig
+
+    unset = {f for f, d in EngineConfig.__dataclass_fields__.items() if d.default is None}
+    unset |= {f for f, d in WorkloadConfig.__dataclass_fields__.items() if d.default is None}
+    return {k: (None if v == "none" and k in unset else v) for k, v in config.items()}
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).replace(" ", "_")
+
+
+def _ids(configs: list[dict[str, Any]], defaults: dict[str, Any], axis_keys: list[str]) -> list[str]:
+    """Readable ids from the options that vary; a non-axis option shows only where it
+    differs from the suite default, so one odd include does not lengthen every id."""
+    keys = list(dict.fromkeys([*axis_keys, *(k for c in configs for k in c)]))
+    varying = [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
+    ids = []
+    for cfg in configs:
+        parts = []
+        for k in varying:
+            if k not in cfg:
+                continue  # an option one branch of a table axis does not set
+            v = cfg[k]
+            if k not in axis_keys and v == defaults.get(k):
+                continue
+            parts.append(f"{SHORT.get(k, k)}:{_fmt(v)}")
+        ids.append("-".join(parts) or "default")
+    return ids

@@ -1,0 +1,71 @@
+"""The table a sweep prints at the end: figures straight from results.jsonl."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.expect import PASSING
+from harness.results import RunDir
+
+COLUMNS = (
+    ("steps", "steps"),
+    ("output_tokens_per_s", "out tok/s"),
+    ("peak_stranded_slots", "stranded"),
+    ("peak_reserved_slots", "reserved"),
+    ("leaked_pages", "leaked"),
+    ("predicted_leaked_pages", "predicted"),
+    ("syncs", "syncs"),
+)
+FULL_TABLE_MAX = 60  # above this, only the configs that need a look
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.0f}" if abs(value) >= 100 else f"{value:.2f}"
+    return str(value)
+
+
+def violations_text(row: dict[str, Any]) -> str:
+    v = {k: c for k, c in (row.get("violations") or {}).items() if isinstance(c, (int, float)) and c}
+    return " ".join(f"{k}:{c}" for k, c in sorted(v.items())) or "0"
+
+
+def summary_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    out = []
+    for row in rows:
+        m = row.get("metrics") or {}
+        out.append([row.get("test_id") or row["key"], str(row.get("status")), str(row.get("verdict")),
+                    *(fmt(m.get(name)) for name, _ in COLUMNS), violations_text(row)])
+    return out
+
+
+def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    c = {"ok": 0, "as_expected": 0, "unexpected": 0, "failed": 0}
+    for row in rows:
+        v = row.get("verdict")
+        c[v if v in c else "unexpected"] += 1
+    return c
+
+
+def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: float, mlflow_note: str) -> None:
+    from rich.table import Table
+
+    shown = rows if len(rows) <= FULL_TABLE_MAX else [r for r in rows if r.get("verdict") not in PASSING]
+    if shown:
+        table = Table(title=None if shown is rows else f"{len(shown)} configs that need a look (of {len(rows)})")
+        for head in ("config", "status", "verdict", *(h for _, h in COLUMNS), "violations"):
+            table.add_column(head, overflow="fold")
+        for cells in summary_rows(shown):
+            table.add_row(*cells)
+        console.print(table)
+        for row in shown:
+            if row.get("verdict") not in PASSING:
+                console.print(f"  {row.get('test_id') or row['key']}: {'; '.join(row.get('reasons') or [])}")
+    c = counts(rows)
+    rate = f", {60 * len(rows) / wall_s:.0f} configs/min" if wall_s > 0 and rows else ""
+    console.print(f"{len(rows)} configs: {c['ok']} ok, {c['as_expected']} as expected, {c['unexpected']} unexpected, "
+                  f"{c['failed']} failed in {wall_s:.1f} s{rate}")
+    console.print(f"results: {run_dir.results}")
+    console.print(mlflow_note)

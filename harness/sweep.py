@@ -1,0 +1,285 @@
+"""`kvbench sweep`: validate a suite, set the run up once, drive pytest, show progress.
+
+The sweep itself is the grid pytest module (suites/grid): one test per config.
+This module only prepares what must exist before workers start (run directory,
+meta.json, the MLflow store and the parent run), starts pytest (with xdist
+workers, pinned one per GPU on a multi-GPU machine), follows results.jsonl for
+the progress bar, and afterwards fills the gaps: rows for configs whose worker
+died, MLflow uploads that failed, plots, the summary.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import hardware
+from harness.expect import PASSING
+from harness.mlflow_log import (MlflowUnavailable, client, ensure_experiment, ensure_parent, experiment_name,
+                                finish_parent, git_commit, sync, tracking_uri)
+from harness.results import COLLECTED, RunDir, append_row, create_run_dir, new_run_id, open_run_dir, results_root, tail
+from harness.suites import SUITES_DIR, Suite, SuiteError, load_suite
+from mini_engine.errors import KVBenchError
+
+GRID_TEST = SUITES_DIR / "grid" / "test_grid.py"
+PROJECT = SUITES_DIR.parent
+
+
+class SweepError(KVBenchError):
+    """Bad sweep options (filter, jobs, resume target)."""
+
+
+@dataclass
+class SweepOptions:
+    suite: str
+    jobs: int | None = None
+    resume: str | None = None
+    filter: str | None = None
+    mlflow_uri: str | None = None
+    no_mlflow: bool = False
+    run_id: str | None = None
+    quiet: bool = False
+
+
+def check_filter(expr: str | None) -> None:
+    if expr is None:
+        return
+    from _pytest.mark.expression import Expression, ParseError
+
+    try:
+        Expression.compile(expr)
+    except ParseError as err:
+        raise SweepError(f"--filter must be a pytest -k expression over test ids: {err}") from None
+
+
+def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: int, filter_expr: str | None,
+                no_mlflow: bool = False, root: Path | None = None, hw: hardware.Hardware | None = None,
+                warn=print) -> dict[str, Any]:
+    """meta.json and, unless disabled, the MLflow store + parent run: once, before any worker."""
+    root = root or results_root()
+    meta = run_dir.meta()
+    hw = hw or hardware.detect()
+    meta.update(
+        suite=suite.name, suite_path=str(suite.path), suite_hash=suite.digest, configs=len(suite.configs),
+        repeat=suite.repeat, jobs=jobs, filter=filter_expr, hardware=meta.get("hardware") or hw.to_dict(),
+        git_commit=meta.get("git_commit") or git_commit(PROJECT), created=meta.get("created") or time.time(),
+    )
+    meta.setdefault("mlflow_parent", None)
+    if no_mlflow:
+        meta["mlflow_uri"] = None
+    else:
+        uri = tracking_uri(mlflow_uri, root)
+        meta["mlflow_uri"] = uri
+        try:
+            cl = client(uri)
+            exp = ensure_experiment(cl, experiment_name(suite.name), uri, root)
+            meta["mlflow_parent"] = ensure_parent(cl, exp, run_dir.run_id, meta)
+            meta["mlflow_experiment"] = exp
+        except Exception as err:
+            meta["mlflow_parent"] = None
+            warn(f"kvbench: warning: {str(err).splitlines()[0] if str(err) else type(err).__name__}; "
+                 f"results stay in {run_dir.path}, upload them later with kvbench sync {run_dir.run_id}")
+    run_dir.write_meta(meta)
+    return meta
+
+
+def pytest_command(suite: Suite, run_dir: RunDir, jobs: int, filter_expr: str | None, gpus: int) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", str(GRID_TEST), "-p", "no:cacheprovider", "-q", "-rfE",
+           "--rootdir", str(PROJECT), "--kvbench-suite", str(suite.path), "--kvbench-run-dir", str(run_dir.path),
+           "-m", ""]  # the suite's own marks decide; the default addopts deselect gpu/nightly
+    if jobs > 1 and gpus > 1:
+        # One worker per GPU, pinned before the worker process starts (CUDA reads it once).
+        for i in range(jobs):
+            cmd += ["--tx", f"popen//env:CUDA_VISIBLE_DEVICES={i % gpus}"]
+        cmd += ["--dist", "load"]
+    elif jobs > 1:
+        cmd += ["-n", str(jobs)]
+    if filter_expr:
+        cmd += ["-k", filter_expr]
+    return cmd
+
+
+def _die_with_parent() -> None:
+    # A SIGKILLed sweep must not leave pytest writing results behind it.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
+    from rich.console import Console
+
+    console = Console(highlight=False, quiet=opts.quiet)
+    err_console = Console(stderr=True, highlight=False)
+    root = root or results_root()
+    # Everything that can be wrong with the input is checked before any work.
+    suite = load_suite(opts.suite)
+    check_filter(opts.filter)
+    if opts.jobs is not None and opts.jobs < 1:
+        raise SweepError(f"-j must be an integer >= 1 (got {opts.jobs})")
+    if opts.resume and opts.run_id:
+        raise SweepError("--resume and --run-id are exclusive: --resume names the run to finish")
+    hw = hardware.detect()
+    if suite.needs_gpu and hw.profile == "cpu":
+        raise SuiteError(f"suite {suite.name} needs a CUDA GPU (marks {', '.join(suite.marks)}); this machine has none (profile cpu)")
+    jobs = opts.jobs or (hw.gpu_count if hw.gpu_count > 1 else 1)
+    if opts.resume:
+        run_dir = open_run_dir(opts.resume, root=root)
+        prev = run_dir.meta().get("suite")
+        if prev and prev != suite.name:
+            raise SweepError(f"run {run_dir.run_id} is a sweep of suite {prev!r}, not {suite.name!r}")
+    else:
+        run_dir = create_run_dir(opts.run_id or new_run_id(suite.name), root=root)
+
+    meta = prepare_run(suite, run_dir, opts.mlflow_uri, jobs=jobs, filter_expr=opts.filter,
+                       no_mlflow=opts.no_mlflow, root=root, hw=hw, warn=lambda m: err_console.print(m))
+    (run_dir.path / COLLECTED).unlink(missing_ok=True)
+    env = dict(os.environ, KVBENCH_GRID_SUITE=str(suite.path), KVBENCH_GRID_RUN_DIR=str(run_dir.path),
+               KVBENCH_GRID_MLFLOW_URI=meta.get("mlflow_uri") or "", KVBENCH_GRID_PARENT=meta.get("mlflow_parent") or "",
+               KVBENCH_GRID_ROOT=str(root), PYTHONUNBUFFERED="1")
+    if not meta.get("mlflow_parent"):
+        env["KVBENCH_GRID_MLFLOW_URI"] = ""  # no parent: workers leave every row for sync
+    done_before = len(run_dir.done_keys())
+    cmd = pytest_command(suite, run_dir, jobs, opts.filter, hw.gpu_count)
+    console.print(f"kvbench sweep {suite.name}: {len(suite.configs)} configs, {jobs} worker(s), profile {hw.profile}, "
+                  f"run {run_dir.run_id}" + (f" (resuming, {done_before} done)" if opts.resume else ""))
+    started = time.time()
+    log = (run_dir.path / "pytest.log").open("ab")
+    proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=_die_with_parent)
+    try:
+        _follow(proc, run_dir, console, done_before)
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        err_console.print(f"kvbench: interrupted; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
+        raise
+    finally:
+        log.close()
+    rc = proc.returncode
+    if rc not in (0, 1, 5):  # 5: nothing to run (everything done already)
+        lines = (run_dir.path / "pytest.log").read_text(errors="replace").strip().splitlines()[-15:]
+        err_console.print("\n".join(lines))
+        raise SweepError(f"pytest stopped with exit code {rc} before finishing; see {run_dir.path / 'pytest.log'}")
+    _record_lost(suite, run_dir)
+    from harness.results import load_rows
+    from harness.summary import print_summary
+
+    rows = load_rows(run_dir.path)
+    wall = time.time() - started
+    meta = run_dir.meta()
+    meta["wall_s"] = meta.get("wall_s", 0.0) + wall
+    run_dir.write_meta(meta)
+    plots = _plots(rows, run_dir, err_console)
+    mlflow_note = _finish_mlflow(run_dir, meta, rows, plots, root, err_console)
+    print_summary(console, rows, run_dir, wall, mlflow_note)
+    return 0 if all(r.get("verdict") in PASSING for r in rows) else 1
+
+
+def _follow(proc: subprocess.Popen, run_dir: RunDir, console, done_before: int) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[counts]}"))
+    res_off = ev_off = 0
+    running: dict[str, str] = {}
+    counts = {"violated": 0, "unexpected": 0, "failed": 0}
+    done = 0
+    total = None
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("collecting", total=None, counts="")
+        while True:
+            finished = proc.poll() is not None
+            if total is None and (run_dir.path / COLLECTED).exists():
+                try:
+                    total = len(json.loads((run_dir.path / COLLECTED).read_text())["ids"])
+                    progress.update(task, total=total)
+                except (json.JSONDecodeError, KeyError):
+                    pass
+            events, ev_off = tail(run_dir.events, ev_off)
+            for ev in events:
+                if ev.get("event") == "start":
+                    running[ev.get("worker", "")] = ev.get("id", "")
+                elif ev.get("event") == "done" and running.get(ev.get("worker", "")) == ev.get("id"):
+                    running.pop(ev.get("worker", ""), None)
+            rows, res_off = tail(run_dir.results, res_off)
+            for row in rows:
+                done += 1
+                if row.get("violations") and any(v for v in row["violations"].values() if isinstance(v, (int, float))):
+                    counts["violated"] += 1
+                if row.get("verdict") == "failed":
+                    counts["failed"] += 1
+                elif row.get("verdict") not in PASSING:
+                    counts["unexpected"] += 1
+            current = ", ".join(sorted(running.values())[:2]) or ("starting" if total is None else "")
+            progress.update(task, completed=max(0, done - 0), description=current[:70],
+                            counts=f"with violations {counts['violated']} · unexpected {counts['unexpected']} · failed {counts['failed']}")
+            if finished:
+                return
+            time.sleep(0.25)
+
+
+def _record_lost(suite: Suite, run_dir: RunDir) -> None:
+    """A config whose worker died (segfault, OOM kill) has no row: record it as failed."""
+    from harness.runner import config_key
+
+    try:
+        ids = json.loads((run_dir.path / COLLECTED).read_text())["ids"]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return
+    done = run_dir.done_keys()
+    by_id = suite.by_id()
+    for cid in ids:
+        gc = by_id.get(cid)
+        if gc is None:
+            continue
+        key = config_key(gc.config)
+        if key not in done:
+            append_row(run_dir.results, {
+                "key": key, "config": gc.config, "metrics": {}, "series": {}, "violations": {},
+                "violation_samples": [], "status": "failed", "verdict": "failed", "test_id": cid,
+                "error": "the worker running this config died (see pytest.log)", "reasons": ["worker died"],
+                "suite": suite.name, "run_id": run_dir.run_id})
+
+
+def _plots(rows: list[dict[str, Any]], run_dir: RunDir, err_console) -> list[Path]:
+    try:
+        from harness.plots import write_plots
+
+        return write_plots(rows, run_dir.plots)
+    except Exception as err:  # a plot is a view; it must never cost the results
+        err_console.print(f"kvbench: warning: plots failed: {type(err).__name__}: {err}")
+        return []
+
+
+def _finish_mlflow(run_dir: RunDir, meta: dict[str, Any], rows: list[dict[str, Any]], plots: list[Path],
+                   root: Path, err_console) -> str:
+    uri = meta.get("mlflow_uri")
+    if not uri:
+        return "MLflow: off"
+    pending = run_dir.done_keys() - run_dir.logged_keys()
+    try:
+        if pending or not meta.get("mlflow_parent"):
+            sync(run_dir, uri, root=root)
+        meta = run_dir.meta()
+        summary = {"configs": len(rows), **{f"verdict_{v}": sum(r.get("verdict") == v for r in rows)
+                                            for v in ("ok", "as_expected", "unexpected", "failed")}}
+        finish_parent(uri, meta["mlflow_parent"], summary, plots, "FINISHED")
+    except (MlflowUnavailable, Exception) as err:
+        missing = len(run_dir.done_keys() - run_dir.logged_keys())
+        err_console.print(f"kvbench: warning: MLflow at {uri}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+        return f"MLflow: {missing} config(s) not uploaded yet; run kvbench sync {run_dir.run_id}"
+    exp = meta.get("mlflow_experiment") or experiment_name(meta["suite"])
+    return f"MLflow: {uri} experiment {experiment_name(meta['suite'])} ({exp}), parent run {meta['mlflow_parent']}"

@@ -1,0 +1,127 @@
+"""The grid suite: one pytest test per config of a TOML suite.
+
+Options (all optional; `kvbench sweep` passes them):
+  --kvbench-suite NAME|FILE     which grid (default smoke)
+  --kvbench-run-dir DIR         where results.jsonl goes (default: a fresh temporary dir);
+                                configs already in its results.jsonl are deselected (resume)
+  --kvbench-mlflow-uri URI      log each config to MLflow ("default" = the local sqlite store)
+  --kvbench-parent-run ID       the sweep's parent run (kvbench sweep creates it once)
+
+Set-up that must happen once (run dir, MLflow store and parent run) happens in the
+controller before xdist starts its workers; workers read it from the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+GRID_DIR = Path(__file__).resolve().parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvbench", "kvbench grid suites")
+    group.addoption("--kvbench-suite", default=None, help="suite name or TOML file (default smoke)")
+    group.addoption("--kvbench-run-dir", default=None, help="run directory for results.jsonl")
+    group.addoption("--kvbench-mlflow-uri", default=None, help="log configs to MLflow at URI ('default': local store)")
+    group.addoption("--kvbench-parent-run", default=None, help="MLflow parent run id of the sweep")
+
+
+def _opt(config: pytest.Config, name: str) -> str | None:
+    # The options exist only when this conftest was loaded at start-up (pytest suites/grid);
+    # from a plain `pytest` they fall back to their defaults.
+    try:
+        return config.getoption(name)
+    except ValueError:
+        return None
+
+
+def _suite_name(config: pytest.Config) -> str:
+    return _opt(config, "--kvbench-suite") or os.environ.get("KVBENCH_GRID_SUITE") or "smoke"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("KVBENCH_GRID_RUN_DIR"):
+        return  # set up already: by kvbench sweep, or by the xdist controller before the workers
+    from harness.results import RunDir
+    from harness.suites import load_suite
+    from harness.sweep import prepare_run
+
+    suite = load_suite(_suite_name(config))
+    run_dir_opt = _opt(config, "--kvbench-run-dir")
+    if run_dir_opt:
+        path = Path(run_dir_opt).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+    else:
+        path = Path(tempfile.mkdtemp(prefix=f"kvbench-{suite.name}-"))
+    run_dir = RunDir(path)
+    uri = _opt(config, "--kvbench-mlflow-uri")
+    parent = _opt(config, "--kvbench-parent-run")
+    if uri and not parent:
+        meta = prepare_run(suite, run_dir, None if uri == "default" else uri, jobs=1, filter_expr=None)
+        uri, parent = meta.get("mlflow_uri"), meta.get("mlflow_parent")
+    os.environ["KVBENCH_GRID_SUITE"] = str(suite.path)
+    os.environ["KVBENCH_GRID_RUN_DIR"] = str(run_dir.path)
+    os.environ["KVBENCH_GRID_MLFLOW_URI"] = uri or ""
+    os.environ["KVBENCH_GRID_PARENT"] = parent or ""
+
+
+@pytest.fixture(scope="session")
+def kvbench_grid():
+    from harness.execute import session_from_env
+    from harness.suites import load_suite
+
+    return session_from_env(load_suite(os.environ["KVBENCH_GRID_SUITE"], validate=False))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "grid_config" not in metafunc.fixturenames:
+        return
+    from harness.suites import load_suite
+
+    suite = load_suite(os.environ.get("KVBENCH_GRID_SUITE") or _suite_name(metafunc.config), validate=False)
+    marks = [getattr(pytest.mark, m) for m in suite.marks]
+    metafunc.parametrize("grid_config", [pytest.param(gc, id=gc.id, marks=marks) for gc in suite.configs])
+
+
+def _grid_items(items: list[pytest.Item]) -> list[pytest.Item]:
+    return [it for it in items if "grid_config" in getattr(it, "fixturenames", ()) and GRID_DIR in Path(str(it.path)).parents]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Resume: a config whose row is already in results.jsonl is done. Every worker
+    # collects before any test runs, so all of them see the same file.
+    run_dir = os.environ.get("KVBENCH_GRID_RUN_DIR")
+    if not run_dir:
+        return
+    from harness.results import RunDir
+    from harness.runner import config_key
+
+    done = RunDir(Path(run_dir)).done_keys()
+    if not done:
+        return
+    keep, drop = [], []
+    for item in items:
+        if item in _grid_items([item]) and config_key(item.callspec.params["grid_config"].config) in done:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # What this sweep will run, for the progress bar of kvbench sweep (same on every worker).
+    run_dir = os.environ.get("KVBENCH_GRID_RUN_DIR")
+    if not run_dir or not session.items:
+        return
+    ids = [it.callspec.id for it in _grid_items(session.items)]
+    target = Path(run_dir) / "collected.json"
+    tmp = target.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"ids": ids}))
+    os.replace(tmp, target)
