@@ -1,0 +1,108 @@
+"""Whole runs: retraction, PD arrivals and the evict floor, pool exhaustion by leaks."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.runner import run_config
+from harness.workloads import WorkloadConfig, make_requests
+from mini_engine.config import EngineConfig
+from mini_engine.engine import Engine
+from mini_engine.errors import ConfigError
+from mini_engine.request import Request
+
+
+def test_retraction_changes_no_output():
+    base = dict(spec="dflash", page_size=16, block_size=8, workload="uniform", num_requests=32,
+                input_len=400, output_len=300, min_len=20, seed=11)
+    roomy = run_config(dict(base, pool_tokens=1 << 16), outputs=True)
+    tight = run_config(dict(base, pool_tokens=1024), outputs=True)  # one request needs ~720 tokens
+    assert roomy["metrics"]["retractions"] == 0
+    assert tight["metrics"]["retractions"] > 0
+    assert tight["status"] == roomy["status"] == "ok"
+    assert tight["outputs"] == roomy["outputs"]
+    assert all(len(o["output"]) == r.max_new_tokens for o, r in
+               zip(tight["outputs"], make_requests(WorkloadConfig(**{k: v for k, v in base.items()
+                                                                    if k in WorkloadConfig.option_names()}), 11)))
+    assert tight["metrics"]["leaked_pages"] == 0 and tight["violations"] == {}
+
+
+@pytest.mark.parametrize("spec", ["none", "eagle", "dflash"])
+def test_plain_decode_retraction(spec):
+    # Long outputs on a pool of ~1.3 requests: admission is optimistic, decode retracts.
+    opts = dict(spec=spec, page_size=1, workload="uniform", min_len=5, num_requests=24, input_len=100,
+                output_len=300, pool_tokens=400, max_running=24)
+    row = run_config(opts)
+    assert row["status"] == "ok" and row["metrics"]["retractions"] > 0
+    wl = WorkloadConfig(**{k: v for k, v in opts.items() if k in WorkloadConfig.option_names()})
+    assert row["metrics"]["output_tokens"] == sum(r.max_new_tokens for r in make_requests(wl, 0))
+
+
+def test_pd_arrivals_decode_clean():
+    row = run_config(dict(spec="dflash", page_size=16, window=32, workload="pd", num_requests=12,
+                          pd_fraction=0.5, arrival_gap=3, input_len=300, output_len=100, pool_tokens=4096))
+    assert row["status"] == "ok", row["violation_samples"]
+    assert 0 < row["metrics"]["pd_arrivals"] < 12
+    assert row["metrics"]["leaked_pages"] == 0
+
+
+def test_pd_bypass_fires_k6_with_values_and_run_goes_on():
+    # DESIGN.md: ps 16, window 32, fill_len 50 -> tail 34, cursor 16; a bypassing caller writes 18.
+    cfg = EngineConfig(spec="dflash", page_size=16, window=32, pool_tokens=8192, audit="record")
+    reqs = [Request(rid=i, prompt=list(range(50)), max_new_tokens=20, fill_len=50) for i in range(3)]
+    result = Engine(cfg, pd_skip_floor=True).run(reqs)
+    assert result.violations["K6"] == 3
+    k6 = [v for v in result.violation_samples if v["id"] == "K6"][0]
+    assert k6["values"]["value"] == 18 and k6["values"]["fill_len"] == 50 and k6["values"]["window"] == 32
+    assert result.verdict == "violated"
+    assert all(len(o) == 20 for o in result.outputs.values())  # record mode counts it and goes on
+    clean = Engine(cfg).run([Request(rid=0, prompt=list(range(50)), max_new_tokens=20, fill_len=50)])
+    assert clean.verdict == "ok" and clean.violations == {}
+
+
+def test_pd_bypass_raise_mode_stops_at_the_write():
+    cfg = EngineConfig(spec="dflash", page_size=16, window=32, pool_tokens=8192, audit="raise")
+    reqs = [Request(rid=7, prompt=list(range(50)), max_new_tokens=20, fill_len=50)]
+    result = Engine(cfg, pd_skip_floor=True).run(reqs)
+    assert result.verdict == "violated"
+    assert "swa_evicted_seqlen=18" in result.error and "request 7" in result.error
+    assert result.stats["leaked_pages"] == 0  # stopped runs are drained before measuring
+
+
+def test_leaks_exhaust_the_pool_and_the_run_stops():
+    # ps 64, extent 74 at release: 74 // 64 = 1 page back, 1 leaked per request;
+    # 20 pages cannot serve 40 requests.
+    row = run_config(dict(spec="dflash", page_size=64, block_size=16, accept_len=5, workload="fixed",
+                          num_requests=40, input_len=37, output_len=11, pool_tokens=64 * 20,
+                          policy="unaligned", free_policy="host_pages", max_running=4))
+    m = row["metrics"]
+    assert row["status"] == "pool_exhausted"
+    assert "pool exhausted" in row["error"]
+    assert 0 < m["finished_requests"] < 40
+    assert m["leaked_pages"] == m["predicted_leaked_pages"] >= 18
+    same = run_config(dict(spec="dflash", page_size=64, block_size=16, accept_len=5, workload="fixed",
+                           num_requests=40, input_len=37, output_len=11, pool_tokens=64 * 20,
+                           policy="unaligned", free_policy="dedup", max_running=4))
+    assert same["metrics"]["finished_requests"] == 40 and same["metrics"]["leaked_pages"] == 0
+
+
+@pytest.mark.parametrize("options, words", [
+    (dict(pool_tokens=512, workload="fixed", input_len=500, output_len=100), "too small for one request"),
+    (dict(max_context=256, workload="fixed", input_len=200, output_len=100), "max_context=256 is below request 0"),
+    (dict(spec="dflash", topk=2), "topk applies to spec=eagle only"),
+    (dict(page_sise=16), "unknown option 'page_sise'"),
+])
+def test_bad_configs_raise(options, words):
+    with pytest.raises(ConfigError, match=words):
+        run_config(options)
+
+
+def test_backend_crash_is_a_failed_row(monkeypatch):
+    from mini_engine.spec import simulated
+
+    def boom(self, reqs):
+        raise RuntimeError("forward exploded")
+
+    monkeypatch.setattr(simulated.SimulatedBackend, "decode", boom)
+    row = run_config(dict(workload="fixed", num_requests=2, input_len=8, output_len=4))
+    assert row["status"] == "failed" and "forward exploded" in row["error"]
