@@ -23,7 +23,7 @@ LOGIN_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})\Z", re.ASCII)
 PYTEST = ["python", "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-m", ""]
 USAGE = {
     "rerun-test": "/rerun-test <file>[::Class.method] ...",
-    "rerun-suite": "/rerun-suite <suite> [--runner LABEL] [--filter EXPR]",
+    "rerun-suite": "/rerun-suite <suite> [--runner LABEL] [--filter EXPR (rest of the line)]",
     "tag-and-rerun-ci": "/tag-and-rerun-ci",
 }
 
@@ -115,13 +115,14 @@ def _rerun_suite(args: list[str], registry: Registry, perms: Permissions, grant,
             raise Refusal(f"unknown option {show(opt)}; usage: `{USAGE['rerun-suite']}`")
         if not rest:
             raise Refusal(f"{opt} needs a value")
+        if opt == "--filter":
+            # The expression is the rest of the line: -k needs spaces around and/or/not.
+            expr, rest = specs.check_filter(" ".join(rest)), []
+            continue
         value = rest.pop(0)
-        if opt == "--runner":
-            if value not in registry.runners:
-                raise Refusal(f"unknown runner {show(value)}; known: {', '.join(registry.labels)}")
-            runner = value
-        else:
-            expr = specs.check_filter(value)
+        if value not in registry.runners:
+            raise Refusal(f"unknown runner {show(value)}; known: {', '.join(registry.labels)}")
+        runner = value
     runner = runner or registry.runner_for_suite(suite)
     if not grant.allows("rerun-suite", runner):
         raise Refusal(f"no permission to run on runner `{runner}`")

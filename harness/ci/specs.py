@@ -24,14 +24,11 @@ PATH_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*\.py\Z", re.ASCII)
 TEST_RE = re.compile(rf"{NAME}((::|\.){NAME})?\Z", re.ASCII)
 FILE_NAME_RE = re.compile(r"(test_[A-Za-z0-9_]*|[A-Za-z0-9_]*_test)\.py\Z", re.ASCII)
 SPEC_CHARS = "letters, digits and _ . / : -"
-# One filter term is NAME OP VALUE; terms are joined by ','. No spaces, quotes or
-# shell metacharacters are possible, so the expression is safe as one argv entry.
-FILTER_TERM_RE = re.compile(
-    r"(?P<name>[a-z_][a-z0-9_]{0,63}(\.[a-z_][a-z0-9_]{0,63})?)"
-    r"(?P<op>==|!=|=|~)"
-    r"(?P<value>[A-Za-z0-9_.+-]{1,64}(\|[A-Za-z0-9_.+-]{1,64}){0,15})\Z",
-    re.ASCII,
-)
+# A filter is a pytest -k expression over the grid's test ids (`spec:dflash and ps:16`),
+# restricted to words of FILTER_WORD_RE joined by and/or/not: no quotes, brackets or
+# other shell metacharacters, so it is harmless even as one argv entry.
+FILTER_WORD_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_:.+-]{0,63}\Z", re.ASCII)
+FILTER_KEYWORDS = ("and", "or", "not")
 
 
 class Refusal(KVBenchError):
@@ -94,7 +91,8 @@ def parse_test_spec(token: str, root: Path) -> TestSpec:
         raise Refusal(f"spec {show(token)} is longer than {MAX_TOKEN} characters")
     bad = _bad_char(token, "_./:-")
     if bad is not None:
-        raise Refusal(f"spec {show(token)} contains {show(bad)}; a spec is {SPEC_CHARS}")
+        name = unicodedata.name(bad, f"U+{ord(bad):04X}")
+        raise Refusal(f"spec {show(token)} contains {name} ({show(bad)}); a spec is {SPEC_CHARS}")
     path, sep, test = token.partition("::")
     if sep and not TEST_RE.match(test):
         raise Refusal(f"spec {show(token)}: a test is func, Class, Class.method or Class::method")
@@ -137,16 +135,34 @@ def parse_test_spec(token: str, root: Path) -> TestSpec:
 
 
 def check_filter(expr: str) -> str:
-    """``NAME OP VALUE[,...]``; OP is =, ==, != or ~ (substring); VALUE may list a|b|c."""
+    """``WORD``, ``not WORD``, joined by ``and`` / ``or``; pytest's own -k parser must agree."""
     if len(expr) > MAX_FILTER:
         raise Refusal(f"--filter is longer than {MAX_FILTER} characters")
-    for term in expr.split(","):
-        if not FILTER_TERM_RE.match(term):
-            raise Refusal(
-                f"--filter term {show(term)} is not NAME=VALUE, NAME!=VALUE or NAME~VALUE "
-                "(names: lowercase letters, digits, _ and one '.'; values: letters, digits, _ . + - and '|')"
-            )
-    return expr
+    words = expr.split()
+    if not words:
+        raise Refusal("--filter needs an expression, e.g. `spec:dflash and ps:16`")
+    want_term = True
+    for word in words:
+        if want_term and word == "not":
+            continue
+        if want_term:
+            if word in FILTER_KEYWORDS or not FILTER_WORD_RE.match(word):
+                raise Refusal(
+                    f"--filter word {show(word)} is not allowed: words are letters, digits and _ : . + - "
+                    "joined by and, or, not (a pytest -k expression over test ids)"
+                )
+        elif word not in ("and", "or"):
+            raise Refusal(f"--filter: expected `and` or `or` before {show(word)}")
+        want_term = not want_term
+    if want_term:
+        raise Refusal("--filter ends with an operator")
+    from _pytest.mark.expression import Expression  # what `pytest -k` (and so the sweep) parses with
+
+    try:
+        Expression.compile(" ".join(words))
+    except Exception as err:  # ParseError in older pytest, SyntaxError in newer
+        raise Refusal(f"--filter is not a pytest -k expression: {str(err).splitlines()[0]}") from None
+    return " ".join(words)
 
 
 SUITE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z", re.ASCII)

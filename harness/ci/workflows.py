@@ -166,7 +166,8 @@ def check_runs_on(path: Path, workflow: dict, registry: Registry) -> list[Proble
                 if ctx["matrix.profile"] != want:
                     problems.append(Problem(path.name, name, f"matrix profile {ctx['matrix.profile']!r} for "
                                             f"{ctx['matrix.runner']} but ci/runners.toml says {want!r}"))
-    return problems
+    # Contexts that differ only in values runs-on ignores repeat a problem: report it once.
+    return list({str(p): p for p in problems}.values())
 
 
 def scripts(workflow: dict) -> list[tuple[str, str]]:

@@ -1,0 +1,85 @@
+"""The runner registry and how a test file picks its runner (statically, never imported)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from harness.ci import testfiles
+from harness.ci.runners import load_registry, parse_registry
+from mini_engine.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_real_registry():
+    reg = load_registry(REPO / "ci" / "runners.toml")
+    assert {"cpu", "1-gpu-5090", "1-gpu-h100", "1-gpu-h200", "8-gpu-h200"} <= set(reg.labels)
+    assert [(r.profile, r.gpus) for r in (reg.get("1-gpu-5090"), reg.get("8-gpu-h200"))] == [("rtx5090", 1), ("h200", 8)]
+    assert reg.runner_for_suite("nightly-gpu") != "cpu" and reg.runner_for_suite("smoke") == "cpu"
+    assert reg.runner_for_suite("not-listed") == reg.default == "cpu"
+    with pytest.raises(ConfigError, match="runner must be one of"):
+        reg.get("4-gpu-a100")
+
+
+@pytest.mark.parametrize("rel, test, label", [
+    ("suites/unit/test_alloc.py", None, "cpu"),                       # default
+    ("suites/unit/test_alloc.py", "TestPages::test_free", "cpu"),
+    ("suites/gpu/test_attention_gpu.py", None, "1-gpu-h100"),         # [[files]] rule
+    ("suites/gpu/multi/test_tp8.py", None, "8-gpu-h200"),             # first matching rule wins
+    ("suites/bench/test_marked_gpu.py", None, "1-gpu-h100"),          # gpu mark -> gpu_runner
+    ("suites/invariants/test_swa_floor.py", None, "1-gpu-h200"),      # module pytestmark
+    ("suites/invariants/test_swa_floor.py", "test_floor", "1-gpu-h200"),
+    ("suites/invariants/test_swa_floor.py", "TestPD::test_prealloc", "1-gpu-5090"),  # method mark
+    ("suites/invariants/test_swa_floor.py", "TestPD::test_window", "1-gpu-h200"),
+])
+def test_runner_resolution(rel, test, label, setup):
+    tree, registry, _ = setup
+    assert registry.runner_for_test(tree, rel, test) == label
+
+
+def test_unknown_or_dynamic_runner_marks(tree):
+    registry = load_registry(tree / "ci" / "runners.toml")
+    bad = tree / "suites" / "unit" / "test_bad_mark.py"
+    bad.write_text("import pytest\npytestmark = pytest.mark.runner('2-gpu-a100')\ndef test_x():\n    pass\n")
+    with pytest.raises(ConfigError, match="'2-gpu-a100' is not in ci/runners.toml"):
+        registry.runner_for_test(tree, "suites/unit/test_bad_mark.py")
+    bad.write_text("import pytest\nLABEL = 'cpu'\npytestmark = pytest.mark.runner(LABEL)\n")
+    with pytest.raises(ConfigError, match="one string literal"):
+        registry.runner_for_test(tree, "suites/unit/test_bad_mark.py")
+    bad.write_text("def test_x(:\n")
+    with pytest.raises(ConfigError, match="not valid Python"):
+        registry.runner_for_test(tree, "suites/unit/test_bad_mark.py")
+
+
+def test_scan_does_not_import(tmp_path):
+    path = tmp_path / "test_boom.py"
+    path.write_text("raise SystemExit('imported!')\nclass TestA:\n    async def test_b(self):\n        pass\n")
+    info = testfiles.scan(path)
+    assert info.has("TestA::test_b") and not info.has("TestA::test_c") and not info.has("test_b")
+
+
+def _registry_text() -> dict:
+    return tomllib.loads((REPO / "ci" / "runners.toml").read_text())
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["runners"]["cpu"].update(gpus=1), "gpus must be 0 for the cpu profile"),
+    (lambda d: d["runners"]["1-gpu-h100"].update(profile="a100"), "profile must be one of"),
+    (lambda d: d["runners"]["1-gpu-h100"].update(gpus="1"), "must be an integer"),
+    (lambda d: d["runners"]["1-gpu-h100"].pop("runs_on"), "missing key 'runs_on'"),
+    (lambda d: d["runners"]["1-gpu-h100"].update(suits=["x"]), "unknown keys suits"),
+    (lambda d: d["runners"].update({"GPU_X": d["runners"]["cpu"]}), "a label is lowercase"),
+    (lambda d: d["defaults"].update(gpu_runner="cpu"), "must be a GPU runner"),
+    (lambda d: d["defaults"].update(runner="nope"), "defaults.runner must be one of"),
+    (lambda d: d["files"].append({"glob": "tests/*.py", "runner": "cpu"}), "must start with suites/"),
+    (lambda d: d["files"].append({"glob": "suites/x/*.py", "runner": "tpu"}), "files[2].runner must be one of"),
+])
+def test_registry_validation(edit, message):
+    data = _registry_text()
+    edit(data)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_registry(data)

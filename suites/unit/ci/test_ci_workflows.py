@@ -1,0 +1,141 @@
+"""The workflows: GitHub's schema (check-jsonschema), then what the schema cannot see."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.ci import workflows
+from harness.ci.runners import load_registry
+from harness.commands.ci import lint, parse_cli
+
+REPO = Path(__file__).resolve().parents[3]
+WORKFLOWS = sorted((REPO / "ci" / "workflows").glob("*.yml"))
+CHECK = Path(sys.executable).parent / "check-jsonschema"
+
+
+def _schema(*files: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([CHECK, "--builtin-schema", "vendor.github-workflows", *files],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_workflow_files_present():
+    assert {p.name for p in WORKFLOWS} >= {"pr-cpu.yml", "nightly-gpu.yml", "bot.yml", "rerun-test.yml"}
+
+
+def test_workflows_match_github_schema(tmp_path):
+    out = _schema(*WORKFLOWS)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # ...and the schema check can fail: a job without runs-on is not a workflow.
+    broken = tmp_path / "broken.yml"
+    broken.write_text("name: x\non: push\njobs:\n  a:\n    steps:\n      - run: echo\n")
+    assert _schema(broken).returncode != 0
+
+
+def test_repository_lint_is_clean():
+    assert lint(REPO) == []
+
+
+def _tree_with(tmp_path: Path, name: str, text: str) -> Path:
+    root = tmp_path / "repo"
+    shutil.copytree(REPO / "ci", root / "ci")
+    (root / "suites").mkdir()
+    (root / "ci" / "workflows" / name).write_text(text)
+    return root
+
+
+BAD = """
+name: bad
+on:
+  workflow_dispatch:
+    inputs:
+      runner: {type: choice, options: [cpu, 1-gpu-h100, 3-gpu-v100]}
+jobs:
+  a:
+    runs-on: 2-gpu-a100
+    steps:
+      - run: echo "${{ github.event.comment.body }}"
+      - run: |
+          kvbench sweeep smoke
+          kvbench compare "results/runs/$RUN_ID" --no-such-option
+          kvbench ci triage --nights a b --baseline x.json --github "$REPO" | tee out.txt
+  b:
+    runs-on: ${{ inputs.runner }}
+    steps:
+      - run: kvbench bot report --comment-id "$ID" --group "$G" --status running
+  c:
+    runs-on: ${{ matrix.runner }}
+    strategy:
+      matrix:
+        include:
+          - {runner: 1-gpu-h200, profile: h100}
+    steps:
+      - run: echo ok
+"""
+
+
+def test_lint_finds_each_kind_of_problem(tmp_path):
+    root = _tree_with(tmp_path, "bad.yml", BAD)
+    problems = [p for p in lint(root) if p.startswith("bad.yml")]
+    text = "\n".join(problems)
+    assert "job a: runs-on resolves to '2-gpu-a100'" in text
+    assert "job a: a run: script contains ${{ }}" in text
+    assert "`kvbench sweeep smoke` is not a valid kvbench command" in text
+    assert "--no-such-option` is not a valid kvbench command" in text
+    assert "triage" not in text  # a valid command, piped: parsed up to the pipe
+    assert "job b: runs-on resolves to 'cpu'" in text  # cpu is a label, its machine is ubuntu-latest
+    assert "inputs.runner='3-gpu-v100' is not a label" in text
+    assert "bot report" not in text
+    assert "matrix profile 'h100' for 1-gpu-h200 but ci/runners.toml says 'h200'" in text
+    assert len(problems) == 9, text
+
+
+def test_expression_evaluator():
+    expr = "inputs.runner == 'cpu' && 'ubuntu-latest' || inputs.runner"
+    assert workflows.evaluate(expr, {"inputs.runner": "cpu"}) == "ubuntu-latest"
+    assert workflows.evaluate(expr, {"inputs.runner": "8-gpu-h200"}) == "8-gpu-h200"
+    assert workflows.evaluate("!(matrix.a == 'x') && 'y'", {"matrix.a": "x"}) is False
+    with pytest.raises(ValueError):
+        workflows.evaluate("github.event.comment.body", {})
+
+
+def test_every_runs_on_resolution_is_a_registry_machine():
+    registry = load_registry(REPO / "ci" / "runners.toml")
+    nightly = workflows.load(REPO / "ci" / "workflows" / "nightly-gpu.yml")
+    matrix = nightly["jobs"]["nightly"]["strategy"]["matrix"]["include"]
+    gpu_labels = {r.label for r in registry.runners.values() if r.gpus}
+    assert {m["runner"] for m in matrix} == gpu_labels  # one nightly job per GPU label
+    rerun = workflows.load(REPO / "ci" / "workflows" / "rerun-test.yml")
+    options = rerun["on"]["workflow_dispatch"]["inputs"]["runner"]["options"]
+    assert options == list(registry.labels)  # the bot may dispatch to any label
+
+
+def test_no_event_text_in_scripts():
+    for path in WORKFLOWS:
+        for job, script in workflows.scripts(workflows.load(path)):
+            assert "${{" not in script, (path.name, job)
+            assert "comment.body" not in script
+
+
+def test_kvbench_commands_are_found_and_real():
+    found = []
+    for path in WORKFLOWS:
+        for _, script in workflows.scripts(workflows.load(path)):
+            found += workflows.kvbench_commands(script)
+    names = {tuple(argv[:2]) for argv in found}
+    assert {("sweep", "nightly-gpu"), ("ci", "triage"), ("bot", "handle"), ("bot", "report"),
+            ("ci", "rerun-args"), ("ci", "lint")} <= names
+    assert ("compare", "results/runs/$RUN_ID") in names
+    with pytest.raises(SystemExit):
+        parse_cli(["ci"])  # a group without its subcommand does nothing, so it does not count
+
+
+def test_yaml_on_key_is_read():
+    data = workflows.load(REPO / "ci" / "workflows" / "bot.yml")
+    assert "issue_comment" in data["on"] and True not in data
+    assert yaml.safe_load("on: push") == {True: "push"}  # why load() renames it
