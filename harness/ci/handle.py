@@ -7,6 +7,7 @@ workflow calls as its status changes. Both talk to GitHub only through ``client`
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from mini_engine.errors import KVBenchError
 WORKFLOW = "rerun-test.yml"
 MAX_TABLE = 20000  # characters of a compare table in a reply (a comment holds 65536)
 UPDATE_TRIES = 3
+SETTLE_S = 3.0  # long enough for a concurrent reporter's write to land before we read back
 
 
 class EventError(KVBenchError):
@@ -104,15 +106,18 @@ def _tag_and_rerun(plan: Plan, client: Client, perms: Permissions) -> int:
 
 
 def report(client: Client, comment_id: int, group: int, status: str, run_url: str = "",
-           mlflow: list[str] | None = None, table: str | None = None) -> str:
-    """Set one group's status in the reply. Re-read after writing: two groups finishing
-    at once both read-modify-write the same comment, and the later write must not undo
-    the earlier one, so a lost update is retried."""
+           mlflow: list[str] | None = None, table: str | None = None, settle_s: float = 0.0) -> str:
+    """Set one group's status in the reply. GitHub has no compare-and-swap on comments:
+    two groups finishing at once both read-modify-write the reply, and the later write
+    can undo the earlier. So the writer waits ``settle_s``, reads back, and re-applies
+    its change if it was lost."""
     if table is not None and len(table) > MAX_TABLE:
         table = table[:MAX_TABLE].rsplit("\n", 1)[0] + "\n\n_(table truncated; see the run's artifact)_"
     for _ in range(UPDATE_TRIES):
         body = reply.update(client.get_comment(comment_id), group, status, run_url, mlflow, table)
         client.update_comment(comment_id, body)
+        if settle_s:
+            time.sleep(settle_s)
         now = reply.parse(client.get_comment(comment_id)).groups[group - 1]
         if now.status == status:
             return body

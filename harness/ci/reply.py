@@ -71,7 +71,7 @@ def render(plan: Plan) -> str:
         if links:
             lines.append(links)
         if group.table:
-            lines += ["", group.table]
+            lines += ["", group.table.replace("<", "&lt;")]  # no HTML (comments) from a table
     for note in plan.notes:
         lines += ["", f"_{note}_"]
     return "\n".join(lines) + "\n"

@@ -112,7 +112,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.github:
         from harness.ci.github_client import GitHubClient
 
-        handle.report(GitHubClient(args.github), args.comment_id, args.group, status, args.run_url, links, table)
+        handle.report(GitHubClient(args.github), args.comment_id, args.group, status, args.run_url, links, table,
+                      settle_s=handle.SETTLE_S)
         print(f"bot: reply {args.comment_id} group {args.group} -> {status}")
         return 0
     if not args.body_file:
