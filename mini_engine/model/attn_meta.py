@@ -1,0 +1,99 @@
+"""Where each sequence's queries and keys live: the metadata every attention backend reads.
+
+A batch is a list of sequences. Sequence b has `kv_len` key positions, read through
+its slot row (positions 0..kv_len-1 -> KV slots). Its last `q_len` key positions are
+the new tokens of this forward (the "extend" part): their K/V are written by this
+forward and they are also the queries. Keys in the prefix sit at the position equal
+to their row index; extend keys sit at the query's own position, which for an EAGLE
+tree is `committed + depth` rather than the row index. A prefix key is visible when
+its position is not later than the query's (causal); an extend key is visible when
+it is causal or, if a custom mask is given, when the mask says so (an ancestor in a
+tree, anything in a non-causal DFLASH block). On sliding layers the key must also
+lie inside the window: `q_pos - k_pos < window`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+@dataclass
+class AttnMeta:
+    batch: int
+    max_q: int
+    max_kv: int
+    q_lens: np.ndarray  # host, [B]
+    kv_lens: np.ndarray  # host, [B]
+    q_indptr: torch.Tensor  # [B+1]
+    kv_indptr: torch.Tensor  # [B+1]
+    q_pos: torch.Tensor  # [T] RoPE / mask position of each query
+    tok_seq: torch.Tensor  # [T] which sequence each query belongs to
+    kv_slots: torch.Tensor  # [sum kv_len] full-pool slots
+    out_slots: torch.Tensor  # [T] full-pool slots the new K/V go to
+    swa_kv_slots: torch.Tensor | None = None  # SWA-pool slots (0 = no live copy, masked by the window)
+    swa_out_slots: torch.Tensor | None = None
+    custom_mask: torch.Tensor | None = None  # flattened per sequence [q_len, q_len] (int8)
+    mask_indptr: torch.Tensor | None = None
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def prefix_lens(self) -> torch.Tensor:
+        return self.kv_indptr[1:] - self.kv_indptr[:-1] - (self.q_indptr[1:] - self.q_indptr[:-1])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.q_lens.sum())
+
+
+def build_meta(
+    slot_rows: list[np.ndarray],
+    q_lens: list[int],
+    q_pos: list[np.ndarray] | None,
+    device: torch.device | str,
+    swa_rows: list[np.ndarray] | None = None,
+    tree_masks: list[np.ndarray | None] | None = None,
+) -> AttnMeta:
+    """Metadata from host data: `slot_rows[b]` are the slots of positions [0, kv_len).
+
+    `q_pos[b]` defaults to the row indices of the extend part (a causal chain).
+    """
+    B = len(slot_rows)
+    kv_lens = np.array([len(r) for r in slot_rows], dtype=np.int64)
+    ql = np.array(q_lens, dtype=np.int64)
+    if np.any(ql > kv_lens) or np.any(ql < 1):
+        raise ValueError(f"each sequence needs 1 <= q_len <= kv_len (q {ql.tolist()}, kv {kv_lens.tolist()})")
+    prefix = kv_lens - ql
+    if q_pos is None:
+        q_pos = [np.arange(p, p + q, dtype=np.int64) for p, q in zip(prefix, ql)]
+    kv_slots = np.concatenate(slot_rows).astype(np.int64)
+    out_slots = np.concatenate([r[p:] for r, p in zip(slot_rows, prefix)]).astype(np.int64)
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)  # noqa: E731
+    meta = AttnMeta(
+        batch=B,
+        max_q=int(ql.max()),
+        max_kv=int(kv_lens.max()),
+        q_lens=ql,
+        kv_lens=kv_lens,
+        q_indptr=t(np.concatenate([[0], np.cumsum(ql)])),
+        kv_indptr=t(np.concatenate([[0], np.cumsum(kv_lens)])),
+        q_pos=t(np.concatenate(q_pos)),
+        tok_seq=t(np.repeat(np.arange(B), ql)),
+        kv_slots=t(kv_slots),
+        out_slots=t(out_slots),
+    )
+    if swa_rows is not None:
+        meta.swa_kv_slots = t(np.concatenate(swa_rows))
+        meta.swa_out_slots = t(np.concatenate([r[p:] for r, p in zip(swa_rows, prefix)]))
+    if tree_masks is not None and any(m is not None for m in tree_masks):
+        flat = []
+        for m, q in zip(tree_masks, ql):
+            m = np.tril(np.ones((q, q), dtype=np.int8)) if m is None else np.asarray(m, dtype=np.int8)
+            if m.shape != (q, q):
+                raise ValueError(f"tree mask of shape {m.shape} for q_len {q}")
+            flat.append(m.reshape(-1))
+        meta.custom_mask = torch.from_numpy(np.concatenate(flat)).to(device)
+        meta.mask_indptr = t(np.concatenate([[0], np.cumsum(ql * ql)]))
+    return meta

@@ -1,0 +1,249 @@
+"""ModelBackend: the real transformer behind the engine's backend protocol.
+
+The engine has reserved every slot before a call; this class only reads the slots
+(`manager.slots`, host numpy), writes K/V there through the forward pass and
+returns tokens. The SWA layers write where the memory layer's SWA map points.
+Per-request state is the drafter's: target hidden states it still needs and how
+far its own KV is final.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mini_engine.errors import ConfigError
+from mini_engine.model.attention_torch import paged_attention
+from mini_engine.model.attn_meta import build_meta
+from mini_engine.model.draft import DraftModel
+from mini_engine.model.draft_io import DraftJob, DraftTree
+from mini_engine.model.feature_store import FeatureStore
+from mini_engine.model.loader import resolve_model
+from mini_engine.model.transformer import KVCache, Transformer
+from mini_engine.spec import verify
+
+DEFAULT_DRAFT_NOISE = 0.1  # with every target layer shared: EAGLE chain tau ~2.8 of 4 on tiny
+
+
+def attention_backend(name: str):
+    if name == "torch":
+        return paged_attention
+    if name == "triton":
+        from mini_engine.model.attention_triton import triton_paged_attention
+
+        return triton_paged_attention
+    raise ConfigError(f"attention must be one of torch, triton (got {name!r})")
+
+
+class ModelBackend:
+    def __init__(self, cfg, *, dtype: str | None = None, attention: str | None = None,
+                 draft_layers: int | None = None, draft_noise: float | None = None,
+                 cuda_graphs: bool | None = None):
+        self.cfg = cfg
+        self.device = torch.device(cfg.device)
+        mcfg, weights = resolve_model(cfg.model, dtype=dtype, device=cfg.device)
+        mcfg = mcfg.with_pattern(cfg.layer_pattern or "all-global", cfg.window or 0)
+        self.mcfg = mcfg
+        self.model = Transformer(mcfg, self.device, init=weights is None)
+        if weights is not None:
+            weights.load_into(self.model)
+        on_gpu = self.device.type == "cuda"
+        self.attend = attention_backend(attention or ("triton" if on_gpu else "torch"))
+        self.use_graphs = on_gpu if cuda_graphs is None else cuda_graphs
+        self.temperature = float(cfg.temperature)
+        self.gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
+        self.draft_model = None
+        if cfg.spec != "none":
+            layers = getattr(cfg, "draft_layers", None) if draft_layers is None else draft_layers
+            noise = getattr(cfg, "draft_noise", None) if draft_noise is None else draft_noise
+            self.draft_model = DraftModel(
+                self.model,
+                mcfg.num_layers if layers is None else layers,
+                DEFAULT_DRAFT_NOISE if noise is None else noise,
+                seed=mcfg.seed + 1,
+            )
+        self.manager = None
+        self.cache: KVCache | None = None
+        self.drafter = None
+        self.graphs = None
+        self.feats: dict[object, FeatureStore] = {}
+
+    # -- protocol ------------------------------------------------------------------
+    def attach(self, manager) -> None:
+        self.manager = manager
+        mem = manager.mem
+        ps = mem.page_size
+        if self.mcfg.has_sliding and manager.swa is None:
+            raise ConfigError("the model has sliding layers but the memory layer has no SWA pool; set window")
+        full = (mem.num_pages + 1) * ps
+        swa = (mem.swa_num_pages + 1) * ps if manager.swa is not None else 0
+        self.cache = KVCache.allocate(self.mcfg, full, swa, self.device)
+        cfg = self.cfg
+        if self.draft_model is not None:
+            dcache = self.draft_model.new_cache(full)
+            if cfg.spec == "eagle":
+                from mini_engine.spec.eagle import EagleDrafter
+
+                self.drafter = EagleDrafter(self.draft_model, dcache, cfg.topk, cfg.steps, cfg.num_draft_tokens,
+                                            self.temperature, self.attend, self.gen)
+            else:
+                from mini_engine.spec.dflash import DFlashDrafter
+
+                self.drafter = DFlashDrafter(self.draft_model, dcache, cfg.block_size, cfg.draft_window,
+                                             self.temperature, self.attend, self.gen)
+        if self.use_graphs and cfg.spec == "none":
+            from mini_engine.model.cuda_graph import DecodeGraphs
+
+            self.graphs = DecodeGraphs(self)
+
+    def prefill(self, reqs, starts, ends) -> list[int | None]:
+        ids, rows, lens = [], [], []
+        for r, s, e in zip(reqs, starts, ends):
+            ids += self._checked(r, r.tokens(s, e))
+            rows.append(self.manager.slots(r.kv, 0, e))
+            lens.append(e - s)
+        h = self._target(ids, rows, lens, None, None)
+        out: list[int | None] = []
+        off = 0
+        for r, s, e in zip(reqs, starts, ends):
+            hr = h[off : off + e - s]
+            off += e - s
+            if self.drafter is not None:
+                self._store(r).put(s, hr)
+            out.append(self._next(hr[-1:])[0] if e == r.prefill_target else None)
+        return out
+
+    def decode(self, reqs) -> list[int]:
+        if self.graphs is not None:
+            got = self.graphs.decode(reqs)
+            if got is not None:
+                return got
+        ids = [self._checked(r, [r.last_token()])[0] for r in reqs]
+        rows = [self.manager.slots(r.kv, 0, r.seq_len) for r in reqs]
+        h = self._target(ids, rows, [1] * len(reqs), None, None)
+        return self._next(h)
+
+    def spec_step(self, reqs) -> list[list[int]]:
+        jobs = []
+        for r in reqs:
+            root = r.seq_len - 1
+            st = self._store(r)
+            jobs.append(DraftJob(st.draft_done, r.tokens(st.draft_done, root + 1),
+                                 st.get(st.draft_done - 1, root), self.manager.slots(r.kv, 0, r.kv.allocated)))
+        trees = self.drafter.draft(jobs)
+        ids, rows, lens, pos, masks = [], [], [], [], []
+        for r, j, t in zip(reqs, jobs, trees):
+            n = len(t.tokens)
+            ids += self._checked(r, t.tokens)
+            rows.append(j.slots[: j.root + n])
+            lens.append(n)
+            pos.append(j.root + np.asarray(t.depths, dtype=np.int64))
+            chain = t.parents == verify.chain_parents(n)
+            masks.append(None if chain else _ancestor_mask(t))
+        h = self._target(ids, rows, lens, pos, masks)
+        logits = self.model.logits(h)
+        results = []
+        off = 0
+        greedy = self.temperature <= 0
+        argmax = logits.argmax(-1).tolist() if greedy else None
+        for r, j, t, n in zip(reqs, jobs, trees, lens):
+            if greedy:
+                v = verify.greedy(t.tokens, t.parents, argmax[off : off + n])
+            else:
+                p = torch.softmax(logits[off : off + n].double() / self.temperature, -1).cpu()
+                q = t.q.cpu() if t.q is not None else torch.zeros_like(p)
+                v = verify.sample(t.tokens, t.parents, p, q, self.gen)
+            self._settle(r, j, v.path, h[off : off + n])
+            off += n
+            results.append(v.tokens)
+        return results
+
+    def transfer(self, reqs) -> list[int]:
+        """PD arrival: compute the prompt's KV as the prefill node would, then receive it."""
+        out = []
+        for r in reqs:
+            n = r.fill_len
+            ids = self._checked(r, r.tokens(0, n))
+            scratch = KVCache.allocate(self.mcfg, n + 1, n + 1, self.device)
+            local = np.arange(1, n + 1, dtype=np.int64)
+            meta = build_meta([local], [n], None, self.device, swa_rows=[local] if self.mcfg.has_sliding else None)
+            h = self.model(torch.tensor(ids, device=self.device), meta.q_pos, meta, scratch, self.attend)
+            slots = self.manager.slots(r.kv, 0, n)
+            cursor = r.kv.swa_evicted
+            full_dst = torch.from_numpy(slots.copy()).to(self.device)
+            swa_dst = None
+            if self.manager.swa is not None:
+                swa_dst = torch.from_numpy(self.manager.swa.translate(slots[cursor:])).to(self.device)
+            for i, sliding in enumerate(self.cache.sliding):
+                # The decode side keeps only the SWA tail above the cursor (the evict floor).
+                src = slice(cursor + 1, n + 1) if sliding else slice(1, n + 1)
+                dst = swa_dst if sliding else full_dst
+                self.cache.k[i][dst] = scratch.k[i][src]
+                self.cache.v[i][dst] = scratch.v[i][src]
+            if self.drafter is not None:
+                self._store(r).put(0, h)
+            out.append(self._next(h[-1:])[0])
+        return out
+
+    def release(self, req) -> None:
+        self.feats.pop(req.rid, None)
+
+    # -- internals -----------------------------------------------------------------
+    def _target(self, ids, rows, lens, pos, masks) -> torch.Tensor:
+        swa_rows = None
+        if self.manager.swa is not None:
+            swa_rows = [self.manager.swa.translate(r) for r in rows]
+        meta = build_meta(rows, lens, pos, self.device, swa_rows=swa_rows, tree_masks=masks)
+        return self.model(torch.tensor(ids, device=self.device), meta.q_pos, meta, self.cache, self.attend)
+
+    def _next(self, h: torch.Tensor) -> list[int]:
+        logits = self.model.logits(h)
+        if self.temperature <= 0:
+            return logits.argmax(-1).tolist()
+        p = torch.softmax(logits.double() / self.temperature, -1).cpu()
+        return torch.multinomial(p, 1, generator=self.gen).squeeze(-1).tolist()
+
+    def _settle(self, r, job: DraftJob, path: list[int], h: torch.Tensor) -> None:
+        """Make the accepted branch contiguous in the target KV and keep its features."""
+        root = job.root
+        moves = [(root + node, root + k) for k, node in enumerate(path) if node != k]
+        if moves:
+            src = np.array([job.slots[a] for a, _ in moves])
+            dst = np.array([job.slots[b] for _, b in moves])
+            swa_src = swa_dst = None
+            if self.manager.swa is not None:
+                swa_src = torch.from_numpy(self.manager.swa.translate(src)).to(self.device)
+                swa_dst = torch.from_numpy(self.manager.swa.translate(dst)).to(self.device)
+            self.cache.move(torch.from_numpy(src).to(self.device), torch.from_numpy(dst).to(self.device),
+                            swa_src, swa_dst)
+        st = self._store(r)
+        st.put(root, h[torch.tensor(path, device=h.device)])
+        # EAGLE's root KV is final after its draft forward; DFLASH's block overwrote it.
+        st.draft_done = root + 1 if self.cfg.spec == "eagle" else root
+        st.trim()
+
+    def _store(self, r) -> FeatureStore:
+        st = self.feats.get(r.rid)
+        if st is None:
+            st = self.feats[r.rid] = FeatureStore(self.mcfg.hidden_size, self.device, self.mcfg.torch_dtype)
+        return st
+
+    def _checked(self, r, toks: list[int]) -> list[int]:
+        vocab = self.mcfg.vocab_size
+        bad = next((t for t in toks if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ConfigError(
+                f"token {bad} of request {r.rid} is outside the model's vocabulary (vocab_size={vocab}); "
+                f"draw prompts from [0, {vocab})")
+        return list(toks)
+
+
+def _ancestor_mask(t: DraftTree) -> np.ndarray:
+    n = len(t.tokens)
+    m = np.zeros((n, n), dtype=np.int8)
+    for i in range(n):
+        a = i
+        while a >= 0:
+            m[i, a] = 1
+            a = t.parents[a]
+    return m

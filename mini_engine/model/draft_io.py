@@ -1,0 +1,80 @@
+"""What both drafters take and return, and one batched draft forward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mini_engine.model.attn_meta import build_meta
+from mini_engine.model.draft import DraftModel
+from mini_engine.model.transformer import Attend, KVCache
+
+
+@dataclass
+class DraftJob:
+    """One request's drafting input.
+
+    Positions [start, root] need (re)computed draft KV; `tokens` are their ids (the
+    root, the last verified token, last) and `feats` the target's hidden states of
+    the positions before them ([start - 1, root - 1], zeros before position 0).
+    `slots` are the request's slots of positions [0, extent): draft tokens beyond the
+    root are written into the reserved part.
+    """
+
+    start: int
+    tokens: list[int]
+    feats: torch.Tensor
+    slots: np.ndarray
+
+    @property
+    def root(self) -> int:
+        return self.start + len(self.tokens) - 1
+
+
+@dataclass
+class DraftTree:
+    """A draft in verify order: node 0 is the root; parents come before children."""
+
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+    q: torch.Tensor | None = None  # [n, V] draft distribution at each node (sampling only)
+
+
+@dataclass
+class Piece:
+    """One sequence of a batched draft forward."""
+
+    embeds: torch.Tensor  # [q, H]
+    feats: torch.Tensor  # [q, H]
+    positions: np.ndarray  # [q]
+    rows: np.ndarray  # slots of row positions [0, prefix + q)
+    mask: np.ndarray | None = None  # [q, q] custom mask of the extend part
+
+
+def draft_forward(
+    model: DraftModel, cache: KVCache, pieces: list[Piece], attend: Attend, context_window: int = 0
+) -> list[torch.Tensor]:
+    """Run the drafter over all pieces at once; returns each piece's hidden states."""
+    dev = model.target.device
+    meta = build_meta(
+        [p.rows for p in pieces],
+        [len(p.positions) for p in pieces],
+        [p.positions for p in pieces],
+        dev,
+        tree_masks=[p.mask for p in pieces] if any(p.mask is not None for p in pieces) else None,
+    )
+    embeds = torch.cat([p.embeds for p in pieces])
+    feats = torch.cat([p.feats for p in pieces])
+    h = model(embeds, feats, meta.q_pos, meta, cache, attend, context_window)
+    return list(torch.split(h, [len(p.positions) for p in pieces]))
+
+
+def pick(logits: torch.Tensor, temperature: float, gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Greedy (argmax) or sampled tokens from [n, V] logits; the draft distribution when sampling."""
+    if temperature <= 0:
+        return logits.argmax(-1), None
+    q = torch.softmax(logits.double() / temperature, -1)
+    return torch.multinomial(q.cpu(), 1, generator=gen).squeeze(-1).to(logits.device), q

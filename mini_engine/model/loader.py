@@ -1,0 +1,156 @@
+"""Load a local Hugging Face checkpoint directory (Llama or Qwen3); nothing is fetched.
+
+A directory holds config.json and one or more *.safetensors files. Parameter names
+are the HF ones, which our modules use as is; a tied LM head may be absent. Every
+problem is one line naming it (CheckpointError), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from mini_engine.errors import KVBenchError
+from mini_engine.model.config import DTYPES, SHAPES, ModelConfig, named_shape
+
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
+REQUIRED_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
+class CheckpointError(KVBenchError):
+    """A checkpoint directory is missing, incomplete, unsupported or does not fit its config."""
+
+
+@dataclass
+class Weights:
+    path: Path
+    files: list[Path]
+
+    def load_into(self, model: torch.nn.Module) -> None:
+        from safetensors import SafetensorsError
+        from safetensors.torch import load_file
+
+        expected = model.state_dict()
+        seen: set[str] = set()
+        for f in self.files:
+            try:
+                tensors = load_file(str(f), device="cpu")
+            except (SafetensorsError, OSError, ValueError) as err:
+                raise CheckpointError(f"checkpoint file {f.name} in {self.path} is not readable safetensors: {err}") from None
+            for name, t in tensors.items():
+                if name.endswith("rotary_emb.inv_freq"):
+                    continue  # recomputed from rope_theta
+                if name == "lm_head.weight" and "lm_head.weight" not in expected:
+                    continue  # tied to the embedding: some exports still write it
+                if name not in expected:
+                    raise CheckpointError(f"checkpoint {self.path}: unexpected parameter {name!r} in {f.name}")
+                want = expected[name]
+                if tuple(t.shape) != tuple(want.shape):
+                    raise CheckpointError(
+                        f"checkpoint {self.path}: {name} has shape {tuple(t.shape)}, "
+                        f"config.json implies {tuple(want.shape)}")
+                with torch.no_grad():
+                    want.copy_(t.to(want.dtype))
+                seen.add(name)
+        missing = [n for n in expected if n not in seen]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise CheckpointError(f"checkpoint {self.path}: missing parameter {missing[0]!r}{more}")
+
+
+def _read_config(path: Path) -> dict:
+    if not path.exists():
+        raise CheckpointError(f"checkpoint directory {str(path)!r} does not exist")
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {str(path)!r} is not a directory (expected config.json + *.safetensors)")
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r} has no config.json")
+    try:
+        data = json.loads(cfg_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"checkpoint {str(path)!r}: config.json is not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"checkpoint {str(path)!r}: config.json must hold a JSON object")
+    return data
+
+
+def config_from_hf(data: dict, path: Path, dtype: str | None) -> ModelConfig:
+    archs = data.get("architectures") or []
+    arch = next((ARCHITECTURES[a] for a in archs if a in ARCHITECTURES), None)
+    if arch is None:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r}: unsupported architecture {archs or data.get('model_type')!r} "
+            f"(supported: {', '.join(ARCHITECTURES)})")
+    missing = [k for k in REQUIRED_KEYS if not isinstance(data.get(k), int) or data[k] < 1]
+    if missing:
+        raise CheckpointError(f"checkpoint {str(path)!r}: config.json lacks a positive integer {missing[0]!r}")
+    heads = data["num_attention_heads"]
+    kv_heads = data.get("num_key_value_heads") or heads
+    head_dim = data.get("head_dim") or data["hidden_size"] // heads
+    if heads % kv_heads:
+        raise CheckpointError(f"checkpoint {str(path)!r}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
+    scaling = data.get("rope_scaling")
+    if scaling and scaling.get("rope_type", scaling.get("type")) not in (None, "default"):
+        raise CheckpointError(
+            f"checkpoint {str(path)!r}: rope_scaling type {scaling.get('rope_type', scaling.get('type'))!r} "
+            "is not supported (only default RoPE)")
+    if dtype is None:
+        dtype = "float32"  # exact on CPU; bf16 checkpoints are upcast on load
+    return ModelConfig(
+        name=path.name, vocab_size=data["vocab_size"], hidden_size=data["hidden_size"],
+        num_layers=data["num_hidden_layers"], num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+        intermediate_size=data["intermediate_size"], rope_theta=float(data.get("rope_theta", 10000.0)),
+        rms_eps=float(data.get("rms_norm_eps", 1e-6)), qk_norm=arch == "qwen3",
+        tie_embeddings=bool(data.get("tie_word_embeddings", False)), dtype=dtype, architecture=arch,
+    )
+
+
+def load_checkpoint(path: str | Path, dtype: str | None = None) -> tuple[ModelConfig, Weights]:
+    p = Path(path)
+    mcfg = config_from_hf(_read_config(p), p, dtype)
+    files = sorted(p.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"checkpoint {str(p)!r} has no *.safetensors weight files")
+    return mcfg, Weights(p, files)
+
+
+def resolve_model(name: str, dtype: str | None = None, device: str = "cpu") -> tuple[ModelConfig, Weights | None]:
+    """'tiny' or a shape name (seeded random weights), or a checkpoint directory."""
+    if dtype is not None and dtype not in DTYPES:
+        raise CheckpointError(f"dtype must be one of {', '.join(DTYPES)} (got {dtype!r})")
+    if name in SHAPES:
+        mcfg = named_shape(name)
+        if dtype is not None:
+            mcfg = replace(mcfg, dtype=dtype)
+        elif device == "cpu" and mcfg.dtype == "bfloat16":
+            mcfg = replace(mcfg, dtype="float32")
+        return mcfg, None
+    if "/" not in name and not Path(name).exists():
+        raise CheckpointError(
+            f"model must be one of {', '.join(SHAPES)} or a checkpoint directory (got {name!r})")
+    return load_checkpoint(name, dtype)
+
+
+def save_checkpoint(model: torch.nn.Module, mcfg: ModelConfig, path: str | Path) -> Path:
+    """Write `model` as an HF-format directory (how tests build checkpoints on disk)."""
+    from safetensors.torch import save_file
+
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    arch = {v: k for k, v in ARCHITECTURES.items()}[mcfg.architecture]
+    config = {
+        "architectures": [arch], "model_type": mcfg.architecture, "vocab_size": mcfg.vocab_size,
+        "hidden_size": mcfg.hidden_size, "num_hidden_layers": mcfg.num_layers,
+        "num_attention_heads": mcfg.num_heads, "num_key_value_heads": mcfg.num_kv_heads,
+        "head_dim": mcfg.head_dim, "intermediate_size": mcfg.intermediate_size,
+        "rope_theta": mcfg.rope_theta, "rms_norm_eps": mcfg.rms_eps,
+        "tie_word_embeddings": mcfg.tie_embeddings, "torch_dtype": mcfg.dtype,
+    }
+    (p / "config.json").write_text(json.dumps(config, indent=2))
+    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(tensors, str(p / "model.safetensors"))
+    return p

@@ -1,0 +1,159 @@
+"""The decoder-only transformer (Llama / Qwen3 family) over a paged KV cache.
+
+`forward` takes a flat batch of tokens, writes each layer's K/V at the slots the
+memory layer handed out (the SWA pool's slots on sliding layers) and attends
+through an attention backend. `dense_forward` is the reference: one sequence, a
+contiguous KV, full recompute, its own attention code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from mini_engine.model.attention_torch import paged_attention
+from mini_engine.model.attn_meta import AttnMeta
+from mini_engine.model.config import ModelConfig
+from mini_engine.model.layers import DecoderLayer, RMSNorm, rope_cos_sin, seeded_init
+
+Attend = Callable[..., torch.Tensor]
+
+
+@dataclass
+class KVCache:
+    """Per-layer K and V buffers; sliding layers index the SWA pool, full layers the full pool."""
+
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+    sliding: list[bool]
+
+    @classmethod
+    def allocate(cls, cfg: ModelConfig, full_slots: int, swa_slots: int, device, layer_types=None) -> "KVCache":
+        types = layer_types or cfg.layer_types
+        ks, vs = [], []
+        for t in types:
+            n = swa_slots if t == "sliding" else full_slots
+            # Zeros, not empty: masked keys (dummy slot 0) must stay finite.
+            ks.append(torch.zeros(n, cfg.num_kv_heads, cfg.head_dim, dtype=cfg.torch_dtype, device=device))
+            vs.append(torch.zeros(n, cfg.num_kv_heads, cfg.head_dim, dtype=cfg.torch_dtype, device=device))
+        return cls(ks, vs, [t == "sliding" for t in types])
+
+    def move(self, src: torch.Tensor, dst: torch.Tensor, swa_src: torch.Tensor | None, swa_dst: torch.Tensor | None) -> None:
+        """Copy K/V from slots `src` to `dst` (an accepted tree branch becoming contiguous)."""
+        for i, sliding in enumerate(self.sliding):
+            s, d = (swa_src, swa_dst) if sliding else (src, dst)
+            if s is None:
+                continue
+            self.k[i][d] = self.k[i][s].clone()
+            self.v[i][d] = self.v[i][s].clone()
+
+
+def layer_step(
+    layer: DecoderLayer,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    meta: AttnMeta,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    attend: Attend,
+    window: int | None = None,
+    swa_pool: bool | None = None,
+) -> torch.Tensor:
+    """One decoder layer over the paged cache.
+
+    A drafter reuses target layers with its own full-slot cache: it passes
+    `swa_pool=False` and its own `window` (the layer's window by default).
+    """
+    attn = layer.self_attn
+    window = layer.window if window is None else window
+    swa_pool = layer.sliding if swa_pool is None else swa_pool
+    q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin)
+    if swa_pool:
+        out_slots, kv_slots = meta.swa_out_slots, meta.swa_kv_slots
+    else:
+        out_slots, kv_slots = meta.out_slots, meta.kv_slots
+    k_cache[out_slots] = k
+    v_cache[out_slots] = v
+    o = attend(q, k_cache, v_cache, meta, kv_slots, window, attn.head_dim**-0.5)
+    x = x + attn.o_proj(o.reshape(x.shape[0], -1))
+    return x + layer.mlp(layer.post_attention_layernorm(x))
+
+
+def dense_layer_step(layer: DecoderLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """One sequence, all positions at once, causal (and windowed) over a contiguous KV."""
+    attn = layer.self_attn
+    n = x.shape[0]
+    q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin)
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    g = attn.num_heads // attn.num_kv_heads
+    k = k.to(acc).repeat_interleave(g, dim=1)
+    v = v.to(acc).repeat_interleave(g, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.to(acc), k) * attn.head_dim**-0.5
+    i = torch.arange(n, device=x.device)
+    allowed = i[None, :] <= i[:, None]
+    if layer.window:
+        allowed &= (i[:, None] - i[None, :]) < layer.window
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    o = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).to(x.dtype)
+    x = x + attn.o_proj(o.reshape(n, -1))
+    return x + layer.mlp(layer.post_attention_layernorm(x))
+
+
+class _Body(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, t == "sliding") for t in cfg.layer_types)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, device: torch.device | str = "cpu", init: bool = True):
+        super().__init__()
+        self.cfg = cfg
+        self.model = _Body(cfg)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.to(device=device, dtype=cfg.torch_dtype)
+        self.requires_grad_(False)
+        if init:
+            seeded_init(self, cfg.seed)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed_tokens.weight.device
+
+    def head_weight(self) -> torch.Tensor:
+        return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final norm + LM head; float32 (float64 for a float64 model) so argmax is stable."""
+        h = self.model.norm(hidden)
+        acc = torch.float64 if h.dtype == torch.float64 else torch.float32
+        return h.to(acc) @ self.head_weight().to(acc).T
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttnMeta,
+        cache: KVCache,
+        attend: Attend = paged_attention,
+    ) -> torch.Tensor:
+        """Hidden states after the last layer (before the final norm), one row per token."""
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        for i, layer in enumerate(self.model.layers):
+            x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend)
+        return x
+
+    def dense_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.model.embed_tokens(input_ids)
+        pos = torch.arange(input_ids.shape[0], device=input_ids.device)
+        cos, sin = rope_cos_sin(pos, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        for layer in self.model.layers:
+            x = dense_layer_step(layer, x, cos, sin)
+        return x
