@@ -38,7 +38,9 @@ class SWAPool:
             return
         self.map_host[full_slots] = swa_slots
         dev = self.map_device
-        dev[torch.from_numpy(full_slots).to(dev.device)] = torch.from_numpy(swa_slots).to(dev.device)
+        # index_copy_ rather than dev[idx] = ...: much cheaper on a multi-threaded CPU.
+        dev.index_copy_(0, torch.from_numpy(np.ascontiguousarray(full_slots, dtype=np.int64)).to(dev.device),
+                        torch.from_numpy(np.ascontiguousarray(swa_slots, dtype=np.int64)).to(dev.device))
 
     def clear_map(self, full_slots: np.ndarray) -> None:
         self.set_map(full_slots, np.zeros(len(full_slots), dtype=np.int64))
