@@ -96,6 +96,8 @@ class Scheduler:
                 chunks.append(chunk)
                 budget -= chunk.end - chunk.start
         pd: list[Request] = []
+        if not self.waiting:
+            return chunks, pd
         free = self.manager.num_free_pages - self._headroom()
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_running:
             r = self.waiting[0]
@@ -163,18 +165,16 @@ class Scheduler:
         a lone request cannot get them: the pool is exhausted.
         """
         self.ratio = max(MIN_RATIO, self.ratio - RATIO_DECAY)
-        if self.cfg.speculative:
-            while batch:
-                if self.manager.prepare([r.kv for r in batch], self.reserve):
-                    return batch
-                if not self._retract_for(batch):
-                    return None
-            return batch
-        for r in list(batch):  # _retract_for may drop members of batch
-            while r.status is Status.RUNNING and not self.manager.extend(r.kv, r.seq_len):
-                if not self._retract_for(batch):
-                    return None
-        return [r for r in batch if r.status is Status.RUNNING]
+        # Plain decode is a reservation of one slot: prepare(states, 1) gives
+        # max(cur, ceil_ps(seq_len)) (aligned) or seq_len (unaligned), exactly what
+        # extend(state, seq_len) records, but as one batched allocation per step.
+        reserve = self.reserve if self.cfg.speculative else 1
+        while batch:
+            if self.manager.prepare([r.kv for r in batch], reserve):
+                return batch
+            if not self._retract_for(batch):
+                return None
+        return batch
 
     def _retract_for(self, batch: list[Request]) -> bool:
         """Retract the newest running request; False when only one runs (nothing to gain)."""
