@@ -1,0 +1,104 @@
+"""Paged attention as a Triton kernel: extend, decode and verify in one kernel.
+
+One program per (query token, query head). It walks the sequence's slot row in
+blocks of BLOCK_N keys, gathers K/V through the slots, masks (causal by position,
+custom mask inside the extend part, window) and keeps an online softmax. The
+semantics are those of attention_torch (see attn_meta for the mask rule), which is
+what the tests compare it with, under TRITON_INTERPRET=1 on a CPU.
+
+All per-sequence lengths are read from device arrays inside the kernel, so the grid
+depends only on the number of tokens: a decode batch can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mini_engine.model.attn_meta import AttnMeta
+
+
+@triton.jit
+def _paged_attn_kernel(
+    Q, K, V, O,
+    tok_seq, q_pos, q_indptr, kv_indptr, kv_slots, custom_mask, mask_indptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_ot, stride_oh,
+    sm_scale, window,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr,
+):
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    kvh = h // GROUP
+    b = tl.load(tok_seq + t)
+    pos = tl.load(q_pos + t)
+    qs = tl.load(q_indptr + b)
+    q_len = tl.load(q_indptr + b + 1) - qs
+    ks = tl.load(kv_indptr + b)
+    kv_len = tl.load(kv_indptr + b + 1) - ks
+    prefix = kv_len - q_len
+    i = t - qs
+
+    d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + t * stride_qt + h * stride_qh + d).to(tl.float32)
+    m_i = tl.full([1], -1.0e30, tl.float32)
+    l_i = tl.zeros([1], tl.float32)
+    acc = tl.zeros([HEAD_DIM], tl.float32)
+
+    # Prefix keys sit at their row index: outside the window they can be skipped.
+    lo = tl.where(window > 0, tl.maximum(0, tl.minimum(prefix, pos - window + 1)) // BLOCK_N * BLOCK_N, 0)
+    for start in range(lo, kv_len, BLOCK_N):
+        j = start + tl.arange(0, BLOCK_N)
+        valid = j < kv_len
+        e = j - prefix
+        in_ext = valid & (e >= 0)
+        kpos = tl.where(in_ext, tl.load(q_pos + qs + e, mask=in_ext, other=0), j)
+        vis = valid & (kpos <= pos)
+        if HAS_MASK:
+            mbase = tl.load(mask_indptr + b)
+            mk = tl.load(custom_mask + mbase + i * q_len + e, mask=in_ext, other=0)
+            vis = tl.where(in_ext, mk != 0, vis)
+        vis = vis & ((window <= 0) | ((pos - kpos) < window))
+        slot = tl.load(kv_slots + ks + j, mask=valid, other=0)
+        koff = slot[:, None] * stride_kt + kvh * stride_kh + d[None, :]
+        k = tl.load(K + koff, mask=valid[:, None], other=0.0).to(tl.float32)
+        s = tl.sum(k * q[None, :], axis=1) * sm_scale
+        s = tl.where(vis, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=0))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new)
+        v = tl.load(V + koff, mask=valid[:, None], other=0.0).to(tl.float32)
+        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+        l_i = l_i * alpha + tl.sum(p, axis=0)
+        m_i = m_new
+    out = acc / l_i
+    tl.store(O + t * stride_ot + h * stride_oh + d, out.to(O.dtype.element_ty))
+
+
+def triton_paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttnMeta,
+    kv_slots: torch.Tensor,
+    window: int,
+    scale: float,
+    block_n: int = 32,
+) -> torch.Tensor:
+    """Same contract as attention_torch.paged_attention."""
+    T, H, D = q.shape
+    if D & (D - 1):
+        raise ValueError(f"the Triton kernel needs a power-of-two head_dim (got {D})")
+    q = q.contiguous()
+    out = torch.empty_like(q)
+    has_mask = meta.custom_mask is not None
+    dummy = meta.q_indptr  # any int tensor: never read when HAS_MASK is False
+    _paged_attn_kernel[(T, H)](
+        q, k_cache, v_cache, out,
+        meta.tok_seq, meta.q_pos, meta.q_indptr, meta.kv_indptr, kv_slots,
+        meta.custom_mask if has_mask else dummy, meta.mask_indptr if has_mask else dummy,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), out.stride(0), out.stride(1),
+        scale, window,
+        GROUP=H // k_cache.shape[1], HEAD_DIM=D, BLOCK_N=block_n, HAS_MASK=has_mask,
+    )
+    return out
