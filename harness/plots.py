@@ -49,6 +49,7 @@ def write_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
         policies = _sort({k[0] for k in cells})
         if not policies:
             continue
+        top = max(max(cells.values()), 1.0)  # one scale for both policies: the fix reads as white
         fig, axes = plt.subplots(1, len(policies), figsize=(4.5 * len(policies), 3.8), squeeze=False)
         for ax, policy in zip(axes[0], policies):
             pss = _sort({k[1] for k in cells if k[0] == policy})
@@ -57,7 +58,7 @@ def write_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
             for (pol, ps, bs), v in cells.items():
                 if pol == policy:
                     grid[bss.index(bs), pss.index(ps)] = v
-            im = ax.imshow(grid, cmap="Reds", aspect="auto", origin="lower")
+            im = ax.imshow(grid, cmap="Reds", aspect="auto", origin="lower", vmin=0, vmax=top)
             ax.set_xticks(range(len(pss)), [str(p) for p in pss])
             ax.set_yticks(range(len(bss)), [str(b) for b in bss])
             ax.set_xlabel("page_size")

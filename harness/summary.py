@@ -55,8 +55,9 @@ def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: 
     shown = rows if len(rows) <= FULL_TABLE_MAX else [r for r in rows if r.get("verdict") not in PASSING]
     if shown:
         table = Table(title=None if shown is rows else f"{len(shown)} configs that need a look (of {len(rows)})")
-        for head in ("config", "status", "verdict", *(h for _, h in COLUMNS), "violations"):
-            table.add_column(head, overflow="fold")
+        table.add_column("config", no_wrap=True)
+        for head in ("status", "verdict", *(h for _, h in COLUMNS), "violations"):
+            table.add_column(head, no_wrap=True)
         for cells in summary_rows(shown):
             table.add_row(*cells)
         console.print(table)

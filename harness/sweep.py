@@ -52,12 +52,13 @@ class SweepOptions:
 def check_filter(expr: str | None) -> None:
     if expr is None:
         return
-    from _pytest.mark.expression import Expression, ParseError
+    from _pytest.mark.expression import Expression
 
+    # Same parser pytest -k uses; older pytest raised ParseError, newer a SyntaxError.
     try:
         Expression.compile(expr)
-    except ParseError as err:
-        raise SweepError(f"--filter must be a pytest -k expression over test ids: {err}") from None
+    except Exception as err:
+        raise SweepError(f"--filter must be a pytest -k expression over test ids: {str(err).splitlines()[0]}") from None
 
 
 def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: int, filter_expr: str | None,
@@ -119,10 +120,12 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     from rich.console import Console
 
     console = Console(highlight=False, quiet=opts.quiet)
+    if not console.is_terminal:
+        console = Console(highlight=False, quiet=opts.quiet, width=200)  # a log file: keep ids on one line
     err_console = Console(stderr=True, highlight=False)
     root = root or results_root()
     # Everything that can be wrong with the input is checked before any work.
-    suite = load_suite(opts.suite)
+    suite = load_suite(opts.suite, validate=False)
     check_filter(opts.filter)
     if opts.jobs is not None and opts.jobs < 1:
         raise SweepError(f"-j must be an integer >= 1 (got {opts.jobs})")
@@ -131,6 +134,7 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     hw = hardware.detect()
     if suite.needs_gpu and hw.profile == "cpu":
         raise SuiteError(f"suite {suite.name} needs a CUDA GPU (marks {', '.join(suite.marks)}); this machine has none (profile cpu)")
+    suite = load_suite(suite.path)  # validate every config now that the machine can run them
     jobs = opts.jobs or (hw.gpu_count if hw.gpu_count > 1 else 1)
     if opts.resume:
         run_dir = open_run_dir(opts.resume, root=root)

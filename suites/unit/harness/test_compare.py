@@ -1,0 +1,122 @@
+"""Baselines and regression verdicts, as properties and through the CLI."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.baseline import BaselineError, build, load_baseline, write_baseline
+from harness.compare import compare_rows
+
+COUNTERS = ("steps", "output_tokens", "peak_stranded_slots", "leaked_pages", "syncs", "retractions",
+            "peak_pages_held", "stranded_slots_sum")
+
+counter_values = st.integers(min_value=0, max_value=10_000)
+row_strategy = st.builds(
+    lambda key, counters, viol, tps: {
+        "key": key, "status": "violated" if any(viol.values()) else "ok", "test_id": key,
+        "metrics": {**counters, "output_tokens_per_s": tps, "tau": 3.5},
+        "violations": {k: v for k, v in viol.items() if v},
+    },
+    st.text("abcdefgh=,", min_size=1, max_size=12),
+    st.fixed_dictionaries({c: counter_values for c in COUNTERS}),
+    st.fixed_dictionaries({"K1": st.integers(0, 50), "K8": st.integers(0, 5)}),
+    st.floats(min_value=1.0, max_value=1e6),
+)
+rows_strategy = st.lists(row_strategy, min_size=1, max_size=8, unique_by=lambda r: r["key"])
+
+
+def baseline_of(rows):
+    return build(rows, "cpu", "abc")[0]
+
+
+@given(rows_strategy)
+def test_an_unchanged_rerun_passes(rows):
+    report = compare_rows(copy.deepcopy(rows), baseline_of(rows))
+    assert not report.regressed
+    assert {f.verdict for f in report.findings} == {"ok"}
+
+
+@given(rows_strategy, st.data())
+def test_any_counter_change_is_a_regression(rows, data):
+    base = baseline_of(rows)
+    now = copy.deepcopy(rows)
+    victim = data.draw(st.sampled_from(now))
+    metric = data.draw(st.sampled_from(COUNTERS))
+    delta = data.draw(st.sampled_from([-1, 1, 7]))
+    if victim["metrics"][metric] + delta < 0:
+        delta = 1
+    victim["metrics"][metric] += delta
+    report = compare_rows(now, base)
+    assert report.regressed
+    assert [(f.key, f.metric) for f in report.regressions] == [(victim["key"], metric)]
+
+
+@given(rows_strategy, st.data())
+def test_a_new_violation_is_a_regression(rows, data):
+    base = baseline_of(rows)
+    now = copy.deepcopy(rows)
+    victim = data.draw(st.sampled_from(now))
+    victim["violations"]["K5"] = 1
+    report = compare_rows(now, base)
+    assert [(f.key, f.metric, f.verdict) for f in report.regressions] == [(victim["key"], "violations.K5", "regression")]
+    assert "new violation" in report.regressions[0].change
+
+
+def _timed(samples):
+    return {"key": "k", "status": "ok", "metrics": {"steps": 10, "wall_s": sorted(samples)[len(samples) // 2],
+                                                     "output_tokens_per_s": 1000.0},
+            "samples": {"wall_s": samples}, "violations": {}}
+
+
+def test_timing_regression_needs_size_and_significance():
+    base = baseline_of([_timed([1.00, 1.01, 0.99, 1.02, 1.00, 0.98])])
+    slower = compare_rows([_timed([1.30, 1.31, 1.29, 1.33, 1.30, 1.32])], base)
+    assert [(f.metric, f.verdict) for f in slower.regressions] == [("wall_s", "regression")]
+    # 30% slower in the median but the samples overlap the baseline's: noise, not a regression.
+    noisy = compare_rows([_timed([0.9, 1.8, 1.3, 0.95, 1.6, 1.0])], base)
+    assert not noisy.regressed
+    # 5% slower and significant: below the 10% bar.
+    small = compare_rows([_timed([1.05, 1.06, 1.05, 1.07, 1.04, 1.05])], base)
+    assert not small.regressed
+    # One sample each: never enough evidence for a timing regression.
+    single = compare_rows([_timed([2.0])], baseline_of([_timed([1.0])]))
+    assert not single.regressed
+    faster = compare_rows([_timed([0.70, 0.71, 0.69, 0.72, 0.70, 0.71])], base)
+    assert [f.verdict for f in faster.findings if f.metric == "wall_s"] == ["improvement"]
+
+
+def test_new_missing_and_status_findings():
+    a = {"key": "a", "status": "ok", "metrics": {"steps": 1}, "violations": {}}
+    b = {"key": "b", "status": "ok", "metrics": {"steps": 2}, "violations": {}}
+    base = baseline_of([a, b])
+    c = {"key": "c", "status": "ok", "metrics": {"steps": 3}, "violations": {}}
+    failed = dict(a, status="failed")
+    report = compare_rows([failed, c], base)
+    verdicts = {(f.key, f.metric): f.verdict for f in report.findings}
+    assert verdicts[("a", "status")] == "regression"
+    assert verdicts[("c", "*")] == "new" and verdicts[("b", "*")] == "missing"
+    md = report.table("markdown")
+    assert md.splitlines()[0] == "| config | metric | baseline | now | change | verdict |"
+    assert "ok -> failed" in report.table("text")
+
+
+def test_load_baseline_errors(tmp_path):
+    with pytest.raises(BaselineError, match="not found"):
+        load_baseline(tmp_path / "none.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(BaselineError, match="not valid JSON"):
+        load_baseline(bad)
+    bad.write_text(json.dumps({"profile": "cpu"}))
+    with pytest.raises(BaselineError, match="must be an object with"):
+        load_baseline(bad)
+    good = tmp_path / "h100.json"
+    write_baseline(good, build([{"key": "a", "status": "ok", "metrics": {"steps": 1}}], "h100", "abc")[0])
+    assert load_baseline(good, expected_profile="h100")["configs"]["a"]["counters"] == {"steps": 1}
+    with pytest.raises(BaselineError, match="is for profile 'h100', but the run is on 'cpu'"):
+        load_baseline(good, expected_profile="cpu")

@@ -1,0 +1,116 @@
+"""Suite grids: expansion, ids, validation, and bad input before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.suites import SuiteError, available, load_suite
+from mini_engine.errors import KVBenchError
+
+
+def write(tmp_path: Path, text: str, name: str = "grid.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_shipped_suites_load_and_have_unique_ids():
+    assert {"smoke", "invariants", "nightly-gpu"} <= set(available())
+    smoke = load_suite("smoke")
+    inv = load_suite("invariants")
+    gpu = load_suite("nightly-gpu", validate=False)  # validating cuda configs needs a GPU
+    for s in (smoke, inv, gpu):
+        ids = [c.id for c in s.configs]
+        assert len(ids) == len(set(ids))
+    assert len(inv.configs) >= 200
+    assert gpu.needs_gpu and gpu.marks == ("gpu", "nightly")
+
+
+def test_smoke_covers_what_the_issue_asks():
+    configs = [c.config for c in load_suite("smoke").configs]
+    assert {c.get("spec") for c in configs} >= {"eagle", "dflash"}
+    assert {c.get("policy") for c in configs} >= {"aligned", "unaligned"}
+    assert {c.get("page_size") for c in configs} >= {1, 16, 64}
+    assert any(c.get("window") for c in configs) and any(c.get("window") is None for c in configs)
+    assert any(c.get("model") == "tiny" for c in configs)
+
+
+def test_nightly_gpu_covers_the_axes():
+    configs = [c.config for c in load_suite("nightly-gpu", validate=False).configs]
+    assert {c["page_size"] for c in configs} == {1, 16, 64, 256}
+    assert {c.get("block_size") for c in configs} >= {4, 8, 16}
+    assert {c.get("window") for c in configs} == {None, 128, 512, 1024, 4096}
+    assert {c["model"] for c in configs} == {"qwen3-0.6b", "llama-3.1-8b"}
+
+
+def test_product_table_axes_include_exclude(tmp_path):
+    p = write(tmp_path, """
+[defaults]
+num_requests = 2
+[axes]
+algo = [{ spec = "dflash", block_size = [4, 8] }, { spec = "eagle", topk = 1 }]
+page_size = [1, 16]
+[[exclude]]
+spec = "eagle"
+page_size = 1
+[[include]]
+spec = "none"
+page_size = [2, 4]
+""")
+    s = load_suite(p)
+    ids = [c.id for c in s.configs]
+    assert len(ids) == 2 * 2 + 1 + 2
+    assert "spec:dflash-bs:8-ps:16" in ids
+    assert "spec:eagle-topk:1-ps:16" in ids and "spec:eagle-topk:1-ps:1" not in ids
+    assert all(c.config["num_requests"] == 2 for c in s.configs)
+    eagle = s.by_id()["spec:eagle-topk:1-ps:16"].config
+    assert "block_size" not in eagle  # a table axis sets only its own options
+
+
+def test_none_means_unset(tmp_path):
+    s = load_suite(write(tmp_path, '[axes]\nwindow = ["none", 32]\npage_size = [16]\n'))
+    assert [c.config["window"] for c in s.configs] == [None, 32]
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[axes\npage_size = [1]", "not valid TOML"),
+    ("[axes]\npage_size = [0]", "page_size must be an integer >= 1"),
+    ("[axes]\nspec = ['medusa']", "spec must be one of"),
+    ("[axes]\npage_size = 16", "must be a non-empty list"),
+    ("[axes]\nbogus_option = [1]", "bogus_option"),
+    ("colour = 'red'", "unknown key 'colour'"),
+    ("repeat = 0", "repeat must be an integer >= 1"),
+    ("marks = ['fast']", "marks must be a list of"),
+    ("[[expect]]\nwhen = { nope = 1 }", "unknown option 'nope'"),
+    ("[[expect]]\nmetrics = { steps = { above = 1 } }", "allows min, max, equals"),
+    ("[axes]\npage_size = [1]\n[[exclude]]\npage_size = 1", "the grid is empty"),
+])
+def test_bad_suites_are_one_line_errors(tmp_path, text, needle):
+    with pytest.raises(KVBenchError) as err:  # SuiteError, or ExpectError for a bad rule
+        load_suite(write(tmp_path, text))
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unknown_suite_names_the_available_ones():
+    with pytest.raises(SuiteError, match="unknown suite 'nope' \\(available: .*smoke"):
+        load_suite("nope")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["sweep", "nope"], "unknown suite 'nope'"),
+    (["sweep", "BAD"], "page_size must be an integer >= 1 (got 0)"),
+    (["sweep", "smoke", "--filter", "ps:16 and ("], "--filter must be a pytest -k expression"),
+    (["sweep", "smoke", "-j", "0"], "-j must be an integer >= 1"),
+    (["sweep", "smoke", "--resume", "no-such-run"], "no run 'no-such-run'"),
+    (["sweep", "smoke", "--run-id", "../escape"], "run id must be"),
+])
+def test_sweep_bad_input_exits_2_before_any_work(tmp_path, results_root, cli, capsys, args, needle):
+    bad = write(tmp_path, "[axes]\npage_size = [16, 0]\n", "bad.toml")
+    argv = [str(bad) if a == "BAD" else a for a in args]
+    assert cli(*argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
+    assert not (results_root / "runs").exists() or not any((results_root / "runs").iterdir())
+    assert not (results_root / "mlflow.db").exists()
