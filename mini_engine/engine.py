@@ -88,7 +88,7 @@ class Engine:
         self.manager = KVManager(self.mem, self.auditor, self.trace)
         self.backend = backend if backend is not None else create_backend(cfg)
         self.backend.attach(self.manager)
-        self.stats = Stats(cfg.page_size, cfg.max_accept)
+        self.stats = Stats(cfg.page_size, cfg.max_accept, swa=cfg.has_swa)
         self.sched = Scheduler(cfg, self.manager, self.reserve, self._on_release)
         # Test hook: a PD caller that bypasses the evict floor (K6 must fire).
         self.sched.pd_skip_floor = pd_skip_floor
@@ -321,7 +321,8 @@ class Engine:
         if verdict == "ok" and total:
             verdict = "violated"
         stats = self.stats.finalize(
-            wall_s=wall, syncs=int(self.manager.syncs), leaked_pages=int(self.manager.leaked_pages()),
+            wall_s=wall, syncs=int(self.manager.syncs), leaked_pages=int(self.manager.leaked_pages("full")),
+            leaked_swa_pages=int(self.manager.leaked_pages("swa")),
             requests=len(reqs), finished=len(reqs) - self._unfinished(reqs), violations=total,
         )
         samples = [{"id": v.id, "rid": v.rid, "step": v.step, "values": _plain(v.values)}

@@ -20,6 +20,7 @@ def rss_peak_bytes() -> int:
 class Stats:
     page_size: int
     max_accept: int
+    swa: bool = False  # an SWA pool exists (its copy of the last page leaks alike)
     steps: int = 0
     prefill_steps: int = 0
     decode_steps: int = 0
@@ -36,6 +37,7 @@ class Stats:
     retractions: int = 0
     releases: int = 0
     predicted_leaked_pages: int = 0
+    predicted_leaked_swa_pages: int = 0
     pd_arrivals: int = 0
     k9_checks: int = 0
     peak_compact_draft: int = 0
@@ -47,6 +49,9 @@ class Stats:
         self.releases += 1
         if free_policy == "host_pages" and extent % self.page_size:
             self.predicted_leaked_pages += 1
+            # The SWA cursor is page-floored below the extent, so the SWA pool holds
+            # a copy of that last page too and drops it the same way.
+            self.predicted_leaked_swa_pages += self.swa
 
     def sample(self, manager, running: int) -> None:
         stranded = int(manager.stranded_slots)
@@ -61,7 +66,7 @@ class Stats:
         self.peak_held = max(self.peak_held, held)
         self.peak_running = max(self.peak_running, running)
 
-    def finalize(self, *, wall_s: float, syncs: int, leaked_pages: int, requests: int,
+    def finalize(self, *, wall_s: float, syncs: int, leaked_pages: int, leaked_swa_pages: int, requests: int,
                  finished: int, violations: int) -> dict[str, float | int]:
         tau = self.accepted_tokens / self.spec_verifies if self.spec_verifies else 0.0
         drafts = self.max_accept - 1
@@ -90,6 +95,8 @@ class Stats:
             "stranded_slots_sum": self.stranded_sum,
             "leaked_pages": leaked_pages,
             "predicted_leaked_pages": self.predicted_leaked_pages,
+            "leaked_swa_pages": leaked_swa_pages,
+            "predicted_leaked_swa_pages": self.predicted_leaked_swa_pages,
             "peak_running": self.peak_running,
             "retractions": self.retractions,
             "releases": self.releases,

@@ -134,6 +134,8 @@ def print_summary(row: dict[str, Any]) -> None:
         ("peak reserved-unwritten slots", m.get("peak_reserved_slots")),
         ("stranded slots (peak / sum)", f"{m.get('peak_stranded_slots', '-')} / {m.get('stranded_slots_sum', '-')}"),
         ("leaked pages (measured / predicted)", f"{m.get('leaked_pages', '-')} / {m.get('predicted_leaked_pages', '-')}"),
+        ("leaked SWA pages (measured / predicted)",
+         f"{m.get('leaked_swa_pages', '-')} / {m.get('predicted_leaked_swa_pages', '-')}"),
         ("peak running requests", m.get("peak_running")),
         ("retractions", m.get("retractions")),
         ("RSS peak MiB", _num(m["rss_peak_bytes"] / 2**20, 1) if "rss_peak_bytes" in m else "-"),

@@ -68,15 +68,19 @@ def test_eagle_tree_reserve():
     assert row["series"]["reserved"] == [48 - 37, 304 - 38, 0]
 
 
+@pytest.mark.parametrize("window", [None, 48])
 @pytest.mark.parametrize("ps", [1, 16, 64])
-def test_unaligned_seeded_workload_matches_formula(ps):
+def test_unaligned_seeded_workload_matches_formula(ps, window):
     """A seeded uniform workload: measured leaks equal the DESIGN.md count of unaligned releases."""
-    base = dict(spec="dflash", page_size=ps, block_size=8, workload="uniform", num_requests=24,
-                input_len=300, output_len=120, min_len=10, pool_tokens=16384, seed=7, policy="unaligned")
+    base = dict(spec="dflash", page_size=ps, block_size=8, workload="pd", pd_fraction=0.5, num_requests=24,
+                input_len=300, output_len=120, min_len=10, pool_tokens=16384, seed=7, policy="unaligned",
+                window=window)
     host = run_config(dict(base, free_policy="host_pages"))["metrics"]
     dedup = run_config(dict(base, free_policy="dedup"))["metrics"]
     assert host["leaked_pages"] == host["predicted_leaked_pages"]
-    assert dedup["leaked_pages"] == 0 == dedup["predicted_leaked_pages"]
+    assert host["leaked_swa_pages"] == host["predicted_leaked_swa_pages"]
+    assert host["leaked_swa_pages"] == (host["leaked_pages"] if window else 0)
+    assert dedup["leaked_pages"] == 0 == dedup["predicted_leaked_pages"] == dedup["leaked_swa_pages"]
     if ps == 1:
         assert host["leaked_pages"] == 0 and host["stranded_slots_sum"] == 0
     else:

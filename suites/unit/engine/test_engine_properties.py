@@ -83,6 +83,7 @@ def test_aligned_finishes_everything_clean(opts, data, factor, pd):
     assert all(r.status is Status.FINISHED for r in reqs)
     s = result.stats
     assert s["leaked_pages"] == 0 == s["predicted_leaked_pages"]
+    assert s["leaked_swa_pages"] == 0
     assert s["peak_stranded_slots"] == 0
     assert s["peak_pages_held"] <= cfg.num_pages
     if cfg.free_policy == "host_pages":
@@ -141,7 +142,7 @@ class EngineMachine(RuleBasedStateMachine):
         result = self.engine.run()
         assert result.verdict == "ok", result.error
         assert result.outputs == expected_outputs(self.engine.cfg, self.reqs)
-        assert result.stats["leaked_pages"] == 0
+        assert result.stats["leaked_pages"] == 0 == result.stats["leaked_swa_pages"]
 
 
 EngineMachine.TestCase.settings = settings(max_examples=max(5, EXAMPLES * 3 // 5), stateful_step_count=20, deadline=None,
