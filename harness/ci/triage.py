@@ -106,8 +106,10 @@ def _body(key: str, metric: str, where: str, nights: list[Night], streak: int, b
             lines.append(f"| `{night.name}` | {_fmt(f.baseline)} | {_fmt(f.now)} | {_change(f.change)} "
                          f"| {f.verdict} | {link} |")
     rows = [r for r in newest.rows if r.get("key") == key]
+    # This config alone: the rest of the baseline would only show up as "missing".
+    own = {**baseline, "configs": {k: v for k, v in (baseline.get("configs") or {}).items() if k == key}}
     lines += ["", f"`kvbench compare` on `{newest.name}` for this config:", "",
-              compare_rows(rows, baseline).table(fmt="markdown").rstrip(), ""]
+              compare_rows(rows, own).table(fmt="markdown").rstrip(), ""]
     lines.append("_Opened and updated by `kvbench ci triage`; it reopens this issue if the regression comes back._")
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,117 @@
+"""Nightly triage on recorded nights (fixtures/nights, compared with fixtures/baseline_cpu.json).
+
+The recorded nights, oldest first:
+  25: config C's syncs regress            (fixed the next night)
+  26: config A's peak_pages_held regresses
+  27: config A still regressed; config B's leaked_pages regresses (first time)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.baseline import load_baseline
+from harness.ci import triage
+from harness.ci.recording import RecordingClient
+from mini_engine.errors import ConfigError
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+NIGHTS = FIX / "nights"
+N25, N26, N27 = (NIGHTS / f"nightly-202611{d}" for d in (25, 26, 27))
+KVBENCH = Path(sys.executable).parent / "kvbench"
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    return load_baseline(FIX / "baseline_cpu.json", expected_profile="cpu")
+
+
+def _run(dirs, baseline, client, where="cpu"):
+    nights = triage.load_nights(list(dirs), baseline, "https://mlflow.example")
+    tp = triage.plan(nights, baseline, where)
+    return tp, triage.apply(tp, client, where, nights[-1].name)
+
+
+def test_two_nights_in_a_row_open_one_issue(baseline):
+    client = RecordingClient()
+    tp, log = _run([N25, N26, N27], baseline, client)
+    assert [(t.metric, t.streak) for t in tp.track] == [("peak_pages_held", 2)]
+    assert client.count("open_issue") == 1
+    issue = next(iter(client.issues.values()))
+    assert issue["title"].startswith("kvbench regression: peak_pages_held on spec=dflash,ps=16,bs=16,policy=aligned")
+    assert issue["title"].endswith("(cpu)") and issue["labels"] == [triage.LABEL]
+    body = issue["body"]
+    assert "on 2 consecutive nights, since `nightly-20261126`" in body
+    assert "| `nightly-20261127` | 118 | 120 | +2 (+1.7%) | regression |" in body
+    assert "(https://mlflow.example/#/runs/" + "3d" * 16 + ")" in body
+    assert "| config | metric | baseline | now | change | verdict |" in body  # the compare table
+    # B regressed on the newest night only: logged, not filed.
+    assert [m for _, m in tp.blips] == ["leaked_pages"]
+    assert any(line.startswith("one night only") for line in log)
+
+
+def test_one_night_blip_opens_nothing(baseline):
+    client = RecordingClient()
+    tp, _ = _run([N25, N26], baseline, client)  # A only on the newest of these; C fixed
+    assert tp.track == [] and client.count("open_issue") == 0
+    tp, _ = _run([N27], baseline, client)  # a single night never files
+    assert tp.track == [] and client.count("open_issue") == 0
+
+
+def test_regressions_must_be_on_consecutive_nights(baseline):
+    client = RecordingClient()
+    tp, _ = _run([N26, N25, N27], baseline, client)  # A regressed on 26 and 27, but 25 is between
+    assert tp.track == [] and client.count("open_issue") == 0
+
+
+def test_next_night_updates_the_same_issue_and_reopens_a_closed_one(baseline):
+    client = RecordingClient()
+    _run([N26, N27], baseline, client)
+    _run([N26, N27], baseline, client)
+    assert client.count("open_issue") == 1 and client.count("update_issue") == 1
+    (number, issue), = client.issues.items()
+    issue["state"] = "closed"
+    _, log = _run([N26, N27], baseline, client)
+    assert client.count("open_issue") == 1 and issue["state"] == "open"
+    assert log[0].startswith(f"reopened #{number}")
+
+
+def test_recovery_is_noted_on_the_open_issue(baseline):
+    client = RecordingClient()
+    title = triage.title_for("syncs", next(iter(triage.load_nights([N25], baseline)[0].report.regressions)).key, "cpu")
+    number = client.open_issue(title, "tracking", [triage.LABEL])
+    tp, log = _run([N25, N26], baseline, client)
+    assert [m for _, m in tp.recovered] == ["syncs"]
+    assert "Not regressed on `nightly-20261126`" in client.issues[number]["body"]
+    assert log[0] == f"noted recovery on #{number}: {title}"
+
+
+def test_long_keys_keep_titles_short_and_distinct():
+    a = triage.title_for("leaked_pages", "k=" + "x" * 400, "h200")
+    b = triage.title_for("leaked_pages", "k=" + "x" * 399 + "y", "h200")
+    assert len(a) < 256 and a != b
+
+
+def test_history_and_bad_input(baseline, tmp_path):
+    assert triage.history(NIGHTS) == [N25, N26, N27]
+    with pytest.raises(ConfigError, match="has no results.jsonl"):
+        triage.load_nights([tmp_path], baseline)
+    with pytest.raises(ConfigError, match="--min-nights must be an integer >= 2"):
+        triage.plan(triage.load_nights([N27], baseline), baseline, "cpu", min_nights=1)
+
+
+def test_cli_dry_run():
+    out = subprocess.run([KVBENCH, "ci", "triage", "--history", NIGHTS, "--baseline", FIX / "baseline_cpu.json",
+                          "--runner", "cpu"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "opened #" in out.stdout and "triage: 1 tracked, 1 one-night, 0 recovered over 3 night(s)" in out.stdout
+    out = subprocess.run([KVBENCH, "ci", "triage", "--nights", NIGHTS, "--baseline", FIX / "baseline_cpu.json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "has no results.jsonl" in out.stderr and "Traceback" not in out.stderr
+    out = subprocess.run([KVBENCH, "ci", "triage", "--history", NIGHTS, "--baseline", FIX / "nope.json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "not found" in out.stderr
