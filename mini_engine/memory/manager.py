@@ -234,6 +234,10 @@ class KVManager:
         found = check_all(self, self.step, batch)
         for v in found:
             self._report(v)
+        # Checks close a step: event violations from here on belong to the next one.
+        self.step += 1
+        if self.auditor is not None:
+            self.auditor.step = self.step
         return found
 
     # -- internals ----------------------------------------------------------------

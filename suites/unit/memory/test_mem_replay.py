@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +140,16 @@ def test_bad_trace_one_line_exit_2(tmp_path, capsys, content, msg):
     assert main(["replay", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and msg in err and "Traceback" not in err
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_committed_example_traces_replay_clean(path):
+    rep = replay(path)
+    assert rep.calls > 10 and rep.divergences == 0
+
+
+def test_there_are_example_traces():
+    assert len(EXAMPLES) >= 2
