@@ -54,6 +54,7 @@ class PagedAllocator:
         self._is_free = np.ones(num_pages + 1, dtype=bool)
         self._is_free[0] = False
         self._group: list[np.ndarray] | None = None
+        self._group_depth = 0
 
     # -- queries ---------------------------------------------------------------
     @property
@@ -187,9 +188,17 @@ class PagedAllocator:
         return self.free_pages(reps.astype(np.int64) // ps)
 
     def free_group_begin(self) -> None:
-        self._group = []
+        """Collect frees until the matching end, then return them in one call (groups nest)."""
+        self._group_depth += 1
+        if self._group is None:
+            self._group = []
 
     def free_group_end(self) -> None:
+        if self._group_depth == 0:
+            raise RuntimeError("free_group_end without free_group_begin")
+        self._group_depth -= 1
+        if self._group_depth:
+            return
         group, self._group = self._group, None
         if group:
             self.free_pages(np.concatenate(group))

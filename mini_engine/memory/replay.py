@@ -111,11 +111,13 @@ def replay(path: str | os.PathLike) -> ReplayReport:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise TraceError(f"trace file {path} does not exist or is not a file")
-    with open(path, encoding="utf-8") as fh:
-        try:
+    try:
+        with open(path, encoding="utf-8") as fh:
             lines = fh.read().splitlines()
-        except UnicodeDecodeError:
-            raise TraceError(f"{path}: not a text file (a trace is JSON lines)") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"{path}: not a text file (a trace is JSON lines)") from None
+    except OSError as err:
+        raise TraceError(f"cannot read trace file {path}: {err.strerror}") from None
     if not lines or not lines[0].strip():
         raise TraceError(f"trace file {path} is empty (expected a kvbench-trace header line)")
     head = _read_header(path, lines[0])

@@ -13,7 +13,8 @@ from mini_engine.errors import check_choice, check_positive
 POLICIES = ("aligned", "unaligned")
 
 
-def _int(name: str, value: object, minimum: int) -> int:
+def check_size(name: str, value: object, minimum: int = 1) -> int:
+    """check_positive that also takes numpy integers."""
     # numpy integers are ints for our purposes; check_positive only knows the builtin.
     if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
         value = int(value)
@@ -22,29 +23,29 @@ def _int(name: str, value: object, minimum: int) -> int:
 
 def ceil_ps(x: int, ps: int) -> int:
     """Smallest multiple of ps that is >= x."""
-    x = _int("length", x, 0)
-    ps = _int("page_size", ps, 1)
+    x = check_size("length", x, 0)
+    ps = check_size("page_size", ps, 1)
     return -(-x // ps) * ps
 
 
 def floor_ps(x: int, ps: int) -> int:
     """Largest multiple of ps that is <= x."""
-    x = _int("length", x, 0)
-    ps = _int("page_size", ps, 1)
+    x = check_size("length", x, 0)
+    ps = check_size("page_size", ps, 1)
     return x // ps * ps
 
 
 def dflash_reserve(block_size: int) -> int:
     """DFLASH double buffer: two draft blocks (one in flight, one being planned)."""
-    return 2 * _int("block_size", block_size, 1)
+    return 2 * check_size("block_size", block_size, 1)
 
 
 def eagle_width(page_size: int, topk: int, steps: int, num_draft_tokens: int) -> int:
     """Slots one EAGLE step may write: with topk > 1 and paging, each branch may straddle a page."""
-    ps = _int("page_size", page_size, 1)
-    topk = _int("topk", topk, 1)
-    steps = _int("steps", steps, 1)
-    ndt = _int("num_draft_tokens", num_draft_tokens, 1)
+    ps = check_size("page_size", page_size, 1)
+    topk = check_size("topk", topk, 1)
+    steps = check_size("steps", steps, 1)
+    ndt = check_size("num_draft_tokens", num_draft_tokens, 1)
     if ps == 1 or topk == 1:
         return max(steps * topk, ndt)
     pages_per_branch = -(-(ps - 1 + steps) // ps)
@@ -57,10 +58,10 @@ def eagle_reserve(page_size: int, topk: int, steps: int, num_draft_tokens: int) 
 
 def plan_extent(cur: int, committed: int, reserve: int, page_size: int, policy: str) -> int:
     """Next extent of one request before a speculative step; never below the current one."""
-    cur = _int("cur", cur, 0)
-    committed = _int("committed", committed, 0)
-    reserve = _int("reserve", reserve, 0)
-    ps = _int("page_size", page_size, 1)
+    cur = check_size("cur", cur, 0)
+    committed = check_size("committed", committed, 0)
+    reserve = check_size("reserve", reserve, 0)
+    ps = check_size("page_size", page_size, 1)
     check_choice("policy", policy, POLICIES)
     want = committed + reserve
     if policy == "aligned":
@@ -70,33 +71,33 @@ def plan_extent(cur: int, committed: int, reserve: int, page_size: int, policy: 
 
 def swa_tail_len(fill_len: int, window: int, page_size: int) -> int:
     """SWA positions a PD-transferred request keeps: the window, widened down to a page boundary."""
-    fill_len = _int("fill_len", fill_len, 0)
-    window = _int("window", window, 1)
-    ps = _int("page_size", page_size, 1)
+    fill_len = check_size("fill_len", fill_len, 0)
+    window = check_size("window", window, 1)
+    ps = check_size("page_size", page_size, 1)
     return fill_len - max(0, fill_len - window) // ps * ps
 
 
 def compact_draft_len(seq_len: int, draft_window: int, page_size: int) -> int:
     """Exact compact draft cache length: whole pages below the window are freed (a saw-tooth)."""
-    seq_len = _int("seq_len", seq_len, 0)
-    dw = _int("draft_window", draft_window, 1)
-    ps = _int("page_size", page_size, 1)
+    seq_len = check_size("seq_len", seq_len, 0)
+    dw = check_size("draft_window", draft_window, 1)
+    ps = check_size("page_size", page_size, 1)
     return seq_len - max(0, seq_len - dw) // ps * ps
 
 
 def compact_draft_bound(seq_len: int, draft_window: int, page_size: int) -> int:
     """Monotone host envelope of compact_draft_len (plannable without reading the device)."""
-    seq_len = _int("seq_len", seq_len, 0)
-    dw = _int("draft_window", draft_window, 1)
-    ps = _int("page_size", page_size, 1)
+    seq_len = check_size("seq_len", seq_len, 0)
+    dw = check_size("draft_window", draft_window, 1)
+    ps = check_size("page_size", page_size, 1)
     return min(seq_len, dw + (ps if ps > 1 else 0))
 
 
 def row_width(max_context: int, reserve: int, page_size: int, speculative: bool) -> int:
     """req_to_token row width: an aligned reservation may overshoot committed + reserve by ps - 1."""
-    ctx = _int("max_context", max_context, 1)
-    ps = _int("page_size", page_size, 1)
+    ctx = check_size("max_context", max_context, 1)
+    ps = check_size("page_size", page_size, 1)
     if not speculative:
         return ctx + ps - 1
-    reserve = _int("reserve", reserve, 1)
+    reserve = check_size("reserve", reserve, 1)
     return ctx + reserve + ps - 1

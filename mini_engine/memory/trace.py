@@ -6,10 +6,11 @@ records; replay (replay.py, re-exported here) re-runs a file on fresh allocators
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from typing import IO
+
+from mini_engine.errors import TraceError
 
 FORMAT = "kvbench-trace"
 VERSION = 1
@@ -18,7 +19,10 @@ VERSION = 1
 class TraceWriter:
     def __init__(self, path_or_file: str | os.PathLike | IO[str], header: dict):
         if isinstance(path_or_file, (str, os.PathLike)):
-            self._fh: IO[str] = open(path_or_file, "w", encoding="utf-8")
+            try:
+                self._fh: IO[str] = open(path_or_file, "w", encoding="utf-8")
+            except OSError as err:
+                raise TraceError(f"cannot write trace file {os.fspath(path_or_file)}: {err.strerror}") from None
             self._owns = True
         else:
             self._fh = path_or_file
@@ -52,10 +56,12 @@ class TraceWriter:
         self._fh.flush()
 
     def close(self) -> None:
-        if self._owns and not self._fh.closed:
+        if self._fh.closed:
+            return
+        if self._owns:
             self._fh.close()
-        elif not isinstance(self._fh, io.StringIO) or not self._fh.closed:
-            self._fh.flush()
+        else:
+            self._fh.flush()  # the caller's file stays open
 
     def __enter__(self) -> TraceWriter:
         return self

@@ -111,3 +111,18 @@ def test_bad_last_loc_is_refused():
 def test_bad_sizes(kwargs, name):
     with pytest.raises(ConfigError, match=f"^{name} must be"):
         PagedAllocator(**kwargs)
+
+
+def test_free_groups_nest():
+    a = PagedAllocator(8, 4)
+    a.alloc_extend([0], [16], [-1])
+    a.free_group_begin()
+    a.free_group_begin()
+    a.free_pages([1])
+    a.free_group_end()
+    assert a.num_free_pages == 4  # the outer group still holds it
+    a.free_pages([2])
+    a.free_group_end()
+    assert a.num_free_pages == 6
+    with pytest.raises(RuntimeError):
+        a.free_group_end()

@@ -153,3 +153,19 @@ def test_committed_example_traces_replay_clean(path):
 
 def test_there_are_example_traces():
     assert len(EXAMPLES) >= 2
+
+
+def test_unwritable_trace_path_is_one_line(tmp_path):
+    from mini_engine.memory import MemoryConfig
+
+    with pytest.raises(TraceError, match="cannot write trace file"):
+        TraceWriter.for_memory(tmp_path / "no" / "such" / "dir.jsonl", MemoryConfig(16, 8, 2, 64))
+
+
+def test_numpy_lengths_are_accepted(tmp_path):
+    import numpy as np
+
+    m = KVManager(MemoryConfig(16, 8, 2, 64), Auditor("raise"))
+    s = m.admit(0)
+    assert m.extend(s, np.int64(20)) and s.allocated == 32
+    assert m.prepare([s], np.int64(8))
