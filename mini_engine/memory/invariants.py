@@ -177,11 +177,13 @@ def check_k8(m: KVManager, step: int) -> list[Violation]:
         owner = m.ledger.owner[name]
         both = int(((owner > 0) & a._is_free).sum())
         counted = int(m.ledger.held[name].sum())
+        owned = int((owner > 0).sum())  # < held when one page was taken twice
         last = m._seen_leaked.get(name, 0)
-        if leaked != last or both or counted != held:
+        if leaked != last or both or counted != held or owned != held:
             out.append(Violation("K8", None, step, {
                 "pool": name, "total": a.num_pages, "free": free, "held": held,
-                "leaked": leaked, "new_leaks": leaked - last, "free_and_held": both}))
+                "leaked": leaked, "new_leaks": leaked - last, "free_and_held": both,
+                "held_twice": held - owned}))
         m._seen_leaked[name] = leaked
     return out
 

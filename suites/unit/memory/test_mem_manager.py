@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from mini_engine.errors import ConfigError, InvariantViolation
@@ -168,3 +169,13 @@ def test_memory_config_validation_names_the_field(field, value):
 def test_swa_needs_both_pool_and_window():
     with pytest.raises(ConfigError, match="swa_num_pages and window"):
         MemoryConfig(16, 8, 2, 64, swa_num_pages=8).validate()
+
+
+def test_k8_catches_a_page_held_twice():
+    m, aud = make()
+    a, b = prefilled(m, 20), m.admit("b")
+    assert m.extend(b, 20)
+    page = int(m.ledger.pages_of("full", a.row)[0])
+    m.ledger.take_row("full", b.row, np.array([page]))  # a second owner for one page
+    found = [v for v in m.check(0) if v.id == "K8"]
+    assert found and found[0].values["held_twice"] == 1
