@@ -76,6 +76,10 @@ class EngineConfig:
     accept_mean: float | None = None
     temperature: float = 0.0
     vocab_size: int = 32000
+    # Real-model drafters only: target layers the drafter shares and the noise on
+    # its weights, the knobs that set how often the draft agrees with the target.
+    draft_layers: int | None = None
+    draft_noise: float | None = None
     # Filled in by validation, not options.
     num_pages: int = field(init=False, default=0)
 
@@ -98,6 +102,7 @@ class EngineConfig:
         self._resolve_spec()
         self._resolve_swa()
         self._resolve_acceptance()
+        self._resolve_drafter()
         self._resolve_pool()
 
     # -- validation pieces -------------------------------------------------
@@ -161,6 +166,17 @@ class EngineConfig:
             if self.accept_mean > most:
                 raise ConfigError(f"accept_mean must be in [1, {most}] for this draft (bonus token included) (got {self.accept_mean})")
 
+    def _resolve_drafter(self) -> None:
+        for name in ("draft_layers", "draft_noise"):
+            if getattr(self, name) is None:
+                continue
+            if self.model == "none" or self.spec == "none":
+                raise ConfigError(f"{name} applies to a real model's drafter only (model={self.model!r}, spec={self.spec!r})")
+        if self.draft_layers is not None:
+            check_positive("draft_layers", self.draft_layers, minimum=0)
+        if self.draft_noise is not None:
+            self.draft_noise = _check_float("draft_noise", self.draft_noise, low=0.0)
+
     def _resolve_pool(self) -> None:
         if self.pool_tokens is not None and self.mem_fraction is not None:
             raise ConfigError("pool_tokens and mem_fraction are exclusive: size the pool one way")
@@ -202,6 +218,11 @@ class EngineConfig:
     @property
     def kv_bytes_per_token(self) -> int:
         # Both pools are sized in tokens alike, so every layer costs one token's KV.
+        if self.model != "none":
+            from mini_engine.model.config import SHAPES  # a named shape knows its own KV size
+
+            if self.model in SHAPES:
+                return SHAPES[self.model].kv_bytes_per_token("all")
         return NOMINAL_LAYERS * 2 * NOMINAL_KV_HEADS * NOMINAL_HEAD_DIM * NOMINAL_DTYPE_BYTES
 
     # -- (de)serialisation -------------------------------------------------

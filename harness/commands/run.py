@@ -41,6 +41,8 @@ _ENGINE_FLAGS = (
     ("--accept-mean", "accept_mean", float, None, "simulated accepted length, mean of a seeded law"),
     ("--temperature", "temperature", float, None, "sampling temperature of a real model"),
     ("--vocab-size", "vocab_size", int, None, "vocabulary of the simulated tokens"),
+    ("--draft-layers", "draft_layers", int, None, "real model: target layers the drafter shares"),
+    ("--draft-noise", "draft_noise", float, None, "real model: noise on the drafter's weights"),
 )
 _WORKLOAD_FLAGS = (
     ("--workload", "workload", str, ("fixed", "uniform", "lognormal", "pd"), "synthetic workload"),

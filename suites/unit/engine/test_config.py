@@ -49,6 +49,8 @@ def test_max_accept():
     ({"seed": -1}, "seed must be an integer >= 0"),
     ({"temperature": -0.1}, "temperature must be a number >= 0.0"),
     ({"page_size": "16"}, "page_size must be an integer >= 1"),
+    ({"spec": "dflash", "draft_layers": 2}, "draft_layers applies to a real model's drafter only"),
+    ({"model": "tiny", "spec": "dflash", "draft_noise": -1.0}, "draft_noise must be a number >= 0.0"),
 ])
 def test_bad_options_are_one_line(options, words):
     with pytest.raises(ConfigError) as info:
@@ -74,6 +76,12 @@ def test_mem_fraction_sizes_pool_from_kv_bytes():
     import os
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     assert cfg.num_pages == int(total * 0.01) // cfg.kv_bytes_per_token // cfg.page_size
+
+
+def test_named_model_kv_bytes():
+    cfg = EngineConfig(model="qwen3-0.6b", mem_fraction=0.01)
+    assert cfg.kv_bytes_per_token == 28 * 2 * 8 * 128 * 2
+    assert EngineConfig(model="tiny").kv_bytes_per_token == 4 * 2 * 2 * 16 * 4
 
 
 def test_toml(tmp_path):
