@@ -102,7 +102,17 @@ class Engine:
     def validate(self, reqs: list[Request]) -> None:
         """Bad workloads are bad input (ConfigError), found before the first step."""
         cfg = self.cfg
+        seen = {r.rid for r in self.requests}
         for r in reqs:
+            if r.rid in seen:
+                raise ConfigError(f"request id {r.rid} appears twice; request ids must be unique")
+            seen.add(r.rid)
+            if not r.prompt or r.max_new_tokens < 1:
+                raise ConfigError(f"request {r.rid} needs a non-empty prompt and max_new_tokens >= 1 "
+                                  f"(got {len(r.prompt)} prompt tokens, max_new_tokens={r.max_new_tokens})")
+            if r.fill_len not in (0, len(r.prompt)):
+                raise ConfigError(f"request {r.rid}: fill_len must be 0 or the prompt length {len(r.prompt)} "
+                                  f"(got {r.fill_len})")
             total = len(r.prompt) + r.max_new_tokens
             if total > cfg.max_context:
                 raise ConfigError(
@@ -155,6 +165,10 @@ class Engine:
         except (InvariantViolation, EvictFloorError) as err:
             verdict = "violated"  # raise mode: stop at the first one, keep what was counted
             self.error = f"{type(err).__name__}: {err}"
+        except BaseException:
+            if self.trace is not None:  # a crash keeps the trace up to the failing call
+                self.trace.close()
+            raise
         wall = time.perf_counter() - t0
         if verdict == "pool_exhausted" and self.error is None:
             self.error = (f"pool exhausted at step {self.step_no}: {self.manager.num_free_pages} free pages of "

@@ -69,6 +69,23 @@ def test_pd_bypass_raise_mode_stops_at_the_write():
     assert result.stats["leaked_pages"] == 0  # stopped runs are drained before measuring
 
 
+def test_raise_mode_stops_at_the_first_violation():
+    row = run_config(dict(spec="dflash", page_size=16, accept_len=5, workload="fixed", num_requests=4,
+                          input_len=37, output_len=11, pool_tokens=4096, policy="unaligned", audit="raise"))
+    assert row["status"] == "violated" and row["violations"] == {"K1": 1}
+    assert row["error"].startswith("InvariantViolation: K1 violated at step 0")
+    assert row["metrics"]["leaked_pages"] == row["metrics"]["predicted_leaked_pages"]
+
+
+def test_bad_requests_are_bad_input():
+    cfg = EngineConfig(pool_tokens=4096)
+    for reqs, words in [([Request(0, [], 4)], "non-empty prompt"),
+                        ([Request(0, [1], 4), Request(0, [2], 4)], "appears twice"),
+                        ([Request(0, [1, 2], 4, fill_len=1)], "fill_len must be 0 or the prompt length 2")]:
+        with pytest.raises(ConfigError, match=words):
+            Engine(cfg).run(reqs)
+
+
 def test_leaks_exhaust_the_pool_and_the_run_stops():
     # ps 64, extent 74 at release: 74 // 64 = 1 page back, 1 leaked per request;
     # 20 pages cannot serve 40 requests.
