@@ -8,11 +8,15 @@ The recorded nights, oldest first:
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.baseline import load_baseline
 from harness.ci import triage
@@ -115,3 +119,40 @@ def test_cli_dry_run():
     out = subprocess.run([KVBENCH, "ci", "triage", "--history", NIGHTS, "--baseline", FIX / "nope.json"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "not found" in out.stderr
+
+
+KEYS = ["spec=dflash,ps=16", "spec=eagle,ps=64", "spec=none,ps=1"]
+
+
+def _synthetic_baseline() -> dict:
+    return {"profile": "cpu", "created": "2026-11-01T00:00:00Z", "git_commit": "0" * 40,
+            "configs": {k: {"counters": {"leaked_pages": 0}, "timings": {}, "status": "ok", "test_id": None}
+                        for k in KEYS}}
+
+
+@settings(max_examples=30, deadline=None)
+@given(nights=st.lists(st.lists(st.booleans(), min_size=len(KEYS), max_size=len(KEYS)), min_size=1, max_size=9))
+def test_issues_follow_streaks_night_after_night(nights):
+    """Run triage every night over the last seven, as the workflow does. An issue exists
+    for a config exactly when it once regressed two nights running, and never twice."""
+    baseline = _synthetic_baseline()
+    client = RecordingClient()
+    streak = dict.fromkeys(KEYS, 0)
+    ever = set()
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = []
+        for t, regressed in enumerate(nights):
+            d = Path(tmp) / f"night-{t:03d}"
+            d.mkdir()
+            rows = [{"key": k, "status": "ok", "metrics": {"leaked_pages": int(r)}, "violations": {}}
+                    for k, r in zip(KEYS, regressed)]
+            (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            dirs.append(d)
+            _run(dirs[-7:], baseline, client)
+            for k, r in zip(KEYS, regressed):
+                streak[k] = streak[k] + 1 if r else 0
+                if streak[k] >= 2:
+                    ever.add(k)
+            titles = [i["title"] for i in client.issues.values()]
+            assert len(titles) == len(set(titles)) == len(ever)
+            assert set(titles) == {triage.title_for("leaked_pages", k, "cpu") for k in ever}
