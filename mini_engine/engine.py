@@ -165,6 +165,7 @@ class Engine:
         except (InvariantViolation, EvictFloorError) as err:
             verdict = "violated"  # raise mode: stop at the first one, keep what was counted
             self.error = f"{type(err).__name__}: {err}"
+            self.auditor.mode = "off"  # the drain below must not raise again
         except BaseException:
             if self.trace is not None:  # a crash keeps the trace up to the failing call
                 self.trace.close()
@@ -181,7 +182,7 @@ class Engine:
 
     def step(self) -> bool | None:
         """Run one step. True: made progress; False: none; None: the pool is exhausted."""
-        self.auditor.step = self.step_no
+        self.auditor.step = self.manager.step = self.step_no  # stamps event violations
         chunks, arrivals = self.sched.admit()
         progress = False
         if arrivals:
