@@ -16,6 +16,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+# numpy loads numpy.ma lazily inside the first np.unique (the page frees use it);
+# loading it here keeps that one-off import out of the host planning time.
+import numpy.ma  # noqa: F401
+
 from mini_engine.backend import Backend, create_backend
 from mini_engine.config import EngineConfig
 from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation

@@ -44,6 +44,7 @@ class Scheduler:
         self.ratio = INIT_RATIO
         self._admitted = 0
         self.retractions = 0
+        self.pd_skip_floor = False  # test hook: PD prealloc that bypasses the evict floor
 
     # -- queues ------------------------------------------------------------
 
@@ -148,8 +149,7 @@ class Scheduler:
         return PrefillChunk(r, r.prefilled, end)
 
     def _pd_prealloc(self, r: Request) -> bool:
-        skip = getattr(self, "pd_skip_floor", False)
-        if skip:
+        if self.pd_skip_floor:
             return bool(self.manager.pd_prealloc(r.kv, r.fill_len, skip_floor=True))
         return bool(self.manager.pd_prealloc(r.kv, r.fill_len))
 
