@@ -30,7 +30,7 @@ class Weights:
     files: list[Path]
 
     def load_into(self, model: torch.nn.Module) -> None:
-        from safetensors import SafetensorsError
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         expected = model.state_dict()
@@ -38,7 +38,7 @@ class Weights:
         for f in self.files:
             try:
                 tensors = load_file(str(f), device="cpu")
-            except (SafetensorsError, OSError, ValueError) as err:
+            except (SafetensorError, OSError, ValueError) as err:
                 raise CheckpointError(f"checkpoint file {f.name} in {self.path} is not readable safetensors: {err}") from None
             for name, t in tensors.items():
                 if name.endswith("rotary_emb.inv_freq"):
