@@ -7,6 +7,7 @@ them: parsing is enough to know which tests exist and which runner they ask for.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,9 +99,19 @@ def parse_source(source: str, path: str) -> TestInfo:
 
 def scan(path: Path) -> TestInfo:
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ConfigError(f"{path.name}: larger than {MAX_FILE_BYTES} bytes, not scanned")
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+        st = path.stat()
+    except OSError as err:
         raise ConfigError(f"{path.name}: cannot be read ({type(err).__name__})") from None
-    return parse_source(source, path.name)
+    if st.st_size > MAX_FILE_BYTES:
+        raise ConfigError(f"{path.name}: larger than {MAX_FILE_BYTES} bytes, not scanned")
+    # One comment names the same file many times (a spec per test): parse it once.
+    return _scan(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _scan(path: str, mtime_ns: int, size: int) -> TestInfo:
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{Path(path).name}: cannot be read ({type(err).__name__})") from None
+    return parse_source(source, Path(path).name)
