@@ -1,0 +1,140 @@
+"""Local checkpoints: a round trip, and every bad directory is one line naming the problem."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+
+import pytest
+import torch
+
+from harness.cli import main
+from mini_engine.config import EngineConfig
+from mini_engine.errors import KVBenchError
+from mini_engine.model.backend import ModelBackend
+from mini_engine.model.config import named_shape
+from mini_engine.model.loader import CheckpointError, load_checkpoint, resolve_model, save_checkpoint
+from mini_engine.model.transformer import Transformer
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_round_trip_gives_the_same_model(arch, tmp_path):
+    cfg = replace(named_shape("tiny"), architecture=arch, qk_norm=arch == "qwen3",
+                  tie_embeddings=arch == "qwen3", seed=3)
+    model = Transformer(cfg)
+    save_checkpoint(model, cfg, tmp_path / "m")
+    mcfg, weights = load_checkpoint(tmp_path / "m")
+    assert (mcfg.architecture, mcfg.qk_norm, mcfg.tie_embeddings) == (arch, arch == "qwen3", arch == "qwen3")
+    loaded = Transformer(mcfg, init=False)
+    weights.load_into(loaded)
+    ids = torch.arange(20) * 7 % cfg.vocab_size
+    torch.testing.assert_close(loaded.dense_forward(ids), model.dense_forward(ids), rtol=0, atol=0)
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _edit_config(path, **changes):
+    data = json.loads((path / "config.json").read_text())
+    data.update(changes)
+    (path / "config.json").write_text(json.dumps(data))
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        resolve_model(str(tmp_path / "nope"))
+
+
+def test_unknown_model_name():
+    with pytest.raises(CheckpointError, match="model must be one of tiny"):
+        resolve_model("tinyy")
+
+
+def test_file_instead_of_directory(tmp_path):
+    f = tmp_path / "weights.bin"
+    f.write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="is not a directory"):
+        resolve_model(str(f))
+
+
+def test_missing_config(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint, tmp_path / "c")
+    (d / "config.json").unlink()
+    with pytest.raises(CheckpointError, match="has no config.json"):
+        resolve_model(str(d))
+
+
+def test_bad_json(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint, tmp_path / "c")
+    (d / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        resolve_model(str(d))
+
+
+def test_missing_weights(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint, tmp_path / "c")
+    (d / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="no \\*.safetensors"):
+        resolve_model(str(d))
+
+
+def test_unsupported_architecture(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint, tmp_path / "c")
+    _edit_config(d, architectures=["MistralForCausalLM"])
+    with pytest.raises(CheckpointError, match="unsupported architecture.*MistralForCausalLM"):
+        resolve_model(str(d))
+
+
+def test_config_lacks_a_size(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint, tmp_path / "c")
+    _edit_config(d, hidden_size=None)
+    with pytest.raises(CheckpointError, match="hidden_size"):
+        resolve_model(str(d))
+
+
+@pytest.mark.parametrize("change, needle", [
+    (dict(intermediate_size=96), r"mlp\.\w+_proj\.weight has shape \(\d+, \d+\), config.json implies"),
+    (dict(num_hidden_layers=5), "missing parameter 'model.layers.4"),
+    (dict(num_hidden_layers=3), "unexpected parameter 'model.layers.3"),
+])
+def test_mismatched_shapes(tiny_checkpoint, tmp_path, change, needle):
+    d = _copy(tiny_checkpoint, tmp_path / "c")
+    _edit_config(d, **change)
+    mcfg, weights = resolve_model(str(d))
+    with pytest.raises(CheckpointError, match=needle):
+        weights.load_into(Transformer(mcfg, init=False))
+
+
+def test_corrupt_weights(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint, tmp_path / "c")
+    (d / "model.safetensors").write_bytes(b"garbage")
+    cfg = EngineConfig(model=str(d), pool_tokens=256)
+    with pytest.raises(CheckpointError, match="not readable safetensors"):
+        ModelBackend(cfg)
+
+
+def test_errors_are_one_line_kvbench_errors(tmp_path):
+    with pytest.raises(KVBenchError) as err:
+        resolve_model(str(tmp_path / "missing"))
+    assert "\n" not in str(err.value)
+
+
+def test_cli_bad_checkpoint_is_exit_2_and_one_line(tmp_path, capsys):
+    code = main(["run", "--model", str(tmp_path / "absent"), "--num-requests", "2",
+                 "--input-len", "8", "--output-len", "4", "--pool-tokens", "1024"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "does not exist" in err and "Traceback" not in err
+
+
+def test_prompt_outside_vocabulary_is_a_clear_error():
+    from mini_engine.engine import Engine
+    from mini_engine.request import Request
+
+    cfg = EngineConfig(model="tiny", pool_tokens=1024)
+    eng = Engine(cfg, backend=ModelBackend(cfg))
+    with pytest.raises(KVBenchError, match="outside the model's vocabulary \\(vocab_size=1024\\)"):
+        eng.run([Request(rid=0, prompt=[1, 5000], max_new_tokens=2)])
