@@ -80,8 +80,9 @@ class EngineConfig:
     # its weights, the knobs that set how often the draft agrees with the target.
     draft_layers: int | None = None
     draft_noise: float | None = None
-    # Filled in by validation, not options.
-    num_pages: int = field(init=False, default=0)
+    # Pages of the pool, computed on first use: sizing by mem_fraction reads the
+    # device, which a config validated on another machine may not have.
+    _num_pages: int | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_positive("page_size", self.page_size)
@@ -185,16 +186,24 @@ class EngineConfig:
             if not 0.0 < frac <= 1.0:
                 raise ConfigError(f"mem_fraction must be in (0, 1] (got {self.mem_fraction})")
             self.mem_fraction = frac
-            tokens = int(_device_memory_bytes(self.device) * frac) // self.kv_bytes_per_token
-        else:
-            if self.pool_tokens is None:
-                self.pool_tokens = DEFAULT_POOL_TOKENS
-            tokens = check_positive("pool_tokens", self.pool_tokens)
+            return
+        if self.pool_tokens is None:
+            self.pool_tokens = DEFAULT_POOL_TOKENS
+        self._pages_from(check_positive("pool_tokens", self.pool_tokens))
+
+    def _pages_from(self, tokens: int) -> int:
         if tokens < self.page_size:
             raise ConfigError(
                 f"pool_tokens must hold at least one page of page_size={self.page_size} (got {tokens} tokens)"
             )
-        self.num_pages = tokens // self.page_size
+        self._num_pages = tokens // self.page_size
+        return self._num_pages
+
+    @property
+    def num_pages(self) -> int:
+        if self._num_pages is None:
+            self._pages_from(int(_device_memory_bytes(self.device) * self.mem_fraction) // self.kv_bytes_per_token)
+        return self._num_pages
 
     # -- derived quantities ------------------------------------------------
 

@@ -85,6 +85,11 @@ class Engine:
     def __init__(self, cfg: EngineConfig, backend: Backend | None = None, *,
                  trace: str | None = None, pd_skip_floor: bool = False):
         self.cfg = cfg
+        if cfg.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError("device='cuda' but no CUDA device is visible; use device=cpu")
         self.reserve = decode_reserve(cfg)
         self.mem = memory_config(cfg)
         self.auditor = Auditor(cfg.audit)

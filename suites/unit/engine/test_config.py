@@ -78,6 +78,19 @@ def test_mem_fraction_sizes_pool_from_kv_bytes():
     assert cfg.num_pages == int(total * 0.01) // cfg.kv_bytes_per_token // cfg.page_size
 
 
+def test_gpu_config_validates_on_any_machine():
+    import torch
+
+    cfg = EngineConfig(device="cuda", mem_fraction=0.3)  # a nightly GPU config, checked on a laptop
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="no CUDA device is visible"):
+            cfg.num_pages
+        from mini_engine.engine import Engine
+
+        with pytest.raises(ConfigError, match="no CUDA device is visible"):
+            Engine(EngineConfig(device="cuda"))
+
+
 def test_named_model_kv_bytes():
     cfg = EngineConfig(model="qwen3-0.6b", mem_fraction=0.01)
     assert cfg.kv_bytes_per_token == 28 * 2 * 8 * 128 * 2
