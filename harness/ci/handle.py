@@ -126,4 +126,4 @@ def report(client: Client, comment_id: int, group: int, status: str, run_url: st
 
 def status_of(result: str) -> str:
     """A GitHub job result (success, failure, cancelled, skipped) as a reply status."""
-    return {"success": "passed", "failure": "failed", "cancelled": "cancelled"}.get(result, result)
+    return {"success": "passed", "failure": "failed", "cancelled": "cancelled", "skipped": "cancelled"}.get(result, result)

@@ -100,7 +100,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ConfigError("give exactly one of --status or --result")
     status = args.status or handle.status_of(args.result)
     if status not in reply.STATUSES:
-        raise ConfigError(f"--result must be success, failure or cancelled (got {args.result!r})")
+        raise ConfigError(f"--result must be success, failure, cancelled or skipped (got {args.result!r})")
     table, regressed = _table(args, root)
     if regressed and status == "passed":
         status = "failed"
