@@ -54,7 +54,7 @@ def timings_of(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def entry(row: dict[str, Any]) -> dict[str, Any]:
     return {"counters": counters_of(row), "timings": timings_of(row), "status": row.get("status"),
-            "test_id": row.get("test_id")}
+            "test_id": row.get("test_id"), "suite": row.get("suite")}
 
 
 def build(rows: list[dict[str, Any]], profile: str, git_commit: str,

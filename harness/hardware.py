@@ -125,8 +125,10 @@ class MemoryProbe:
         return None
 
     def figures(self) -> dict[str, int]:
-        out = {"mem_rss_bytes": rss_bytes(), "mem_rss_growth_bytes": max(0, rss_bytes() - self.rss_before),
-               "mem_peak_rss_bytes": peak_rss_bytes()}
+        now = rss_bytes()
+        # The kernel updates ru_maxrss lazily; the current RSS is a floor for the peak.
+        out = {"mem_rss_bytes": now, "mem_rss_growth_bytes": max(0, now - self.rss_before),
+               "mem_peak_rss_bytes": max(peak_rss_bytes(), now)}
         try:
             import torch
 

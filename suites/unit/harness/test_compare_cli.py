@@ -1,0 +1,90 @@
+"""kvbench baseline + compare on real rows: a planted regression fails, a rerun passes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.execute import GridSession
+from harness.results import RunDir, append_row, load_rows
+from harness.suites import load_suite
+
+SUITE = """
+name = "cmp"
+[defaults]
+spec = "dflash"
+num_requests = 6
+input_len = 64
+output_len = 32
+pool_tokens = 4096
+[axes]
+policy = ["aligned", "unaligned"]
+page_size = [16]
+[[expect]]
+when = { policy = "unaligned" }
+status = ["violated", "pool_exhausted"]
+violations = { K1 = { min = 1 }, K8 = { min = 1 } }
+metrics = { leaked_pages = { min = 1 } }
+"""
+
+
+def sweep_in_process(suite_path: Path, root: Path, run_id: str) -> RunDir:
+    run = RunDir(root / "runs" / run_id)
+    run.path.mkdir(parents=True)
+    run.write_meta({"suite": "cmp", "hardware": {"profile": "cpu"}})
+    session = GridSession(load_suite(suite_path), run)
+    for gc in session.suite.configs:
+        session.run(gc)
+    return run
+
+
+@pytest.fixture
+def runs(results_root: Path, tmp_path: Path):
+    suite = tmp_path / "cmp.toml"
+    suite.write_text(SUITE)
+    return sweep_in_process(suite, results_root, "a"), sweep_in_process(suite, results_root, "b")
+
+
+def test_rerun_passes_and_planted_regressions_fail(runs, results_root, cli, capsys):
+    a, b = runs
+    assert cli("baseline", "a") == 0
+    assert "2 configs, 2 added" in capsys.readouterr().out
+    base_file = results_root / "baselines" / "cpu.json"
+    assert json.loads(base_file.read_text())["profile"] == "cpu"
+
+    assert cli("compare", "b") == 0  # an unchanged rerun (a second real run)
+    assert "0 regressions" in capsys.readouterr().out
+
+    planted = RunDir(results_root / "runs" / "c")
+    planted.path.mkdir()
+    planted.write_meta(b.meta())
+    rows = load_rows(b.path)
+    aligned = next(r for r in rows if r["config"]["policy"] == "aligned")
+    unaligned = next(r for r in rows if r["config"]["policy"] == "unaligned")
+    unaligned["metrics"]["peak_stranded_slots"] += 1  # one more stranded slot
+    aligned["violations"]["K5"] = 1  # a violation the baseline never saw
+    for r in rows:
+        append_row(planted.results, r)
+    assert cli("compare", "c", "--format", "markdown") == 1
+    out = capsys.readouterr().out
+    assert "| peak_stranded_slots |" in out and "+1" in out
+    assert "| violations.K5 | 0 | 1 | new violation" in out
+    assert "2 regressions" in out
+
+
+def test_baseline_of_another_profile_is_exit_2(runs, results_root, cli, capsys):
+    other = results_root / "h100.json"
+    assert cli("baseline", "a", "--out", other) == 0
+    data = json.loads(other.read_text())
+    data["profile"] = "h100"
+    other.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert cli("compare", "b", "--baseline", other) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is for profile 'h100', but the run is on 'cpu'" in err and len(err.splitlines()) == 1
+    assert cli("compare", "b", "--baseline", results_root / "missing.json") == 2
+    assert cli("compare", "nope") == 2
+    # baseline refuses to mix profiles in one file too
+    assert cli("baseline", "b", "--out", other) == 2

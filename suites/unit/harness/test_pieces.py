@@ -1,0 +1,106 @@
+"""Hardware profiles, the pytest command a sweep builds, plots, idempotent MLflow logging."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import hardware
+from harness.mlflow_log import all_children, client, ensure_experiment, ensure_parent, key_hash, log_row, sync
+from harness.results import RunDir, append_row
+from harness.suites import load_suite
+from harness.sweep import pytest_command
+
+
+@pytest.mark.parametrize("name, profile", [
+    (None, "cpu"), ("NVIDIA GeForce RTX 5090", "rtx5090"), ("NVIDIA H100 80GB HBM3", "h100"),
+    ("NVIDIA H200", "h200"), ("Tesla T4", "gpu-tesla-t4"),
+])
+def test_profiles_from_gpu_names(name, profile):
+    assert hardware.profile_for(name) == profile
+
+
+def test_cpu_machine_detects_cpu_profile_and_measures_rss():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this test is about a machine without a GPU")
+    hw = hardware.detect()
+    assert hw.profile == "cpu" and hw.gpu_name is None and hw.torch_version
+    with hardware.MemoryProbe() as probe:
+        blob = bytearray(32 << 20)
+    figures = probe.figures()
+    assert figures["mem_peak_rss_bytes"] >= figures["mem_rss_bytes"] > len(blob)
+    assert "mem_torch_peak_bytes" not in figures
+
+
+def test_sweep_pins_one_worker_per_gpu(tmp_path):
+    suite = load_suite("smoke", validate=False)
+    run = RunDir(tmp_path)
+    cmd = pytest_command(suite, run, jobs=4, filter_expr="dflash", gpus=4)
+    txs = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--tx"]
+    assert txs == [f"popen//env:CUDA_VISIBLE_DEVICES={i}" for i in range(4)]
+    assert cmd[cmd.index("-k") + 1] == "dflash" and "-n" not in cmd
+    cpu = pytest_command(suite, run, jobs=2, filter_expr=None, gpus=0)
+    assert cpu[cpu.index("-n") + 1] == "2" and "--tx" not in cpu
+
+
+def fake_row(i: int, **over) -> dict:
+    ps, policy = 16 * (i // 2 + 1), ["aligned", "unaligned"][i % 2]
+    row = {"key": f"spec=dflash,ps={ps},policy={policy}", "test_id": f"ps:{ps}-policy:{policy}",
+           "config": {"spec": "dflash", "page_size": ps, "policy": policy,
+                      "block_size": 16, "window": None},
+           "metrics": {"steps": 10 + i, "peak_stranded_slots": i, "leaked_pages": i % 2, "output_tokens_per_s": 100.0 * i,
+                       "peak_reserved_slots": 5 * i, "rss_peak_bytes": 1e8},
+           "series": {"stranded": list(range(600)), "held": [1, 2, 3]}, "violations": {"K1": i} if i else {},
+           "status": "violated" if i else "ok", "verdict": "ok", "suite": "unit"}
+    row.update(over)
+    return row
+
+
+def test_plots_are_written(tmp_path):
+    from harness.plots import write_plots
+
+    rows = [fake_row(i) for i in range(4)] + [fake_row(9, status="failed", metrics={})]
+    names = {p.name for p in write_plots(rows, tmp_path / "plots")}
+    assert {"peak_stranded_slots_heatmap.png", "leaked_pages_heatmap.png", "reserved_overhead.png",
+            "output_tokens_per_s.png"} <= names
+    assert all((tmp_path / "plots" / n).stat().st_size > 1000 for n in names)
+
+
+def test_sync_is_idempotent_and_replaces_half_logged_children(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = RunDir(tmp_path / "runs" / "x")
+    run.path.mkdir(parents=True)
+    meta = {"suite": "unit", "mlflow_uri": uri, "hardware": {"profile": "cpu"}}
+    run.write_meta(meta)
+    rows = [fake_row(i) for i in range(3)]
+    for r in rows:
+        append_row(run.results, r)
+    cl = client(uri)
+    exp = ensure_experiment(cl, "kvbench-unit", uri, tmp_path)
+    parent = ensure_parent(cl, exp, "x", meta)
+    assert log_row(cl, exp, parent, "x", rows[0], "ps:16")
+    # A process killed mid-upload leaves a child that never finished.
+    half = cl.create_run(exp, tags={"mlflow.parentRunId": parent, "kvbench.run": "x", "kvbench.role": "config",
+                                    "kvbench.key_hash": key_hash(rows[1]["key"])})
+    assert sync(run, root=tmp_path) == (2, 1)
+    assert sync(run, root=tmp_path) == (0, 3)
+    kids = all_children(cl, exp, "x")
+    assert sorted(len(v) for v in kids.values()) == [1, 1, 1]
+    assert all(v[0].info.status == "FINISHED" for v in kids.values())
+    assert cl.get_run(half.info.run_id).info.lifecycle_stage == "deleted"
+    one = kids[key_hash(rows[0]["key"])][0]
+    history = cl.get_metric_history(one.info.run_id, "series.stranded")
+    assert len(history) <= 257 and history[-1].step == 599  # downsampled, last step kept
+    assert one.data.params["policy"] == "aligned" and one.data.metrics["steps"] == 10
+    two = cl.get_run(kids[key_hash(rows[1]["key"])][0].info.run_id)
+    assert two.data.metrics["violations.K1"] == 1 and two.data.tags["kvbench.status"] == "violated"
+    assert run.logged_keys() == {r["key"] for r in rows}
+
+
+def test_ui_without_a_store_is_one_line(results_root, cli, capsys):
+    assert cli("ui") == 2
+    err = capsys.readouterr().err.strip()
+    assert "no local MLflow store" in err and len(err.splitlines()) == 1
