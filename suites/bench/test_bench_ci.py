@@ -6,7 +6,6 @@ Run: python -m pytest -n 0 suites/bench/test_bench_ci.py --benchmark-only
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
