@@ -81,3 +81,14 @@ def test_bad_input_is_one_line_exit_2(argv, words, capsys):
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_trace_of_a_pressured_run_replays(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    rc = main(["run", "--spec", "dflash", "--window", "48", "--workload", "pd", "--pd-fraction", "0.5",
+               "--num-requests", "12", "--input-len", "300", "--output-len", "200", "--pool-tokens", "1024",
+               "--trace", str(trace)])
+    assert rc == 0
+    capsys.readouterr()
+    assert main(["replay", str(trace)]) == 0
+    assert "0 divergences" in capsys.readouterr().out
