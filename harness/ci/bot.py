@@ -103,7 +103,7 @@ def _rerun_test(args: list[str], repo_tree: Path, registry: Registry, perms: Per
     return list(groups.values())
 
 
-def _rerun_suite(args: list[str], registry: Registry, perms: Permissions, grant, suites: list[str]) -> list[Group]:
+def _rerun_suite(args: list[str], registry: Registry, grant, suites: list[str]) -> list[Group]:
     if not args or args[0].startswith("-"):
         raise Refusal(f"no suite given; usage: `{USAGE['rerun-suite']}`")
     suite = specs.check_suite(args[0], suites)
@@ -160,7 +160,7 @@ def plan_comment(
         if name == "rerun-test":
             plan.groups = _rerun_test(args, repo_tree, registry, perms, grant)
         elif name == "rerun-suite":
-            plan.groups = _rerun_suite(args, registry, perms, grant, suites or [])
+            plan.groups = _rerun_suite(args, registry, grant, suites or [])
         elif args:
             raise Refusal(f"/{name} takes no arguments (got {show(' '.join(args))})")
     except Refusal as err:

@@ -171,6 +171,6 @@ SUITE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z", re.ASCII)
 def check_suite(name: str, known: list[str]) -> str:
     if not SUITE_RE.match(name):
         raise Refusal(f"suite {show(name)}: a suite name is lowercase letters, digits, _ and -")
-    if known and name not in known:
-        raise Refusal(f"no suite {show(name)}; known suites: {', '.join(known)}")
+    if name not in known:
+        raise Refusal(f"no suite {show(name)}; known suites: {', '.join(known) or 'none'}")
     return name
