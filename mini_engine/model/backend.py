@@ -16,7 +16,7 @@ from mini_engine.errors import ConfigError
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import build_meta
 from mini_engine.model.draft import DraftModel
-from mini_engine.model.draft_io import DraftJob, DraftTree
+from mini_engine.model.draft_io import DraftJob, DraftTree, rows_upto
 from mini_engine.model.feature_store import FeatureStore
 from mini_engine.model.loader import resolve_model
 from mini_engine.model.transformer import KVCache, Transformer
@@ -135,7 +135,7 @@ class ModelBackend:
         for r, j, t in zip(reqs, jobs, trees):
             n = len(t.tokens)
             ids += self._checked(r, t.tokens)
-            rows.append(j.slots[: j.root + n])
+            rows.append(rows_upto(j, j.root + n))
             lens.append(n)
             pos.append(j.root + np.asarray(t.depths, dtype=np.int64))
             chain = t.parents == verify.chain_parents(n)

@@ -54,6 +54,14 @@ class Piece:
     mask: np.ndarray | None = None  # [q, q] custom mask of the extend part
 
 
+def rows_upto(job: DraftJob, end: int) -> np.ndarray:
+    """Slots of positions [0, end); the reservation must cover them (K4 seen from the model)."""
+    if end > len(job.slots):
+        raise RuntimeError(
+            f"the draft needs positions up to {end - 1} but the reservation ends at {len(job.slots)}")
+    return job.slots[:end]
+
+
 def draft_forward(
     model: DraftModel, cache: KVCache, pieces: list[Piece], attend: Attend, context_window: int = 0
 ) -> list[torch.Tensor]:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from mini_engine.model.draft import DraftModel
-from mini_engine.model.draft_io import DraftJob, DraftTree, Piece, draft_forward, pick
+from mini_engine.model.draft_io import DraftJob, DraftTree, Piece, draft_forward, pick, rows_upto
 from mini_engine.model.transformer import Attend, KVCache
 from mini_engine.spec.verify import chain_parents
 
@@ -51,7 +51,7 @@ class DFlashDrafter:
             ids = torch.full((bs,), j.tokens[-1], device=dev)
             feats = j.feats[-1:].expand(bs, -1)
             pieces.append(Piece(m.embed(ids, is_mask), feats, np.arange(j.root, j.root + bs),
-                                j.slots[: j.root + bs], full))
+                                rows_upto(j, j.root + bs), full))
         hs = draft_forward(m, self.cache, pieces, self.attend, self.draft_window)
         logits = m.logits(torch.cat([h[:-1] for h in hs]))
         toks, q = pick(logits, self.temperature, self.gen)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from mini_engine.model.draft import DraftModel
-from mini_engine.model.draft_io import DraftJob, DraftTree, Piece, draft_forward, pick
+from mini_engine.model.draft_io import DraftJob, DraftTree, Piece, draft_forward, pick, rows_upto
 from mini_engine.model.transformer import Attend, KVCache
 
 
@@ -102,7 +102,7 @@ class EagleDrafter:
                 ids = torch.tensor([t.tokens[n] for n in nodes], device=dev)
                 feats = torch.stack([t.hidden[t.parents[n]] for n in nodes])
                 pos = np.array([j.root + t.depths[n] for n in nodes], dtype=np.int64)
-                rows = j.slots[: j.root + 1 + len(nodes)]
+                rows = rows_upto(j, j.root + 1 + len(nodes))
                 pieces.append(Piece(m.embed(ids), feats, pos, rows, t.ancestors_mask(nodes)))
             hs = draft_forward(m, self.cache, pieces, self.attend)
             for t, h in zip(trees, hs):
