@@ -13,6 +13,7 @@ import pytest
 from harness.ci import reply
 from harness.ci.bot import Group, Plan
 from harness.cli import main
+from harness.commands.ci import parse_cli
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 
@@ -50,8 +51,9 @@ def test_rerun_args_suite(tree, kv):
     out = kv("ci", "rerun-args", "--root", tree, "--runner", "1-gpu-h100", "--suite", "nightly-gpu",
              "--filter", "spec:eagle and not ps:1", "--run-id", "rerun-5-1")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == ["kvbench", "sweep", "nightly-gpu", "--run-id", "rerun-5-1",
-                                      "--filter", "spec:eagle and not ps:1"]
+    argv = json.loads(out.stdout)
+    assert argv == ["kvbench", "sweep", "nightly-gpu", "--run-id", "rerun-5-1", "--filter", "spec:eagle and not ps:1"]
+    parse_cli(argv[1:])  # the command the run job will execute is one the CLI accepts
 
 
 @pytest.mark.parametrize("args, message", [
