@@ -118,3 +118,45 @@ def test_explicit_users_add_roles():
 def test_permission_file_validation(over, message):
     with pytest.raises(ConfigError, match=message):
         _perms(**over)
+
+
+def test_urllib_transport_against_a_local_server(monkeypatch):
+    """The real transport: headers, JSON both ways, GitHub's error message on a 4xx."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _reply(self, code, obj):
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, self.headers["Authorization"], self.headers["X-GitHub-Api-Version"], body))
+            if self.path.endswith("/labels"):
+                self._reply(403, {"message": "Resource not accessible by integration"})
+            else:
+                self._reply(201, {"id": 77})
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("GITHUB_TOKEN", "t0ken")
+        gh = GitHubClient("example/kvbench", api_url=f"http://127.0.0.1:{server.server_port}")
+        assert gh.post_comment(3, "hello") == 77
+        with pytest.raises(GitHubError, match="403 Resource not accessible by integration"):
+            gh.add_labels(3, ["run-ci"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen[0] == ("/repos/example/kvbench/issues/3/comments", "Bearer t0ken", "2022-11-28", {"body": "hello"})
