@@ -34,11 +34,8 @@ def cmd_triage(args: argparse.Namespace) -> int:
     from harness.ci import triage
     from harness.ci.runners import load_registry
 
-    root = _root(args)
-    if args.runner:
-        where = load_registry(root / "ci" / "runners.toml").get(args.runner).label
-    else:
-        where = None
+    # --runner names the issues; it must be a label of the registry (a typo would fork them).
+    where = load_registry(_root(args) / "ci" / "runners.toml").get(args.runner).label if args.runner else None
     baseline = load_baseline(args.baseline)
     where = where or str(baseline.get("profile") or Path(args.baseline).stem)
     dirs = [Path(d) for d in args.nights] if args.nights else triage.history(Path(args.history))
