@@ -140,7 +140,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--mlflow-url", default="", metavar="URL", help="MLflow UI base URL for run links")
     t.add_argument("--runner", metavar="LABEL", help="runner label named in issue titles (default: the profile)")
     t.add_argument("--min-nights", type=int, default=2, metavar="N", help="consecutive nights before filing (>= 2)")
-    t.add_argument("--root", default=".", help=argparse.SUPPRESS)
+    t.add_argument("--root", default=".", help="repository root (ci/runners.toml, for --runner)")
     t.set_defaults(func=cmd_triage)
 
     r = sub.add_parser("rerun-args", help="validate rerun-test inputs and print the argv to run, as JSON")
