@@ -1,0 +1,116 @@
+"""CUDA graphs for plain greedy decode on a GPU.
+
+One graph per batch-size bucket, captured lazily on first use. Everything a decode
+step reads lives in static device buffers (token ids, positions, output slots, the
+flattened slot rows and their offsets), filled from host numpy before each replay;
+the Triton attention kernel reads every length from those buffers, so its grid
+depends only on the bucket. Padding rows decode token 0 at position 0 into the
+dummy slot 0 and are dropped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mini_engine.model.attention_triton import triton_paged_attention
+from mini_engine.model.attn_meta import AttnMeta
+
+BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
+class DecodeGraphs:
+    def __init__(self, backend):
+        self.backend = backend
+        self.model = backend.model
+        self.cache = backend.cache
+        mgr = backend.manager
+        self.swa = mgr.swa
+        self.max_batch = min(mgr.mem.max_reqs, BUCKETS[-1])
+        self.width = mgr.mem.row_width
+        dev = backend.device
+        n, w = self.max_batch, self.width
+        i64 = dict(dtype=torch.int64, device=dev)
+        self.ids = torch.zeros(n, **i64)
+        self.pos = torch.zeros(n, **i64)
+        self.out_slots = torch.zeros(n, **i64)
+        self.swa_out = torch.zeros(n, **i64)
+        self.kv_indptr = torch.zeros(n + 1, **i64)
+        self.kv_slots = torch.zeros(n * w, **i64)
+        self.swa_kv_slots = torch.zeros(n * w, **i64)
+        self.arange = torch.arange(n + 1, **i64)
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.pool = None
+
+    def _meta(self, b: int) -> AttnMeta:
+        return AttnMeta(
+            batch=b, max_q=1, max_kv=self.width, q_lens=np.ones(b, dtype=np.int64),
+            kv_lens=np.ones(b, dtype=np.int64),  # host copy unused by the Triton kernel
+            q_indptr=self.arange[: b + 1], kv_indptr=self.kv_indptr[: b + 1], q_pos=self.pos[:b],
+            tok_seq=self.arange[:b], kv_slots=self.kv_slots, out_slots=self.out_slots[:b],
+            swa_kv_slots=self.swa_kv_slots if self.swa is not None else None,
+            swa_out_slots=self.swa_out[:b] if self.swa is not None else None,
+        )
+
+    def _run(self, b: int) -> torch.Tensor:
+        h = self.model(self.ids[:b], self.pos[:b], self._meta(b), self.cache, triton_paged_attention)
+        return self.model.logits(h).argmax(-1)
+
+    def _capture(self, b: int) -> None:
+        self._fill_padding(0, b)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm up: Triton compiles, allocator settles
+                self._run(b)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = self._run(b)
+        self.pool = graph.pool()
+        self.graphs[b] = (graph, out)
+
+    def _fill_padding(self, start: int, b: int) -> None:
+        """Rows [start, b) decode nothing: token 0, position 0, one key in the dummy slot 0."""
+        if b <= start:
+            return
+        self.ids[start:b] = 0
+        self.pos[start:b] = 0
+        self.out_slots[start:b] = 0
+        self.swa_out[start:b] = 0
+        base = int(self.kv_indptr[start]) if start else 0
+        self.kv_indptr[start + 1 : b + 1] = base + torch.arange(1, b - start + 1, device=self.ids.device)
+        self.kv_slots[base : base + b - start] = 0
+        self.swa_kv_slots[base : base + b - start] = 0
+
+    def decode(self, reqs) -> list[int] | None:
+        """Greedy decode through a graph; None when a graph does not apply (eager fallback)."""
+        n = len(reqs)
+        if self.backend.temperature > 0 or n > self.max_batch:
+            return None
+        b = next(x for x in BUCKETS if x >= n)
+        if b > self.max_batch:
+            return None
+        if b not in self.graphs:
+            self._capture(b)
+        mgr = self.backend.manager
+        rows = [mgr.slots(r.kv, 0, r.seq_len) for r in reqs]
+        ids = np.array([self.backend._checked(r, [r.last_token()])[0] for r in reqs], dtype=np.int64)
+        lens = np.array([len(x) for x in rows], dtype=np.int64)
+        pad = b - n
+        indptr = np.concatenate([[0], np.cumsum(np.concatenate([lens, np.ones(pad, dtype=np.int64)]))])
+        flat = np.concatenate(rows + [np.zeros(pad, dtype=np.int64)])
+        out = np.concatenate([[x[-1] for x in rows], np.zeros(pad, dtype=np.int64)]).astype(np.int64)
+        dev = self.ids.device
+        put = lambda dst, a: dst[: len(a)].copy_(torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev, non_blocking=True))  # noqa: E731
+        put(self.ids, np.concatenate([ids, np.zeros(pad, dtype=np.int64)]))
+        put(self.pos, np.concatenate([lens - 1, np.zeros(pad, dtype=np.int64)]))
+        put(self.out_slots, out)
+        put(self.kv_indptr, indptr)
+        put(self.kv_slots, flat)
+        if self.swa is not None:
+            put(self.swa_out, self.swa.translate(out))
+            put(self.swa_kv_slots, self.swa.translate(flat))
+        graph, result = self.graphs[b]
+        graph.replay()
+        return result[:n].tolist()
