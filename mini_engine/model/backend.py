@@ -67,6 +67,7 @@ class ModelBackend:
         self.drafter = None
         self.graphs = None
         self.feats: dict[object, FeatureStore] = {}
+        self._sizes: tuple | None = None
 
     # -- protocol ------------------------------------------------------------------
     def attach(self, manager) -> None:
@@ -77,6 +78,11 @@ class ModelBackend:
             raise ConfigError("the model has sliding layers but the memory layer has no SWA pool; set window")
         full = (mem.num_pages + 1) * ps
         swa = (mem.swa_num_pages + 1) * ps if manager.swa is not None else 0
+        self.feats.clear()
+        key = (full, swa, mem.row_width, mem.max_reqs)
+        if self._sizes == key:
+            return  # a later run of the same shape: keep the caches, drafter and captured graphs
+        self._sizes = key
         self.cache = KVCache.allocate(self.mcfg, full, swa, self.device)
         cfg = self.cfg
         if self.draft_model is not None:

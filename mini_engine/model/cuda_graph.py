@@ -6,6 +6,9 @@ flattened slot rows and their offsets), filled from host numpy before each repla
 the Triton attention kernel reads every length from those buffers, so its grid
 depends only on the bucket. Padding rows decode token 0 at position 0 into the
 dummy slot 0 and are dropped.
+
+Off a GPU (`capture=False`) the same static-buffer path runs eagerly, which is how
+the CPU tests check the buffer filling and padding without a device.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
 class DecodeGraphs:
-    def __init__(self, backend):
+    def __init__(self, backend, capture: bool | None = None):
         self.backend = backend
+        self.capture = backend.device.type == "cuda" if capture is None else capture
         self.model = backend.model
         self.cache = backend.cache
         mgr = backend.manager
-        self.swa = mgr.swa
+        self.has_swa = mgr.swa is not None
         self.max_batch = min(mgr.mem.max_reqs, BUCKETS[-1])
         self.width = mgr.mem.row_width
         dev = backend.device
@@ -48,8 +52,8 @@ class DecodeGraphs:
             kv_lens=np.ones(b, dtype=np.int64),  # host copy unused by the Triton kernel
             q_indptr=self.arange[: b + 1], kv_indptr=self.kv_indptr[: b + 1], q_pos=self.pos[:b],
             tok_seq=self.arange[:b], kv_slots=self.kv_slots, out_slots=self.out_slots[:b],
-            swa_kv_slots=self.swa_kv_slots if self.swa is not None else None,
-            swa_out_slots=self.swa_out[:b] if self.swa is not None else None,
+            swa_kv_slots=self.swa_kv_slots if self.has_swa else None,
+            swa_out_slots=self.swa_out[:b] if self.has_swa else None,
         )
 
     def _run(self, b: int) -> torch.Tensor:
@@ -91,7 +95,7 @@ class DecodeGraphs:
         b = next(x for x in BUCKETS if x >= n)
         if b > self.max_batch:
             return None
-        if b not in self.graphs:
+        if self.capture and b not in self.graphs:
             self._capture(b)
         mgr = self.backend.manager
         rows = [mgr.slots(r.kv, 0, r.seq_len) for r in reqs]
@@ -108,9 +112,12 @@ class DecodeGraphs:
         put(self.out_slots, out)
         put(self.kv_indptr, indptr)
         put(self.kv_slots, flat)
-        if self.swa is not None:
-            put(self.swa_out, self.swa.translate(out))
-            put(self.swa_kv_slots, self.swa.translate(flat))
+        swa = mgr.swa  # the current run's map: a backend may serve several runs
+        if swa is not None:
+            put(self.swa_out, swa.translate(out))
+            put(self.swa_kv_slots, swa.translate(flat))
+        if not self.capture:
+            return self._run(b)[:n].tolist()
         graph, result = self.graphs[b]
         graph.replay()
         return result[:n].tolist()
