@@ -263,7 +263,7 @@ class Engine:
                 r.accepted += len(toks)
             take = toks[: r.remaining]
             self.manager.commit(r.kv, len(take))
-            r.outputs.extend(int(t) for t in take)
+            r.outputs.extend(take)
             self.stats.output_tokens += len(take)
             if self.cfg.draft_window is not None:
                 self._check_draft_window(r)
@@ -313,8 +313,8 @@ class Engine:
         self.batch.sync_from([live[rid].kv for rid in self.batch.rids])
 
     def _end_step(self) -> None:
-        self._filter_batch()
         if self.cfg.audit != "off":
+            self._filter_batch()  # what K10 compares: the batch after this step's commits
             self.manager.check(self.step_no, batch=self.batch)
         self.stats.steps += 1
         self.stats.sample(self.manager, len(self.sched.running))

@@ -17,7 +17,7 @@ class Status(enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass
+@dataclass(eq=False)  # identity: two requests are never "equal" by their fields
 class Request:
     rid: int
     prompt: list[int]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 _MASK = (1 << 64) - 1
 # Per-draft-token acceptance used when no length or mean is given: it gives
 # tau ~ 6.2 at block 16, near what the DFLASH paper reports for that block size.
@@ -27,6 +29,30 @@ def mix64(*values: int) -> int:
         h ^= h >> 31
         h = (h + 0x9E3779B97F4A7C15) * 0x94D049BB133111EB & _MASK
         h ^= h >> 29
+    return h
+
+
+def _round(h: int, v: int) -> int:
+    h = (h ^ (v & _MASK)) * 0xBF58476D1CE4E5B9 & _MASK
+    h ^= h >> 31
+    h = (h + 0x9E3779B97F4A7C15) * 0x94D049BB133111EB & _MASK
+    return h ^ (h >> 29)
+
+
+def mix64_array(prefix: tuple[int, ...], *arrays: np.ndarray) -> np.ndarray:
+    """mix64(*prefix, a[i], b[i], ...) for every i at once (uint64 arithmetic wraps like & _MASK)."""
+    h0 = 0x9E3779B97F4A7C15
+    for v in prefix:
+        h0 = _round(h0, v)
+    n = len(arrays[0]) if arrays else 0
+    h = np.full(n, h0, dtype=np.uint64)
+    c1, c0, c2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x9E3779B97F4A7C15), np.uint64(0x94D049BB133111EB)
+    s31, s29 = np.uint64(31), np.uint64(29)
+    for a in arrays:
+        h = (h ^ np.asarray(a, dtype=np.int64).astype(np.uint64)) * c1
+        h ^= h >> s31
+        h = (h + c0) * c2
+        h ^= h >> s29
     return h
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from mini_engine.config import EngineConfig
 from mini_engine.request import Request
-from mini_engine.spec.acceptance import Acceptance, mix64
+import numpy as np
+
+from mini_engine.spec.acceptance import Acceptance, mix64, mix64_array
 
 
 class SimulatedBackend:
@@ -25,17 +27,27 @@ class SimulatedBackend:
     def token(self, rid: int, position: int) -> int:
         return mix64(self.cfg.seed, 0x70C, rid, position) % self.cfg.vocab_size
 
+    def tokens(self, rids: list[int], positions: list[int]) -> list[int]:
+        """token() of many (rid, position) pairs in one vectorised hash."""
+        h = mix64_array((self.cfg.seed, 0x70C), np.asarray(rids), np.asarray(positions))
+        return (h % np.uint64(self.cfg.vocab_size)).astype(np.int64).tolist()
+
     def prefill(self, reqs: list[Request], starts: list[int], ends: list[int]) -> list[int | None]:
         return [self.token(r.rid, e) if e == r.prefill_target else None for r, e in zip(reqs, ends)]
 
     def decode(self, reqs: list[Request]) -> list[int]:
-        return [self.token(r.rid, r.seq_len) for r in reqs]
+        return self.tokens([r.rid for r in reqs], [r.seq_len for r in reqs])
 
     def spec_step(self, reqs: list[Request]) -> list[list[int]]:
-        out = []
-        for r in reqs:
-            n = self.acceptance.draw(r.rid, r.seq_len)
-            out.append([self.token(r.rid, r.seq_len + i) for i in range(n)])
+        lens = [self.acceptance.draw(r.rid, r.seq_len) for r in reqs]
+        rids = np.repeat([r.rid for r in reqs], lens)
+        starts = np.repeat([r.seq_len for r in reqs], lens)
+        offsets = np.arange(len(rids)) - np.repeat(np.cumsum(lens) - lens, lens)
+        flat = self.tokens(rids, starts + offsets)
+        out, i = [], 0
+        for n in lens:
+            out.append(flat[i : i + n])
+            i += n
         return out
 
     def transfer(self, reqs: list[Request]) -> list[int]:

@@ -35,3 +35,13 @@ def test_fixed_and_default():
     assert 6.0 < default.mean < 6.5  # tau ~6 at block 16
     assert Acceptance.from_config(EngineConfig(spec="dflash", accept_mean=16.0)).draw(0, 0) == 16
     assert Acceptance.from_config(EngineConfig(spec="dflash", accept_mean=1.0)).draw(0, 0) == 1
+
+
+def test_vectorised_tokens_equal_the_scalar_ones():
+    from mini_engine.spec.simulated import SimulatedBackend
+
+    sim = SimulatedBackend(EngineConfig(seed=12345, vocab_size=1000))
+    rids = [0, 1, 7, 2**40, 3]
+    pos = [0, 99, 5, 17, 2**31]
+    assert sim.tokens(rids, pos) == [sim.token(r, p) for r, p in zip(rids, pos)]
+    assert sim.tokens([], []) == []
