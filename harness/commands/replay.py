@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from mini_engine.memory.replay import replay
-
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -17,6 +15,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: the memory layer pulls in torch, which every other command would pay for.
+    from mini_engine.memory.replay import replay
+
     report = replay(args.trace)
     us = report.seconds_per_call * 1e6
     if report.divergences == 0:
