@@ -49,16 +49,26 @@ class SweepOptions:
     quiet: bool = False
 
 
-def check_filter(expr: str | None) -> None:
+def check_filter(expr: str | None, suite: Suite | None = None) -> None:
+    """Parse the -k expression as pytest will, and refuse one that selects nothing."""
     if expr is None:
         return
     from _pytest.mark.expression import Expression
 
     # Same parser pytest -k uses; older pytest raised ParseError, newer a SyntaxError.
     try:
-        Expression.compile(expr)
+        compiled = Expression.compile(expr)
     except Exception as err:
         raise SweepError(f"--filter must be a pytest -k expression over test ids: {str(err).splitlines()[0]}") from None
+    if suite is None:
+        return
+    # pytest -k matches substrings of the test name (case-insensitive); the id is in it.
+    def selects(gc) -> bool:
+        name = f"test_config[{gc.id}]".lower()
+        return compiled.evaluate(lambda word, **kw: word.lower() in name)
+
+    if not any(selects(gc) for gc in suite.configs):
+        raise SweepError(f"--filter {expr!r} selects no config of suite {suite.name} (ids look like {suite.configs[0].id!r})")
 
 
 def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: int, filter_expr: str | None,
@@ -126,7 +136,7 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     root = root or results_root()
     # Everything that can be wrong with the input is checked before any work.
     suite = load_suite(opts.suite, validate=False)
-    check_filter(opts.filter)
+    check_filter(opts.filter, suite)
     if opts.jobs is not None and opts.jobs < 1:
         raise SweepError(f"-j must be an integer >= 1 (got {opts.jobs})")
     if opts.resume and opts.run_id:

@@ -103,6 +103,7 @@ def test_unknown_suite_names_the_available_ones():
     (["sweep", "BAD"], "page_size must be an integer >= 1 (got 0)"),
     (["sweep", "smoke", "--filter", "ps:16 and ("], "--filter must be a pytest -k expression"),
     (["sweep", "smoke", "-j", "0"], "-j must be an integer >= 1"),
+    (["sweep", "smoke", "--filter", "medusa"], "selects no config of suite smoke"),
     (["sweep", "smoke", "--resume", "no-such-run"], "no run 'no-such-run'"),
     (["sweep", "smoke", "--run-id", "../escape"], "run id must be"),
 ])
