@@ -60,6 +60,50 @@ def _mask(meta: AttnMeta, window: int) -> torch.Tensor:
     return mask
 
 
+# Padded (query, key) pairs per group of sequences: bounds the score tensor when a batch
+# mixes a long prefill with many short sequences.
+GROUP_LIMIT = 1 << 22
+
+
+def _groups(meta: AttnMeta) -> list[tuple[int, int, AttnMeta]]:
+    """Consecutive sequence ranges whose padded size stays under GROUP_LIMIT, as sub-metadata."""
+    if "groups" in meta._cache:
+        return meta._cache["groups"]
+    ql, kl = meta.q_lens, meta.kv_lens
+    if meta.batch * meta.max_q * meta.max_kv <= GROUP_LIMIT:
+        meta._cache["groups"] = [(0, meta.batch, meta)]
+        return meta._cache["groups"]
+    bounds, lo, mq, mk = [], 0, 0, 0
+    for b in range(meta.batch):
+        nq, nk = max(mq, int(ql[b])), max(mk, int(kl[b]))
+        if b > lo and (b + 1 - lo) * nq * nk > GROUP_LIMIT:
+            bounds.append((lo, b))
+            lo, nq, nk = b, int(ql[b]), int(kl[b])
+        mq, mk = nq, nk
+    bounds.append((lo, meta.batch))
+    meta._cache["groups"] = [(lo, hi, _sub_meta(meta, lo, hi)) for lo, hi in bounds]
+    return meta._cache["groups"]
+
+
+def _sub_meta(meta: AttnMeta, lo: int, hi: int) -> AttnMeta:
+    q0, q1 = int(meta.q_lens[:lo].sum()), int(meta.q_lens[:hi].sum())
+    k0, k1 = int(meta.kv_lens[:lo].sum()), int(meta.kv_lens[:hi].sum())
+    sub = AttnMeta(
+        batch=hi - lo, max_q=int(meta.q_lens[lo:hi].max()), max_kv=int(meta.kv_lens[lo:hi].max()),
+        q_lens=meta.q_lens[lo:hi], kv_lens=meta.kv_lens[lo:hi],
+        q_indptr=meta.q_indptr[lo : hi + 1] - q0, kv_indptr=meta.kv_indptr[lo : hi + 1] - k0,
+        q_pos=meta.q_pos[q0:q1], tok_seq=meta.tok_seq[q0:q1] - lo,
+        kv_slots=meta.kv_slots[k0:k1], out_slots=meta.out_slots[q0:q1],
+    )
+    sub._cache["kv_range"] = (k0, k1)
+    if meta.custom_mask is not None:
+        m0 = int((meta.q_lens[:lo] ** 2).sum())
+        m1 = int((meta.q_lens[:hi] ** 2).sum())
+        sub.custom_mask = meta.custom_mask[m0:m1]
+        sub.mask_indptr = meta.mask_indptr[lo : hi + 1] - m0
+    return sub
+
+
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -70,6 +114,27 @@ def paged_attention(
     scale: float,
 ) -> torch.Tensor:
     """q: [T, H, D]; caches: [S, KVH, D]; kv_slots: the flat slot rows. Returns [T, H, D]."""
+    groups = _groups(meta)
+    if len(groups) == 1:
+        return _attend(q, k_cache, v_cache, meta, kv_slots, window, scale)
+    out, off = [], 0
+    for _, _, sub in groups:
+        n = int(sub.q_lens.sum())
+        k0, k1 = sub._cache["kv_range"]
+        out.append(_attend(q[off : off + n], k_cache, v_cache, sub, kv_slots[k0:k1], window, scale))
+        off += n
+    return torch.cat(out)
+
+
+def _attend(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttnMeta,
+    kv_slots: torch.Tensor,
+    window: int,
+    scale: float,
+) -> torch.Tensor:
     T, H, D = q.shape
     KVH = k_cache.shape[1]
     G = H // KVH

@@ -117,7 +117,23 @@ class ModelBackend:
             if self.drafter is not None:
                 self._store(r).put(s, hr)
             out.append(self._next(hr[-1:])[0] if e == r.prefill_target else None)
+        if self.drafter is not None:
+            self._draft_context(reqs, ends)
         return out
+
+    def _draft_context(self, reqs, ends) -> None:
+        """The drafter's own KV follows the target's prefill chunk by chunk (EAGLE's draft
+        extend), so a spec step only drafts from the few positions verified last step."""
+        jobs = []
+        for r, e in zip(reqs, ends):
+            st = self._store(r)
+            if e > st.draft_done:
+                jobs.append(DraftJob(st.draft_done, r.tokens(st.draft_done, e), st.get(st.draft_done - 1, e - 1),
+                                     self.manager.slots(r.kv, 0, e)))
+                st.draft_done = e
+                st.trim()
+        if jobs:
+            self.drafter.extend(jobs)
 
     def decode(self, reqs) -> list[int]:
         if self.graphs is not None:
@@ -188,6 +204,7 @@ class ModelBackend:
                 self.cache.v[i][dst] = scratch.v[i][src]
             if self.drafter is not None:
                 self._store(r).put(0, h)
+                self._draft_context([r], [n])
             out.append(self._next(h[-1:])[0])
         return out
 

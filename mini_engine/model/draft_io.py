@@ -86,3 +86,12 @@ def pick(logits: torch.Tensor, temperature: float, gen: torch.Generator | None) 
         return logits.argmax(-1), None
     q = torch.softmax(logits.double() / temperature, -1)
     return torch.multinomial(q.cpu(), 1, generator=gen).squeeze(-1).to(logits.device), q
+
+
+def context_update(model: DraftModel, cache: KVCache, jobs: list[DraftJob], attend: Attend,
+                   context_window: int = 0) -> list[torch.Tensor]:
+    """Causal draft forward over each job's positions [start, root]: final draft KV there."""
+    dev = model.target.device
+    pieces = [Piece(model.embed(torch.tensor(j.tokens, device=dev)), j.feats, np.arange(j.start, j.root + 1),
+                    rows_upto(j, j.root + 1)) for j in jobs]
+    return draft_forward(model, cache, pieces, attend, context_window)

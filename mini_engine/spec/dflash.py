@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from mini_engine.model.draft import DraftModel
-from mini_engine.model.draft_io import DraftJob, DraftTree, Piece, draft_forward, pick, rows_upto
+from mini_engine.model.draft_io import DraftJob, DraftTree, Piece, context_update, draft_forward, pick, rows_upto
 from mini_engine.model.transformer import Attend, KVCache
 from mini_engine.spec.verify import chain_parents
 
@@ -31,17 +31,17 @@ class DFlashDrafter:
         self.block_size, self.draft_window = block_size, draft_window or 0
         self.temperature, self.gen = temperature, gen
 
+    def extend(self, jobs: list[DraftJob]) -> None:
+        """Context KV of positions [start, root] of each job, from the target's features."""
+        context_update(self.model, self.cache, jobs, self.attend, self.draft_window)
+
     def draft(self, jobs: list[DraftJob]) -> list[DraftTree]:
         m, bs = self.model, self.block_size
         dev = m.target.device
         # Context update: positions [start, root) of the jobs that have any.
-        pieces = []
-        for j in jobs:
-            if j.root > j.start:
-                ids = torch.tensor(j.tokens[:-1], device=dev)
-                pieces.append(Piece(m.embed(ids), j.feats[:-1], np.arange(j.start, j.root), j.slots[: j.root]))
-        if pieces:
-            draft_forward(m, self.cache, pieces, self.attend, self.draft_window)
+        pending = [DraftJob(j.start, j.tokens[:-1], j.feats[:-1], j.slots) for j in jobs if j.root > j.start]
+        if pending:
+            self.extend(pending)
         if bs == 1:  # nothing to draft: verify the root alone
             return [DraftTree([j.tokens[-1]], [-1], [0]) for j in jobs]
         pieces = []

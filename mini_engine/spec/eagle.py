@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from mini_engine.model.draft import DraftModel
-from mini_engine.model.draft_io import DraftJob, DraftTree, Piece, draft_forward, pick, rows_upto
+from mini_engine.model.draft_io import DraftJob, DraftTree, Piece, context_update, draft_forward, pick, rows_upto
 from mini_engine.model.transformer import Attend, KVCache
 
 
@@ -82,14 +82,16 @@ class EagleDrafter:
         self.topk, self.steps, self.ndt = topk, steps, num_draft_tokens
         self.temperature, self.gen = temperature, gen
 
+    def extend(self, jobs: list[DraftJob]) -> None:
+        """Draft KV of positions the target has prefilled (fed the target's features)."""
+        context_update(self.model, self.cache, jobs, self.attend)
+
     def draft(self, jobs: list[DraftJob]) -> list[DraftTree]:
         m = self.model
         dev = m.target.device
-        pieces = []
-        for j in jobs:
-            ids = torch.tensor(j.tokens, device=dev)
-            pieces.append(Piece(m.embed(ids), j.feats, np.arange(j.start, j.root + 1), j.slots[: j.root + 1]))
-        hs = draft_forward(m, self.cache, pieces, self.attend)
+        # Positions verified last step, the root last: final draft KV, and the root's
+        # hidden state proposes the first children.
+        hs = context_update(m, self.cache, jobs, self.attend)
         trees = [_Tree(j.tokens[-1]) for j in jobs]
         for t, h in zip(trees, hs):
             t.hidden[0] = h[-1]

@@ -135,3 +135,17 @@ def test_model_forward_with_triton_equals_torch():
         a = model(ids[start:end], meta.q_pos, meta, cache_r)
         b = model(ids[start:end], meta.q_pos, meta, cache_t, triton_paged_attention)
         torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+
+
+def test_grouped_batches_match_one_batch(monkeypatch):
+    """A batch split into sequence groups (to bound the padded scores) gives the same output."""
+    import mini_engine.model.attention_torch as at
+
+    for name in ("prefill+decode", "verify-tree"):
+        q, k, v, meta, _ = case(3, BATCHES[name])
+        whole = at.paged_attention(q, k, v, meta, meta.kv_slots, 4, 0.25)
+        monkeypatch.setattr(at, "GROUP_LIMIT", 40)
+        q2, k2, v2, meta2, _ = case(3, BATCHES[name])
+        assert len(at._groups(meta2)) > 1
+        torch.testing.assert_close(at.paged_attention(q2, k2, v2, meta2, meta2.kv_slots, 4, 0.25), whole)
+        monkeypatch.undo()
