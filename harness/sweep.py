@@ -197,7 +197,7 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     meta["wall_s"] = meta.get("wall_s", 0.0) + wall
     run_dir.write_meta(meta)
     plots = _plots(rows, run_dir, err_console)
-    mlflow_note = _finish_mlflow(run_dir, meta, rows, plots, root, err_console)
+    mlflow_note = finish_mlflow(run_dir, meta, rows, plots, root, err_console.print)
     print_summary(console, rows, run_dir, wall, mlflow_note)
     return 0 if all(r.get("verdict") in PASSING for r in rows) else 1
 
@@ -278,8 +278,9 @@ def _plots(rows: list[dict[str, Any]], run_dir: RunDir, err_console) -> list[Pat
         return []
 
 
-def _finish_mlflow(run_dir: RunDir, meta: dict[str, Any], rows: list[dict[str, Any]], plots: list[Path],
-                   root: Path, err_console) -> str:
+def finish_mlflow(run_dir: RunDir, meta: dict[str, Any], rows: list[dict[str, Any]], plots: list[Path],
+                  root: Path, warn) -> str:
+    """Upload what is missing, close the parent run; a one-line note of where things are."""
     uri = meta.get("mlflow_uri")
     if not uri:
         return "MLflow: off"
@@ -293,7 +294,7 @@ def _finish_mlflow(run_dir: RunDir, meta: dict[str, Any], rows: list[dict[str, A
         finish_parent(uri, meta["mlflow_parent"], summary, plots, "FINISHED")
     except (MlflowUnavailable, Exception) as err:
         missing = len(run_dir.done_keys() - run_dir.logged_keys())
-        err_console.print(f"kvbench: warning: MLflow at {uri}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+        warn(f"kvbench: warning: MLflow at {uri}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
         return f"MLflow: {missing} config(s) not uploaded yet; run kvbench sync {run_dir.run_id}"
     exp = meta.get("mlflow_experiment") or experiment_name(meta["suite"])
     return f"MLflow: {uri} experiment {experiment_name(meta['suite'])} ({exp}), parent run {meta['mlflow_parent']}"

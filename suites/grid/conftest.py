@@ -64,10 +64,24 @@ def pytest_configure(config: pytest.Config) -> None:
     if uri and not parent:
         meta = prepare_run(suite, run_dir, None if uri == "default" else uri, jobs=1, filter_expr=None)
         uri, parent = meta.get("mlflow_uri"), meta.get("mlflow_parent")
+        config._kvbench_owns_parent = True  # type: ignore[attr-defined]  # close it at session end
     os.environ["KVBENCH_GRID_SUITE"] = str(suite.path)
     os.environ["KVBENCH_GRID_RUN_DIR"] = str(run_dir.path)
     os.environ["KVBENCH_GRID_MLFLOW_URI"] = uri or ""
     os.environ["KVBENCH_GRID_PARENT"] = parent or ""
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # A pytest run that created its own parent run closes it, as kvbench sweep does:
+    # upload what workers could not, then mark the parent finished.
+    if not getattr(session.config, "_kvbench_owns_parent", False) or hasattr(session.config, "workerinput"):
+        return
+    from harness.results import RunDir, load_rows, results_root
+    from harness.sweep import finish_mlflow
+
+    run_dir = RunDir(Path(os.environ["KVBENCH_GRID_RUN_DIR"]))
+    note = finish_mlflow(run_dir, run_dir.meta(), load_rows(run_dir.path), [], results_root(), print)
+    print(f"\nkvbench: {note}")
 
 
 @pytest.fixture(scope="session")
