@@ -103,11 +103,14 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
     reqs = make_requests(WorkloadConfig(**wl), cfg.seed)
     try:
         engine = Engine(cfg, trace=trace, pd_skip_floor=pd_skip_floor)
-        engine.validate(reqs)
-    except ConfigError:
-        raise
     except OSError as err:
         raise ConfigError(f"trace file {trace!r} cannot be written ({err.strerror})") from None
+    try:
+        engine.validate(reqs)
+    except ConfigError:
+        if engine.trace is not None:
+            engine.trace.close()
+        raise
     try:
         result = engine.run(reqs)
     except ConfigError:

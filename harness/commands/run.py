@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from mini_engine.config import load_toml
@@ -84,12 +85,15 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def _check_writable(path: str, what: str) -> None:
+def _check_writable(path: str, what: str) -> bool:
+    """Fail early on an unwritable path; True if the file did not exist before."""
+    fresh = not os.path.exists(path)
     try:
         with open(path, "a", encoding="utf-8"):
             pass
     except OSError as err:
         raise ConfigError(f"{what} file {path!r} cannot be written ({err.strerror})") from None
+    return fresh
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,11 +103,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--outputs needs --json FILE to write them to")
     options = options_from_args(args)
     # Found before the run, so a long run never ends with nowhere to put its results.
-    if args.json:
-        _check_writable(args.json, "--json")
-    if args.trace:
-        _check_writable(args.trace, "--trace")
-    row = run_config(options, trace=args.trace, outputs=args.outputs)
+    created = [p for p, what in ((args.json, "--json"), (args.trace, "--trace"))
+               if p and _check_writable(p, what)]
+    try:
+        row = run_config(options, trace=args.trace, outputs=args.outputs)
+    except ConfigError:
+        for path in created:  # bad input: leave no empty result files behind
+            os.remove(path)
+        raise
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(row, fh, indent=1)

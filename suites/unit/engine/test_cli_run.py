@@ -83,6 +83,13 @@ def test_bad_input_is_one_line_exit_2(argv, words, capsys):
     assert words in err and len(err.splitlines()) == 1 and "Traceback" not in err
 
 
+def test_bad_input_leaves_no_result_files(tmp_path, capsys):
+    out, trace = tmp_path / "r.json", tmp_path / "t.jsonl"
+    assert main(["run", "--pool-tokens", "256", "--json", str(out), "--trace", str(trace)]) == 2
+    assert not out.exists() and not trace.exists()
+    assert "too small for one request" in capsys.readouterr().err
+
+
 def test_trace_of_a_pressured_run_replays(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     rc = main(["run", "--spec", "dflash", "--window", "48", "--workload", "pd", "--pd-fraction", "0.5",
