@@ -12,7 +12,6 @@ a half-logged child (the process died mid-upload) is deleted and logged again.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 import time
@@ -277,6 +276,3 @@ def _first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
 
-
-def dump(row: dict[str, Any]) -> str:
-    return json.dumps(row, sort_keys=True)

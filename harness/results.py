@@ -15,7 +15,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from mini_engine.errors import KVBenchError
 
@@ -222,10 +222,3 @@ def _jsonable(value: Any) -> Any:
         return sorted(value)
     raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
 
-
-def iter_metric_names(rows: Iterable[dict[str, Any]]) -> list[str]:
-    names: dict[str, None] = {}
-    for row in rows:
-        for name in (row.get("metrics") or {}):
-            names[name] = None
-    return list(names)

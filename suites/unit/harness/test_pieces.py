@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -104,3 +103,21 @@ def test_ui_without_a_store_is_one_line(results_root, cli, capsys):
     assert cli("ui") == 2
     err = capsys.readouterr().err.strip()
     assert "no local MLflow store" in err and len(err.splitlines()) == 1
+
+
+def test_a_crashing_config_is_recorded_failed_and_the_next_one_runs(tmp_path):
+    from harness.execute import GridSession
+    from harness.results import load_rows
+
+    suite_file = tmp_path / "crash.toml"
+    # pool_tokens=64 validates as an option but cannot hold one 256-token request: the run itself fails.
+    suite_file.write_text('[defaults]\nworkload = "fixed"\nnum_requests = 2\ninput_len = 256\noutput_len = 8\n'
+                          '[axes]\npool_tokens = [64, 4096]\n')
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    session = GridSession(load_suite(suite_file), run)
+    verdicts = [session.run(gc)["verdict"] for gc in session.suite.configs]
+    assert verdicts == ["failed", "ok"]
+    rows = load_rows(run.path)
+    assert rows[0]["status"] == "failed" and "pool" in rows[0]["error"]
+    assert rows[0]["reasons"][0].startswith("run failed:")
