@@ -19,7 +19,8 @@ import triton.language as tl
 from mini_engine.model.attn_meta import AttnMeta
 
 
-@triton.jit
+# window == 1 must stay a runtime value: Triton would otherwise turn it into a constant.
+@triton.jit(do_not_specialize=["window"])
 def _paged_attn_kernel(
     Q, K, V, O,
     tok_seq, q_pos, q_indptr, kv_indptr, kv_slots, custom_mask, mask_indptr,

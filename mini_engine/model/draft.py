@@ -41,11 +41,13 @@ class DraftModel(nn.Module):
         self.cfg = cfg
         self.shared_layers = shared_layers
         own_cfg = replace(cfg, num_layers=1, layer_types=("full",), window=0)
-        self.fc = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=False)
-        self.layer = DecoderLayer(own_cfg, sliding=False)
-        # DFLASH's mask token: one learned embedding for every undrafted block position.
-        self.mask_embed = nn.Parameter(torch.zeros(cfg.hidden_size))
-        self.to(device=target.device, dtype=cfg.torch_dtype)
+        with torch.device("meta"):  # materialised on the target's device, then seeded
+            self.fc = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=False)
+            self.layer = DecoderLayer(own_cfg, sliding=False)
+            # DFLASH's mask token: one learned embedding for every undrafted block position.
+            self.mask_embed = nn.Parameter(torch.zeros(cfg.hidden_size))
+        self.to(dtype=cfg.torch_dtype)
+        self.to_empty(device=target.device)
         self.requires_grad_(False)
         seeded_init(self, seed, scale_out=noise)
         with torch.no_grad():

@@ -115,9 +115,14 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, device: torch.device | str = "cpu", init: bool = True):
         super().__init__()
         self.cfg = cfg
-        self.model = _Body(cfg)
-        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.to(device=device, dtype=cfg.torch_dtype)
+        # Built on the meta device and materialised in place: an 8B shape never passes
+        # through host memory or torch's default init; every tensor is then set below
+        # (seeded) or by the loader.
+        with torch.device("meta"):
+            self.model = _Body(cfg)
+            self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.to(dtype=cfg.torch_dtype)
+        self.to_empty(device=device)
         self.requires_grad_(False)
         if init:
             seeded_init(self, cfg.seed)
