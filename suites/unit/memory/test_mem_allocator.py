@@ -99,8 +99,11 @@ def test_free_group_defers_and_frees_once():
 def test_bad_last_loc_is_refused():
     a = PagedAllocator(8, 4)
     a.alloc_extend([0], [2], [-1])
+    free, is_free = a.num_free_pages, a.is_free(np.arange(9)).copy()
     with pytest.raises(ValueError, match="last_loc"):
-        a.alloc_extend([2], [3], [7])  # position 1 cannot live in slot 7 (7 % 4 != 1)
+        a.alloc_extend([2], [9], [7])  # position 1 cannot live in slot 7 (7 % 4 != 1)
+    # Refused before any page was taken: the pool is as it was.
+    assert a.num_free_pages == free and (a.is_free(np.arange(9)) == is_free).all()
 
 
 @pytest.mark.parametrize("kwargs, name", [
