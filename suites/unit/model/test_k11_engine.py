@@ -64,3 +64,21 @@ def test_k11_checkpoint_from_disk(algo, tiny_checkpoint):
     res = run(str(tiny_checkpoint), 16, vocab=512, **ALGOS[algo])
     assert res.outputs == base.outputs
     assert res.stats["tau"] > 1.0
+
+
+@pytest.mark.parametrize("algo", sorted(ALGOS))
+def test_k11_through_retraction(algo):
+    """Retract every other decoding request midway: re-prefill rebuilds target and draft state."""
+    cfg = EngineConfig(model="tiny", page_size=16, audit="raise", chunked_prefill=24, **BASE, **ALGOS[algo])
+    engine = Engine(cfg, backend=ModelBackend(cfg, dtype="float64"))
+    reqs = requests(4, seed=16)
+    engine.submit(reqs)
+    for _ in range(6):
+        engine.tick()
+    decoding = [r for r in engine.sched.running if not r.prefilling and r.outputs]
+    assert decoding
+    for r in decoding[::2]:
+        engine.sched.retract(r)
+    res = engine.run()
+    assert res.verdict == "ok" and res.stats["retractions"] > 0 and res.stats["leaked_pages"] == 0
+    assert res.outputs == plain("tiny", 16).outputs
