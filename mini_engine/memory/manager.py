@@ -21,7 +21,6 @@ from mini_engine.memory.swa import SWAPool
 from mini_engine.memory.trace import TraceWriter
 
 
-
 class KVManager:
     def __init__(self, mem: MemoryConfig, auditor: Auditor | None = None, trace: TraceWriter | None = None):
         self.mem = mem.validate()
@@ -197,6 +196,9 @@ class KVManager:
     def release(self, state: ReqKVState) -> int:
         """Free the request's pages under the free policy and return its row."""
         row, extent, ps = state.row, state.allocated, self.ps
+        if self.states.get(row) is not state:
+            # A stale state's row may already belong to another request: freeing it would free theirs.
+            raise ValueError(f"release of request {state.rid}: it is not live (released already?)")
         host_row = self.req_to_token.host[row]
         if extent:
             if self.mem.free_policy == "dedup":

@@ -179,3 +179,16 @@ def test_k8_catches_a_page_held_twice():
     m.ledger.take_row("full", b.row, np.array([page]))  # a second owner for one page
     found = [v for v in m.check(0) if v.id == "K8"]
     assert found and found[0].values["held_twice"] == 1
+
+
+def test_a_stale_state_cannot_release_the_request_that_reuses_its_row():
+    m, aud = make()
+    old = prefilled(m, 20)
+    m.release(old)
+    new = prefilled(m, 20)
+    assert new.row == old.row
+    held, free = m.pages_held, m.num_free_pages
+    with pytest.raises(ValueError, match="not live"):
+        m.release(old)
+    assert m.states[new.row] is new and (m.pages_held, m.num_free_pages) == (held, free)
+    assert m.num_free_rows == 3 and m.check(0) == []
