@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from mini_engine.errors import InvariantViolation, check_choice
+from mini_engine.memory import sizing
 
 if TYPE_CHECKING:
     from mini_engine.memory.batch import BatchArrays
@@ -189,20 +191,28 @@ def check_k8(m: KVManager, step: int) -> list[Violation]:
 
 
 def check_k9(m: KVManager, step: int) -> list[Violation]:
-    """K9: the compact-draft host bound is >= the exact compact length at every length <= committed."""
+    """K9: the compact-draft host bound of the extent (the host's estimate) is >= the exact length.
+
+    Checked at the true length (committed) and at the longest exact length of any
+    true length up to the estimate, through the sizing functions the engine plans
+    with, so a wrong formula there is what this catches.
+    """
     dw = m.mem.draft_window
     if dw is None:
         return []
-    states, _, _, com = _live(m)
-    ps = m.ps
-    # The exact length is periodic in the last ps positions: their max is the max over all t <= L.
-    t = com[:, None] - np.arange(ps)[None, :]
-    t = np.where(t >= 0, t, 0)
-    exact = (t - np.maximum(0, t - dw) // ps * ps).max(axis=1) if len(com) else com
-    bound = np.minimum(com, dw + (ps if ps > 1 else 0))
-    return [Violation("K9", states[i].rid, step, {
-        "committed": int(com[i]), "bound": int(bound[i]), "exact_max": int(exact[i]), "draft_window": dw})
-        for i in np.flatnonzero(bound < exact)]
+    ps, out = m.ps, []
+    for s in m.states.values():
+        est = s.allocated
+        # The exact length is t up to dw + ps - 1, then a saw-tooth of period ps that
+        # peaks where (t - dw) % ps == ps - 1: the latest such t <= est is the worst.
+        worst = est if est < dw + ps - 1 else est - (est - dw - (ps - 1)) % ps
+        bound = sizing.compact_draft_bound(est, dw, ps)
+        exact = max(sizing.compact_draft_len(s.committed, dw, ps), sizing.compact_draft_len(worst, dw, ps))
+        if bound < exact:
+            out.append(Violation("K9", s.rid, step, {
+                "committed": s.committed, "estimate": est, "bound": bound, "exact": exact,
+                "draft_window": dw}))
+    return out
 
 
 def check_k10(m: KVManager, step: int, batch: BatchArrays | None) -> list[Violation]:

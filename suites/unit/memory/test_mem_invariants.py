@@ -53,3 +53,18 @@ def test_k2_state_check_sees_an_extent_moved_back_behind_the_writer():
     s.allocated = 32  # a bypassing write: the state check must notice
     ids = [v.id for v in m.check(1)]
     assert "K2" in ids and "K1" in ids  # 3 pages held for an extent of 2
+
+
+def test_k9_checks_the_bound_the_engine_plans_with(monkeypatch):
+    from mini_engine.memory import sizing
+
+    mem = MemoryConfig(16, 32, 2, 256, draft_window=20)
+    m = KVManager(mem, Auditor("record"))
+    s = m.admit(0)
+    m.extend(s, 40)
+    m.commit(s, 40)  # exact compact length 24: 20 + 4 positions of a page not yet freed
+    assert m.check(0) == []
+    # An envelope without the page of slack is below the exact length: K9 must say so.
+    monkeypatch.setattr(sizing, "compact_draft_bound", lambda n, dw, ps: min(n, dw))
+    found = m.check(1)
+    assert [v.id for v in found] == ["K9"] and found[0].values["exact"] > found[0].values["bound"]
