@@ -87,14 +87,11 @@ class PagedAllocator:
         if len(prefix) and ((seq < prefix).any() or (prefix < 0).any()):
             raise ValueError("alloc_extend needs 0 <= prefix_len <= seq_len for every request")
         ps = self.page_size
-        lens = seq - prefix
-        n = int(lens.sum())
-        req = np.repeat(np.arange(len(lens)), lens)
-        first = np.cumsum(lens) - lens
-        pos = prefix[req] + (np.arange(n, dtype=np.int64) - first[req])
-        page_start = -(-prefix // ps) * ps  # first position that needs a new page
-        cont = pos < page_start[req]
-        if ps > 1 and cont.any():
+        npages = self.pages_needed(prefix, seq)
+        total = int(npages.sum())
+        if total > self.num_free_pages:
+            return None
+        if ps > 1:
             # Checked before any page is taken: a refused call must leave the pool as it was.
             bad = (prefix % ps != 0) & (seq > prefix) & (last % ps != (prefix - 1) % ps)
             if bad.any():
@@ -102,15 +99,19 @@ class PagedAllocator:
                 raise ValueError(
                     f"last_loc {int(last[i])} is not the slot of position {int(prefix[i]) - 1} "
                     f"in a paged row (page_size {ps})")
-        npages = self.pages_needed(prefix, seq)
-        total = int(npages.sum())
-        if total > self.num_free_pages:
-            return None
         if total > len(self._free):
             self._merge_released()
         pages = self._free[:total]
         self._free = self._free[total:]
         self._is_free[pages] = False
+
+        lens = seq - prefix
+        n = int(lens.sum())
+        req = np.repeat(np.arange(len(lens)), lens)
+        first = np.cumsum(lens) - lens
+        pos = prefix[req] + (np.arange(n, dtype=np.int64) - first[req])
+        page_start = -(-prefix // ps) * ps  # first position that needs a new page
+        cont = pos < page_start[req]
         first_page = np.cumsum(npages) - npages
         k = np.where(cont, 0, (pos - page_start[req]) // ps) + first_page[req]
         new_slot = pages[np.minimum(k, max(total - 1, 0))] * ps + pos % ps if total else pos

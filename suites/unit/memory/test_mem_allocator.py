@@ -37,6 +37,7 @@ def test_all_or_nothing():
     assert a.alloc_extend([0], [64], [-1]) is not None
     assert a.available_size() == 0
     assert a.alloc_extend([0], [1], [-1]) is None
+    assert a.alloc_extend([0], [10**15], [-1]) is None  # refused on the page count, nothing built
 
 
 def test_deterministic_order_and_recycling():
