@@ -85,8 +85,8 @@ def _parse(path: str, lineno: int, line: str) -> dict:
         rec = json.loads(line)
     except json.JSONDecodeError as err:
         raise TraceError(f"{path}: line {lineno} is not JSON ({err.msg})") from None
-    if not isinstance(rec, dict) or rec.get("op") not in REQUIRED:
-        op = rec.get("op") if isinstance(rec, dict) else None
+    op = rec.get("op") if isinstance(rec, dict) else None
+    if not isinstance(op, str) or op not in REQUIRED:
         raise TraceError(f"{path}: line {lineno} has unknown op {op!r} (allowed: {', '.join(REQUIRED)})")
     missing = [k for k in REQUIRED[rec["op"]] if k not in rec]
     if missing:
@@ -96,11 +96,14 @@ def _parse(path: str, lineno: int, line: str) -> dict:
             raise TraceError(f"{path}: line {lineno} ({rec['op']}) {key} must be a list of integers")
     if "available" in rec and not _is_int(rec["available"]):
         raise TraceError(f"{path}: line {lineno} ({rec['op']}) available must be an integer")
+    if not isinstance(rec.get("pool", "full"), str):
+        raise TraceError(f"{path}: line {lineno} ({rec['op']}) pool must be \"full\" or \"swa\"")
     return rec
 
 
 def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    # int64 range: the allocator works in numpy int64, a larger number cannot be replayed.
+    return isinstance(x, int) and not isinstance(x, bool) and -2**63 <= x < 2**63
 
 
 def _int_list(x: object) -> bool:

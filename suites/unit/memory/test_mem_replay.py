@@ -130,6 +130,12 @@ def test_clean_trace_cli_exit_0(tmp_path, capsys):
      "pool 'swa'"),
     ('{"format": "kvbench-trace", "version": 1, "page_size": 4, "num_pages": 4}\n{"op": "free_pages",\n',
      "line 2 is not JSON"),
+    ('{"format": "kvbench-trace", "version": 1, "page_size": 4, "num_pages": 4}\n{"op": ["free"]}\n',
+     "line 2 has unknown op"),
+    ('{"format": "kvbench-trace", "version": 1, "page_size": 4, "num_pages": 4}\n{"op": "free_pages", "pool": ["full"], "page_ids": [], "available": 16}\n',
+     "pool must be"),
+    ('{"format": "kvbench-trace", "version": 1, "page_size": 4, "num_pages": 4}\n{"op": "alloc_extend", "prefix_lens": [0], "seq_lens": [100000000000000000000], "last_locs": [-1], "out": null, "available": 16}\n',
+     "seq_lens must be a list of integers"),
 ])
 def test_bad_trace_one_line_exit_2(tmp_path, capsys, content, msg):
     path = tmp_path / "t.jsonl"
