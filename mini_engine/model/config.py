@@ -48,6 +48,8 @@ class ModelConfig:
     window: int = 0  # sliding window of the 'sliding' layers; 0 when there are none
     architecture: str = "llama"  # 'llama' | 'qwen3' (only decides HF names on export)
     seed: int = 0
+    # Llama 3.1 RoPE scaling: (factor, low_freq_factor, high_freq_factor, original_max_positions)
+    rope_scaling: tuple[float, float, float, int] | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -102,7 +104,7 @@ SHAPES: dict[str, ModelConfig] = {
     "llama-3.1-8b": ModelConfig(
         name="llama-3.1-8b", vocab_size=128256, hidden_size=4096, num_layers=32, num_heads=32,
         num_kv_heads=8, head_dim=128, intermediate_size=14336, rope_theta=500_000.0, rms_eps=1e-5,
-        dtype="bfloat16", architecture="llama",
+        dtype="bfloat16", architecture="llama", rope_scaling=(8.0, 1.0, 4.0, 8192),
     ),
 }
 

@@ -89,7 +89,7 @@ class DraftModel(nn.Module):
         """Draft hidden states (before the final norm). `context_window` > 0 caps what
         every draft layer sees (DFLASH's draft_window); else shared layers keep their window."""
         x = self.fc(torch.cat([embeds, feats.to(embeds.dtype)], dim=-1))
-        cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        cos, sin = rope_cos_sin(positions, self.cfg, x.dtype)
         for i, layer in enumerate(self.layers):
             w = layer.window
             if context_window:

@@ -6,6 +6,8 @@ input_layernorm, ...) so that a checkpoint's state dict loads without renaming.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -26,12 +28,29 @@ class RMSNorm(nn.Module):
         return (acc * self.weight.to(acc.dtype)).to(x.dtype)
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(positions: torch.Tensor, cfg: ModelConfig, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     acc = torch.float64 if dtype == torch.float64 else torch.float32
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=acc) / head_dim))
+    d = cfg.head_dim
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, device=positions.device, dtype=acc) / d))
+    if cfg.rope_scaling is not None:
+        inv_freq = llama3_scaled(inv_freq, *cfg.rope_scaling)
     freqs = positions.to(acc)[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
+
+
+def llama3_scaled(inv_freq: torch.Tensor, factor: float, low_freq_factor: float, high_freq_factor: float,
+                  original_max_positions: int) -> torch.Tensor:
+    """Llama 3.1's RoPE frequency scaling: long wavelengths slowed by `factor`, short ones
+    kept, a smooth blend between."""
+    low_wavelen = original_max_positions / low_freq_factor
+    high_wavelen = original_max_positions / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (original_max_positions / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(medium, blended, scaled)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

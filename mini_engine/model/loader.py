@@ -93,11 +93,7 @@ def config_from_hf(data: dict, path: Path, dtype: str | None) -> ModelConfig:
     head_dim = data.get("head_dim") or data["hidden_size"] // heads
     if heads % kv_heads:
         raise CheckpointError(f"checkpoint {str(path)!r}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
-    scaling = data.get("rope_scaling")
-    if scaling and scaling.get("rope_type", scaling.get("type")) not in (None, "default"):
-        raise CheckpointError(
-            f"checkpoint {str(path)!r}: rope_scaling type {scaling.get('rope_type', scaling.get('type'))!r} "
-            "is not supported (only default RoPE)")
+    rope_scaling = _rope_scaling(data.get("rope_scaling"), path)
     if dtype is None:
         dtype = "float32"  # exact on CPU; bf16 checkpoints are upcast on load
     return ModelConfig(
@@ -106,7 +102,27 @@ def config_from_hf(data: dict, path: Path, dtype: str | None) -> ModelConfig:
         intermediate_size=data["intermediate_size"], rope_theta=float(data.get("rope_theta", 10000.0)),
         rms_eps=float(data.get("rms_norm_eps", 1e-6)), qk_norm=arch == "qwen3",
         tie_embeddings=bool(data.get("tie_word_embeddings", False)), dtype=dtype, architecture=arch,
+        rope_scaling=rope_scaling,
     )
+
+
+def _rope_scaling(scaling, path: Path) -> tuple[float, float, float, int] | None:
+    if not scaling:
+        return None
+    if not isinstance(scaling, dict):
+        raise CheckpointError(f"checkpoint {str(path)!r}: rope_scaling must be a JSON object")
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind in (None, "default"):
+        return None
+    if kind != "llama3":
+        raise CheckpointError(f"checkpoint {str(path)!r}: rope_scaling type {kind!r} is not supported "
+                              "(supported: default, llama3)")
+    try:
+        return (float(scaling["factor"]), float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"]),
+                int(scaling["original_max_position_embeddings"]))
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"checkpoint {str(path)!r}: llama3 rope_scaling needs factor, low_freq_factor, "
+                              "high_freq_factor and original_max_position_embeddings") from None
 
 
 def load_checkpoint(path: str | Path, dtype: str | None = None) -> tuple[ModelConfig, Weights]:
@@ -150,6 +166,10 @@ def save_checkpoint(model: torch.nn.Module, mcfg: ModelConfig, path: str | Path)
         "rope_theta": mcfg.rope_theta, "rms_norm_eps": mcfg.rms_eps,
         "tie_word_embeddings": mcfg.tie_embeddings, "torch_dtype": mcfg.dtype,
     }
+    if mcfg.rope_scaling is not None:
+        f, lo, hi, orig = mcfg.rope_scaling
+        config["rope_scaling"] = {"rope_type": "llama3", "factor": f, "low_freq_factor": lo,
+                                  "high_freq_factor": hi, "original_max_position_embeddings": orig}
     (p / "config.json").write_text(json.dumps(config, indent=2))
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(tensors, str(p / "model.safetensors"))

@@ -150,7 +150,7 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         """Hidden states after the last layer (before the final norm), one row per token."""
         x = self.model.embed_tokens(input_ids)
-        cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        cos, sin = rope_cos_sin(positions, self.cfg, x.dtype)
         for i, layer in enumerate(self.model.layers):
             x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend)
         return x
@@ -158,7 +158,7 @@ class Transformer(nn.Module):
     def dense_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         x = self.model.embed_tokens(input_ids)
         pos = torch.arange(input_ids.shape[0], device=input_ids.device)
-        cos, sin = rope_cos_sin(pos, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        cos, sin = rope_cos_sin(pos, self.cfg, x.dtype)
         for layer in self.model.layers:
             x = dense_layer_step(layer, x, cos, sin)
         return x

@@ -138,3 +138,26 @@ def test_prompt_outside_vocabulary_is_a_clear_error():
     eng = Engine(cfg, backend=ModelBackend(cfg))
     with pytest.raises(KVBenchError, match="outside the model's vocabulary \\(vocab_size=1024\\)"):
         eng.run([Request(rid=0, prompt=[1, 5000], max_new_tokens=2)])
+
+
+def test_llama3_rope_scaling_round_trip(tmp_path):
+    """Llama 3.1's scaled RoPE survives export and load, and changes long-range positions."""
+    cfg = replace(named_shape("tiny"), architecture="llama", qk_norm=False, rope_theta=500000.0,
+                  rope_scaling=(8.0, 1.0, 4.0, 64))
+    save_checkpoint(Transformer(cfg), cfg, tmp_path / "l31")
+    mcfg, _ = load_checkpoint(tmp_path / "l31")
+    assert mcfg.rope_scaling == (8.0, 1.0, 4.0, 64)
+    from mini_engine.model.layers import rope_cos_sin
+
+    pos = torch.arange(200)
+    _, scaled = rope_cos_sin(pos, mcfg, torch.float64)
+    _, plain = rope_cos_sin(pos, replace(mcfg, rope_scaling=None), torch.float64)
+    assert torch.equal(scaled[:, 0], plain[:, 0])  # the highest frequency is kept
+    torch.testing.assert_close(scaled[:, 7], plain[:, 7] / 8, rtol=1e-3, atol=0)  # the lowest is slowed 8x
+
+
+def test_unsupported_rope_scaling(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint, tmp_path / "c")
+    _edit_config(d, rope_scaling={"rope_type": "yarn", "factor": 4.0})
+    with pytest.raises(CheckpointError, match="rope_scaling type 'yarn' is not supported"):
+        resolve_model(str(d))
