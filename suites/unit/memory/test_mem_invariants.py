@@ -68,3 +68,26 @@ def test_k9_checks_the_bound_the_engine_plans_with(monkeypatch):
     monkeypatch.setattr(sizing, "compact_draft_bound", lambda n, dw, ps: min(n, dw))
     found = m.check(1)
     assert [v.id for v in found] == ["K9"] and found[0].values["exact"] > found[0].values["bound"]
+
+
+def test_k5_state_check_sees_a_corrupt_free_list():
+    m = KVManager(MemoryConfig(16, 16, 2, 128), Auditor("record"))
+    s = m.admit(0)
+    m.extend(s, 40)
+    m.commit(s, 40)
+    held = m.ledger.pages_of("full", s.row)
+    m.full._released.append(held[:1].copy())  # a held page also on the free list, behind the allocator
+    assert "K5" in [v.id for v in m.check(0)]
+
+
+def test_k6_state_check_sees_a_cursor_written_behind_the_writer():
+    mem = MemoryConfig(16, 16, 2, 128, swa_num_pages=16, window=16)
+    m = KVManager(mem, Auditor("record"))
+    s = m.admit(0)
+    assert m.pd_prealloc(s, 60)  # cursor 32
+    assert m.check(0) == []
+    s.swa_evicted = 40  # not a page boundary
+    assert "K6" in [v.id for v in m.check(1)]
+    s.swa_evicted = 16  # aligned, but back from 40
+    back = [v for v in m.check(2) if v.id == "K6"]
+    assert back and back[0].values["previous"] == 40

@@ -175,3 +175,23 @@ def test_numpy_lengths_are_accepted(tmp_path):
     s = m.admit(0)
     assert m.extend(s, np.int64(20)) and s.allocated == 32
     assert m.prepare([s], np.int64(8))
+
+
+@pytest.mark.parametrize("op, field", [("free_pages", "available"), ("alloc_extend", "available"),
+                                       ("prepare", "reqs[0].nxt")])
+def test_a_wrong_available_or_nxt_diverges(tmp_path, op, field):
+    path = tmp_path / "t.jsonl"
+    record(path)
+    lines = open(path).read().splitlines()
+    for i, line in enumerate(lines[1:], start=1):
+        rec = json.loads(line)
+        if rec["op"] == op and (op != "prepare" or rec["reqs"]):
+            if op == "prepare":
+                rec["reqs"][0]["nxt"] += 16
+            else:
+                rec["available"] += 16
+            lines[i] = json.dumps(rec)
+            break
+    open(path, "w").write("\n".join(lines) + "\n")
+    d = replay(path).first_divergence
+    assert (d.line, d.op, d.field) == (i + 1, op, field)
