@@ -1,7 +1,7 @@
 """Baselines: per hardware profile, what each config measured when it was last blessed.
 
     {"profile", "created", "git_commit", "configs": {key: {"counters": {...},
-     "timings": {metric: {"median", "spread", "samples"}}, "status", "test_id"}}}
+     "timings": {metric: {"median", "spread", "samples" (when repeated)}}, "status", "test_id", "suite"}}}
 
 Counters are exact (a change is a regression); timings and memory keep their
 samples so compare can run a noise test. Baselines are written from real runs
@@ -48,7 +48,9 @@ def timings_of(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if kind(name) not in ("timing", "memory") or not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
         s = [float(x) for x in samples.get(name, [value])]
-        out[name] = {"median": float(value), "spread": (max(s) - min(s)) if s else 0.0, "samples": s}
+        out[name] = {"median": float(value), "spread": (max(s) - min(s)) if s else 0.0}
+        if len(s) > 1:  # one sample is the median itself
+            out[name]["samples"] = s
     return out
 
 
@@ -102,5 +104,17 @@ def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = N
 def write_baseline(path: Path, baseline: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(baseline, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(_dumps(baseline))
     os.replace(tmp, path)
+
+
+def _dumps(baseline: dict[str, Any]) -> str:
+    """JSON with one config per line: a change to one config is a one-line diff."""
+    head = {k: v for k, v in baseline.items() if k != "configs"}
+    lines = ["{"] + [f" {json.dumps(k)}: {json.dumps(v, sort_keys=True)}," for k, v in sorted(head.items())]
+    configs = sorted((baseline.get("configs") or {}).items())
+    lines.append(' "configs": {')
+    lines += [f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}{',' if i < len(configs) - 1 else ''}"
+              for i, (k, v) in enumerate(configs)]
+    lines += [" }", "}"]
+    return "\n".join(lines) + "\n"

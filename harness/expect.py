@@ -27,6 +27,8 @@ from typing import Any
 from mini_engine.errors import KVBenchError
 
 PASSING = ("ok", "as_expected")
+# What every config must show unless a rule says otherwise (where the engine counts it).
+CLEAN = {"leaked_pages": 0, "leaked_swa_pages": 0}
 RULE_KEYS = ("name", "when", "status", "metrics", "violations")
 
 
@@ -88,7 +90,7 @@ class Expectation:
 
 
 def expectation(config: dict[str, Any], rules: list[ExpectRule]) -> Expectation:
-    exp = Expectation(rules=[], status=["ok"], metrics={"leaked_pages": 0}, violations={})
+    exp = Expectation(rules=[], status=["ok"], metrics=dict(CLEAN), violations={})
     for rule in rules:
         if not rule.applies(config):
             continue
@@ -111,8 +113,8 @@ def judge(row: dict[str, Any], exp: Expectation) -> tuple[str, list[str]]:
         reasons.append(f"status {row.get('status')!r}, expected {' or '.join(exp.status)}")
     for name, cond in exp.metrics.items():
         if name not in metrics:
-            if name == "leaked_pages" and not exp.rules:
-                continue  # the clean default only applies where the engine counts leaks
+            if name in CLEAN and cond == CLEAN[name]:
+                continue  # the clean default only applies where the engine counts it
             reasons.append(f"metric {name} missing from the row")
             continue
         if not _holds(metrics[name], cond, metrics):

@@ -213,7 +213,10 @@ class Logger:
                 if self._cl is None:
                     self._cl = client(self.uri)
                     self._exp = ensure_experiment(self._cl, experiment_name(self.suite), self.uri, self.root)
-                log_row(self._cl, self._exp, self.parent_id, self.run_id, row, name)
+                # A worker is the first to log a key (done keys are deselected before it
+                # runs), so the search for an earlier child is only needed on a retry.
+                log_row(self._cl, self._exp, self.parent_id, self.run_id, row, name,
+                        existing=[] if attempt == 0 else None)
                 return True
             except Exception as err:
                 self.last_error = _first_line(err)
