@@ -136,9 +136,10 @@ class KVManager:
             })
         if not self._grow(states, nxt):
             return False
-        for s, c in zip(states, com.tolist()):
+        for s, c, cut in zip(states, com.tolist(), short.tolist()):
             s.reserve_base = c
-            s.reserve = reserve
+            # A clamped reservation was reported above; the state check audits honoured ones.
+            s.reserve = 0 if cut else reserve
         return True
 
     def commit(self, state: ReqKVState, n: int) -> None:

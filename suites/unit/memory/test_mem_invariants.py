@@ -91,3 +91,13 @@ def test_k6_state_check_sees_a_cursor_written_behind_the_writer():
     s.swa_evicted = 16  # aligned, but back from 40
     back = [v for v in m.check(2) if v.id == "K6"]
     assert back and back[0].values["previous"] == 40
+
+
+def test_k4_state_check_sees_a_reservation_that_no_longer_covers():
+    m = KVManager(MemoryConfig(16, 16, 2, 128), Auditor("record"))
+    s = m.admit(0)
+    m.extend(s, 40)
+    m.commit(s, 40)
+    assert m.prepare([s], 8) and s.allocated == 48 and m.check(0) == []
+    s.reserve_base = 44  # as if committed had been 44 at the prepare: 44 + 8 > 48
+    assert [v.id for v in m.check(1)] == ["K4"]

@@ -120,6 +120,8 @@ def test_k4_when_the_row_has_no_headroom():
     m.commit(s, 40)
     m.prepare([s], 32)
     assert aud.counts.get("K4") == 1 and s.allocated == 64
+    m.check(0)
+    assert aud.counts == {"K4": 1}  # counted once, at the prepare, not again by the state check
 
 
 def test_raise_mode_stops_at_the_first_violation():
