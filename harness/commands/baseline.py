@@ -18,13 +18,16 @@ def run(args: argparse.Namespace) -> int:
     from harness.baseline import build, default_path, load_baseline, write_baseline
     from harness.commands.compare import run_profile
     from harness.mlflow_log import git_commit
-    from harness.results import load_rows, results_root
+    from harness.results import RunDir, load_rows, open_run_dir, results_root
 
     profile = run_profile(args.run)
     rows = load_rows(args.run)
+    p = Path(args.run)
+    meta = (RunDir(p.parent) if p.is_file() else open_run_dir(args.run)).meta()
     out = Path(args.out) if args.out else default_path(profile, results_root())
     existing = load_baseline(out, expected_profile=profile) if out.exists() else None
-    base, added, updated, skipped = build(rows, profile, git_commit(), existing)
+    # The commit that produced the rows, not the one checked out now.
+    base, added, updated, skipped = build(rows, profile, meta.get("git_commit") or git_commit(), existing)
     write_baseline(out, base)
     print(f"baseline {out} (profile {profile}): {len(base['configs'])} configs, {added} added, {updated} updated"
           + (f", {len(skipped)} failed configs not blessed" if skipped else ""))

@@ -121,3 +121,59 @@ def test_a_crashing_config_is_recorded_failed_and_the_next_one_runs(tmp_path):
     rows = load_rows(run.path)
     assert rows[0]["status"] == "failed" and "pool" in rows[0]["error"]
     assert rows[0]["reasons"][0].startswith("run failed:")
+
+
+class FakeNVML:
+    """Stands in for pynvml's module on a GPU machine: the calls detect() makes."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, name: str, count: int = 8):
+        self.name, self.count, self.inits = name, count, 0
+
+    def nvmlInit(self):
+        self.inits += 1
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        assert 0 <= i < self.count
+        return i
+
+    def nvmlDeviceGetName(self, h):
+        return self.name.encode()
+
+    def nvmlSystemGetDriverVersion(self):
+        return "575.51"
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return type("Mem", (), {"total": 141 << 30, "used": 2 << 30})()
+
+
+def test_detect_reads_the_gpu_through_nvml(monkeypatch):
+    import sys
+
+    fake = FakeNVML("NVIDIA H200")
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    hw = hardware.detect()
+    assert (hw.profile, hw.gpu_name, hw.gpu_count, hw.driver) == ("h200", "NVIDIA H200", 8, "575.51")
+    assert hw.memory_total_bytes == 141 << 30 and hardware.nvml_used_bytes() == 2 << 30
+
+
+def test_no_driver_means_cpu(monkeypatch):
+    import sys
+
+    fake = FakeNVML("x")
+
+    def fail():
+        raise FakeNVML.NVMLError("NVML Shared Library Not Found")
+
+    fake.nvmlInit = fail
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert hardware.detect().profile == "cpu" and hardware.nvml_used_bytes() is None

@@ -115,3 +115,32 @@ def test_sweep_bad_input_exits_2_before_any_work(tmp_path, results_root, cli, ca
     assert needle in err and len(err.splitlines()) == 1
     assert not (results_root / "runs").exists() or not any((results_root / "runs").iterdir())
     assert not (results_root / "mlflow.db").exists()
+
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+axis_values = st.lists(st.sampled_from([1, 2, 4, 16, 64, 256]), min_size=1, max_size=4, unique=True)
+
+
+@given(ps=axis_values, policies=st.lists(st.sampled_from(["aligned", "unaligned"]), min_size=1, max_size=2, unique=True),
+       seeds=st.lists(st.integers(0, 50), min_size=1, max_size=3, unique=True),
+       excluded=st.sampled_from([1, 2, 4, 16, 64, 256]))
+def test_grid_is_the_product_minus_exclusions_with_unique_ids(tmp_path_factory, ps, policies, seeds, excluded):
+    tmp = tmp_path_factory.mktemp("grid")
+    text = (f"[defaults]\nnum_requests = 2\n[axes]\npage_size = {ps}\npolicy = {policies}\nseed = {seeds}\n"
+            f"[[exclude]]\npage_size = {excluded}\npolicy = 'unaligned'\n")
+    want = {(p, pol, s) for p in ps for pol in policies for s in seeds if not (p == excluded and pol == "unaligned")}
+    if not want:
+        with pytest.raises(SuiteError, match="the grid is empty"):
+            load_suite(write(tmp, text), validate=False)
+        return
+    suite = load_suite(write(tmp, text), validate=False)
+    got = {(c.config["page_size"], c.config["policy"], c.config["seed"]) for c in suite.configs}
+    assert got == want and len(suite.configs) == len(want)
+    ids = [c.id for c in suite.configs]
+    assert len(set(ids)) == len(ids)
+    for c in suite.configs:  # every id names the values that vary across the grid
+        for i, (name, short) in enumerate((("page_size", "ps"), ("policy", "policy"), ("seed", "seed"))):
+            if len({w[i] for w in want}) > 1:
+                assert f"{short}:{c.config[name]}" in c.id.split("-")
