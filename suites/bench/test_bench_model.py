@@ -46,13 +46,13 @@ def one_thread():
 @pytest.mark.parametrize("algo", list(ALGOS))
 @pytest.mark.parametrize("batch", [1, 16, 64])
 def test_model_throughput(benchmark, batch, algo):
-    cfg = EngineConfig(model="tiny", page_size=16, pool_tokens=batch * 128 + 4096, max_context=256,
+    cfg = EngineConfig(model="tiny", page_size=16, pool_tokens=batch * 512 + 4096, max_context=256,
                        max_running=batch, seed=0, **ALGOS[algo])
 
     def once():
         return Engine(cfg, backend=ModelBackend(cfg)).run(workload(batch))
 
-    result = benchmark.pedantic(once, rounds=2, iterations=1, warmup_rounds=0)
+    result = benchmark.pedantic(once, rounds=3, iterations=1, warmup_rounds=1)
     s = result.stats
     assert result.verdict == "ok" and s["finished_requests"] == batch
     assert s["leaked_pages"] == 0 and s["violations"] == 0
