@@ -151,6 +151,7 @@ def check_k7(m: KVManager, step: int) -> list[Violation]:
         below = m.swa.map_host[row[:min(cur, ext)]]
         above = m.swa.map_host[row[cur:ext]] if ext > cur else np.empty(0, dtype=np.int64)
         pos = np.arange(cur, max(cur, ext))
+        live = -(-ext // ps) - cur // ps if ext > cur else 0  # pages of positions above the cursor
         pages = above // ps
         # Positions of one page share its first position's SWA page (cursor is page aligned).
         first = pages[((pos // ps) * ps - cur).clip(0)] if len(pages) else pages
@@ -163,6 +164,11 @@ def check_k7(m: KVManager, step: int) -> list[Violation]:
             problems.append("positions of one page map to different SWA pages")
         elif len(above) and (owner[pages] != s.row + 1).any():
             problems.append("SWA page not held by the request")
+        elif len(np.unique(pages[::ps])) != live:
+            problems.append("two pages of positions share one SWA page")
+        # The request holds no SWA page beyond those (one kept below the cursor is wasted).
+        if m.ledger.held["swa"][s.row] != live:
+            problems.append(f"SWA pages held {int(m.ledger.held['swa'][s.row])} != {live} live pages")
         if problems:
             out.append(Violation("K7", s.rid, step, {"cursor": cur, "allocated": ext,
                                                      "reason": "; ".join(problems)}))

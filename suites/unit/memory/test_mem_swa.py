@@ -109,3 +109,29 @@ def test_k7_catches_a_stale_mapping():
     m.swa.map_host[row[0]] = 99  # a stale SWA copy below the cursor
     assert [v.id for v in m.check(0)] == ["K7"]
     assert isinstance(m.swa.map_host, np.ndarray)
+
+
+def test_k7_catches_swa_pages_kept_below_the_cursor(monkeypatch):
+    m, aud = make()
+    s = m.admit(0)
+    m.extend(s, 80)
+    m.commit(s, 80)
+    # An eviction that moves the cursor and clears the map but frees nothing: the pages
+    # stay held with no position above the cursor using them.
+    monkeypatch.setattr(m.swa.allocator, "free_segment", lambda *a, **k: np.empty(0, dtype=np.int64))
+    m.evict_swa(s)
+    assert s.swa_evicted == 48
+    found = m.check(0)
+    assert [v.id for v in found] == ["K7"] and "held" in found[0].values["reason"]
+
+
+def test_k7_catches_two_pages_sharing_one_swa_page():
+    m, aud = make()
+    s = m.admit(0)
+    m.extend(s, 32)
+    m.commit(s, 32)
+    row = m.req_to_token.host[s.row]
+    first = m.swa.map_host[row[:16]]
+    m.swa.map_host[row[16:32]] = first  # positions 16..31 alias the SWA page of 0..15
+    found = m.check(0)
+    assert [v.id for v in found] == ["K7"] and "share one SWA page" in found[0].values["reason"]
