@@ -240,6 +240,8 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
     except Exception as err:
         raise MlflowUnavailable(f"MLflow at {uri} cannot be reached: {_first_line(err)}") from None
     if meta.get("mlflow_parent") != parent or meta.get("mlflow_uri") != uri:
+        if meta.get("mlflow_uri") != uri:
+            run_dir.reset_logged()  # what was logged went to another store
         meta.update(mlflow_parent=parent, mlflow_uri=uri)
         run_dir.write_meta(meta)
     logged = run_dir.logged_keys()

@@ -107,6 +107,10 @@ class RunDir:
     def mark_logged(self, key: str) -> None:
         append_line(self.logged, key)
 
+    def reset_logged(self) -> None:
+        """Forget what was logged: the run now logs to another tracking store."""
+        self.logged.unlink(missing_ok=True)
+
 
 def open_run_dir(run: str | os.PathLike[str], *, root: Path | None = None) -> RunDir:
     """A run given by id (under results/runs/) or by path; it must exist."""

@@ -88,6 +88,9 @@ def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: 
         meta["mlflow_uri"] = None
     else:
         uri = tracking_uri(mlflow_uri, root)
+        if meta.get("mlflow_uri") and meta["mlflow_uri"] != uri:
+            run_dir.reset_logged()  # a resume against another store: it has none of the rows
+            meta["mlflow_parent"] = None
         meta["mlflow_uri"] = uri
         try:
             cl = client(uri)

@@ -158,3 +158,4 @@ def test_unreachable_mlflow_keeps_every_row_and_sync_uploads_them(results_root, 
     assert f"0 uploaded, {N_CONFIGS} already there" in capsys.readouterr().out
     per_key = children_per_key(mlflow_runs(uri, "e2e"), "u1")
     assert len(per_key) == N_CONFIGS and set(per_key.values()) == {1}
+    assert run.logged_keys() == {r["key"] for r in load_rows(run.path)} and run.meta()["mlflow_uri"] == uri
