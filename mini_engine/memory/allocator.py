@@ -53,8 +53,6 @@ class PagedAllocator:
         self._num_released = 0
         self._is_free = np.ones(num_pages + 1, dtype=bool)
         self._is_free[0] = False
-        self._group: list[np.ndarray] | None = None
-        self._group_depth = 0
 
     # -- queries ---------------------------------------------------------------
     @property
@@ -150,11 +148,7 @@ class PagedAllocator:
         """
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         self.syncs += 1
-        pages = np.unique(idx // self.page_size)
-        if self._group is not None:
-            self._group.append(pages)
-            return pages
-        freed = self._release(pages)
+        freed = self._release(np.unique(idx // self.page_size))
         if self.trace is not None:
             self.trace.write({"op": "free", "pool": self.pool, "indices": idx.tolist(),
                               "available": self.available_size()})
@@ -163,9 +157,6 @@ class PagedAllocator:
     def free_pages(self, page_ids) -> np.ndarray:
         """Host whole-page free: the caller computed the pages, no dedup, no sync."""
         pages = np.asarray(page_ids, dtype=np.int64).reshape(-1)
-        if self._group is not None:
-            self._group.append(pages)
-            return pages
         freed = self._release(pages)
         if self.trace is not None:
             self.trace.write({"op": "free_pages", "pool": self.pool, "page_ids": pages.tolist(),
@@ -187,22 +178,6 @@ class PagedAllocator:
             return np.empty(0, dtype=np.int64)
         reps = np.asarray(row_slots)[start - offset:end - offset:ps]
         return self.free_pages(reps.astype(np.int64) // ps)
-
-    def free_group_begin(self) -> None:
-        """Collect frees until the matching end, then return them in one call (groups nest)."""
-        self._group_depth += 1
-        if self._group is None:
-            self._group = []
-
-    def free_group_end(self) -> None:
-        if self._group_depth == 0:
-            raise RuntimeError("free_group_end without free_group_begin")
-        self._group_depth -= 1
-        if self._group_depth:
-            return
-        group, self._group = self._group, None
-        if group:
-            self.free_pages(np.concatenate(group))
 
     # -- internals -------------------------------------------------------------
     def _release(self, pages: np.ndarray) -> np.ndarray:

@@ -24,13 +24,6 @@ class PageLedger:
         np.add.at(self.held[pool], rows, 1)
         self.total[pool] += len(pages)
 
-    def take_row(self, pool: str, row: int, pages: np.ndarray) -> None:
-        if len(pages) == 0:
-            return
-        self.owner[pool][pages] = row + 1
-        self.held[pool][row] += len(pages)
-        self.total[pool] += len(pages)
-
     def give_back(self, pool: str, row: int, pages: np.ndarray) -> np.ndarray:
         """Pages of row that were freed; returns those the row did not hold (for K5/K8)."""
         owner = self.owner[pool]

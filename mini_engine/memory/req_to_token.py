@@ -35,11 +35,6 @@ class ReqToTokenPool:
         self.device[row].zero_()
         self._free_rows.append(row)
 
-    def write(self, row: int, start: int, slots: np.ndarray) -> None:
-        n = len(slots)
-        self.host[row, start:start + n] = slots
-        self.device[row, start:start + n] = torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64)).to(self.device.device)
-
     def write_flat(self, rows: np.ndarray, positions: np.ndarray, slots: np.ndarray) -> None:
         """Batched write: host[rows[i], positions[i]] = slots[i], one device copy for all."""
         if len(slots) == 0:

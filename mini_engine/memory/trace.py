@@ -1,7 +1,7 @@
 """Allocation trace (DESIGN.md section 5): JSON lines, header first.
 
 The writer records every allocator call of both pools and the manager's planning
-records; replay (replay.py, re-exported here) re-runs a file on fresh allocators.
+records; replay.py re-runs a file on fresh allocators.
 """
 
 from __future__ import annotations
@@ -30,9 +30,7 @@ class TraceWriter:
         head = {"format": FORMAT, "version": VERSION, "page_size": None, "num_pages": None,
                 "swa_num_pages": None, "config": {}}
         head.update(header)
-        self.header = head
-        self.calls = 0
-        self._write(head)
+        self.write(head)
 
     @classmethod
     def for_memory(cls, path_or_file, mem, config: dict | None = None) -> TraceWriter:
@@ -45,15 +43,8 @@ class TraceWriter:
         })
 
     def write(self, record: dict) -> None:
-        self.calls += 1
-        self._write(record)
-
-    def _write(self, obj: dict) -> None:
-        self._fh.write(json.dumps(obj, separators=(",", ":")))
+        self._fh.write(json.dumps(record, separators=(",", ":")))
         self._fh.write("\n")
-
-    def flush(self) -> None:
-        self._fh.flush()
 
     def close(self) -> None:
         if self._fh.closed:
@@ -69,9 +60,3 @@ class TraceWriter:
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-def replay(path):  # noqa: D401 - thin re-export, keeps trace.replay the public name
-    """Re-run a trace on fresh allocators; see mini_engine.memory.replay.replay."""
-    from mini_engine.memory.replay import replay as _replay
-
-    return _replay(path)

@@ -86,17 +86,6 @@ def test_double_free_and_dummy_page_are_k5():
     assert aud.counts == {"K5": 1} and b.num_free_pages == 6 + 1  # page 2 back once
 
 
-def test_free_group_defers_and_frees_once():
-    a = PagedAllocator(8, 4)
-    s = a.alloc_extend([0, 0], [8, 8], [-1, -1])
-    a.free_group_begin()
-    a.free_pages([1, 2])
-    a.free(s[1])
-    assert a.num_free_pages == 4  # nothing returned inside the group
-    a.free_group_end()
-    assert a.num_free_pages == 8
-
-
 def test_bad_last_loc_is_refused():
     a = PagedAllocator(8, 4)
     a.alloc_extend([0], [2], [-1])
@@ -116,17 +105,3 @@ def test_bad_sizes(kwargs, name):
     with pytest.raises(ConfigError, match=f"^{name} must be"):
         PagedAllocator(**kwargs)
 
-
-def test_free_groups_nest():
-    a = PagedAllocator(8, 4)
-    a.alloc_extend([0], [16], [-1])
-    a.free_group_begin()
-    a.free_group_begin()
-    a.free_pages([1])
-    a.free_group_end()
-    assert a.num_free_pages == 4  # the outer group still holds it
-    a.free_pages([2])
-    a.free_group_end()
-    assert a.num_free_pages == 6
-    with pytest.raises(RuntimeError):
-        a.free_group_end()

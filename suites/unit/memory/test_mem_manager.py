@@ -178,7 +178,7 @@ def test_k8_catches_a_page_held_twice():
     a, b = prefilled(m, 20), m.admit("b")
     assert m.extend(b, 20)
     page = int(m.ledger.pages_of("full", a.row)[0])
-    m.ledger.take_row("full", b.row, np.array([page]))  # a second owner for one page
+    m.ledger.take("full", np.array([b.row]), np.array([page]))  # a second owner for one page
     found = [v for v in m.check(0) if v.id == "K8"]
     assert found and found[0].values["held_twice"] == 1
 
