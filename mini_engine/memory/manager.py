@@ -100,11 +100,7 @@ class KVManager:
     def extend(self, state: ReqKVState, new_len: int) -> bool:
         """Cover positions < new_len (a prefill chunk or a plain decode token)."""
         new_len = check_size("new_len", new_len, minimum=0)
-        target = -(-new_len // self.ps) * self.ps if self.aligned else new_len
-        if target > self.mem.row_width:
-            raise ConfigError(
-                f"row_width={self.mem.row_width} is too small for {new_len} positions of request "
-                f"{state.rid} (extent {target}); size rows with sizing.row_width")
+        target = self._extent_for(state, new_len)
         if target <= state.allocated:
             return True
         return self._grow([state], np.array([target], dtype=np.int64))
@@ -174,14 +170,10 @@ class KVManager:
         fill_len = check_size("fill_len", fill_len)
         if state.allocated or state.committed:
             raise ValueError(f"pd_prealloc needs a fresh request; {state.rid} already has extent {state.allocated}")
-        ps = self.ps
-        target = -(-fill_len // ps) * ps if self.aligned else fill_len
-        if target > self.mem.row_width:
-            raise ConfigError(
-                f"row_width={self.mem.row_width} is too small for fill_len={fill_len} (extent {target})")
+        target = self._extent_for(state, fill_len)
         if self.swa is not None:
             window = self.mem.window
-            tail = swa_tail_len(fill_len, window, ps)
+            tail = swa_tail_len(fill_len, window, self.ps)
             value = max(0, fill_len - window) if skip_floor else fill_len - tail
             if self.trace is not None:
                 self.trace.write({"op": "swa_prealloc", "fill_len": fill_len, "window": window,
@@ -244,6 +236,15 @@ class KVManager:
         return found
 
     # -- internals ----------------------------------------------------------------
+    def _extent_for(self, state: ReqKVState, n: int) -> int:
+        """The extent a writer records to cover positions < n under the policy."""
+        target = -(-n // self.ps) * self.ps if self.aligned else n
+        if target > self.mem.row_width:
+            raise ConfigError(
+                f"row_width={self.mem.row_width} is too small for {n} positions of request "
+                f"{state.rid} (extent {target}); size rows with sizing.row_width")
+        return target
+
     def _grow(self, states: list[ReqKVState], targets: np.ndarray) -> bool:
         """Allocate positions [allocated, target) of each state in both pools, all-or-nothing."""
         cur = np.fromiter((s.allocated for s in states), dtype=np.int64, count=len(states))

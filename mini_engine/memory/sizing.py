@@ -69,12 +69,18 @@ def plan_extent(cur: int, committed: int, reserve: int, page_size: int, policy: 
     return max(cur, want)
 
 
+def _window_tail(length: int, window: int, ps: int) -> int:
+    # What a windowed cache keeps: whole pages are freed only below the window, so the
+    # kept tail is the window widened down to a page boundary.
+    return length - max(0, length - window) // ps * ps
+
+
 def swa_tail_len(fill_len: int, window: int, page_size: int) -> int:
     """SWA positions a PD-transferred request keeps: the window, widened down to a page boundary."""
     fill_len = check_size("fill_len", fill_len, 0)
     window = check_size("window", window, 1)
     ps = check_size("page_size", page_size, 1)
-    return fill_len - max(0, fill_len - window) // ps * ps
+    return _window_tail(fill_len, window, ps)
 
 
 def compact_draft_len(seq_len: int, draft_window: int, page_size: int) -> int:
@@ -82,7 +88,7 @@ def compact_draft_len(seq_len: int, draft_window: int, page_size: int) -> int:
     seq_len = check_size("seq_len", seq_len, 0)
     dw = check_size("draft_window", draft_window, 1)
     ps = check_size("page_size", page_size, 1)
-    return seq_len - max(0, seq_len - dw) // ps * ps
+    return _window_tail(seq_len, dw, ps)
 
 
 def compact_draft_bound(seq_len: int, draft_window: int, page_size: int) -> int:

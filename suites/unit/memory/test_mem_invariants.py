@@ -44,11 +44,17 @@ def test_extent_has_one_writer_that_never_goes_back():
     assert s.allocated == 32
 
 
-def test_k2_state_check_sees_an_extent_moved_back_behind_the_writer():
-    m = KVManager(MemoryConfig(16, 16, 2, 128), Auditor("record"))
+def prefilled(n=40, **mem):
+    """A manager (ps 16) with one request whose first n positions are committed."""
+    m = KVManager(MemoryConfig(16, 16, 2, 128, **mem), Auditor("record"))
     s = m.admit(0)
-    m.extend(s, 40)
-    m.commit(s, 40)
+    assert m.extend(s, n)
+    m.commit(s, n)
+    return m, s
+
+
+def test_k2_state_check_sees_an_extent_moved_back_behind_the_writer():
+    m, s = prefilled()
     assert m.check(0) == []
     s.allocated = 32  # a bypassing write: the state check must notice
     ids = [v.id for v in m.check(1)]
@@ -58,11 +64,7 @@ def test_k2_state_check_sees_an_extent_moved_back_behind_the_writer():
 def test_k9_checks_the_bound_the_engine_plans_with(monkeypatch):
     from mini_engine.memory import sizing
 
-    mem = MemoryConfig(16, 32, 2, 256, draft_window=20)
-    m = KVManager(mem, Auditor("record"))
-    s = m.admit(0)
-    m.extend(s, 40)
-    m.commit(s, 40)  # exact compact length 24: 20 + 4 positions of a page not yet freed
+    m, s = prefilled(draft_window=20)  # exact compact length 24: 20 + 4 positions of a page not yet freed
     assert m.check(0) == []
     # An envelope without the page of slack is below the exact length: K9 must say so.
     monkeypatch.setattr(sizing, "compact_draft_bound", lambda n, dw, ps: min(n, dw))
@@ -71,10 +73,7 @@ def test_k9_checks_the_bound_the_engine_plans_with(monkeypatch):
 
 
 def test_k5_state_check_sees_a_corrupt_free_list():
-    m = KVManager(MemoryConfig(16, 16, 2, 128), Auditor("record"))
-    s = m.admit(0)
-    m.extend(s, 40)
-    m.commit(s, 40)
+    m, s = prefilled()
     held = m.ledger.pages_of("full", s.row)
     m.full._released.append(held[:1].copy())  # a held page also on the free list, behind the allocator
     assert "K5" in [v.id for v in m.check(0)]
@@ -94,10 +93,7 @@ def test_k6_state_check_sees_a_cursor_written_behind_the_writer():
 
 
 def test_k4_state_check_sees_a_reservation_that_no_longer_covers():
-    m = KVManager(MemoryConfig(16, 16, 2, 128), Auditor("record"))
-    s = m.admit(0)
-    m.extend(s, 40)
-    m.commit(s, 40)
+    m, s = prefilled()
     assert m.prepare([s], 8) and s.allocated == 48 and m.check(0) == []
     s.reserve_base = 44  # as if committed had been 44 at the prepare: 44 + 8 > 48
     assert [v.id for v in m.check(1)] == ["K4"]

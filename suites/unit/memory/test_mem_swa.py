@@ -16,6 +16,13 @@ def make(mode="record", ps=16, window=32, policy="aligned", free_policy="host_pa
     return KVManager(mem, aud), aud
 
 
+def prefilled(m, n):
+    s = m.admit(0)
+    assert m.extend(s, n)
+    m.commit(s, n)
+    return s
+
+
 def test_pd_prealloc_worked_example():
     m, aud = make()
     s = m.admit("pd")
@@ -101,9 +108,7 @@ def test_unaligned_swa_leaks_under_host_pages():
 
 def test_k7_catches_a_stale_mapping():
     m, aud = make()
-    s = m.admit(0)
-    m.extend(s, 64)
-    m.commit(s, 64)
+    s = prefilled(m, 64)
     m.evict_swa(s)
     row = m.req_to_token.host[s.row]
     m.swa.map_host[row[0]] = 99  # a stale SWA copy below the cursor
@@ -113,9 +118,7 @@ def test_k7_catches_a_stale_mapping():
 
 def test_k7_catches_swa_pages_kept_below_the_cursor(monkeypatch):
     m, aud = make()
-    s = m.admit(0)
-    m.extend(s, 80)
-    m.commit(s, 80)
+    s = prefilled(m, 80)
     # An eviction that moves the cursor and clears the map but frees nothing: the pages
     # stay held with no position above the cursor using them.
     monkeypatch.setattr(m.swa.allocator, "free_segment", lambda *a, **k: np.empty(0, dtype=np.int64))
@@ -127,9 +130,7 @@ def test_k7_catches_swa_pages_kept_below_the_cursor(monkeypatch):
 
 def test_k7_catches_two_pages_sharing_one_swa_page():
     m, aud = make()
-    s = m.admit(0)
-    m.extend(s, 32)
-    m.commit(s, 32)
+    s = prefilled(m, 32)
     row = m.req_to_token.host[s.row]
     first = m.swa.map_host[row[:16]]
     m.swa.map_host[row[16:32]] = first  # positions 16..31 alias the SWA page of 0..15
