@@ -12,6 +12,7 @@ depends only on the number of tokens: a decode batch can be captured in a CUDA g
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -76,6 +77,85 @@ def _paged_attn_kernel(
     tl.store(O + t * stride_ot + h * stride_oh + d, out.to(O.dtype.element_ty))
 
 
+# One program per (block of BLOCK_M query tokens of one sequence, KV head): the GROUP query
+# heads of that KV head and the block's tokens form the rows of one tile, so each K/V
+# block is loaded once for all of them and both products are tensor-core dots.
+@triton.jit(do_not_specialize=["window"])
+def _paged_attn_block_kernel(
+    Q, K, V, O,
+    blk_seq, blk_m0, q_pos, q_indptr, kv_indptr, kv_slots, custom_mask, mask_indptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_ot, stride_oh,
+    sm_scale, window,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+):
+    blk = tl.program_id(0)
+    kvh = tl.program_id(1)
+    b = tl.load(blk_seq + blk)
+    m0 = tl.load(blk_m0 + blk)
+    qs = tl.load(q_indptr + b)
+    q_len = tl.load(q_indptr + b + 1) - qs
+    ks = tl.load(kv_indptr + b)
+    kv_len = tl.load(kv_indptr + b + 1) - ks
+    prefix = kv_len - q_len
+
+    r = tl.arange(0, BLOCK_M * GROUP)
+    i = m0 + r // GROUP  # query index within the sequence
+    h = kvh * GROUP + r % GROUP
+    row_ok = i < q_len
+    t = qs + i
+    pos = tl.load(q_pos + t, mask=row_ok, other=0)
+    d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + t[:, None] * stride_qt + h[:, None] * stride_qh + d[None, :], mask=row_ok[:, None], other=0.0)
+    q = q.to(DOT_DTYPE)
+    m_i = tl.full([BLOCK_M * GROUP], -1.0e30, tl.float32)
+    l_i = tl.zeros([BLOCK_M * GROUP], tl.float32)
+    acc = tl.zeros([BLOCK_M * GROUP, HEAD_DIM], tl.float32)
+
+    lowest = tl.min(tl.where(row_ok, pos, 2147483647), axis=0)
+    lo = tl.where(window > 0, tl.maximum(0, tl.minimum(prefix, lowest - window + 1)) // BLOCK_N * BLOCK_N, 0)
+    for start in range(lo, kv_len, BLOCK_N):
+        j = start + tl.arange(0, BLOCK_N)
+        valid = j < kv_len
+        e = j - prefix
+        in_ext = valid & (e >= 0)
+        kpos = tl.where(in_ext, tl.load(q_pos + qs + e, mask=in_ext, other=0), j)
+        vis = valid[None, :] & (kpos[None, :] <= pos[:, None])
+        if HAS_MASK:
+            mbase = tl.load(mask_indptr + b)
+            mk = tl.load(custom_mask + mbase + i[:, None] * q_len + e[None, :],
+                         mask=row_ok[:, None] & in_ext[None, :], other=0)
+            vis = tl.where(in_ext[None, :], mk != 0, vis)
+        vis = vis & ((window <= 0) | ((pos[:, None] - kpos[None, :]) < window))
+        slot = tl.load(kv_slots + ks + j, mask=valid, other=0)
+        koff = slot[:, None] * stride_kt + kvh * stride_kh + d[None, :]
+        k = tl.load(K + koff, mask=valid[:, None], other=0.0).to(DOT_DTYPE)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale
+        s = tl.where(vis, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        v = tl.load(V + koff, mask=valid[:, None], other=0.0).to(DOT_DTYPE)
+        acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v, input_precision=PRECISION)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_i = m_new
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # padding rows may see no key
+    tl.store(O + t[:, None] * stride_ot + h[:, None] * stride_oh + d[None, :], out.to(O.dtype.element_ty),
+             mask=row_ok[:, None])
+
+
+def _blocks(meta: AttnMeta, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sequence, first query) of every block of block_m queries, from host lengths."""
+    key = ("blocks", block_m)
+    if key not in meta._cache:
+        per = -(-meta.q_lens // block_m)
+        seq = np.repeat(np.arange(meta.batch), per)
+        m0 = np.concatenate([np.arange(n) * block_m for n in per]) if len(per) else np.zeros(0, np.int64)
+        dev = meta.q_indptr.device
+        meta._cache[key] = (torch.from_numpy(seq.astype(np.int64)).to(dev), torch.from_numpy(m0.astype(np.int64)).to(dev))
+    return meta._cache[key]
+
+
 def triton_paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -85,8 +165,14 @@ def triton_paged_attention(
     window: int,
     scale: float,
     block_n: int = 32,
+    kernel: str = "auto",
 ) -> torch.Tensor:
-    """Same contract as attention_torch.paged_attention."""
+    """Same contract as attention_torch.paged_attention.
+
+    kernel: 'block' (query blocks x KV heads, tensor-core dots), 'token' (one program per
+    query token and head: its grid depends only on the token count, which CUDA graphs
+    need), or 'auto' (block where its tile shapes allow).
+    """
     T, H, D = q.shape
     if D & (D - 1):
         raise ValueError(f"the Triton kernel needs a power-of-two head_dim (got {D})")
@@ -94,6 +180,27 @@ def triton_paged_attention(
     out = torch.empty_like(q)
     has_mask = meta.custom_mask is not None
     dummy = meta.q_indptr  # any int tensor: never read when HAS_MASK is False
+    group = H // k_cache.shape[1]
+    if kernel == "auto":
+        kernel = "block" if D >= 16 and group & (group - 1) == 0 and group <= 16 else "token"
+    if kernel == "block":
+        # Rows per tile = block_m * group: at least 16 (the smallest dot), 64 for long extends.
+        rows = 64 if meta.max_q * group >= 64 else 16
+        block_m = max(1, rows // group)
+        seq, m0 = _blocks(meta, block_m)
+        low = q.dtype in (torch.bfloat16, torch.float16)
+        _paged_attn_block_kernel[(len(seq), k_cache.shape[1])](
+            q, k_cache, v_cache, out,
+            seq, m0, meta.q_pos, meta.q_indptr, meta.kv_indptr, kv_slots,
+            meta.custom_mask if has_mask else dummy, meta.mask_indptr if has_mask else dummy,
+            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), out.stride(0), out.stride(1),
+            scale, window,
+            GROUP=group, HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=max(block_n, 16), HAS_MASK=has_mask,
+            # float32 (and float64) models keep full-precision dots: no TF32 rounding.
+            DOT_DTYPE=tl.bfloat16 if q.dtype == torch.bfloat16 else tl.float16 if low else tl.float32,
+            PRECISION="tf32" if low else "ieee",
+        )
+        return out
     _paged_attn_kernel[(T, H)](
         q, k_cache, v_cache, out,
         meta.tok_seq, meta.q_pos, meta.q_indptr, meta.kv_indptr, kv_slots,

@@ -19,6 +19,10 @@ import torch
 from mini_engine.model.attention_triton import triton_paged_attention
 from mini_engine.model.attn_meta import AttnMeta
 
+def _token_attention(*args, **kwargs):
+    return triton_paged_attention(*args, kernel="token", **kwargs)
+
+
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
@@ -57,7 +61,8 @@ class DecodeGraphs:
         )
 
     def _run(self, b: int) -> torch.Tensor:
-        h = self.model(self.ids[:b], self.pos[:b], self._meta(b), self.cache, triton_paged_attention)
+        # The per-token kernel: its grid is the bucket size and it needs no per-call index arrays.
+        h = self.model(self.ids[:b], self.pos[:b], self._meta(b), self.cache, _token_attention)
         return self.model.logits(h).argmax(-1)
 
     def _capture(self, b: int) -> None:

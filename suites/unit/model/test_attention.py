@@ -105,21 +105,32 @@ def test_torch_matches_loop_reference(name, window):
 
 @pytest.mark.parametrize("window", [0, 5])
 @pytest.mark.parametrize("name", sorted(BATCHES))
-def test_triton_matches_torch(name, window):
+def test_triton_token_kernel_matches_torch(name, window):
     q, k, v, meta, _ = case(2, BATCHES[name], heads=2, kv_heads=1)
     want = paged_attention(q, k, v, meta, meta.kv_slots, window, 0.25)
-    got = triton_paged_attention(q, k, v, meta, meta.kv_slots, window, 0.25, block_n=8)
+    got = triton_paged_attention(q, k, v, meta, meta.kv_slots, window, 0.25, block_n=8, kernel="token")
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-@settings(max_examples=6, deadline=None)
-@given(seed=st.integers(0, 1000), window=st.sampled_from([0, 2, 7]),
-       specs=st.lists(st.tuples(st.integers(1, 20), st.sampled_from(["causal", "tree", "block"])), min_size=1, max_size=2))
-def test_triton_matches_torch_random(seed, window, specs):
-    full = [(kv, 1 + seed % min(kv, 3), kind) for kv, kind in specs]
+@pytest.mark.parametrize("heads, kv_heads", [(2, 1), (4, 2), (8, 1)])
+@pytest.mark.parametrize("window", [0, 5])
+@pytest.mark.parametrize("name", sorted(BATCHES))
+def test_triton_block_kernel_matches_torch(name, window, heads, kv_heads):
+    q, k, v, meta, _ = case(4, BATCHES[name], heads=heads, kv_heads=kv_heads)
+    want = paged_attention(q, k, v, meta, meta.kv_slots, window, 0.25)
+    got = triton_paged_attention(q, k, v, meta, meta.kv_slots, window, 0.25, block_n=16, kernel="block")
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 1000), window=st.sampled_from([0, 2, 7]), kernel=st.sampled_from(["token", "block"]),
+       specs=st.lists(st.tuples(st.integers(1, 40), st.sampled_from(["causal", "tree", "block"])), min_size=1, max_size=3))
+def test_triton_matches_torch_random(seed, window, kernel, specs):
+    full = [(kv, 1 + seed % min(kv, 20 if kernel == "block" else 3), kind) for kv, kind in specs]
     q, k, v, meta, _ = case(seed, full, heads=2, kv_heads=1)
     want = paged_attention(q, k, v, meta, meta.kv_slots, window, 0.3)
-    got = triton_paged_attention(q, k, v, meta, meta.kv_slots, window, 0.3, block_n=8)
+    got = triton_paged_attention(q, k, v, meta, meta.kv_slots, window, 0.3, block_n=8 if kernel == "token" else 16,
+                                 kernel=kernel)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
