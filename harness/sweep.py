@@ -174,7 +174,7 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             preexec_fn=_die_with_parent)
     try:
-        _follow(proc, run_dir, console, done_before)
+        _follow(proc, run_dir, console)
     except KeyboardInterrupt:
         proc.terminate()
         try:
@@ -205,17 +205,28 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     return 0 if all(r.get("verdict") in PASSING for r in rows) else 1
 
 
-def _follow(proc: subprocess.Popen, run_dir: RunDir, console, done_before: int) -> None:
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _follow(proc: subprocess.Popen, run_dir: RunDir, console) -> None:
+    """Follow the worker's files until pytest exits: a live bar on a terminal, a line
+    per finished config in a log (CI), where a live display would print nothing."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[counts]}"))
-    res_off = ev_off = 0
+    # Only this attempt's rows count: a resumed run's earlier rows are not in the total.
+    res_off, ev_off = _size(run_dir.results), _size(run_dir.events)
     running: dict[str, str] = {}
     counts = {"violated": 0, "unexpected": 0, "failed": 0}
     done = 0
     total = None
-    with Progress(*columns, console=console, transient=False) as progress:
+    live = console.is_terminal
+    with Progress(*columns, console=console, transient=False, disable=not live) as progress:
         task = progress.add_task("collecting", total=None, counts="")
         while True:
             finished = proc.poll() is not None
@@ -234,16 +245,22 @@ def _follow(proc: subprocess.Popen, run_dir: RunDir, console, done_before: int) 
             rows, res_off = tail(run_dir.results, res_off)
             for row in rows:
                 done += 1
-                if row.get("violations") and any(v for v in row["violations"].values() if isinstance(v, (int, float))):
+                if any(v for v in (row.get("violations") or {}).values() if isinstance(v, (int, float))):
                     counts["violated"] += 1
                 if row.get("verdict") == "failed":
                     counts["failed"] += 1
                 elif row.get("verdict") not in PASSING:
                     counts["unexpected"] += 1
+                if not live:
+                    console.print(f"[{done}/{total or '?'}] {row.get('test_id') or row.get('key')}: "
+                                  f"{row.get('status')}, {row.get('verdict')}", markup=False)
+            summary = (f"with violations {counts['violated']} · unexpected {counts['unexpected']} · "
+                       f"failed {counts['failed']}")
             current = ", ".join(sorted(running.values())[:2]) or ("starting" if total is None else "")
-            progress.update(task, completed=max(0, done - 0), description=current[:70],
-                            counts=f"with violations {counts['violated']} · unexpected {counts['unexpected']} · failed {counts['failed']}")
+            progress.update(task, completed=done, description=current[:70], counts=summary)
             if finished:
+                if not live:
+                    console.print(f"{done} configs run, {summary}")
                 return
             time.sleep(0.25)
 
