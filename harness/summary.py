@@ -49,9 +49,42 @@ def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
     return c
 
 
+GROUP_BY = ("spec", "policy", "free_policy")
+
+
+def group_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """One line per (spec, policy, free policy): how many configs, what they summed to."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        cfg = row.get("config") or {}
+        groups.setdefault(tuple(str(cfg.get(k)) for k in GROUP_BY), []).append(row)
+    out = []
+    for key, members in sorted(groups.items()):
+        c = counts(members)
+        m = [r.get("metrics") or {} for r in members]
+        viol: dict[str, int] = {}
+        for r in members:
+            for k, v in (r.get("violations") or {}).items():
+                if isinstance(v, (int, float)) and v:
+                    viol[k] = viol.get(k, 0) + int(v)
+        out.append([*key, str(len(members)), str(c["ok"]), str(c["as_expected"]), str(c["unexpected"] + c["failed"]),
+                    fmt(max((x.get("peak_stranded_slots", 0) for x in m), default=0)),
+                    fmt(sum(x.get("leaked_pages", 0) for x in m)), fmt(sum(x.get("predicted_leaked_pages", 0) for x in m)),
+                    " ".join(f"{k}:{v}" for k, v in sorted(viol.items())) or "0"])
+    return out
+
+
 def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: float, mlflow_note: str) -> None:
     from rich.table import Table
 
+    if len(rows) > FULL_TABLE_MAX:
+        table = Table(title=f"{len(rows)} configs by algorithm and policy")
+        for head in (*GROUP_BY, "configs", "ok", "as expected", "unexpected/failed", "max stranded", "leaked",
+                     "predicted", "violations"):
+            table.add_column(head, no_wrap=True)
+        for cells in group_rows(rows):
+            table.add_row(*cells)
+        console.print(table)
     shown = rows if len(rows) <= FULL_TABLE_MAX else [r for r in rows if r.get("verdict") not in PASSING]
     if shown:
         table = Table(title=None if shown is rows else f"{len(shown)} configs that need a look (of {len(rows)})")

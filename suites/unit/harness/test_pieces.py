@@ -177,3 +177,13 @@ def test_no_driver_means_cpu(monkeypatch):
     fake.nvmlInit = fail
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     assert hardware.detect().profile == "cpu" and hardware.nvml_used_bytes() is None
+
+
+def test_large_sweeps_print_one_line_per_algorithm_and_policy():
+    from harness.summary import group_rows
+
+    rows = [fake_row(i) for i in range(4)]
+    lines = group_rows(rows)
+    assert [line[:4] for line in lines] == [["dflash", "aligned", "None", "2"], ["dflash", "unaligned", "None", "2"]]
+    unaligned = lines[1]
+    assert unaligned[-4:] == ["3", "2", "0", "K1:4"]  # max stranded, leaked (1 + 1), predicted, K1 (1 + 3)
