@@ -21,6 +21,10 @@ settings.load_profile(os.environ.get("KVBENCH_HYPOTHESIS", "default"))
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    # The test models' matmuls take microseconds; on a shared CPU (and with one xdist
+    # worker per core) intra-op thread handoffs cost milliseconds each (measured 68 us
+    # with one thread vs 15 ms with two for one tiny linear).
+    torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -15,10 +15,6 @@ from mini_engine.model.config import named_shape
 from mini_engine.model.transformer import Transformer
 from mini_engine.request import Request
 
-# The tiny model's matmuls are microseconds; with several threads on a shared CPU the
-# intra-op thread handoff costs milliseconds each (measured 68 us vs 15 ms per linear).
-torch.set_num_threads(1)
-
 LONG = os.environ.get("KVBENCH_HYPOTHESIS") == "long"
 MACHINE_SETTINGS = settings(
     max_examples=100 if LONG else 15,
