@@ -43,6 +43,17 @@ def test_nightly_gpu_covers_the_axes():
     assert {c.get("block_size") for c in configs} >= {4, 8, 16}
     assert {c.get("window") for c in configs} == {None, 128, 512, 1024, 4096}
     assert {c["model"] for c in configs} == {"qwen3-0.6b", "llama-3.1-8b"}
+    assert {c.get("policy", "aligned") for c in configs} == {"aligned", "unaligned"}
+    assert max(c["max_running"] for c in configs) >= 128
+
+
+def test_nightly_gpu_options_validate_apart_from_the_device():
+    from harness.suites import validate_config
+
+    # Only device=cuda and mem_fraction need a GPU to check; every other option is checked here.
+    for gc in load_suite("nightly-gpu", validate=False).configs:
+        cfg = {k: v for k, v in gc.config.items() if k != "mem_fraction"}
+        validate_config({**cfg, "device": "cpu", "pool_tokens": 1 << 20}, gc.id)
 
 
 def test_product_table_axes_include_exclude(tmp_path):
