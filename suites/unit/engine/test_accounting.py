@@ -31,6 +31,7 @@ def test_unaligned_dflash_worked_example(free, leaked):
     assert row["status"] == "violated"
     if free == "dedup":
         assert m["syncs"] == 4  # one unique() per release
+        assert m["syncs_per_step"] == pytest.approx(4 / 3)
     else:
         assert m["syncs"] == 0
         assert row["violations"]["K8"] >= 1  # the leak is caught (K8 conservation)
@@ -45,6 +46,14 @@ def test_aligned_dflash_worked_example():
     assert m["peak_stranded_slots"] == 0 and m["leaked_pages"] == 0 == m["predicted_leaked_pages"]
     assert row["status"] == "ok" and row["violations"] == {}
     assert m["tau"] == 5.0 and m["acceptance_rate"] == pytest.approx(4 / 15)
+
+
+def test_tau_counts_what_the_verify_accepted():
+    # 10 outputs = 1 from prefill + 5 + 4: the second verify accepted 5 (bonus included)
+    # even though the request needed only 4 of them; tau measures the verify.
+    m = run_config(dict(DFLASH, output_len=10))["metrics"]
+    assert m["output_tokens"] == 40 and m["tau"] == 5.0
+    assert m["acceptance_rate"] == pytest.approx(4 / 15)
 
 
 def test_unaligned_eagle_chain():
