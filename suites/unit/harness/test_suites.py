@@ -115,6 +115,8 @@ def test_unknown_suite_names_the_available_ones():
     (["sweep", "smoke", "--filter", "ps:16 and ("], "--filter must be a pytest -k expression"),
     (["sweep", "smoke", "-j", "0"], "-j must be an integer >= 1"),
     (["sweep", "smoke", "--filter", "medusa"], "selects no config of suite smoke"),
+    pytest.param(["sweep", "nightly-gpu"], "needs a CUDA GPU",
+                 marks=pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is here")),
     (["sweep", "smoke", "--resume", "no-such-run"], "no run 'no-such-run'"),
     (["sweep", "smoke", "--run-id", "../escape"], "run id must be"),
 ])
