@@ -39,7 +39,6 @@ class Stats:
     predicted_leaked_pages: int = 0
     predicted_leaked_swa_pages: int = 0
     pd_arrivals: int = 0
-    k9_checks: int = 0
     peak_compact_draft: int = 0
     series: dict[str, list[int]] = field(default_factory=lambda: {"stranded": [], "reserved": [], "held": []})
 

@@ -123,3 +123,17 @@ def test_backend_crash_is_a_failed_row(monkeypatch):
     monkeypatch.setattr(simulated.SimulatedBackend, "decode", boom)
     row = run_config(dict(workload="fixed", num_requests=2, input_len=8, output_len=4))
     assert row["status"] == "failed" and "forward exploded" in row["error"]
+
+
+def test_k9_counts_once_per_request_and_step(monkeypatch):
+    from mini_engine.memory import sizing
+
+    # A bound that drops the page of slack: below the exact compact length on the saw-tooth.
+    monkeypatch.setattr(sizing, "compact_draft_bound", lambda n, dw, ps: min(n, dw))
+    cfg = EngineConfig(spec="dflash", block_size=4, accept_len=3, draft_window=20, page_size=16, pool_tokens=4096)
+    engine = Engine(cfg)
+    result = engine.run([Request(rid=i, prompt=list(range(30)), max_new_tokens=60) for i in range(2)])
+    k9 = [(v.rid, v.step) for v in engine.auditor.records if v.id == "K9"]
+    assert result.violations["K9"] == len(k9) > 0
+    assert len(set(k9)) == len(k9)
+    assert result.stats["peak_compact_draft_len"] == 20 + 15  # the saw-tooth peak: window + ps - 1
