@@ -184,8 +184,20 @@ def log_row(cl, exp_id: str, parent_id: str, run_id: str, row: dict[str, Any], n
     for i in range(0, len(metrics), 1000):
         cl.log_batch(cid, metrics=metrics[i:i + 1000])
     cl.log_dict(cid, row, "row.json")
+    _log_series_plot(cl, cid, row)
     cl.set_terminated(cid, RunStatus.to_string(RunStatus.FINISHED))
     return True
+
+
+def _log_series_plot(cl, run_id: str, row: dict[str, Any]) -> None:
+    import tempfile
+
+    from harness.plots import series_plot
+
+    with tempfile.TemporaryDirectory(prefix="kvbench-plot-") as tmp:
+        path = series_plot(row, Path(tmp) / "series.png")
+        if path is not None:
+            cl.log_artifact(run_id, str(path))
 
 
 class Logger:

@@ -111,3 +111,34 @@ def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def series_plot(row: dict[str, Any], path: Path) -> Path | None:
+    """One config's per-step stranded and reserved-but-unwritten slots, and pages held.
+
+    Drawn for every config of a sweep, so it is kept cheap: one axes, a twin for
+    pages, no layout pass."""
+    series = {k: v for k, v in (row.get("series") or {}).items() if isinstance(v, list) and v}
+    if not series:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 3))
+    slots = fig.add_axes((0.1, 0.15, 0.78, 0.72))
+    for name, colour in (("stranded", "tab:red"), ("reserved", "tab:blue")):
+        if name in series:
+            slots.plot(series[name], label=f"{name} slots", lw=1, color=colour)
+    slots.set_xlabel("step")
+    slots.set_ylabel("slots")
+    if "held" in series:
+        pages = slots.twinx()
+        pages.plot(series["held"], color="tab:green", lw=1, label="pages held")
+        pages.set_ylabel("pages held")
+    slots.legend(fontsize=7, loc="upper left")
+    slots.set_title(str(row.get("test_id") or row.get("key"))[:90], fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=72)
+    return path
