@@ -100,7 +100,7 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
         "key": key, "config": {**cfg.to_dict(), **wl}, "metrics": {}, "series": {},
         "violations": {}, "violation_samples": [], "status": "failed", "error": None,
     }
-    reqs = make_requests(WorkloadConfig(**wl), cfg.seed)
+    reqs = make_requests(WorkloadConfig(**wl), cfg.seed, max_context=cfg.max_context)
     try:
         engine = Engine(cfg, trace=trace, pd_skip_floor=pd_skip_floor)
     except OSError as err:

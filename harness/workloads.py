@@ -20,9 +20,12 @@ from typing import Any
 import numpy as np
 
 from mini_engine.errors import ConfigError, check_choice, check_positive
-from mini_engine.request import Request
+from mini_engine.request import Request, check_context
 
 WORKLOADS = ("fixed", "uniform", "lognormal", "pd")
+# Lengths and token ids stay int32-sized: far beyond any context, and numpy's
+# draws (lognormal's log, integers' bounds) take them without overflow.
+MOST = 2**31 - 1
 
 
 @dataclass
@@ -40,12 +43,13 @@ class WorkloadConfig:
 
     def __post_init__(self) -> None:
         check_choice("workload", self.workload, WORKLOADS)
-        check_positive("num_requests", self.num_requests)
-        check_positive("input_len", self.input_len)
-        check_positive("output_len", self.output_len)
-        check_positive("min_len", self.min_len)
-        check_positive("prompt_vocab", self.prompt_vocab, minimum=2)
+        for name in ("num_requests", "input_len", "output_len", "min_len", "prompt_vocab"):
+            value = check_positive(name, getattr(self, name), minimum=2 if name == "prompt_vocab" else 1)
+            if value > MOST:
+                raise ConfigError(f"{name} must be an integer <= {MOST} (got {value})")
         check_positive("arrival_gap", self.arrival_gap, minimum=0)
+        if self.prompts is not None and not isinstance(self.prompts, str):
+            raise ConfigError(f"prompts must be the path of a JSON-lines file (got {self.prompts!r})")
         for name, low, high in (("sigma", 0.0, 10.0), ("pd_fraction", 0.0, 1.0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
@@ -59,7 +63,9 @@ class WorkloadConfig:
         return asdict(self)
 
 
-def make_requests(wl: WorkloadConfig, seed: int) -> list[Request]:
+def make_requests(wl: WorkloadConfig, seed: int, *, max_context: int | None = None) -> list[Request]:
+    """The workload's requests; with max_context, a request longer than it is bad input,
+    found before its prompt is drawn (a huge length must not be allocated first)."""
     if wl.prompts is not None:
         return load_prompts(wl.prompts, default_output_len=wl.output_len)
     rng = np.random.default_rng([seed, 0x3017])  # own stream: the engine's seed keys tokens
@@ -73,6 +79,10 @@ def make_requests(wl: WorkloadConfig, seed: int) -> list[Request]:
     else:  # uniform and pd
         ins = rng.integers(min(wl.min_len, wl.input_len), wl.input_len, n, endpoint=True)
         outs = rng.integers(min(wl.min_len, wl.output_len), wl.output_len, n, endpoint=True)
+    too_long = np.flatnonzero(ins + outs > max_context) if max_context is not None else ()
+    if len(too_long):
+        i = int(too_long[0])
+        check_context(i, int(ins[i]), int(outs[i]), max_context)
     pd = np.zeros(n, dtype=bool)
     if wl.workload == "pd":
         pd = rng.random(n) < wl.pd_fraction

@@ -30,7 +30,7 @@ from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.invariants import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
-from mini_engine.request import Request, Status
+from mini_engine.request import Request, Status, check_context
 from mini_engine.scheduler import Scheduler
 from mini_engine.stats import Stats
 
@@ -95,7 +95,14 @@ class Engine:
         self.mem = memory_config(cfg)
         self.auditor = Auditor(cfg.audit)
         self.trace = TraceWriter.for_memory(trace, self.mem, cfg.to_dict()) if trace else None
-        self.manager = KVManager(self.mem, self.auditor, self.trace)
+        try:
+            self.manager = KVManager(self.mem, self.auditor, self.trace)
+        except MemoryError:  # host arrays of the pool and the rows are sized by the config
+            if self.trace is not None:
+                self.trace.close()
+            raise ConfigError(
+                f"pool_tokens={cfg.num_pages * cfg.page_size} with max_running={cfg.max_running} rows of "
+                f"max_context={cfg.max_context} does not fit in host memory; lower them") from None
         self.backend = backend if backend is not None else create_backend(cfg)
         self.backend.attach(self.manager)
         self.stats = Stats(cfg.page_size, cfg.max_accept, swa=cfg.has_swa)
@@ -123,14 +130,10 @@ class Engine:
             if r.fill_len not in (0, len(r.prompt)):
                 raise ConfigError(f"request {r.rid}: fill_len must be 0 or the prompt length {len(r.prompt)} "
                                   f"(got {r.fill_len})")
-            total = len(r.prompt) + r.max_new_tokens
-            if total > cfg.max_context:
-                raise ConfigError(
-                    f"max_context={cfg.max_context} is below request {r.rid}: prompt {len(r.prompt)} + "
-                    f"output {r.max_new_tokens} = {total} tokens; raise max_context"
-                )
+            check_context(r.rid, len(r.prompt), r.max_new_tokens, cfg.max_context)
             need = request_pages(cfg, len(r.prompt), r.max_new_tokens)
             if need > cfg.num_pages:
+                total = len(r.prompt) + r.max_new_tokens
                 raise ConfigError(
                     f"pool_tokens={cfg.num_pages * cfg.page_size} is too small for one request of the workload: "
                     f"request {r.rid} needs {need} pages of {cfg.page_size} ({total} tokens + reserve "

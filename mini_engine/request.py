@@ -10,6 +10,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from mini_engine.errors import ConfigError
+
 
 class Status(enum.Enum):
     WAITING = "waiting"  # queued (new, or retracted and waiting to recompute)
@@ -65,3 +67,11 @@ class Request:
 
     def last_token(self) -> int:
         return self.outputs[-1] if self.outputs else self.prompt[-1]
+
+
+def check_context(rid: int, prompt_len: int, max_new_tokens: int, max_context: int) -> None:
+    """A request longer than max_context is bad input: raise the one-line ConfigError."""
+    total = prompt_len + max_new_tokens
+    if total > max_context:
+        raise ConfigError(f"max_context={max_context} is below request {rid}: prompt {prompt_len} + "
+                          f"output {max_new_tokens} = {total} tokens; raise max_context")

@@ -72,6 +72,10 @@ def test_trace_and_prompts(tmp_path):
     (["--prompts", "/nonexistent/p.jsonl"], "prompts file"),
     (["--outputs"], "--outputs needs --json"),
     (["--json", "/nonexistent/dir/r.json"], "cannot be written"),
+    (["--workload", "fixed", "--input-len", str(10**12)], "input_len must be an integer <= 2147483647"),
+    (["--prompt-vocab", str(10**20)], "prompt_vocab must be an integer <= 2147483647"),
+    (["--workload", "lognormal", "--input-len", "5000"], "max_context=4096 is below request"),
+    (["--max-context", str(10**9)], "does not fit in host memory"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, words, capsys):
     try:
@@ -81,6 +85,19 @@ def test_bad_input_is_one_line_exit_2(argv, words, capsys):
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"\xff\xfe", "not valid TOML: not UTF-8 text"),
+    (b"prompts = 5\n", "prompts must be the path of a JSON-lines file"),
+    (b"[engine]\npage_size = 16.5\n", "page_size must be an integer >= 1"),
+])
+def test_bad_config_file_is_one_line_exit_2(tmp_path, capsys, content, words):
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(content)
+    assert main(["run", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1
 
 
 def test_bad_input_leaves_no_result_files(tmp_path, capsys):
