@@ -32,7 +32,7 @@ from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
 from mini_engine.request import Request, Status, check_context
 from mini_engine.scheduler import Scheduler
-from mini_engine.stats import Stats
+from mini_engine.stats import Stats, reset_rss_peak
 
 MAX_SAMPLES = 20
 
@@ -91,6 +91,7 @@ class Engine:
 
             if not torch.cuda.is_available():
                 raise ConfigError("device='cuda' but no CUDA device is visible; use device=cpu")
+        reset_rss_peak()  # the RSS peak of this engine: its pool and rows included
         self.reserve = decode_reserve(cfg)
         self.mem = memory_config(cfg)
         self.auditor = Auditor(cfg.audit)

@@ -11,7 +11,24 @@ import sys
 from dataclasses import dataclass, field
 
 
+def reset_rss_peak() -> None:
+    """Start a new RSS peak, so a run in a long process (a sweep) reports its own peak."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # Linux: reset the process's RSS high-water mark to the current RSS
+    except OSError:
+        pass  # elsewhere the peak stays the process's peak
+
+
 def rss_peak_bytes() -> int:
+    """RSS high-water mark since the last reset_rss_peak (Linux), else of the process."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB
 
