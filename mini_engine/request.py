@@ -35,7 +35,6 @@ class Request:
     # Positions [0, prefill_target) must have KV before decoding; prefilled of them are done.
     prefill_target: int = 0
     prefilled: int = 0
-    admit_seq: int = -1  # admission order; retraction picks the newest
     retractions: int = 0
     spec_steps: int = 0
     accepted: int = 0  # tokens accepted over all spec steps, bonus included

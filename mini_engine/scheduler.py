@@ -40,9 +40,8 @@ class Scheduler:
         self.on_release = on_release  # engine callback(req, retracted: bool) before the row is freed
         self.future: list[Request] = []  # not arrived yet, sorted by arrival_step
         self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []
+        self.running: list[Request] = []  # admission order, oldest first
         self.ratio = INIT_RATIO
-        self._admitted = 0
         self.retractions = 0
         self.pd_skip_floor = False  # test hook: PD prealloc that bypasses the evict floor
 
@@ -138,9 +137,7 @@ class Scheduler:
 
     def _start(self, r: Request) -> None:
         r.status = Status.RUNNING
-        r.admit_seq = self._admitted
-        self._admitted += 1
-        self.running.append(r)
+        self.running.append(r)  # in admission order: the last one is the newest
 
     def _chunk(self, r: Request, budget: int) -> PrefillChunk | None:
         end = min(r.prefill_target, r.prefilled + budget)
@@ -180,17 +177,14 @@ class Scheduler:
         """Retract the newest running request; False when only one runs (nothing to gain)."""
         if len(self.running) <= 1:
             return False
-        victim = max(self.running, key=lambda r: (r.admit_seq, r.seq_len))
+        victim = self.running[-1]  # admission appends, so the newest is last
         self.retract(victim)
         if victim in batch:
             batch.remove(victim)
         return True
 
     def retract(self, r: Request) -> None:
-        self.on_release(r, True)
-        self.manager.release(r.kv)
-        self.running.remove(r)
-        r.kv = None
+        self._leave(r, retracted=True)
         r.status = Status.WAITING
         r.prefilled = r.prefill_target = 0
         r.retractions += 1
@@ -200,15 +194,18 @@ class Scheduler:
         self.ratio = min(1.0, self.ratio + RATIO_BUMP)
 
     def finish(self, r: Request) -> None:
-        self.on_release(r, False)
+        self._leave(r, retracted=False)
+        r.status = Status.FINISHED
+
+    def _leave(self, r: Request, *, retracted: bool) -> None:
+        self.on_release(r, retracted)
         self.manager.release(r.kv)
         self.running.remove(r)
         r.kv = None
-        r.status = Status.FINISHED
 
     def retract_stuck(self) -> bool:
         """Nothing could run this step: free the newest request so the others can."""
         if len(self.running) <= 1:
             return False
-        self.retract(max(self.running, key=lambda r: (r.admit_seq, r.seq_len)))
+        self.retract(self.running[-1])
         return True
