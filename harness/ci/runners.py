@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.ci import testfiles
+from harness.ci.specs import show
 from mini_engine.errors import ConfigError
 
 PROFILES = ("cpu", "rtx5090", "h100", "h200")
@@ -67,8 +68,9 @@ class Registry:
         if label is None:
             label = self.gpu_default if info.module_gpu else self.default
         if label not in self.runners:
+            # The label is the pull request's text: quoted and cut short, it goes into a reply.
             raise ConfigError(
-                f"{relpath}: runner mark {label!r} is not in ci/runners.toml "
+                f"{relpath}: runner mark {show(label)} is not in ci/runners.toml "
                 f"(known: {', '.join(self.runners)})"
             )
         return label

@@ -105,6 +105,9 @@ def parse_test_spec(token: str, root: Path) -> TestSpec:
         raise Refusal(f"spec {show(token)}: a test file is suites/.../test_*.py or *_test.py")
 
     suites = root / "suites"
+    # A pull request may make suites/ itself a link (to `/`, say): every lookup would leave the tree.
+    if suites.is_symlink() or not suites.is_dir():
+        raise Refusal("the tree's suites/ is a symlink or not a directory; test files are not looked up there")
     if len(parts) == 1:
         found = _find_by_name(suites, path)
         if not found:
@@ -118,7 +121,7 @@ def parse_test_spec(token: str, root: Path) -> TestSpec:
     # A symlink could point out of the tree; the resolved file must stay under suites/.
     try:
         inside = full.resolve().is_relative_to(suites.resolve())
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
         inside = False
     if not inside or not full.is_file():
         raise Refusal(f"no such test file: {show(path)}")

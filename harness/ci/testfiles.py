@@ -79,8 +79,10 @@ def _pytestmark(body: list[ast.stmt]) -> list[ast.expr]:
 def parse_source(source: str, path: str) -> TestInfo:
     try:
         tree = ast.parse(source, filename=path)
-    except SyntaxError as err:
-        raise ConfigError(f"{path}: not valid Python (line {err.lineno})") from None
+    except (SyntaxError, ValueError) as err:  # ValueError: NUL bytes, on some Pythons
+        raise ConfigError(f"{path}: not valid Python (line {getattr(err, 'lineno', None)})") from None
+    except (MemoryError, RecursionError):  # the parser's stack, not the machine's memory
+        raise ConfigError(f"{path}: too deeply nested to parse") from None
     module_marks = _pytestmark(tree.body)
     info = TestInfo(path, _runner_from(module_marks, path), any(_mark_name(m) == "gpu" for m in module_marks))
     for node in tree.body:

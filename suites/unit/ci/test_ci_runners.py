@@ -45,7 +45,7 @@ def test_unknown_or_dynamic_runner_marks(tree):
     registry = load_registry(tree / "ci" / "runners.toml")
     bad = tree / "suites" / "unit" / "test_bad_mark.py"
     bad.write_text("import pytest\npytestmark = pytest.mark.runner('2-gpu-a100')\ndef test_x():\n    pass\n")
-    with pytest.raises(ConfigError, match="'2-gpu-a100' is not in ci/runners.toml"):
+    with pytest.raises(ConfigError, match="`2-gpu-a100` is not in ci/runners.toml"):
         registry.runner_for_test(tree, "suites/unit/test_bad_mark.py")
     bad.write_text("import pytest\nLABEL = 'cpu'\npytestmark = pytest.mark.runner(LABEL)\n")
     with pytest.raises(ConfigError, match="one string literal"):
