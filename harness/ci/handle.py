@@ -28,22 +28,36 @@ class EventError(KVBenchError):
     """The event file is not an issue_comment payload."""
 
 
+def _field(obj: object, key: str, kind: type, where: str):
+    value = obj.get(key) if isinstance(obj, dict) else None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise EventError(f"the event file is not an issue_comment payload ({where}.{key} is missing or malformed)")
+    return value
+
+
 def comment_from_event(event: dict) -> tuple[Comment, str]:
     """The comment and the repository's default branch from an issue_comment payload."""
-    try:
-        issue, comment = event["issue"], event["comment"]
-        parsed = Comment(
-            body=str(comment.get("body") or ""),
-            user=str(comment["user"]["login"]),
-            association=str(comment.get("author_association", "NONE")),
-            pr=int(issue["number"]),
-            pr_author=str(issue["user"]["login"]),
-            is_pull=bool(issue.get("pull_request")),
-        )
-        branch = str((event.get("repository") or {}).get("default_branch") or "main")
-    except (KeyError, TypeError, ValueError) as err:
-        raise EventError(f"the event file is not an issue_comment payload (missing {err})") from None
-    return parsed, branch
+    issue = _field(event, "issue", dict, "event")
+    comment = _field(event, "comment", dict, "event")
+    number = _field(issue, "number", int, "issue")
+    if number < 1:
+        raise EventError(f"the event file is not an issue_comment payload (issue.number is {number})")
+    body = comment.get("body") or ""
+    if not isinstance(body, str):
+        raise EventError("the event file is not an issue_comment payload (comment.body is not text)")
+    parsed = Comment(
+        body=body,
+        user=_field(_field(comment, "user", dict, "comment"), "login", str, "comment.user"),
+        association=str(comment.get("author_association") or "NONE"),
+        pr=number,
+        pr_author=_field(_field(issue, "user", dict, "issue"), "login", str, "issue.user"),
+        is_pull=bool(issue.get("pull_request")),
+    )
+    repo = event.get("repository") or {}
+    if not isinstance(repo, dict):
+        raise EventError("the event file is not an issue_comment payload (event.repository is malformed)")
+    branch = repo.get("default_branch")
+    return parsed, branch if isinstance(branch, str) and branch else "main"
 
 
 @dataclass

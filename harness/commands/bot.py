@@ -39,6 +39,8 @@ def cmd_handle(args: argparse.Namespace) -> int:
         raise EventError(f"--event {args.event} does not exist") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise EventError(f"--event {args.event} is not a JSON file") from None
+    except OSError as err:
+        raise EventError(f"--event {args.event} cannot be read ({type(err).__name__})") from None
     if not isinstance(event, dict):
         raise EventError(f"--event {args.event} is not an issue_comment payload")
     client = _client(args)

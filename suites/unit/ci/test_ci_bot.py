@@ -199,3 +199,35 @@ def test_cli_handle_dry_run(tree, load_event, tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "is not a JSON file" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+_PR = {"number": 42, "user": {"login": "pr-opener"}, "pull_request": {"url": "u"}}
+_COMMENT = {"body": "/rerun-test test_alloc.py", "user": {"login": "core-dev"}, "author_association": "MEMBER"}
+
+
+@pytest.mark.parametrize("event", [
+    {"issue": _PR, "comment": []},
+    {"issue": _PR, "comment": "/rerun-test x"},
+    {"issue": [], "comment": _COMMENT},
+    {"issue": dict(_PR, user=None), "comment": _COMMENT},
+    {"issue": _PR, "comment": dict(_COMMENT, user="core-dev")},
+    {"issue": _PR, "comment": dict(_COMMENT, body=["/rerun-test x"])},
+    {"issue": dict(_PR, number=-5), "comment": _COMMENT},
+    {"issue": dict(_PR, number="42; id"), "comment": _COMMENT},
+    {"issue": _PR, "comment": _COMMENT, "repository": ["main"]},
+])
+def test_malformed_events_are_one_line_errors(event, setup):
+    from harness.ci.handle import EventError
+
+    tree, registry, perms = setup
+    client = RecordingClient()
+    with pytest.raises(EventError, match="not an issue_comment payload") as err:
+        handle_event(event, client, tree, tree, registry, perms)
+    assert "\n" not in str(err.value) and client.calls == []
+
+
+def test_cli_handle_event_path_is_a_directory(tree, tmp_path):
+    kvbench = Path(sys.executable).parent / "kvbench"
+    out = subprocess.run([kvbench, "bot", "handle", "--event", tmp_path, "--root", tree],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "cannot be read" in out.stderr
