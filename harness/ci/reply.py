@@ -46,7 +46,7 @@ def _links(group: Group) -> str:
 
 def render(plan: Plan) -> str:
     state = {"v": 1, "command": plan.command, "user": plan.user, "pr": plan.pr,
-             "groups": [asdict(g) for g in plan.groups]}
+             "groups": [asdict(g) for g in plan.groups], "notes": plan.notes}
     raw = json.dumps(state, ensure_ascii=True, separators=(",", ":"))
     # Escaped so that nothing in the state (a compare table, say) can close the HTML comment.
     raw = raw.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
@@ -84,7 +84,8 @@ def parse(body: str) -> Plan:
     try:
         state = json.loads(match.group(1))
         groups = [Group(**g) for g in state["groups"]]
-        return Plan(state["command"], user=state["user"], pr=int(state["pr"]), groups=groups)
+        notes = [str(n) for n in state.get("notes", [])]
+        return Plan(state["command"], user=state["user"], pr=int(state["pr"]), groups=groups, notes=notes)
     except (ValueError, KeyError, TypeError) as err:
         raise ReplyError(f"the kvbench bot state in the comment is damaged ({type(err).__name__})") from None
 
@@ -108,6 +109,4 @@ def update(body: str, group: int, status: str, run_url: str = "", mlflow: list[s
         g.table = table
     if note is not None:
         g.note = note
-    # Notes of the original plan are not in the state; keep the rendered ones.
-    plan.notes = re.findall(r"^_(.+)_$", body, re.M)
     return render(plan)

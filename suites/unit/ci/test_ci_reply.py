@@ -102,3 +102,18 @@ def test_state_cannot_be_closed_by_a_table():
     assert updated.index("-->") == state_end - 3  # the first '-->' is the state's own end
     assert "<!--" not in updated[state_end:]  # the table opens no HTML comment in the body
     assert reply.parse(updated).groups[0].table == table
+
+
+def test_repeated_updates_keep_notes_once():
+    """A table line in italics (a truncation or no-baseline notice) is not a plan note:
+    the reply must not grow a copy of it on every status update."""
+    plan = Plan("rerun-suite", user="core-dev", pr=42, groups=[Group("cpu", suite="smoke")],
+                notes=["only the first line of a comment is read"])
+    body = reply.render(plan)
+    table = "| a |\n|---|\n| 1 |\n\n_(table truncated; see the run's artifact)_"
+    body = reply.update(body, 1, "passed", table=table)
+    for status in ("failed", "failed", "passed"):
+        body = reply.update(body, 1, status)
+    assert body.count("table truncated") == 2  # the table itself, and its copy in the hidden state
+    assert body.count("_only the first line of a comment is read_") == 1
+    assert reply.parse(body).notes == ["only the first line of a comment is read"]
