@@ -255,27 +255,37 @@ class Engine:
         else:
             results = [[t] for t in self.backend.decode(batch)]
         t1 = time.perf_counter()
-        most = self.cfg.max_accept
+        if len(results) != len(batch):
+            raise RuntimeError(f"backend returned {len(results)} results for a batch of {len(batch)}")
+        cfg, stats = self.cfg, self.stats
+        spec, swa, dw, most = cfg.speculative, cfg.has_swa, cfg.draft_window, cfg.max_accept
+        accepted = out = 0
         for r, toks in zip(batch, results):
-            if not 1 <= len(toks) <= most:
-                raise RuntimeError(f"backend returned {len(toks)} tokens for request {r.rid} (allowed 1..{most})")
-            if self.cfg.speculative:
-                self.stats.spec_verifies += 1
-                self.stats.accepted_tokens += len(toks)
+            n = len(toks)
+            if not 1 <= n <= most:
+                raise RuntimeError(f"backend returned {n} tokens for request {r.rid} (allowed 1..{most})")
+            if spec:
+                accepted += n  # tau counts what the verify accepted, even past the output limit
                 r.spec_steps += 1
-                r.accepted += len(toks)
-            take = toks[: r.remaining]
-            self.manager.commit(r.kv, len(take))
-            r.outputs.extend(take)
-            self.stats.output_tokens += len(take)
-            if self.cfg.draft_window is not None:
+                r.accepted += n
+            left = r.max_new_tokens - len(r.outputs)
+            if n > left:
+                toks, n = toks[:left], left
+            self.manager.commit(r.kv, n)
+            r.outputs.extend(toks)
+            out += n
+            if dw is not None:
                 # K9 itself is an audit check (memory.invariants); the loop only counts the peak.
-                self.stats.peak_compact_draft = max(self.stats.peak_compact_draft, sizing.compact_draft_len(
-                    r.kv.committed, self.cfg.draft_window, self.cfg.page_size))
-            if r.remaining <= 0:
+                stats.peak_compact_draft = max(stats.peak_compact_draft,
+                                               sizing.compact_draft_len(r.kv.committed, dw, cfg.page_size))
+            if n == left:
                 self.sched.finish(r)
-            elif self.cfg.has_swa:
+            elif swa:
                 self.manager.evict_swa(r.kv)
+        if spec:
+            stats.spec_verifies += len(batch)
+            stats.accepted_tokens += accepted
+        stats.output_tokens += out
         self.stats.plan_s += plan + time.perf_counter() - t1
         self.stats.decode_steps += 1
         return True
