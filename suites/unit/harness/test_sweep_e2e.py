@@ -159,3 +159,16 @@ def test_unreachable_mlflow_keeps_every_row_and_sync_uploads_them(results_root, 
     per_key = children_per_key(mlflow_runs(uri, "e2e"), "u1")
     assert len(per_key) == N_CONFIGS and set(per_key.values()) == {1}
     assert run.logged_keys() == {r["key"] for r in load_rows(run.path)} and run.meta()["mlflow_uri"] == uri
+
+
+def test_one_config_reruns_by_its_test_id(tmp_path):
+    test_id = "spec:dflash-bs:16-policy:unaligned-ps:16-free:dedup"
+    node = f"suites/grid/test_grid.py::test_config[{test_id}]"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVBENCH_GRID_")}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node, "--kvbench-suite", "smoke",
+                          "--kvbench-run-dir", str(tmp_path / "one")], cwd=Path(__file__).resolve().parents[3],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-2000:]
+    assert "1 passed" in out.stdout
+    rows = load_rows(tmp_path / "one")
+    assert [r["test_id"] for r in rows] == [test_id] and rows[0]["verdict"] == "as_expected"
