@@ -70,6 +70,7 @@ class Plan:
     pr: int = 0
     groups: list[Group] = field(default_factory=list)
     refusal: str | None = None
+    head: str = ""  # the pull request's commit the groups run (the one whose tests were checked)
     notes: list[str] = field(default_factory=list)
 
     @property

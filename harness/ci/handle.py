@@ -15,6 +15,7 @@ from harness.ci import reply
 from harness.ci.bot import Comment, Plan, known_suites, plan_comment
 from harness.ci.github_client import Client, GitHubError
 from harness.ci.permissions import Permissions
+from harness.ci.rerun import check_sha
 from harness.ci.runners import Registry
 from mini_engine.errors import KVBenchError
 
@@ -67,14 +68,24 @@ class Outcome:
 
 
 def handle_event(event: dict, client: Client, root: Path, tree: Path, registry: Registry,
-                 perms: Permissions) -> Outcome:
-    """Plan the comment, reply, then dispatch; a refusal is a reply, never an exception."""
+                 perms: Permissions, head_sha: str | None = None) -> Outcome:
+    """Plan the comment, reply, then dispatch; a refusal is a reply, never an exception.
+
+    ``head_sha`` is the commit checked out in ``tree``: the runs are pinned to it, so a
+    push after the comment is not what runs. Without it, the pull request's head now."""
+    if head_sha is not None:
+        check_sha(head_sha, "--head-sha")
     if event.get("action", "created") != "created":
         return Outcome(Plan(None))  # edits and deletions are not new commands
     comment, branch = comment_from_event(event)
     plan = plan_comment(comment, tree, registry, perms, known_suites(root))
     if plan.command is None:
         return Outcome(plan)
+    if plan.groups:
+        try:
+            plan.head = check_sha(head_sha or client.pull_head_sha(plan.pr), "the pull request's head")
+        except KVBenchError as err:
+            plan.refusal, plan.groups = f"cannot tell which commit to run: {err}", []
     if plan.refusal or plan.command != "tag-and-rerun-ci":
         reply_id = client.post_comment(plan.pr, reply.render(plan))
         if not plan.refusal:
@@ -94,6 +105,7 @@ def _dispatch(plan: Plan, client: Client, branch: str, reply_id: int) -> None:
             "pr": str(plan.pr),
             "reply_comment": str(reply_id),
             "group": str(i),
+            "sha": plan.head,
         }
         try:
             client.dispatch_workflow(WORKFLOW, branch, inputs)

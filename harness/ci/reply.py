@@ -46,7 +46,7 @@ def _links(group: Group) -> str:
 
 def render(plan: Plan) -> str:
     state = {"v": 1, "command": plan.command, "user": plan.user, "pr": plan.pr,
-             "groups": [asdict(g) for g in plan.groups], "notes": plan.notes}
+             "groups": [asdict(g) for g in plan.groups], "notes": plan.notes, "head": plan.head}
     raw = json.dumps(state, ensure_ascii=True, separators=(",", ":"))
     # Escaped so that nothing in the state (a compare table, say) can close the HTML comment.
     raw = raw.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
@@ -61,7 +61,8 @@ def render(plan: Plan) -> str:
         lines.append(f"**kvbench bot** `/tag-and-rerun-ci` for {who}")
     else:
         n = len(plan.groups)
-        lines.append(f"**kvbench bot** `/{plan.command}` for {who}: {n} run{'s' if n != 1 else ''}")
+        at = f" on `{plan.head[:12]}`" if plan.head else ""
+        lines.append(f"**kvbench bot** `/{plan.command}` for {who}: {n} run{'s' if n != 1 else ''}{at}")
     for i, group in enumerate(plan.groups, 1):
         lines += ["", f"**{i}. runner `{group.runner}`** \u2014 {MARKERS[group.status]}"]
         if group.note:
@@ -85,7 +86,8 @@ def parse(body: str) -> Plan:
         state = json.loads(match.group(1))
         groups = [Group(**g) for g in state["groups"]]
         notes = [str(n) for n in state.get("notes", [])]
-        return Plan(state["command"], user=state["user"], pr=int(state["pr"]), groups=groups, notes=notes)
+        return Plan(state["command"], user=state["user"], pr=int(state["pr"]), groups=groups, notes=notes,
+                    head=str(state.get("head", "")))
     except (ValueError, KeyError, TypeError) as err:
         raise ReplyError(f"the kvbench bot state in the comment is damaged ({type(err).__name__})") from None
 

@@ -19,7 +19,14 @@ from harness.ci.specs import Refusal
 from mini_engine.errors import ConfigError
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z", re.ASCII)
+SHA_RE = re.compile(r"[0-9a-f]{40}\Z", re.ASCII)
 MAX_TESTS = 100
+
+
+def check_sha(sha: str, option: str) -> str:
+    if not SHA_RE.match(sha or ""):
+        raise ConfigError(f"{option} must be a 40-character commit id in lowercase hex (got {sha[:60]!r})")
+    return sha
 
 
 def rerun_argv(registry: Registry, tree: Path, root: Path, runner: str, tests_json: str,

@@ -44,7 +44,8 @@ def cmd_handle(args: argparse.Namespace) -> int:
     if not isinstance(event, dict):
         raise EventError(f"--event {args.event} is not an issue_comment payload")
     client = _client(args)
-    out = handle_event(event, client, root, Path(args.tree) if args.tree else root, registry, perms)
+    out = handle_event(event, client, root, Path(args.tree) if args.tree else root, registry, perms,
+                       args.head_sha or None)
     plan = out.plan
     if plan.command is None:
         print("bot: not a command, nothing to do")
@@ -139,6 +140,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--github", metavar="OWNER/REPO", help="act on GitHub (token from GITHUB_TOKEN)")
     where.add_argument("--dry-run", action="store_true", help="print the calls instead (the default)")
     h.add_argument("--tree", metavar="DIR", help="checkout of the pull request whose suites/ is searched")
+    h.add_argument("--head-sha", metavar="SHA", help="the commit checked out in --tree; the runs are pinned to it")
     h.add_argument("--root", default=".", help="repository root (ci/runners.toml, ci/permissions.json)")
     h.set_defaults(func=cmd_handle)
 

@@ -53,12 +53,14 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 
 def cmd_rerun_args(args: argparse.Namespace) -> int:
-    from harness.ci.rerun import rerun_argv
+    from harness.ci.rerun import check_sha, rerun_argv
     from harness.ci.runners import load_registry
 
     root = _root(args)
     registry = load_registry(root / "ci" / "runners.toml")
     tree = Path(args.tree) if args.tree else root
+    if args.sha:
+        check_sha(args.sha, "--sha")
     argv = rerun_argv(registry, tree, root, args.runner, args.tests, args.suite, args.filter, args.run_id)
     print(json.dumps(argv))
     return 0
@@ -149,6 +151,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--suite", default="", metavar="SUITE")
     r.add_argument("--filter", default="", metavar="EXPR")
     r.add_argument("--run-id", required=True, metavar="ID")
+    r.add_argument("--sha", default="", metavar="SHA", help="the commit the run checks out (checked: 40 hex digits)")
     r.add_argument("--tree", metavar="DIR", help="checkout whose suites/ holds the tests (default: --root)")
     r.add_argument("--root", default=".", help="repository root (ci/ and suites/*.toml)")
     r.set_defaults(func=cmd_rerun_args)

@@ -69,7 +69,8 @@ CASES = {
 
 def _check_inputs(inputs: dict, registry, tree: Path) -> None:
     """What a dispatch carries is allow-listed and re-validates in the workflow."""
-    assert set(inputs) == {"runner", "tests", "suite", "filter", "pr", "reply_comment", "group"}
+    assert set(inputs) == {"runner", "tests", "suite", "filter", "pr", "reply_comment", "group", "sha"}
+    assert re.fullmatch(r"[0-9a-f]{40}", inputs["sha"])
     assert inputs["runner"] in registry.runners
     tests = json.loads(inputs["tests"])
     for value in [*tests, inputs["suite"], inputs["filter"], inputs["pr"], inputs["reply_comment"], inputs["group"]]:
@@ -231,3 +232,31 @@ def test_cli_handle_event_path_is_a_directory(tree, tmp_path):
     out = subprocess.run([kvbench, "bot", "handle", "--event", tmp_path, "--root", tree],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "cannot be read" in out.stderr
+
+
+def test_dispatch_pins_the_commit_the_bot_checked(setup, load_event):
+    """A push after the comment must not change what runs: every group runs the commit
+    whose tests the bot validated, not whatever the pull request's head is later."""
+    tree, registry, perms = setup
+    checked, later = "ab" * 20, "cd" * 20
+    client = RecordingClient(heads={42: later})
+    out = handle_event(load_event("rerun_test_many"), client, tree, tree, registry, perms, head_sha=checked)
+    sent = [c[3] for c in client.calls if c[0] == "dispatch_workflow"]
+    assert len(sent) == 5 and {inputs["sha"] for inputs in sent} == {checked}
+    assert client.count("pull_head_sha") == 0
+    assert f"`{checked[:12]}`" in client.comments[out.reply_id]
+    assert reply.parse(client.comments[out.reply_id]).head == checked
+    # Without a checked commit (a local dry run), the pull request's head now.
+    client = RecordingClient(heads={42: later})
+    handle_event(load_event("rerun_test_single"), client, tree, tree, registry, perms)
+    assert [c[3]["sha"] for c in client.calls if c[0] == "dispatch_workflow"] == [later]
+
+
+def test_bad_head_sha_is_an_error(setup, load_event):
+    from mini_engine.errors import ConfigError
+
+    tree, registry, perms = setup
+    client = RecordingClient()
+    with pytest.raises(ConfigError, match="--head-sha must be a 40-character commit id"):
+        handle_event(load_event("rerun_test_single"), client, tree, tree, registry, perms, head_sha="main")
+    assert client.calls == []

@@ -68,6 +68,7 @@ def test_rerun_args_suite(tree, kv):
     (["--runner", "cpu", "--suite", "smoke", "--filter", "x;reboot"], "--filter word"),
     (["--runner", "cpu", "--suite", "../smoke"], "a suite name is"),
     (["--runner", "cpu", "--suite", "smoke", "--run-id", "a/../b"], "--run-id must be"),
+    (["--runner", "cpu", "--suite", "smoke", "--sha", "refs/heads/main"], "--sha must be a 40-character commit id"),
 ])
 def test_rerun_args_refuses(tree, kv, args, message):
     if "--run-id" not in args:

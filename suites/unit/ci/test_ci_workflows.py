@@ -139,3 +139,25 @@ def test_yaml_on_key_is_read():
     data = workflows.load(REPO / "ci" / "workflows" / "bot.yml")
     assert "issue_comment" in data["on"] and True not in data
     assert yaml.safe_load("on: push") == {True: "push"}  # why load() renames it
+
+
+def _checkouts(workflow: dict, job: str) -> list[dict]:
+    return [step.get("with") or {} for step in workflow["jobs"][job]["steps"]
+            if str(step.get("uses", "")).startswith("actions/checkout@")]
+
+
+def test_pull_request_code_is_the_commit_the_bot_validated():
+    """The bot validates one commit; a later push to the pull request must not be what
+    runs: rerun-test checks out the dispatched sha, never the moving refs/pull/N/head."""
+    bot = workflows.load(REPO / "ci" / "workflows" / "bot.yml")
+    steps = bot["jobs"]["handle"]["steps"]
+    pr_step = next(s for s in steps if (s.get("with") or {}).get("path") == "pr-tree")
+    handle = next(s for s in steps if "kvbench bot handle" in str(s.get("run", "")))
+    assert handle["env"]["HEAD_SHA"] == "${{ steps.%s.outputs.commit }}" % pr_step["id"]
+    assert '--head-sha "$HEAD_SHA"' in handle["run"]
+    rerun = workflows.load(REPO / "ci" / "workflows" / "rerun-test.yml")
+    assert rerun["on"]["workflow_dispatch"]["inputs"]["sha"]["required"] is True
+    assert "refs/pull/" not in (REPO / "ci" / "workflows" / "rerun-test.yml").read_text()
+    for job in ("start", "run"):
+        assert [w["ref"] for w in _checkouts(rerun, job) if "ref" in w] == ["${{ inputs.sha }}"], job
+    assert '--sha "$SHA"' in next(s["run"] for s in rerun["jobs"]["start"]["steps"] if s.get("id") == "args")
