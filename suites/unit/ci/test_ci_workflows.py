@@ -161,3 +161,33 @@ def test_pull_request_code_is_the_commit_the_bot_validated():
     for job in ("start", "run"):
         assert [w["ref"] for w in _checkouts(rerun, job) if "ref" in w] == ["${{ inputs.sha }}"], job
     assert '--sha "$SHA"' in next(s["run"] for s in rerun["jobs"]["start"]["steps"] if s.get("id") == "args")
+
+
+def _step(workflow: str, job: str, name: str) -> dict:
+    data = workflows.load(REPO / "ci" / "workflows" / workflow)
+    return next(s for s in data["jobs"][job]["steps"] if s.get("name") == name)
+
+
+def test_a_rerun_attempt_is_the_same_night(tmp_path):
+    """Rerunning a failed nightly (attempt 2 of one run) must not add a second night:
+    triage would call one bad night a regression seen twice. Seven nights are kept."""
+    from harness.ci.triage import history
+
+    script = _step("nightly-gpu.yml", "nightly", "Keep this night")["run"]
+
+    def night(run: int, attempt: int) -> None:
+        run_id = f"nightly-1-gpu-h100-{run}-{attempt}"
+        out = tmp_path / "results" / "runs" / run_id
+        out.mkdir(parents=True)
+        (out / "results.jsonl").write_text(f'{{"attempt": {attempt}}}\n')
+        env = {"PATH": "/usr/bin:/bin", "RUN_ID": run_id, "RUNNER_LABEL": "1-gpu-h100", "GITHUB_RUN_ID": str(run)}
+        subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, check=True, timeout=60)
+
+    night(900, 1)
+    night(900, 2)
+    kept = history(tmp_path / "nights")
+    assert len(kept) == 1 and (kept[0] / "results.jsonl").read_text() == '{"attempt": 2}\n'
+    for run in range(901, 910):
+        night(run, 1)
+    kept = history(tmp_path / "nights")
+    assert len(kept) == 7 and kept[-1].name.startswith("000000000909")
