@@ -80,30 +80,46 @@ def _read_config(path: Path) -> dict:
 
 def config_from_hf(data: dict, path: Path, dtype: str | None) -> ModelConfig:
     archs = data.get("architectures") or []
-    arch = next((ARCHITECTURES[a] for a in archs if a in ARCHITECTURES), None)
+    if isinstance(archs, str):
+        archs = [archs]
+    arch = next((ARCHITECTURES[a] for a in archs if isinstance(a, str) and a in ARCHITECTURES), None)
     if arch is None:
         raise CheckpointError(
             f"checkpoint {str(path)!r}: unsupported architecture {archs or data.get('model_type')!r} "
             f"(supported: {', '.join(ARCHITECTURES)})")
-    missing = [k for k in REQUIRED_KEYS if not isinstance(data.get(k), int) or data[k] < 1]
-    if missing:
-        raise CheckpointError(f"checkpoint {str(path)!r}: config.json lacks a positive integer {missing[0]!r}")
-    heads = data["num_attention_heads"]
-    kv_heads = data.get("num_key_value_heads") or heads
-    head_dim = data.get("head_dim") or data["hidden_size"] // heads
+    sizes = {k: _number(data, k, path, int) for k in REQUIRED_KEYS}
+    heads, hidden = sizes["num_attention_heads"], sizes["hidden_size"]
+    # Optional keys: absent (or null) means the HF default, anything else must be valid.
+    kv_heads = _number(data, "num_key_value_heads", path, int, heads)
+    head_dim = _number(data, "head_dim", path, int, hidden // heads or 1)
     if heads % kv_heads:
         raise CheckpointError(f"checkpoint {str(path)!r}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
+    tie = data.get("tie_word_embeddings", False)
+    if not isinstance(tie, bool):
+        raise CheckpointError(f"checkpoint {str(path)!r}: tie_word_embeddings must be true or false (got {tie!r})")
     rope_scaling = _rope_scaling(data.get("rope_scaling"), path)
     if dtype is None:
         dtype = "float32"  # exact on CPU; bf16 checkpoints are upcast on load
     return ModelConfig(
-        name=path.name, vocab_size=data["vocab_size"], hidden_size=data["hidden_size"],
-        num_layers=data["num_hidden_layers"], num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
-        intermediate_size=data["intermediate_size"], rope_theta=float(data.get("rope_theta", 10000.0)),
-        rms_eps=float(data.get("rms_norm_eps", 1e-6)), qk_norm=arch == "qwen3",
-        tie_embeddings=bool(data.get("tie_word_embeddings", False)), dtype=dtype, architecture=arch,
-        rope_scaling=rope_scaling,
+        name=path.name, vocab_size=sizes["vocab_size"], hidden_size=hidden,
+        num_layers=sizes["num_hidden_layers"], num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+        intermediate_size=sizes["intermediate_size"], rope_theta=_number(data, "rope_theta", path, float, 10000.0),
+        rms_eps=_number(data, "rms_norm_eps", path, float, 1e-6), qk_norm=arch == "qwen3",
+        tie_embeddings=tie, dtype=dtype, architecture=arch, rope_scaling=rope_scaling,
     )
+
+
+def _number(data: dict, key: str, path: Path, kind: type, default=None):
+    """A positive int (or float) from config.json; `default` when the key is optional and absent."""
+    value = data.get(key)
+    if value is None and default is not None:
+        return default
+    # bool is an int in Python but never a size; a float field accepts JSON integers too.
+    ok = (isinstance(value, int) or (kind is float and isinstance(value, float))) and not isinstance(value, bool)
+    if not ok or value <= 0:
+        what = "positive integer" if kind is int else "positive number"
+        raise CheckpointError(f"checkpoint {str(path)!r}: config.json needs a {what} {key!r} (got {value!r})")
+    return kind(value)
 
 
 def _rope_scaling(scaling, path: Path) -> tuple[float, float, float, int] | None:

@@ -96,6 +96,29 @@ def test_config_lacks_a_size(tiny_checkpoint, tmp_path):
 
 
 @pytest.mark.parametrize("change, needle", [
+    (dict(num_key_value_heads=-2), "positive integer 'num_key_value_heads' \\(got -2\\)"),
+    (dict(num_key_value_heads="2"), "positive integer 'num_key_value_heads'"),
+    (dict(head_dim=0), "positive integer 'head_dim'"),
+    (dict(num_hidden_layers=True), "positive integer 'num_hidden_layers'"),
+    (dict(rope_theta="big"), "positive number 'rope_theta'"),
+    (dict(rms_norm_eps=-1e-6), "positive number 'rms_norm_eps'"),
+    (dict(tie_word_embeddings="yes"), "tie_word_embeddings must be true or false"),
+])
+def test_bad_config_values_are_one_line_errors(tiny_checkpoint, tmp_path, change, needle):
+    d = _copy(tiny_checkpoint, tmp_path / "c")
+    _edit_config(d, **change)
+    with pytest.raises(CheckpointError, match=needle):
+        resolve_model(str(d))
+
+
+def test_optional_config_values_take_their_defaults(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint, tmp_path / "c")
+    _edit_config(d, rope_theta=None, rms_norm_eps=None, architectures="LlamaForCausalLM")
+    mcfg, _ = resolve_model(str(d))
+    assert (mcfg.rope_theta, mcfg.rms_eps, mcfg.architecture) == (10000.0, 1e-6, "llama")
+
+
+@pytest.mark.parametrize("change, needle", [
     (dict(intermediate_size=96), r"mlp\.\w+_proj\.weight has shape \(\d+, \d+\), config.json implies"),
     (dict(num_hidden_layers=5), "missing parameter 'model.layers.4"),
     (dict(num_hidden_layers=3), "unexpected parameter 'model.layers.3"),
