@@ -74,7 +74,9 @@ def group_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     return out
 
 
-def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: float, mlflow_note: str) -> None:
+def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: float, mlflow_note: str,
+                  ran: int | None = None) -> None:
+    """``ran``: configs this attempt ran (a resumed run's rows include earlier attempts)."""
     from rich.table import Table
 
     if len(rows) > FULL_TABLE_MAX:
@@ -98,8 +100,9 @@ def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: 
             if row.get("verdict") not in PASSING:
                 console.print(f"  {row.get('test_id') or row['key']}: {'; '.join(row.get('reasons') or [])}")
     c = counts(rows)
-    rate = f", {60 * len(rows) / wall_s:.0f} configs/min" if wall_s > 0 and rows else ""
+    ran = len(rows) if ran is None else ran
+    rate = f", {60 * ran / wall_s:.0f} configs/min" if wall_s > 0 and ran else ""
     console.print(f"{len(rows)} configs: {c['ok']} ok, {c['as_expected']} as expected, {c['unexpected']} unexpected, "
-                  f"{c['failed']} failed in {wall_s:.1f} s{rate}")
+                  f"{c['failed']} failed; {ran} run in {wall_s:.1f} s{rate}")
     console.print(f"results: {run_dir.results}")
     console.print(mlflow_note)

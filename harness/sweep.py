@@ -186,11 +186,14 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     finally:
         log.close()
     rc = proc.returncode
-    if rc not in (0, 1, 5):  # 5: nothing to run (everything done already)
+    completed = rc in (0, 1, 5)  # 1: some config not as expected; 5: nothing left to run
+    if completed:
+        _record_lost(suite, run_dir)
+    else:  # pytest itself broke (internal error, a kill): keep what finished, say where to look
         lines = (run_dir.path / "pytest.log").read_text(errors="replace").strip().splitlines()[-15:]
         err_console.print("\n".join(lines))
-        raise SweepError(f"pytest stopped with exit code {rc} before finishing; see {run_dir.path / 'pytest.log'}")
-    _record_lost(suite, run_dir)
+        err_console.print(f"kvbench: pytest stopped with exit code {rc} before finishing; see {run_dir.path / 'pytest.log'}"
+                          f"; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
     from harness.results import load_rows
     from harness.summary import print_summary
 
@@ -201,8 +204,8 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     run_dir.write_meta(meta)
     plots = _plots(rows, run_dir, err_console)
     mlflow_note = finish_mlflow(run_dir, meta, rows, plots, root, err_console.print)
-    print_summary(console, rows, run_dir, wall, mlflow_note)
-    return 0 if all(r.get("verdict") in PASSING for r in rows) else 1
+    print_summary(console, rows, run_dir, wall, mlflow_note, ran=len(rows) - done_before)
+    return 0 if completed and all(r.get("verdict") in PASSING for r in rows) else 1
 
 
 def _size(path: Path) -> int:
