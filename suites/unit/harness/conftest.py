@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
 
-settings.register_profile("modest", max_examples=40, deadline=None)
-settings.register_profile("long", max_examples=1000, deadline=None)
-settings.load_profile(os.environ.get("KVBENCH_HYPOTHESIS", "modest"))
+# Hypothesis profiles (default / long via KVBENCH_HYPOTHESIS) come from suites/conftest.py.
 
 
 @pytest.fixture

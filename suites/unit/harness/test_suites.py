@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from harness.suites import SuiteError, available, load_suite
 from mini_engine.errors import KVBenchError
@@ -129,9 +131,6 @@ def test_sweep_bad_input_exits_2_before_any_work(tmp_path, results_root, cli, ca
     assert not (results_root / "runs").exists() or not any((results_root / "runs").iterdir())
     assert not (results_root / "mlflow.db").exists()
 
-
-from hypothesis import given
-from hypothesis import strategies as st
 
 axis_values = st.lists(st.sampled_from([1, 2, 4, 16, 64, 256]), min_size=1, max_size=4, unique=True)
 
