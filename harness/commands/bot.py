@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from mini_engine.errors import ConfigError
+from mini_engine.errors import ConfigError, KVBenchError
 
 
 def _setup(args: argparse.Namespace):
@@ -75,11 +75,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _table(args: argparse.Namespace, root: Path) -> tuple[str | None, bool]:
-    """(markdown compare table, regressed) for a rerun suite's results, if there are any."""
+    """(markdown compare table, failed) for a rerun suite's results, if there are any."""
     if not args.results or not (Path(args.results) / "results.jsonl").is_file():
         return None, False
     from harness.baseline import load_baseline
     from harness.ci.runners import load_registry
+    from harness.ci.specs import show
     from harness.compare import compare_rows
     from harness.results import load_rows
 
@@ -87,10 +88,15 @@ def _table(args: argparse.Namespace, root: Path) -> tuple[str | None, bool]:
     if not path and args.baseline_runner:
         profile = load_registry(root / "ci" / "runners.toml").get(args.baseline_runner).profile
         path = root / "results" / "baselines" / f"{profile}.json"
-    rows = load_rows(args.results)
-    if not path or not Path(path).is_file():
-        return f"_{len(rows)} configs ran; no baseline at `{path}` to compare with._", False
-    report = compare_rows(rows, load_baseline(path))
+    try:
+        # The results come from the pull request's run: damaged ones fail the group, and
+        # the status is still set (an exception here would leave it 'running' for good).
+        rows = load_rows(args.results)
+        if not path or not Path(path).is_file():
+            return f"_{len(rows)} configs ran; no baseline at `{path}` to compare with._", False
+        report = compare_rows(rows, load_baseline(path))
+    except KVBenchError as err:
+        return f"_the results could not be compared: {show(str(err), 300)}_", True
     return report.table(fmt="markdown"), bool(report.regressed)
 
 
@@ -104,8 +110,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     status = args.status or handle.status_of(args.result)
     if status not in reply.STATUSES:
         raise ConfigError(f"--result must be success, failure, cancelled or skipped (got {args.result!r})")
-    table, regressed = _table(args, root)
-    if regressed and status == "passed":
+    table, failed = _table(args, root)
+    if failed and status == "passed":
         status = "failed"
     links = [u for u in args.mlflow_url if u]
     if args.results and links:

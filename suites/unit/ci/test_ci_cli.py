@@ -107,3 +107,19 @@ def test_plan_command(tree, kv):
     assert out.returncode == 1 and "no permission to run on runner `8-gpu-h200`" in out.stdout
     out = kv("bot", "plan", "thanks!", "--root", tree)
     assert out.returncode == 0 and "not a bot command" in out.stdout
+
+
+def test_report_with_unreadable_results_still_sets_the_status(tmp_path, kv):
+    """The results come from the pull request's run: damaged ones must not leave the
+    group 'running' forever. The status is set (a pass becomes a failure) with the reason."""
+    plan = Plan("rerun-suite", user="core-dev", pr=3, groups=[Group("cpu", suite="smoke")])
+    body = tmp_path / "reply.md"
+    body.write_text(reply.render(plan))
+    results = tmp_path / "run"
+    results.mkdir()
+    (results / "results.jsonl").write_text("not json\n")
+    out = kv("bot", "report", "--dry-run", "--body-file", body, "--comment-id", 1, "--group", 1,
+             "--result", "success", "--results", results, "--baseline", FIX / "baseline_cpu.json")
+    assert out.returncode == 0, out.stderr
+    group = reply.parse(out.stdout).groups[0]
+    assert group.status == "failed" and "results could not be compared" in group.table
