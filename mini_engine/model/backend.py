@@ -29,14 +29,22 @@ SMALL_MODEL_PARAMS = 50_000_000
 DEFAULT_DRAFT_NOISE = 0.1  # with every target layer shared: EAGLE chain tau ~2.8 of 4 on tiny
 
 
-def attention_backend(name: str):
+def attention_backend(name: str, head_dim: int):
     if name == "torch":
         return paged_attention
     if name == "triton":
+        if not triton_fits(head_dim):
+            raise ConfigError(f"attention=triton needs a power-of-two head_dim (the model has {head_dim}); "
+                              "use attention=torch")
         from mini_engine.model.attention_triton import triton_paged_attention
 
         return triton_paged_attention
     raise ConfigError(f"attention must be one of torch, triton (got {name!r})")
+
+
+def triton_fits(head_dim: int) -> bool:
+    """The Triton kernels index a head with tl.arange, which needs a power of two."""
+    return head_dim & (head_dim - 1) == 0
 
 
 class ModelBackend:
@@ -56,8 +64,12 @@ class ModelBackend:
         if weights is not None:
             weights.load_into(self.model)
         on_gpu = self.device.type == "cuda"
-        self.attend = attention_backend(attention or ("triton" if on_gpu else "torch"))
-        self.use_graphs = on_gpu if cuda_graphs is None else cuda_graphs
+        fits = triton_fits(mcfg.head_dim)
+        self.attend = attention_backend(attention or ("triton" if on_gpu and fits else "torch"), mcfg.head_dim)
+        # Decode graphs replay the Triton token kernel, whatever the attention backend.
+        self.use_graphs = on_gpu and fits if cuda_graphs is None else cuda_graphs
+        if self.use_graphs and not fits:
+            raise ConfigError(f"CUDA graphs need a power-of-two head_dim (the model has {mcfg.head_dim})")
         self.temperature = float(cfg.temperature)
         self.gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
         self.draft_model = None

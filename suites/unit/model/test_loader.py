@@ -184,3 +184,16 @@ def test_unsupported_rope_scaling(tiny_checkpoint, tmp_path):
     _edit_config(d, rope_scaling={"rope_type": "yarn", "factor": 4.0})
     with pytest.raises(CheckpointError, match="rope_scaling type 'yarn' is not supported"):
         resolve_model(str(d))
+
+
+def test_head_dim_the_triton_kernels_cannot_index(tmp_path):
+    """A checkpoint whose head_dim is not a power of two runs on torch attention; asking for
+    Triton (or the CUDA graphs that replay it) is a one-line error, not a kernel failure."""
+    cfg = replace(named_shape("tiny"), architecture="llama", qk_norm=False, head_dim=12)
+    path = save_checkpoint(Transformer(cfg), cfg, tmp_path / "hd12")
+    ecfg = EngineConfig(model=str(path), pool_tokens=256)
+    assert ModelBackend(ecfg).mcfg.head_dim == 12
+    with pytest.raises(KVBenchError, match="attention=triton needs a power-of-two head_dim"):
+        ModelBackend(ecfg, attention="triton")
+    with pytest.raises(KVBenchError, match="CUDA graphs need a power-of-two head_dim"):
+        ModelBackend(ecfg, cuda_graphs=True)
