@@ -65,6 +65,9 @@ def pytest_configure(config: pytest.Config) -> None:
         meta = prepare_run(suite, run_dir, None if uri == "default" else uri, jobs=1, filter_expr=None)
         uri, parent = meta.get("mlflow_uri"), meta.get("mlflow_parent")
         config._kvbench_owns_parent = True  # type: ignore[attr-defined]  # close it at session end
+    elif run_dir_opt and not run_dir.meta():
+        # A named run dir gets its meta.json, so kvbench sync/compare/baseline work on it later.
+        prepare_run(suite, run_dir, None, jobs=1, filter_expr=None, no_mlflow=True)
     os.environ["KVBENCH_GRID_SUITE"] = str(suite.path)
     os.environ["KVBENCH_GRID_RUN_DIR"] = str(run_dir.path)
     os.environ["KVBENCH_GRID_MLFLOW_URI"] = uri or ""

@@ -172,3 +172,4 @@ def test_one_config_reruns_by_its_test_id(tmp_path):
     assert "1 passed" in out.stdout
     rows = load_rows(tmp_path / "one")
     assert [r["test_id"] for r in rows] == [test_id] and rows[0]["verdict"] == "as_expected"
+    assert RunDir(tmp_path / "one").meta()["suite"] == "smoke"  # so compare, baseline and sync work on it
