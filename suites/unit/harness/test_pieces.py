@@ -188,3 +188,24 @@ def test_large_sweeps_print_one_line_per_algorithm_and_policy():
     assert [line[:4] for line in lines] == [["dflash", "aligned", "None", "2"], ["dflash", "unaligned", "None", "2"]]
     unaligned = lines[1]
     assert unaligned[-4:] == ["3", "2", "0", "K1:4"]  # max stranded, leaked (1 + 1), predicted, K1 (1 + 3)
+
+
+def test_a_config_whose_worker_died_is_recorded_failed(tmp_path):
+    import json
+
+    from harness.results import load_rows
+    from harness.runner import config_key
+    from harness.sweep import _record_lost
+
+    suite = load_suite("smoke", validate=False)
+    run = RunDir(tmp_path)
+    first, second = suite.configs[:2]
+    (tmp_path / "collected.json").write_text(json.dumps({"ids": [first.id, second.id]}))
+    append_row(run.results, {"key": config_key(first.config), "status": "ok", "verdict": "ok"})
+    _record_lost(suite, run)  # the worker running the second config was killed (OOM, segfault)
+    rows = load_rows(tmp_path)
+    assert [(r["key"], r["verdict"]) for r in rows] == [(config_key(first.config), "ok"),
+                                                      (config_key(second.config), "failed")]
+    assert "worker" in rows[1]["error"]
+    _record_lost(suite, run)  # idempotent
+    assert len(load_rows(tmp_path)) == 2
