@@ -81,6 +81,24 @@ def test_dflash_reads_no_context_beyond_draft_window():
     assert again().tokens != first.tokens
 
 
+def test_dflash_block_is_not_causal():
+    """Every block token sees the whole block: the root's draft distribution depends on the
+    mask tokens after it (under a causal block it would not change with block_size)."""
+    from mini_engine.model.attention_torch import paged_attention
+
+    target = tiny("all-global", 8, dtype="float64")
+    model = DraftModel(target, 2, 0.1, seed=1)
+    root = 12
+    toks = list(range(5, 5 + root + 1))
+    feats = torch.randn(root + 1, target.cfg.hidden_size, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    first = {}
+    for bs in (3, 3, 5):
+        drafter = DFlashDrafter(model, model.new_cache(64), bs, None, 1.0, paged_attention, torch.Generator())
+        first.setdefault(bs, []).append(drafter.draft([DraftJob(0, toks, feats, np.arange(1, root + 1 + bs))])[0].q[0])
+    torch.testing.assert_close(first[3][0], first[3][1], rtol=0, atol=0)
+    assert not torch.allclose(first[3][0], first[5][0])
+
+
 def test_eagle_tree_stays_inside_the_reservation():
     target = tiny("all-global", 8, dtype="float64")
     model = DraftModel(target, 2, 0.1, seed=1)
