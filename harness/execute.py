@@ -7,6 +7,7 @@ kill before it leaves the config undone (resume reruns it).
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
@@ -31,8 +32,6 @@ class GridSession:
     worker: str = "main"
 
     def event(self, **fields: Any) -> None:
-        import json
-
         append_line(self.run_dir.events, json.dumps({"t": time.time(), "worker": self.worker, **fields}))
 
     def run(self, gc: GridConfig) -> dict[str, Any]:
@@ -41,7 +40,7 @@ class GridSession:
         row = merge_repeats(runs)
         exp = expectation(resolved(gc.config), self.suite.rules)
         verdict, reasons = judge(row, exp)
-        if row.get("nondeterministic"):
+        if row.get("nondeterministic") and verdict != "failed":
             verdict = "unexpected"
             reasons.append("counters differ between repeats: " + ", ".join(row["nondeterministic"]))
         row.update(test_id=gc.id, suite=self.suite.name, run_id=self.run_dir.run_id, worker=self.worker,

@@ -88,3 +88,20 @@ def test_baseline_of_another_profile_is_exit_2(runs, results_root, cli, capsys):
     assert cli("compare", "nope") == 2
     # baseline refuses to mix profiles in one file too
     assert cli("baseline", "b", "--out", other) == 2
+
+
+def test_repeats_give_timing_samples_and_identical_counters(results_root, tmp_path):
+    from harness.baseline import build
+
+    suite = tmp_path / "rep.toml"
+    suite.write_text(SUITE.replace('[defaults]', 'repeat = 4\n[defaults]'))
+    run = sweep_in_process(suite, results_root, "rep")
+    rows = load_rows(run.path)
+    assert all(r["repeat"] == 4 and "nondeterministic" not in r for r in rows)
+    assert {r["verdict"] for r in rows} == {"ok", "as_expected"}
+    for r in rows:
+        samples = r["samples"]["wall_s"]
+        assert len(samples) == 4 and r["metrics"]["wall_s"] == pytest.approx((sorted(samples)[1] + sorted(samples)[2]) / 2)
+    base = build(rows, "cpu", "x")[0]
+    entry = next(iter(base["configs"].values()))
+    assert len(entry["timings"]["wall_s"]["samples"]) == 4 and "steps" in entry["counters"]
