@@ -68,3 +68,21 @@ def test_suites_symlinked_out_of_the_tree(setup, load_event, tmp_path):
     os.symlink(outside, tree / "suites")
     refusal, body = _reply("rerun_test_suites_link", load_event, tree, registry, perms)
     assert "suites/ is a symlink" in refusal
+
+
+ODD_DIR = "x\n```\n[click](https:evil.example) $(id)"
+
+
+def test_a_file_found_by_name_in_an_odd_directory_is_not_used(setup, load_event):
+    """A bare file name is looked up in the pull request's tree, whose directory names
+    are its author's: a path the allow-list would refuse is neither run nor echoed."""
+    tree, registry, perms = setup
+    odd = tree / "suites" / ODD_DIR
+    odd.mkdir()
+    (odd / "test_only.py").write_text("def test_a():\n    pass\n")
+    (odd / "test_dup.py").write_text("def test_one():\n    pass\n")
+    refusal, body = _reply("rerun_test_odd_directory", load_event, tree, registry, perms)
+    assert "no test file named `test_only.py`" in refusal
+    refusal, body = _reply("rerun_test_ambiguous_odd_directory", load_event, tree, registry, perms)
+    assert "is ambiguous: suites/gpu/test_dup.py, suites/unit/test_dup.py;" in refusal
+    assert "evil" not in body and "$(id)" not in body
