@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.ci import testfiles
-from harness.ci.specs import show
+from harness.ci.specs import SUITE_RE, show
 from mini_engine.errors import ConfigError
 
 PROFILES = ("cpu", "rtx5090", "h100", "h200")
 LABEL_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z", re.ASCII)
-SUITE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z", re.ASCII)
 DEFAULT_PATH = Path("ci") / "runners.toml"
 
 

@@ -19,17 +19,8 @@ def _setup(args: argparse.Namespace):
     return root, registry, perms
 
 
-def _client(args: argparse.Namespace):
-    if getattr(args, "github", None):
-        from harness.ci.github_client import GitHubClient
-
-        return GitHubClient(args.github)
-    from harness.ci.recording import RecordingClient
-
-    return RecordingClient()
-
-
 def cmd_handle(args: argparse.Namespace) -> int:
+    from harness.ci.github_client import client_for
     from harness.ci.handle import EventError, handle_event
 
     root, registry, perms = _setup(args)
@@ -43,7 +34,7 @@ def cmd_handle(args: argparse.Namespace) -> int:
         raise EventError(f"--event {args.event} cannot be read ({type(err).__name__})") from None
     if not isinstance(event, dict):
         raise EventError(f"--event {args.event} is not an issue_comment payload")
-    client = _client(args)
+    client = client_for(args.github)
     out = handle_event(event, client, root, Path(args.tree) if args.tree else root, registry, perms,
                        args.head_sha or None)
     plan = out.plan

@@ -19,19 +19,10 @@ def _root(args: argparse.Namespace) -> Path:
     return root
 
 
-def _client(args: argparse.Namespace):
-    if args.github:
-        from harness.ci.github_client import GitHubClient
-
-        return GitHubClient(args.github)
-    from harness.ci.recording import RecordingClient
-
-    return RecordingClient()
-
-
 def cmd_triage(args: argparse.Namespace) -> int:
     from harness.baseline import load_baseline
     from harness.ci import triage
+    from harness.ci.github_client import client_for
     from harness.ci.runners import load_registry
 
     # --runner names the issues; it must be a label of the registry (a typo would fork them).
@@ -41,7 +32,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
     dirs = [Path(d) for d in args.nights] if args.nights else triage.history(Path(args.history))
     nights = triage.load_nights(dirs, baseline, args.mlflow_url or "")
     tp = triage.plan(nights, baseline, where, args.min_nights)
-    client = _client(args)
+    client = client_for(args.github)
     for line in triage.apply(tp, client, where, nights[-1].name):
         print(line)
     if not args.github:
