@@ -129,14 +129,20 @@ class ModelBackend:
             rows.append(self.manager.slots(r.kv, 0, e))
             lens.append(e - s)
         h = self._target(ids, rows, lens, None, None)
-        out: list[int | None] = []
+        done, last = [], []
         off = 0
-        for r, s, e in zip(reqs, starts, ends):
+        for k, (r, s, e) in enumerate(zip(reqs, starts, ends)):
             hr = h[off : off + e - s]
             off += e - s
             if self.drafter is not None:
                 self._store(r).put(s, hr)
-            out.append(self._next(hr[-1:])[0] if e == r.prefill_target else None)
+            if e == r.prefill_target:
+                done.append(k)
+                last.append(hr[-1:])
+        out: list[int | None] = [None] * len(reqs)
+        if last:  # one LM head pass for the batch: on a GPU each pass converts the whole head
+            for k, tok in zip(done, self._next(torch.cat(last))):
+                out[k] = tok
         if self.drafter is not None:
             self._draft_context(reqs, ends)
         return out

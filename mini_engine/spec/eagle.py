@@ -121,14 +121,14 @@ class EagleDrafter:
         k = self.topk
         if k == 1:
             toks, q = pick(logits, self.temperature, self.gen)
+            # One host read for the whole batch (a float() per request is a device sync each on a GPU).
+            lp = logp.gather(1, toks[:, None]).squeeze(1).tolist()
             toks = toks.tolist()
-            i = 0
-            for t, f in zip(trees, fronts):
+            for i, (t, f) in enumerate(zip(trees, fronts)):
                 n = f[0]
                 if q is not None:
                     t.q[n] = q[i]
-                t.frontier = [t.add(toks[i], n, t.scores[n] + float(logp[i, toks[i]]))]
-                i += 1
+                t.frontier = [t.add(toks[i], n, t.scores[n] + lp[i])]
             return
         top_lp, top_tok = logp.topk(k, dim=-1)
         top_lp, top_tok = top_lp.tolist(), top_tok.tolist()

@@ -141,3 +141,15 @@ def test_sampling_runs_are_seeded_and_vary_with_the_seed():
     for spec in (dict(spec="eagle"), dict(spec="dflash", block_size=3)):
         assert run(1, spec) == run(1, spec)
         assert run(1, spec) != run(2, spec)
+
+
+def test_prefill_reads_the_lm_head_once_per_batch(monkeypatch):
+    """Requests finishing their prompt in one forward share one LM head pass (on a GPU each
+    pass converts the whole head to float32)."""
+    cfg = EngineConfig(**BASE, audit="raise")
+    backend = ModelBackend(cfg, dtype="float64")
+    calls = []
+    real = backend.model.logits
+    monkeypatch.setattr(backend.model, "logits", lambda h: calls.append(h.shape[0]) or real(h))
+    Engine(cfg, backend=backend).run(requests(3, seed=5, out=(1, 2)))
+    assert calls == [3]
