@@ -126,6 +126,7 @@ class Transformer(nn.Module):
         self.requires_grad_(False)
         if init:
             seeded_init(self, cfg.seed)
+        self._head_acc: torch.Tensor | None = None  # set on first use, after any checkpoint load
 
     @property
     def device(self) -> torch.device:
@@ -137,8 +138,20 @@ class Transformer(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head; float32 (float64 for a float64 model) so argmax is stable."""
         h = self.model.norm(hidden)
-        acc = torch.float64 if h.dtype == torch.float64 else torch.float32
-        return h.to(acc) @ self.head_weight().to(acc).T
+        w = self.head_weight_acc()
+        return h.to(w.dtype) @ w.T
+
+    def head_weight_acc(self) -> torch.Tensor:
+        """The LM head in float32 (float64 for a float64 model). A bf16/fp16 head is upcast
+        once and kept: upcasting it on every call moves more bytes than the matmul itself
+        (2 GB of float32 for Llama-3.1-8B, several times per speculative step)."""
+        w = self.head_weight()
+        acc = torch.float64 if w.dtype == torch.float64 else torch.float32
+        if w.dtype == acc:
+            return w
+        if self._head_acc is None:
+            self._head_acc = w.to(acc)
+        return self._head_acc
 
     def forward(
         self,
