@@ -34,6 +34,10 @@ class Night:
     def regression(self, key: str, metric: str):
         return next((f for f in self.report.regressions if f.key == key and f.metric == metric), None)
 
+    def finding(self, key: str, metric: str):
+        """The night's figure for a config and metric, or None if it was not measured."""
+        return next((f for f in self.report.findings if f.key == key and f.metric == metric), None)
+
 
 @dataclass
 class Tracking:
@@ -48,7 +52,7 @@ class Tracking:
 class TriagePlan:
     track: list[Tracking] = field(default_factory=list)
     blips: list[tuple[str, str]] = field(default_factory=list)  # regressed on the newest night only
-    recovered: list[tuple[str, str]] = field(default_factory=list)  # regressed before, fine now
+    recovered: list[tuple[str, str]] = field(default_factory=list)  # regressed before, measured fine now
 
 
 def title_for(metric: str, key: str, where: str) -> str:
@@ -98,7 +102,7 @@ def _body(key: str, metric: str, where: str, nights: list[Night], streak: int, b
         "|---|---|---|---|---|---|",
     ]
     for night in nights:
-        f = next((f for f in night.report.findings if f.key == key and f.metric == metric), None)
+        f = night.finding(key, metric)
         link = f"[run]({night.mlflow})" if night.mlflow else "-"
         if f is None:
             lines.append(f"| `{night.name}` | - | - | - | absent | {link} |")
@@ -134,7 +138,9 @@ def plan(nights: list[Night], baseline: dict, where: str, min_nights: int = 2) -
             out.blips.append((f.key, f.metric))
     if len(nights) >= 2:
         for f in nights[-2].report.regressions:
-            if newest.regression(f.key, f.metric) is None:
+            # A figure the newest night did not measure (a sweep that stopped early) has not recovered.
+            now = newest.finding(f.key, f.metric)
+            if now is not None and now.verdict not in ("regression", "missing"):
                 out.recovered.append((f.key, f.metric))
     return out
 

@@ -156,3 +156,28 @@ def test_issues_follow_streaks_night_after_night(nights):
             titles = [i["title"] for i in client.issues.values()]
             assert len(titles) == len(set(titles)) == len(ever)
             assert set(titles) == {triage.title_for("leaked_pages", k, "cpu") for k in ever}
+
+
+def test_a_config_missing_from_the_newest_night_has_not_recovered(baseline, tmp_path):
+    """A night whose sweep stopped before config A has no figure for A: that is not a
+    recovery, and the tracking issue must not be told it recovered."""
+    key = triage.load_nights([N27], baseline)[0].report.regressions[0].key
+    partial = tmp_path / "nightly-20261128"
+    partial.mkdir()
+    rows = [line for line in (N27 / "results.jsonl").read_text().splitlines() if json.loads(line)["key"] != key]
+    (partial / "results.jsonl").write_text("\n".join(rows) + "\n")
+    client = RecordingClient()
+    _run([N26, N27], baseline, client)
+    (number, issue), = client.issues.items()
+    tp, log = _run([N26, N27, partial], baseline, client)
+    assert [k for k, m in tp.recovered if m == "peak_pages_held"] == []
+    assert "Not regressed" not in issue["body"]
+    # Nor when the config ran but that figure is missing from its row.
+    rows = [json.loads(line) for line in (N27 / "results.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["key"] == key:
+            del row["metrics"]["peak_pages_held"]
+    (partial / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tp, log = _run([N26, N27, partial], baseline, client)
+    assert [k for k, m in tp.recovered if m == "peak_pages_held"] == []
+    assert "Not regressed" not in issue["body"]
