@@ -34,7 +34,9 @@ class DecodeGraphs:
         self.cache = backend.cache
         mgr = backend.manager
         self.has_swa = mgr.swa is not None
-        self.max_batch = min(mgr.mem.max_reqs, BUCKETS[-1])
+        # Buffers for the bucket that holds max_reqs: a batch of 17 with max_reqs 20 replays
+        # the 24 graph instead of falling back to eager decode.
+        self.max_batch = next(x for x in BUCKETS if x >= min(mgr.mem.max_reqs, BUCKETS[-1]))
         self.width = mgr.mem.row_width
         dev = backend.device
         n, w = self.max_batch, self.width
@@ -66,7 +68,7 @@ class DecodeGraphs:
         return self.model.logits(h).argmax(-1)
 
     def _capture(self, b: int) -> None:
-        self._fill_padding(0, b)
+        self._fill_padding(b)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -79,18 +81,11 @@ class DecodeGraphs:
         self.pool = graph.pool()
         self.graphs[b] = (graph, out)
 
-    def _fill_padding(self, start: int, b: int) -> None:
-        """Rows [start, b) decode nothing: token 0, position 0, one key in the dummy slot 0."""
-        if b <= start:
-            return
-        self.ids[start:b] = 0
-        self.pos[start:b] = 0
-        self.out_slots[start:b] = 0
-        self.swa_out[start:b] = 0
-        base = int(self.kv_indptr[start]) if start else 0
-        self.kv_indptr[start + 1 : b + 1] = base + torch.arange(1, b - start + 1, device=self.ids.device)
-        self.kv_slots[base : base + b - start] = 0
-        self.swa_kv_slots[base : base + b - start] = 0
+    def _fill_padding(self, b: int) -> None:
+        """Before capture, rows [0, b) decode nothing: token 0, position 0, one key in the dummy slot 0."""
+        for buf in (self.ids, self.pos, self.out_slots, self.swa_out, self.kv_slots, self.swa_kv_slots):
+            buf[:b] = 0
+        self.kv_indptr[: b + 1] = self.arange[: b + 1]
 
     def decode(self, reqs) -> list[int] | None:
         """Greedy decode through a graph; None when a graph does not apply (eager fallback)."""
@@ -98,8 +93,6 @@ class DecodeGraphs:
         if self.backend.temperature > 0 or n > self.max_batch:
             return None
         b = next(x for x in BUCKETS if x >= n)
-        if b > self.max_batch:
-            return None
         if self.capture and b not in self.graphs:
             self._capture(b)
         mgr = self.backend.manager

@@ -33,3 +33,21 @@ def test_backend_serves_several_runs():
     cache = backend.cache
     second = Engine(cfg, backend=backend).run(requests(3, seed=4))
     assert backend.cache is cache and second.outputs == first.outputs
+
+
+def test_a_batch_between_buckets_uses_the_next_bucket(monkeypatch):
+    """max_running=3: three requests decode in the bucket of 4 (padded), not eagerly."""
+    from mini_engine.model.cuda_graph import DecodeGraphs
+
+    cfg = EngineConfig(model="tiny", page_size=4, pool_tokens=512, max_context=64, max_running=3, audit="raise")
+    buckets = []
+    real = DecodeGraphs._run
+    monkeypatch.setattr(DecodeGraphs, "_run", lambda self, b: buckets.append(b) or real(self, b))
+    reqs = lambda: requests(3, seed=2, prompt=(3, 9), out=(3, 5))  # noqa: E731
+    graphed = ModelBackend(cfg, dtype="float64", attention="triton", cuda_graphs=True)
+    res = Engine(cfg, backend=graphed).run(reqs())
+    assert 4 in buckets
+    # What a capture replays first: a bucket of padding rows alone (dummy slot 0 only).
+    graphed.graphs._fill_padding(4)
+    assert graphed.graphs._run(4).shape == (4,)
+    assert res.outputs == Engine(cfg, backend=ModelBackend(cfg, dtype="float64")).run(reqs()).outputs
