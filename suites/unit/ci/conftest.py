@@ -35,7 +35,7 @@ TREE = {
     "suites/nightly-gpu.toml": "",
 }
 
-PERMISSIONS_USERS = {"release-bot": "maintainer"}
+PERMISSIONS_USERS = {"release-bot": "maintainer", "gpu-friend": "gpu-tester"}
 
 
 def make_tree(root: Path) -> Path:

@@ -46,8 +46,12 @@ CASES = {
     "rerun_test_cyrillic": (0, "U+0435 CYRILLIC SMALL LETTER IE", None),
     "rerun_test_fullwidth_command": (0, "U+FF0F FULLWIDTH SOLIDUS at column 1", None),
     "rerun_test_no_permission": (0, "@drive-by has no permission for /rerun-test", None),
-    "rerun_test_author": (2, None, {"cpu": ["suites/unit/test_alloc.py"],
-                                    "1-gpu-h100": ["suites/gpu/test_attention_gpu.py"]}),
+    # The author's own pull request: the GitHub-hosted CPU runner only; GPU machines run
+    # the author's code only for people granted a GPU role.
+    "rerun_test_author": (0, "no permission to run on runner `1-gpu-h100`", None),
+    "rerun_test_author_cpu": (1, None, {"cpu": ["suites/unit/test_alloc.py"]}),
+    "rerun_test_gpu_tester": (2, None, {"cpu": ["suites/unit/test_alloc.py"],
+                                        "1-gpu-h100": ["suites/gpu/test_attention_gpu.py"]}),
     "rerun_test_author_8gpu": (0, "no permission to run on runner `8-gpu-h200`", None),
     "rerun_test_first_timer": (0, "has no permission for /rerun-test", None),
     "rerun_test_symlink": (0, "no such test file", None),
