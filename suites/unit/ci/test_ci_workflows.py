@@ -191,3 +191,14 @@ def test_a_rerun_attempt_is_the_same_night(tmp_path):
         night(run, 1)
     kept = history(tmp_path / "nights")
     assert len(kept) == 7 and kept[-1].name.startswith("000000000909")
+
+
+def test_pull_request_tests_run_without_the_mlflow_secret():
+    """/rerun-test runs the pull request's code (its author may ask, on the cpu runner);
+    only a suite rerun (maintainers) logs to MLflow, so only it is given the server."""
+    rerun = workflows.load(REPO / "ci" / "workflows" / "rerun-test.yml")
+    env = rerun["jobs"]["run"]["env"]["MLFLOW_TRACKING_URI"]
+    expr = workflows.EXPR_RE.match(env).group(1)
+    secret = {"secrets.MLFLOW_TRACKING_URI": "https://user:pw@mlflow.example"}
+    assert workflows.evaluate(expr, {"inputs.suite": "", **secret}) == ""
+    assert workflows.evaluate(expr, {"inputs.suite": "nightly-gpu", **secret}) == secret["secrets.MLFLOW_TRACKING_URI"]
