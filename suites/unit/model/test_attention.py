@@ -2,7 +2,8 @@
 
 Triton runs under TRITON_INTERPRET=1 on a CPU (set by suites/conftest.py), where
 each program instance costs milliseconds, so the grids stay small: a handful of
-query tokens and heads per case.
+query tokens and heads per case. Where a GPU is visible the interpreter is off and
+the same cases run natively on the GPU (the kernels cannot take CPU tensors then).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mini_engine.model.transformer import KVCache
 from .conftest import tiny
 
 SLOTS = 160
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # where the Triton cases run
 
 
 def loop_reference(q, k_cache, v_cache, rows, q_lens, q_pos, masks, window, scale):
@@ -50,7 +52,7 @@ def loop_reference(q, k_cache, v_cache, rows, q_lens, q_pos, masks, window, scal
     return torch.stack(out).float()
 
 
-def case(seed, specs, kv_heads=2, heads=4, dim=16):
+def case(seed, specs, kv_heads=2, heads=4, dim=16, device="cpu"):
     """specs: (kv_len, q_len, kind) with kind 'causal' | 'tree' | 'block'."""
     rng = np.random.default_rng(seed)
     free = rng.permutation(np.arange(1, SLOTS))
@@ -79,11 +81,11 @@ def case(seed, specs, kv_heads=2, heads=4, dim=16):
             masks.append(None)
         q_lens.append(ql)
     gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(sum(q_lens), heads, dim, generator=gen)
-    k = torch.randn(SLOTS, kv_heads, dim, generator=gen)
-    v = torch.randn(SLOTS, kv_heads, dim, generator=gen)
+    q = torch.randn(sum(q_lens), heads, dim, generator=gen).to(device)
+    k = torch.randn(SLOTS, kv_heads, dim, generator=gen).to(device)
+    v = torch.randn(SLOTS, kv_heads, dim, generator=gen).to(device)
     tree = masks if any(m is not None for m in masks) else None
-    meta = build_meta(rows, q_lens, q_pos, "cpu", tree_masks=tree)
+    meta = build_meta(rows, q_lens, q_pos, device, tree_masks=tree)
     return q, k, v, meta, (rows, q_lens, q_pos, masks)
 
 
@@ -106,7 +108,7 @@ def test_torch_matches_loop_reference(name, window):
 @pytest.mark.parametrize("window", [0, 5])
 @pytest.mark.parametrize("name", sorted(BATCHES))
 def test_triton_token_kernel_matches_torch(name, window):
-    q, k, v, meta, _ = case(2, BATCHES[name], heads=2, kv_heads=1)
+    q, k, v, meta, _ = case(2, BATCHES[name], heads=2, kv_heads=1, device=DEV)
     want = paged_attention(q, k, v, meta, meta.kv_slots, window, 0.25)
     got = triton_paged_attention(q, k, v, meta, meta.kv_slots, window, 0.25, block_n=8, kernel="token")
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
@@ -116,7 +118,7 @@ def test_triton_token_kernel_matches_torch(name, window):
 @pytest.mark.parametrize("window", [0, 5])
 @pytest.mark.parametrize("name", sorted(BATCHES))
 def test_triton_block_kernel_matches_torch(name, window, heads, kv_heads):
-    q, k, v, meta, _ = case(4, BATCHES[name], heads=heads, kv_heads=kv_heads)
+    q, k, v, meta, _ = case(4, BATCHES[name], heads=heads, kv_heads=kv_heads, device=DEV)
     want = paged_attention(q, k, v, meta, meta.kv_slots, window, 0.25)
     got = triton_paged_attention(q, k, v, meta, meta.kv_slots, window, 0.25, block_n=16, kernel="block")
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
@@ -127,7 +129,7 @@ def test_triton_block_kernel_matches_torch(name, window, heads, kv_heads):
        specs=st.lists(st.tuples(st.integers(1, 40), st.sampled_from(["causal", "tree", "block"])), min_size=1, max_size=3))
 def test_triton_matches_torch_random(seed, window, kernel, specs):
     full = [(kv, 1 + seed % min(kv, 20 if kernel == "block" else 3), kind) for kv, kind in specs]
-    q, k, v, meta, _ = case(seed, full, heads=2, kv_heads=1)
+    q, k, v, meta, _ = case(seed, full, heads=2, kv_heads=1, device=DEV)
     want = paged_attention(q, k, v, meta, meta.kv_slots, window, 0.3)
     got = triton_paged_attention(q, k, v, meta, meta.kv_slots, window, 0.3, block_n=8 if kernel == "token" else 16,
                                  kernel=kernel)
@@ -136,13 +138,13 @@ def test_triton_matches_torch_random(seed, window, kernel, specs):
 
 def test_model_forward_with_triton_equals_torch():
     """A whole paged forward (SWA layers included) with each backend: prefill then decode."""
-    model = tiny("1:1", 5)
-    cache_t = KVCache.allocate(model.cfg, SLOTS, SLOTS, "cpu")
-    cache_r = KVCache.allocate(model.cfg, SLOTS, SLOTS, "cpu")
+    model = tiny("1:1", 5).to(DEV)
+    cache_t = KVCache.allocate(model.cfg, SLOTS, SLOTS, DEV)
+    cache_r = KVCache.allocate(model.cfg, SLOTS, SLOTS, DEV)
     row = np.random.default_rng(0).permutation(np.arange(1, SLOTS))[:9]
-    ids = torch.tensor([5, 9, 2, 7, 1, 3, 8, 4, 6])
+    ids = torch.tensor([5, 9, 2, 7, 1, 3, 8, 4, 6], device=DEV)
     for start, end in [(0, 8), (8, 9)]:
-        meta = build_meta([row[:end]], [end - start], None, "cpu", swa_rows=[row[:end]])
+        meta = build_meta([row[:end]], [end - start], None, DEV, swa_rows=[row[:end]])
         a = model(ids[start:end], meta.q_pos, meta, cache_r)
         b = model(ids[start:end], meta.q_pos, meta, cache_t, triton_paged_attention)
         torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
