@@ -120,3 +120,13 @@ def test_load_baseline_errors(tmp_path):
     assert load_baseline(good, expected_profile="h100")["configs"]["a"]["counters"] == {"steps": 1}
     with pytest.raises(BaselineError, match="is for profile 'h100', but the run is on 'cpu'"):
         load_baseline(good, expected_profile="cpu")
+
+
+def test_only_configs_of_the_swept_suites_can_be_missing():
+    def r(key, suite):
+        return {"key": key, "status": "ok", "metrics": {"steps": 1}, "violations": {}, "suite": suite}
+
+    base = baseline_of([r("a1", "smoke"), r("a2", "smoke"), r("b1", "invariants")])
+    report = compare_rows([r("a1", "smoke")], base)
+    assert [(f.key, f.verdict) for f in report.findings if f.metric == "*"] == [("a2", "missing")]
+    assert not report.regressed
