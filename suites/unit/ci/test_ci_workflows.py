@@ -202,3 +202,15 @@ def test_pull_request_tests_run_without_the_mlflow_secret():
     secret = {"secrets.MLFLOW_TRACKING_URI": "https://user:pw@mlflow.example"}
     assert workflows.evaluate(expr, {"inputs.suite": "", **secret}) == ""
     assert workflows.evaluate(expr, {"inputs.suite": "nightly-gpu", **secret}) == secret["secrets.MLFLOW_TRACKING_URI"]
+
+
+def test_pull_request_artifacts_land_outside_the_trusted_checkout():
+    """The report job runs the default branch's code, installed editable, with a write
+    token; the results it reads were written by the pull request's code. They are
+    unpacked outside the checkout, so no archive entry can land on the code that runs."""
+    rerun = workflows.load(REPO / "ci" / "workflows" / "rerun-test.yml")
+    steps = rerun["jobs"]["report"]["steps"]
+    fetch = next(s for s in steps if str(s.get("uses", "")).startswith("actions/download-artifact@"))
+    assert fetch["with"]["path"].startswith("${{ runner.temp }}/")
+    report = next(s for s in steps if s.get("name") == "Report")["run"]
+    assert '--results "$RUNNER_TEMP/' in report and "results/runs" not in report
