@@ -43,10 +43,6 @@ class AttnMeta:
     def prefix_lens(self) -> torch.Tensor:
         return self.kv_indptr[1:] - self.kv_indptr[:-1] - (self.q_indptr[1:] - self.q_indptr[:-1])
 
-    @property
-    def num_tokens(self) -> int:
-        return int(self.q_lens.sum())
-
 
 def build_meta(
     slot_rows: list[np.ndarray],
