@@ -181,7 +181,9 @@ def test_a_rerun_attempt_is_the_same_night(tmp_path):
         out.mkdir(parents=True)
         (out / "results.jsonl").write_text(f'{{"attempt": {attempt}}}\n')
         env = {"PATH": "/usr/bin:/bin", "RUN_ID": run_id, "RUNNER_LABEL": "1-gpu-h100", "GITHUB_RUN_ID": str(run)}
-        subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, check=True, timeout=60)
+        # The shell GitHub runs a bash step with.
+        subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=tmp_path, env=env,
+                       check=True, timeout=60)
 
     night(900, 1)
     night(900, 2)
