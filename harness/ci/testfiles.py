@@ -80,7 +80,8 @@ def parse_source(source: str, path: str) -> TestInfo:
     try:
         tree = ast.parse(source, filename=path)
     except (SyntaxError, ValueError) as err:  # ValueError: NUL bytes, on some Pythons
-        raise ConfigError(f"{path}: not valid Python (line {getattr(err, 'lineno', None)})") from None
+        line = getattr(err, "lineno", None)
+        raise ConfigError(f"{path}: not valid Python" + (f" (line {line})" if line else "")) from None
     except (MemoryError, RecursionError):  # the parser's stack, not the machine's memory
         raise ConfigError(f"{path}: too deeply nested to parse") from None
     module_marks = _pytestmark(tree.body)
