@@ -99,6 +99,34 @@ def test_dflash_block_is_not_causal():
     assert not torch.allclose(first[3][0], first[5][0])
 
 
+def test_eagle_tree_nodes_see_only_their_ancestors():
+    """With every target layer shared and no noise the drafter is the target, so the draft
+    distribution at each tree node equals the target's after that node's own branch; a node
+    that attended to a sibling's or a cousin's KV would differ."""
+    from mini_engine.model.attention_torch import paged_attention
+
+    target = tiny("all-global", 8, dtype="float64")
+    model = DraftModel(target, 4, 0.0, seed=1)
+    topk, steps = 3, 3
+    # temperature > 0 keeps each node's draft distribution (q); top-k trees pick the same way.
+    drafter = EagleDrafter(model, model.new_cache(128), topk=topk, steps=steps, num_draft_tokens=1 + topk * steps,
+                           temperature=1.0, attend=paged_attention, gen=torch.Generator())
+    root = 10
+    toks = [(37 * i + 3) % 1024 for i in range(root + 1)]
+    feats = torch.zeros(root + 1, target.cfg.hidden_size, dtype=torch.float64)
+    tree = drafter.draft([DraftJob(0, toks, feats, np.arange(1, root + 2 + (steps - 1) * topk))])[0]
+    assert len(tree.tokens) == 1 + topk * steps and max(tree.depths) == steps
+    for n in range(len(tree.tokens)):
+        if tree.depths[n] == steps:
+            continue  # leaves are never forwarded
+        branch, a = [], n
+        while a > 0:
+            branch.insert(0, tree.tokens[a])
+            a = tree.parents[a]
+        logits = target.logits(target.dense_forward(torch.tensor(toks + branch))[-1:])[0]
+        torch.testing.assert_close(tree.q[n], torch.softmax(logits, -1), rtol=1e-9, atol=1e-12)
+
+
 def test_eagle_tree_stays_inside_the_reservation():
     target = tiny("all-global", 8, dtype="float64")
     model = DraftModel(target, 2, 0.1, seed=1)
