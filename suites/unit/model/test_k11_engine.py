@@ -58,11 +58,13 @@ def test_k11_tiny(algo, policy, ps):
     assert 1.0 < res.stats["tau"] < EngineConfig(**ALGOS[algo]).max_accept
 
 
+@pytest.mark.parametrize("ps", [1, 16])
+@pytest.mark.parametrize("policy", ["aligned", "unaligned"])
 @pytest.mark.parametrize("algo", sorted(ALGOS))
-def test_k11_checkpoint_from_disk(algo, tiny_checkpoint):
-    base = plain(str(tiny_checkpoint), 16, vocab=512)
-    res = run(str(tiny_checkpoint), 16, vocab=512, **ALGOS[algo])
-    assert res.outputs == base.outputs
+def test_k11_checkpoint_from_disk(algo, policy, ps, tiny_checkpoint):
+    base = plain(str(tiny_checkpoint), ps, vocab=512)
+    res = run(str(tiny_checkpoint), ps, vocab=512, policy=policy, **ALGOS[algo])
+    assert base.verdict == "ok" and res.outputs == base.outputs
     assert res.stats["tau"] > 1.0
 
 
