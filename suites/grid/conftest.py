@@ -56,8 +56,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if run_dir_opt:
         path = Path(run_dir_opt).resolve()
         path.mkdir(parents=True, exist_ok=True)
-    else:
+    else:  # a throwaway run: the test verdicts are the output
         path = Path(tempfile.mkdtemp(prefix=f"kvbench-{suite.name}-"))
+        config._kvbench_tmp_run = path  # type: ignore[attr-defined]
     run_dir = RunDir(path)
     uri = _opt(config, "--kvbench-mlflow-uri")
     parent = _opt(config, "--kvbench-parent-run")
@@ -75,6 +76,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    tmp = getattr(session.config, "_kvbench_tmp_run", None)
+    if tmp is not None and not getattr(session.config, "_kvbench_owns_parent", False):
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
     # A pytest run that created its own parent run closes it, as kvbench sweep does:
     # upload what workers could not, then mark the parent finished.
     if not getattr(session.config, "_kvbench_owns_parent", False) or hasattr(session.config, "workerinput"):
