@@ -44,14 +44,29 @@ def _suite_name(config: pytest.Config) -> str:
     return _opt(config, "--kvbench-suite") or os.environ.get("KVBENCH_GRID_SUITE") or "smoke"
 
 
+def _load(name: str):
+    """The suite, validated where its configs can run; a bad suite is a usage error (one line)."""
+    import torch
+
+    from harness.suites import load_suite
+    from mini_engine.errors import KVBenchError
+
+    try:
+        suite = load_suite(name, validate=False)
+        if not suite.needs_gpu or torch.cuda.is_available():  # GPU configs are skipped, not run, here
+            suite = load_suite(name)
+    except KVBenchError as err:
+        raise pytest.UsageError(str(err)) from None
+    return suite
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("KVBENCH_GRID_RUN_DIR"):
         return  # set up already: by kvbench sweep, or by the xdist controller before the workers
     from harness.results import RunDir
-    from harness.suites import load_suite
     from harness.sweep import prepare_run
 
-    suite = load_suite(_suite_name(config))
+    suite = _load(_suite_name(config))
     run_dir_opt = _opt(config, "--kvbench-run-dir")
     if run_dir_opt:
         path = Path(run_dir_opt).resolve()
