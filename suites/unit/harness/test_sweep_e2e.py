@@ -173,3 +173,12 @@ def test_one_config_reruns_by_its_test_id(tmp_path):
     rows = load_rows(tmp_path / "one")
     assert [r["test_id"] for r in rows] == [test_id] and rows[0]["verdict"] == "as_expected"
     assert RunDir(tmp_path / "one").meta()["suite"] == "smoke"  # so compare, baseline and sync work on it
+
+
+def test_pytest_with_an_unknown_suite_is_a_usage_error():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVBENCH_GRID_")}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "suites/grid/test_grid.py",
+                          "--kvbench-suite", "nope"], cwd=Path(__file__).resolve().parents[3], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 4  # pytest's usage error
+    assert "unknown suite 'nope'" in out.stderr and "Traceback" not in out.stderr + out.stdout
