@@ -187,8 +187,11 @@ def load_rows(path_or_run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
         rows = open_run_dir(p).rows()
     latest: dict[str, dict[str, Any]] = {}
     for row in rows:
-        if "key" not in row:
-            raise ResultsError(f"{p}: a row has no 'key'")
+        if not isinstance(row.get("key"), str):
+            raise ResultsError(f"{p}: every row needs a string 'key' (got {type(row.get('key')).__name__})")
+        for field in ("metrics", "violations"):
+            if not isinstance(row.get(field, {}), dict):
+                raise ResultsError(f"{p}: row {row['key']!r} has a '{field}' that is not an object")
         latest.pop(row["key"], None)  # keep first-seen order of the latest rows
         latest[row["key"]] = row
     return list(latest.values())

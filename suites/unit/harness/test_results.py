@@ -59,3 +59,19 @@ def test_load_rows_keeps_the_latest_row_of_a_key(tmp_path):
 def test_missing_run_is_a_one_line_error(tmp_path, results_root):
     with pytest.raises(ResultsError, match="no run 'nope'"):
         load_rows("nope")
+
+
+@pytest.mark.parametrize("row", [
+    {"key": 7, "metrics": {}},
+    {"metrics": {}},
+    {"key": "a", "metrics": [1, 2]},
+    {"key": "a", "violations": "K1"},
+])
+def test_compare_on_a_malformed_row_is_one_line_exit_2(tmp_path, capsys, row):
+    from harness.cli import main
+
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    assert main(["compare", str(path), "--baseline", str(tmp_path / "none.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kvbench: error:") and "\n" not in err and "row" in err
