@@ -152,3 +152,12 @@ def test_rss_peak_is_the_runs_own():
     del big
     result = Engine(EngineConfig(pool_tokens=4096)).run([Request(rid=0, prompt=[1, 2, 3], max_new_tokens=4)])
     assert 0 < result.stats["rss_peak_bytes"] < earlier - 128 * 2**20
+
+
+def test_backend_short_of_results_is_a_failed_row(monkeypatch):
+    from mini_engine.spec import simulated
+
+    real = simulated.SimulatedBackend.decode
+    monkeypatch.setattr(simulated.SimulatedBackend, "decode", lambda self, reqs: real(self, reqs)[:-1])
+    row = run_config(dict(workload="fixed", num_requests=2, input_len=8, output_len=4))
+    assert row["status"] == "failed" and "1 results for a batch of 2" in row["error"]
