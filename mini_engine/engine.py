@@ -218,7 +218,7 @@ class Engine:
         return progress
 
     def _transfer(self, reqs: list[Request]) -> None:
-        firsts = self.backend.transfer(reqs)  # pd_prealloc already committed the fill_len tokens
+        firsts = _results(self.backend.transfer(reqs), len(reqs))  # pd_prealloc committed the fill_len tokens
         for r, tok in zip(reqs, firsts):
             r.outputs.append(int(tok))
             self.stats.output_tokens += 1
@@ -228,7 +228,7 @@ class Engine:
 
     def _prefill(self, chunks) -> None:
         reqs = [c.req for c in chunks]
-        toks = self.backend.prefill(reqs, [c.start for c in chunks], [c.end for c in chunks])
+        toks = _results(self.backend.prefill(reqs, [c.start for c in chunks], [c.end for c in chunks]), len(reqs))
         self.stats.prefill_steps += 1
         for c, tok in zip(chunks, toks):
             r = c.req
@@ -251,12 +251,10 @@ class Engine:
         self._sync_batch(batch)
         plan = time.perf_counter() - t0
         if self.cfg.speculative:
-            results = self.backend.spec_step(batch)
+            results = _results(self.backend.spec_step(batch), len(batch))
         else:
-            results = [[t] for t in self.backend.decode(batch)]
+            results = [[t] for t in _results(self.backend.decode(batch), len(batch))]
         t1 = time.perf_counter()
-        if len(results) != len(batch):
-            raise RuntimeError(f"backend returned {len(results)} results for a batch of {len(batch)}")
         cfg, stats = self.cfg, self.stats
         spec, swa, dw, most = cfg.speculative, cfg.has_swa, cfg.draft_window, cfg.max_accept
         accepted = out = 0
@@ -359,6 +357,13 @@ class Engine:
             outputs={r.rid: list(r.outputs) for r in reqs}, verdict=verdict, error=self.error,
             requests=reqs,
         )
+
+
+def _results(results: list, n: int) -> list:
+    # zip() would drop the missing ones silently and the loop would wait on them forever.
+    if len(results) != n:
+        raise RuntimeError(f"backend returned {len(results)} results for a batch of {n}")
+    return results
 
 
 def _plain(values: dict) -> dict:

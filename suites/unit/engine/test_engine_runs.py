@@ -154,10 +154,12 @@ def test_rss_peak_is_the_runs_own():
     assert 0 < result.stats["rss_peak_bytes"] < earlier - 128 * 2**20
 
 
-def test_backend_short_of_results_is_a_failed_row(monkeypatch):
+@pytest.mark.parametrize("call", ["decode", "prefill", "transfer", "spec_step"])
+def test_backend_short_of_results_is_a_failed_row(monkeypatch, call):
     from mini_engine.spec import simulated
 
-    real = simulated.SimulatedBackend.decode
-    monkeypatch.setattr(simulated.SimulatedBackend, "decode", lambda self, reqs: real(self, reqs)[:-1])
-    row = run_config(dict(workload="fixed", num_requests=2, input_len=8, output_len=4))
-    assert row["status"] == "failed" and "1 results for a batch of 2" in row["error"]
+    real = getattr(simulated.SimulatedBackend, call)
+    monkeypatch.setattr(simulated.SimulatedBackend, call, lambda self, reqs, *a: real(self, reqs, *a)[:-1])
+    row = run_config(dict(workload="pd", pd_fraction=0.5, num_requests=4, input_len=8, output_len=4, min_len=2,
+                          spec="dflash" if call == "spec_step" else "none"))
+    assert row["status"] == "failed" and "results for a batch of" in row["error"]
