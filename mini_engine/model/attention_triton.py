@@ -20,6 +20,27 @@ import triton.language as tl
 from mini_engine.model.attn_meta import AttnMeta
 
 
+@triton.jit
+def _sequence(q_indptr, kv_indptr, b):
+    """Sequence b: first query row, query count, first key row, key count, prefix length."""
+    qs = tl.load(q_indptr + b)
+    q_len = tl.load(q_indptr + b + 1) - qs
+    ks = tl.load(kv_indptr + b)
+    kv_len = tl.load(kv_indptr + b + 1) - ks
+    return qs, q_len, ks, kv_len, kv_len - q_len
+
+
+@triton.jit
+def _key_block(q_pos, qs, prefix, kv_len, j):
+    """Keys j of a block: in range, extend index, in the extend part, position. Prefix keys
+    sit at their row index, extend keys at their query's position (a tree's depth)."""
+    valid = j < kv_len
+    e = j - prefix
+    in_ext = valid & (e >= 0)
+    kpos = tl.where(in_ext, tl.load(q_pos + qs + e, mask=in_ext, other=0), j)
+    return valid, e, in_ext, kpos
+
+
 # window == 1 must stay a runtime value: Triton would otherwise turn it into a constant.
 @triton.jit(do_not_specialize=["window"])
 def _paged_attn_kernel(
@@ -34,11 +55,7 @@ def _paged_attn_kernel(
     kvh = h // GROUP
     b = tl.load(tok_seq + t)
     pos = tl.load(q_pos + t)
-    qs = tl.load(q_indptr + b)
-    q_len = tl.load(q_indptr + b + 1) - qs
-    ks = tl.load(kv_indptr + b)
-    kv_len = tl.load(kv_indptr + b + 1) - ks
-    prefix = kv_len - q_len
+    qs, q_len, ks, kv_len, prefix = _sequence(q_indptr, kv_indptr, b)
     i = t - qs
 
     d = tl.arange(0, HEAD_DIM)
@@ -51,10 +68,7 @@ def _paged_attn_kernel(
     lo = tl.where(window > 0, tl.maximum(0, tl.minimum(prefix, pos - window + 1)) // BLOCK_N * BLOCK_N, 0)
     for start in range(lo, kv_len, BLOCK_N):
         j = start + tl.arange(0, BLOCK_N)
-        valid = j < kv_len
-        e = j - prefix
-        in_ext = valid & (e >= 0)
-        kpos = tl.where(in_ext, tl.load(q_pos + qs + e, mask=in_ext, other=0), j)
+        valid, e, in_ext, kpos = _key_block(q_pos, qs, prefix, kv_len, j)
         vis = valid & (kpos <= pos)
         if HAS_MASK:
             mbase = tl.load(mask_indptr + b)
@@ -93,11 +107,7 @@ def _paged_attn_block_kernel(
     kvh = tl.program_id(1)
     b = tl.load(blk_seq + blk)
     m0 = tl.load(blk_m0 + blk)
-    qs = tl.load(q_indptr + b)
-    q_len = tl.load(q_indptr + b + 1) - qs
-    ks = tl.load(kv_indptr + b)
-    kv_len = tl.load(kv_indptr + b + 1) - ks
-    prefix = kv_len - q_len
+    qs, q_len, ks, kv_len, prefix = _sequence(q_indptr, kv_indptr, b)
 
     r = tl.arange(0, BLOCK_M * GROUP)
     i = m0 + r // GROUP  # query index within the sequence
@@ -116,10 +126,7 @@ def _paged_attn_block_kernel(
     lo = tl.where(window > 0, tl.maximum(0, tl.minimum(prefix, lowest - window + 1)) // BLOCK_N * BLOCK_N, 0)
     for start in range(lo, kv_len, BLOCK_N):
         j = start + tl.arange(0, BLOCK_N)
-        valid = j < kv_len
-        e = j - prefix
-        in_ext = valid & (e >= 0)
-        kpos = tl.where(in_ext, tl.load(q_pos + qs + e, mask=in_ext, other=0), j)
+        valid, e, in_ext, kpos = _key_block(q_pos, qs, prefix, kv_len, j)
         vis = valid[None, :] & (kpos[None, :] <= pos[:, None])
         if HAS_MASK:
             mbase = tl.load(mask_indptr + b)
