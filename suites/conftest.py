@@ -10,14 +10,19 @@ import os
 
 import pytest
 import torch
-from hypothesis import settings
 
-# Hypothesis' default per-example deadline is a wall-clock threshold: on a shared
-# machine it fails at random, so no profile here has one. KVBENCH_HYPOTHESIS=long
-# runs many more and longer random sequences (nightly, or by hand).
-settings.register_profile("default", max_examples=50, deadline=None)
-settings.register_profile("long", max_examples=1000, stateful_step_count=300, deadline=None)
-settings.load_profile(os.environ.get("KVBENCH_HYPOTHESIS", "default"))
+try:  # the test extras; `kvbench sweep` runs the grid suite with the base install
+    from hypothesis import settings
+except ImportError:
+    settings = None
+
+if settings is not None:
+    # Hypothesis' default per-example deadline is a wall-clock threshold: on a shared
+    # machine it fails at random, so no profile here has one. KVBENCH_HYPOTHESIS=long
+    # runs many more and longer random sequences (nightly, or by hand).
+    settings.register_profile("default", max_examples=50, deadline=None)
+    settings.register_profile("long", max_examples=1000, stateful_step_count=300, deadline=None)
+    settings.load_profile(os.environ.get("KVBENCH_HYPOTHESIS", "default"))
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
