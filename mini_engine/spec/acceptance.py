@@ -21,17 +21,6 @@ _MASK = (1 << 64) - 1
 DEFAULT_ALPHA = 0.85
 
 
-def mix64(*values: int) -> int:
-    """A 64-bit hash of small ints (splitmix64 finaliser chained over the values)."""
-    h = 0x9E3779B97F4A7C15
-    for v in values:
-        h = (h ^ (v & _MASK)) * 0xBF58476D1CE4E5B9 & _MASK
-        h ^= h >> 31
-        h = (h + 0x9E3779B97F4A7C15) * 0x94D049BB133111EB & _MASK
-        h ^= h >> 29
-    return h
-
-
 def _round(h: int, v: int) -> int:
     h = (h ^ (v & _MASK)) * 0xBF58476D1CE4E5B9 & _MASK
     h ^= h >> 31
@@ -39,13 +28,18 @@ def _round(h: int, v: int) -> int:
     return h ^ (h >> 29)
 
 
+def mix64(*values: int) -> int:
+    """A 64-bit hash of small ints (splitmix64 finaliser chained over the values)."""
+    h = 0x9E3779B97F4A7C15
+    for v in values:
+        h = _round(h, v)
+    return h
+
+
 def mix64_array(prefix: tuple[int, ...], *arrays: np.ndarray) -> np.ndarray:
     """mix64(*prefix, a[i], b[i], ...) for every i at once (uint64 arithmetic wraps like & _MASK)."""
-    h0 = 0x9E3779B97F4A7C15
-    for v in prefix:
-        h0 = _round(h0, v)
     n = len(arrays[0]) if arrays else 0
-    h = np.full(n, h0, dtype=np.uint64)
+    h = np.full(n, mix64(*prefix), dtype=np.uint64)
     c1, c0, c2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x9E3779B97F4A7C15), np.uint64(0x94D049BB133111EB)
     s31, s29 = np.uint64(31), np.uint64(29)
     for a in arrays:
@@ -64,7 +58,12 @@ def uniform01(*values: int) -> float:
 def truncated_geometric_mean(alpha: float, most: int) -> float:
     if alpha >= 1.0:
         return float(most)
-    return (1.0 - alpha**most) / (1.0 - alpha)
+    if alpha < 0.5:
+        return (1.0 - alpha**most) / (1.0 - alpha)
+    # The same quotient through expm1/log1p: as alpha nears 1 (a high mean asked for)
+    # the plain one loses half its digits to cancellation.
+    log_a = math.log1p(alpha - 1.0)
+    return math.expm1(most * log_a) / math.expm1(log_a)
 
 
 def solve_alpha(mean: float, most: int) -> float:

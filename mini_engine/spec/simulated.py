@@ -8,10 +8,10 @@ touches (and so requires) the reserved slots of the whole draft.
 
 from __future__ import annotations
 
-from mini_engine.config import EngineConfig
-from mini_engine.request import Request
 import numpy as np
 
+from mini_engine.config import EngineConfig
+from mini_engine.request import Request
 from mini_engine.spec.acceptance import Acceptance, mix64, mix64_array
 
 
