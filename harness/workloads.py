@@ -130,7 +130,7 @@ def load_prompts(path: str, *, default_output_len: int) -> list[Request]:
             raise ConfigError(f"{where}: a prompt must be a non-empty list of token ids >= 0")
         if isinstance(out_len, bool) or not isinstance(out_len, int) or out_len < 1:
             raise ConfigError(f"{where}: max_new_tokens must be an integer >= 1 (got {out_len!r})")
-        if fill not in (0, len(item)):
+        if isinstance(fill, bool) or fill not in (0, len(item)):
             raise ConfigError(f"{where}: fill_len must be 0 or the prompt length {len(item)} (got {fill!r})")
         reqs.append(Request(rid=len(reqs), prompt=list(item), max_new_tokens=out_len, fill_len=fill))
     if not reqs:

@@ -276,6 +276,9 @@ def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if key in ("engine", "workload") and isinstance(value, dict):
+            for sub, v in value.items():
+                if isinstance(v, dict):
+                    raise ConfigError(f"config file {str(p)!r}: unknown table [{key}.{sub}] (allowed: [engine], [workload])")
             flat.update(value)
         elif isinstance(value, dict):
             raise ConfigError(f"config file {str(p)!r}: unknown table [{key}] (allowed: [engine], [workload])")

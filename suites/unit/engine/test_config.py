@@ -109,3 +109,6 @@ def test_toml(tmp_path):
     p.write_text("[model]\nx = 1\n")
     with pytest.raises(ConfigError, match=r"unknown table \[model\]"):
         load_toml(p)
+    p.write_text("[engine.extra]\nx = 1\n")
+    with pytest.raises(ConfigError, match=r"unknown table \[engine.extra\]"):
+        load_toml(p)

@@ -48,7 +48,8 @@ def test_prompts_file(tmp_path):
     assert [(r.prompt, r.max_new_tokens) for r in reqs] == [([1, 2, 3], 7), ([4, 5], 9)]
     for text, words in [("[1, -2]", "non-empty list of token ids"), ("{bad", "not valid JSON"),
                         ('{"prompt": [1], "n": 2}', "unknown key 'n'"), ("", "holds no prompts"),
-                        ('{"prompt": [1], "max_new_tokens": 0}', "max_new_tokens must be")]:
+                        ('{"prompt": [1], "max_new_tokens": 0}', "max_new_tokens must be"),
+                        ('{"prompt": [1], "fill_len": true}', "fill_len must be 0 or the prompt length")]:
         p.write_text(text + "\n")
         with pytest.raises(ConfigError, match=words):
             load_prompts(str(p), default_output_len=7)
