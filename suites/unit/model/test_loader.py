@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import replace
 
@@ -145,12 +146,29 @@ def test_errors_are_one_line_kvbench_errors(tmp_path):
     assert "\n" not in str(err.value)
 
 
-def test_cli_bad_checkpoint_is_exit_2_and_one_line(tmp_path, capsys):
-    code = main(["run", "--model", str(tmp_path / "absent"), "--num-requests", "2",
-                 "--input-len", "8", "--output-len", "4", "--pool-tokens", "1024"])
+@pytest.mark.parametrize("damage, needle", [
+    ("absent", "does not exist"),
+    ("no-config", "has no config.json"),
+    ("no-weights", "has no \\*.safetensors weight files"),
+    ("mistral", "unsupported architecture \\['MistralForCausalLM'\\]"),
+    ("wider-mlp", "down_proj.weight has shape \\(64, 128\\), config.json implies \\(64, 96\\)"),
+])
+def test_cli_bad_checkpoint_is_exit_2_and_one_line(tiny_checkpoint, tmp_path, capsys, damage, needle):
+    d = tmp_path / "absent"
+    if damage != "absent":
+        d = _copy(tiny_checkpoint, tmp_path / damage)
+        if damage == "no-config":
+            (d / "config.json").unlink()
+        elif damage == "no-weights":
+            (d / "model.safetensors").unlink()
+        else:
+            _edit_config(d, **(dict(architectures=["MistralForCausalLM"]) if damage == "mistral"
+                              else dict(intermediate_size=96)))
+    code = main(["run", "--model", str(d), "--num-requests", "2", "--input-len", "8", "--output-len", "4",
+                 "--pool-tokens", "1024", "--prompt-vocab", "512"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.count("\n") == 1 and "does not exist" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and re.search(needle, err) and "Traceback" not in err
 
 
 def test_prompt_outside_vocabulary_is_a_clear_error():
@@ -197,3 +215,9 @@ def test_head_dim_the_triton_kernels_cannot_index(tmp_path):
         ModelBackend(ecfg, attention="triton")
     with pytest.raises(KVBenchError, match="CUDA graphs need a power-of-two head_dim"):
         ModelBackend(ecfg, cuda_graphs=True)
+
+
+def test_cli_runs_a_checkpoint(tiny_checkpoint, capsys):
+    code = main(["run", "--model", str(tiny_checkpoint), "--num-requests", "2", "--input-len", "8",
+                 "--output-len", "4", "--pool-tokens", "1024", "--prompt-vocab", "512", "--spec", "eagle"])
+    assert code == 0, capsys.readouterr().err
