@@ -101,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.outputs and not args.json:
         raise ConfigError("--outputs needs --json FILE to write them to")
+    if args.json and args.trace and os.path.abspath(args.json) == os.path.abspath(args.trace):
+        raise ConfigError(f"--json and --trace name the same file {args.json!r}; give each its own")
     options = options_from_args(args)
     # Found before the run, so a long run never ends with nowhere to put its results.
     created = [p for p, what in ((args.json, "--json"), (args.trace, "--trace"))

@@ -71,6 +71,7 @@ def test_trace_and_prompts(tmp_path):
     (["--config", "/nonexistent/c.toml"], "not found"),
     (["--prompts", "/nonexistent/p.jsonl"], "prompts file"),
     (["--outputs"], "--outputs needs --json"),
+    (["--json", "/nonexistent/r.out", "--trace", "/nonexistent/./r.out"], "name the same file"),
     (["--json", "/nonexistent/dir/r.json"], "cannot be written"),
     (["--workload", "fixed", "--input-len", str(10**12)], "input_len must be an integer <= 2147483647"),
     (["--prompt-vocab", str(10**20)], "prompt_vocab must be an integer <= 2147483647"),
