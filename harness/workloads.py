@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,8 +49,14 @@ class WorkloadConfig:
             if value > MOST:
                 raise ConfigError(f"{name} must be an integer <= {MOST} (got {value})")
         check_positive("arrival_gap", self.arrival_gap, minimum=0)
-        if self.prompts is not None and not isinstance(self.prompts, str):
-            raise ConfigError(f"prompts must be the path of a JSON-lines file (got {self.prompts!r})")
+        if self.prompts is not None:
+            if not isinstance(self.prompts, str):
+                raise ConfigError(f"prompts must be the path of a JSON-lines file (got {self.prompts!r})")
+            # The file gives the requests; a synthetic shape set beside it would be ignored.
+            for f in dataclasses.fields(self):
+                if f.name not in ("prompts", "output_len") and getattr(self, f.name) != f.default:
+                    raise ConfigError(f"{f.name} shapes a synthetic workload and does not apply with prompts; "
+                                      f"drop {f.name} or prompts")
         for name, low, high in (("sigma", 0.0, 10.0), ("pd_fraction", 0.0, 1.0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:

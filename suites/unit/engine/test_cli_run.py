@@ -70,6 +70,7 @@ def test_trace_and_prompts(tmp_path):
     (["--page-size", "x"], "invalid int value"),
     (["--config", "/nonexistent/c.toml"], "not found"),
     (["--prompts", "/nonexistent/p.jsonl"], "prompts file"),
+    (["--prompts", "/nonexistent/p.jsonl", "--num-requests", "8"], "num_requests shapes a synthetic workload"),
     (["--outputs"], "--outputs needs --json"),
     (["--json", "/nonexistent/r.out", "--trace", "/nonexistent/./r.out"], "name the same file"),
     (["--json", "/nonexistent/dir/r.json"], "cannot be written"),
