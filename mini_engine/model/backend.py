@@ -125,6 +125,7 @@ class ModelBackend:
     def prefill(self, reqs, starts, ends) -> list[int | None]:
         ids, rows, lens = [], [], []
         for r, s, e in zip(reqs, starts, ends):
+            _writes_from(r, s)
             ids += self._checked(r, r.tokens(s, e))
             rows.append(self.manager.slots(r.kv, 0, e))
             lens.append(e - s)
@@ -162,6 +163,8 @@ class ModelBackend:
             self.drafter.extend(jobs)
 
     def decode(self, reqs) -> list[int]:
+        for r in reqs:
+            _writes_from(r, r.seq_len - 1)
         if self.graphs is not None:
             got = self.graphs.decode(reqs)
             if got is not None:
@@ -175,6 +178,7 @@ class ModelBackend:
         jobs = []
         for r in reqs:
             root = r.seq_len - 1
+            _writes_from(r, root)
             st = self._store(r)
             jobs.append(DraftJob(st.draft_done, r.tokens(st.draft_done, root + 1),
                                  st.get(st.draft_done - 1, root), self.manager.slots(r.kv, 0, r.kv.allocated)))
@@ -285,6 +289,14 @@ class ModelBackend:
                 f"token {bad} of request {r.rid} is outside the model's vocabulary (vocab_size={vocab}); "
                 f"draw prompts from [0, {vocab})")
         return list(toks)
+
+
+def _writes_from(r, start: int) -> None:
+    """A forward writes KV from the first position that is not final: rewriting committed KV
+    (or leaving a gap) would be an engine bug that K11 alone might not show."""
+    if start != r.kv.committed:
+        raise RuntimeError(f"request {r.rid}: the forward would write from position {start}, "
+                           f"but its KV is final up to {r.kv.committed}")
 
 
 def _ancestor_mask(t: DraftTree) -> np.ndarray:

@@ -181,3 +181,20 @@ def test_prefill_reads_the_lm_head_once_per_batch(monkeypatch):
     monkeypatch.setattr(backend.model, "logits", lambda h: calls.append(h.shape[0]) or real(h))
     Engine(cfg, backend=backend).run(requests(3, seed=5, out=(1, 2)))
     assert calls == [3]
+
+
+def test_forwards_write_only_from_the_committed_position():
+    """The backend refuses a forward that would rewrite final KV or leave a gap."""
+    cfg = EngineConfig(**BASE, spec="eagle", audit="raise")
+    engine = Engine(cfg, backend=ModelBackend(cfg, dtype="float64"))
+    engine.submit(requests(1, seed=3, out=(8, 9)))
+    while not engine.sched.running or engine.sched.running[0].prefilling or not engine.sched.running[0].outputs:
+        engine.tick()
+    r = engine.sched.running[0]
+    committed = r.kv.committed
+    for call in (lambda: engine.backend.prefill([r], [0], [committed]), lambda: engine.backend.decode([r])):
+        r.kv.committed -= 1
+        with pytest.raises(RuntimeError, match=f"KV is final up to {committed - 1}"):
+            call()
+        r.kv.committed += 1
+    assert engine.run().verdict == "ok"
