@@ -52,6 +52,11 @@ def split_config(config: dict[str, Any]) -> tuple[EngineConfig, dict[str, Any]]:
             allowed = ", ".join(sorted(engine_names | workload_names))
             raise ConfigError(f"unknown option {key!r} (allowed: {allowed})")
     cfg = EngineConfig.from_dict(engine)
+    if cfg.model != "none" and "prompt_vocab" not in workload and "prompts" not in workload:
+        # Synthetic prompts must be token ids the model knows: draw from its vocabulary.
+        from mini_engine.model.loader import model_vocab_size
+
+        workload["prompt_vocab"] = model_vocab_size(cfg.model)
     wl = WorkloadConfig(**workload)
     return cfg, wl.to_dict()
 

@@ -167,6 +167,14 @@ def resolve_model(name: str, dtype: str | None = None, device: str = "cpu") -> t
     return load_checkpoint(name, dtype)
 
 
+def model_vocab_size(name: str) -> int:
+    """The vocabulary of a shape name or a checkpoint directory, without loading weights."""
+    if name in SHAPES:
+        return named_shape(name).vocab_size
+    p = Path(name)
+    return config_from_hf(_read_config(p), p, None).vocab_size
+
+
 def save_checkpoint(model: torch.nn.Module, mcfg: ModelConfig, path: str | Path) -> Path:
     """Write `model` as an HF-format directory (how tests build checkpoints on disk)."""
     from safetensors.torch import save_file
