@@ -1,108 +1,196 @@
 """Plots of a sweep, written beside its results and logged to the parent run.
 
-* stranded slots and leaked pages over page_size x block_size, one heatmap per policy
-* reserved-but-unwritten slots: aligned over unaligned, the cost of the fix
-* throughput and peak memory over page_size, one line per algorithm
-Cells average over the other axes; empty plots are skipped, not drawn blank.
+* stranded slots and leaked pages over page_size x draft shape (DFLASH block_size,
+  EAGLE topk), one panel per reservation policy and free policy
+* what alignment costs in reserved-but-unwritten slots, from pairs of configs that
+  differ only in the policy, per running request in pages (DESIGN: under one page)
+* throughput and peak memory over page_size, a line per algorithm and policy, a
+  panel per model backend
+
+Only like is drawn with like: averaging a real-model config with accounting-only
+ones, or a dedup free (which never leaks) with a host_pages one, gives figures no
+config measured. What a cell or point still folds together (window, workload...)
+is named in its title. Empty plots are skipped, not drawn blank.
 """
 
 from __future__ import annotations
 
+import json
+import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-
-def _agg(rows: list[dict[str, Any]], keys: tuple[str, ...], metric: str) -> dict[tuple, float]:
-    groups: dict[tuple, list[float]] = defaultdict(list)
-    for row in rows:
-        cfg, m = row.get("config") or {}, row.get("metrics") or {}
-        if row.get("status") == "failed" or not isinstance(m.get(metric), (int, float)):
-            continue
-        groups[tuple(_resolved(cfg, k) for k in keys)].append(float(m[metric]))
-    return {k: float(np.mean(v)) for k, v in groups.items()}
+# The y axis of a heatmap: what sizes one speculative step's draft.
+DRAFT_AXIS = {"dflash": "block_size", "eagle": "topk"}
+HEATMAPS = (("peak_stranded_slots", "peak stranded slots"), ("leaked_pages", "leaked pages after drain"))
+LINES = (("output_tokens_per_s", "output tokens/s", 1.0), ("rss_peak_bytes", "peak RSS (MiB)", 2.0**20),
+         ("mem_torch_peak_bytes", "torch peak memory (MiB)", 2.0**20))
+DEFAULTS = {"policy": "aligned", "free_policy": "host_pages", "spec": "none", "page_size": 16, "model": "none"}
 
 
-def _resolved(cfg: dict[str, Any], key: str) -> Any:
-    defaults = {"policy": "aligned", "free_policy": "host_pages", "spec": "none", "page_size": 16}
-    return cfg.get(key, defaults.get(key))
+def _opt(row: dict[str, Any], key: str) -> Any:
+    return (row.get("config") or {}).get(key, DEFAULTS.get(key))
+
+
+def _measured(rows: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("status") != "failed"
+            and isinstance((r.get("metrics") or {}).get(metric), (int, float))]
 
 
 def _sort(values) -> list:
-    return sorted(values, key=lambda v: (v is None, v if not isinstance(v, str) else 0, str(v)))
+    return sorted(values, key=lambda v: (v is None, v if isinstance(v, (int, float)) else 0, str(v)))
+
+
+def _folded(rows: list[dict[str, Any]], shown: tuple[str, ...]) -> str:
+    """The options that differ between configs drawn as one cell or point."""
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[tuple(repr(_opt(r, k)) for k in shown)].append(r)
+    keys = {k for r in rows for k in (r.get("config") or {})} - set(shown) - {"seed"}
+    varying = sorted(k for k in keys if any(len({repr(_opt(r, k)) for r in g}) > 1 for g in groups.values()))
+    return ", ".join(varying) or "nothing else"
+
+
+def heatmap_cells(rows: list[dict[str, Any]], metric: str) -> dict[tuple, dict[tuple, float]]:
+    """(spec, policy, free_policy) -> {(draft size, page_size): worst value}.
+
+    The worst (max) config, not the mean: one config that reproduces the bug must
+    show, and an aligned panel of zeros then says no config stranded or leaked."""
+    panels: dict[tuple, dict[tuple, float]] = defaultdict(dict)
+    for row in _measured(rows, metric):
+        spec = _opt(row, "spec")
+        if spec not in DRAFT_AXIS:
+            continue
+        cell = (_opt(row, DRAFT_AXIS[spec]), _opt(row, "page_size"))
+        panel = panels[(spec, _opt(row, "policy"), _opt(row, "free_policy"))]
+        panel[cell] = max(panel.get(cell, 0.0), float(row["metrics"][metric]))
+    return dict(panels)
+
+
+def alignment_overhead(rows: list[dict[str, Any]]) -> dict[tuple, list[tuple[float, float]]]:
+    """(spec, page_size) -> [(extra slots, extra pages per running request)], one per
+    pair of configs identical but for the policy."""
+    twins: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for row in _measured(rows, "peak_reserved_slots"):
+        rest = {k: v for k, v in (row.get("config") or {}).items() if k != "policy"}
+        twins[json.dumps(rest, sort_keys=True, default=str)][_opt(row, "policy")] = row
+    out: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+    for pair in twins.values():
+        if "aligned" not in pair or "unaligned" not in pair:
+            continue
+        a, u = pair["aligned"], pair["unaligned"]
+        ps = _opt(a, "page_size")
+        running = a["metrics"].get("peak_running") or _opt(a, "num_requests") or 1
+        extra = float(a["metrics"]["peak_reserved_slots"] - u["metrics"]["peak_reserved_slots"])
+        out[(_opt(a, "spec"), ps)].append((extra, extra / (ps * running)))
+    return dict(out)
 
 
 def write_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
+    out.mkdir(parents=True, exist_ok=True)
+    written = [_heatmap(rows, metric, label, out / f"{metric}_heatmap.png") for metric, label in HEATMAPS]
+    written.append(_overhead(rows, out / "reserved_overhead.png"))
+    written += [_lines(rows, metric, label, scale, out / f"{metric}.png") for metric, label, scale in LINES]
+    return [p for p in written if p is not None]
+
+
+def _heatmap(rows: list[dict[str, Any]], metric: str, label: str, path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
-    out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    dflash = [r for r in rows if _resolved(r.get("config") or {}, "spec") == "dflash"]
-
-    for metric, label in (("peak_stranded_slots", "peak stranded slots"), ("leaked_pages", "leaked pages")):
-        cells = _agg(dflash, ("policy", "page_size", "block_size"), metric)
-        policies = _sort({k[0] for k in cells})
-        if not policies:
-            continue
-        top = max(max(cells.values()), 1.0)  # one scale for both policies: the fix reads as white
-        fig, axes = plt.subplots(1, len(policies), figsize=(4.5 * len(policies), 3.8), squeeze=False)
-        for ax, policy in zip(axes[0], policies):
-            pss = _sort({k[1] for k in cells if k[0] == policy})
-            bss = _sort({k[2] for k in cells if k[0] == policy})
-            grid = np.full((len(bss), len(pss)), np.nan)
-            for (pol, ps, bs), v in cells.items():
-                if pol == policy:
-                    grid[bss.index(bs), pss.index(ps)] = v
+    panels = heatmap_cells(rows, metric)
+    if not panels:
+        return None
+    specs = _sort({k[0] for k in panels})
+    columns = _sort({k[1:] for k in panels})
+    top = max(max(max(c.values()) for c in panels.values()), 1.0)  # one scale: a fixed panel reads white
+    fig, axes = plt.subplots(len(specs), len(columns), figsize=(4.2 * len(columns), 3.4 * len(specs)), squeeze=False)
+    for r, spec in enumerate(specs):
+        for c, (policy, free) in enumerate(columns):
+            ax = axes[r][c]
+            cells = panels.get((spec, policy, free))
+            if cells is None:
+                ax.set_axis_off()
+                continue
+            ys, pss = _sort({k[0] for k in cells}), _sort({k[1] for k in cells})
+            grid = np.full((len(ys), len(pss)), np.nan)
+            for (y, ps), v in cells.items():
+                grid[ys.index(y), pss.index(ps)] = v
             im = ax.imshow(grid, cmap="Reds", aspect="auto", origin="lower", vmin=0, vmax=top)
             ax.set_xticks(range(len(pss)), [str(p) for p in pss])
-            ax.set_yticks(range(len(bss)), [str(b) for b in bss])
-            ax.set_xlabel("page_size")
-            ax.set_ylabel("block_size")
-            ax.set_title(f"{label}: {policy}")
+            ax.set_yticks(range(len(ys)), [str(y) for y in ys])
+            ax.set_xlabel("page_size (slots)")
+            ax.set_ylabel(f"{spec} {DRAFT_AXIS[spec]}")
+            ax.set_title(f"{spec}: {policy} reservation, {free} free", fontsize=9)
             for (i, j), v in np.ndenumerate(grid):
                 if not np.isnan(v):
-                    ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=8)
+                    ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=9,
+                            color="white" if v > 0.6 * top else "black")
             fig.colorbar(im, ax=ax)
-        fig.suptitle(f"DFLASH {label} (mean over other axes)")
-        fig.tight_layout()
-        written.append(_save(fig, out / f"{metric}_heatmap.png"))
+    drawn = [r for r in _measured(rows, metric) if _opt(r, "spec") in DRAFT_AXIS]
+    folded = _folded(drawn, ("spec", "policy", "free_policy", "page_size", *DRAFT_AXIS.values()))
+    fig.suptitle(f"{label} (a cell is the worst config over: {folded})", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
 
-    cells = _agg(rows, ("spec", "page_size", "policy"), "peak_reserved_slots")
-    pairs = sorted({(s, ps) for s, ps, pol in cells if (s, ps, "aligned") in cells and (s, ps, "unaligned") in cells},
-                   key=lambda k: (str(k[0]), k[1]))
-    if pairs:
-        fig, ax = plt.subplots(figsize=(7, 3.8))
-        labels = [f"{s}\nps={ps}" for s, ps in pairs]
-        extra = [cells[(s, ps, "aligned")] - cells[(s, ps, "unaligned")] for s, ps in pairs]
-        ax.bar(range(len(pairs)), extra, color="tab:blue")
-        ax.set_xticks(range(len(pairs)), labels, fontsize=7)
-        ax.axhline(0, color="black", lw=0.6)
-        ax.set_ylabel("aligned - unaligned")
-        ax.set_title("peak reserved-but-unwritten slots: overhead of alignment")
-        fig.tight_layout()
-        written.append(_save(fig, out / "reserved_overhead.png"))
 
-    for metric, label in (("output_tokens_per_s", "output tokens/s"), ("rss_peak_bytes", "peak RSS bytes"),
-                          ("mem_torch_peak_bytes", "torch peak bytes")):
-        cells = _agg(rows, ("spec", "page_size"), metric)
-        if not cells:
-            continue
-        fig, ax = plt.subplots(figsize=(6, 3.8))
-        for spec in _sort({k[0] for k in cells}):
-            pss = _sort({k[1] for k in cells if k[0] == spec})
-            ax.plot([str(p) for p in pss], [cells[(spec, p)] for p in pss], marker="o", label=str(spec))
-        ax.set_xlabel("page_size")
+def _overhead(rows: list[dict[str, Any]], path: Path) -> Path | None:
+    import matplotlib.pyplot as plt
+
+    groups = alignment_overhead(rows)
+    if not groups:
+        return None
+    keys = sorted(groups, key=lambda k: (str(k[0]), k[1]))
+    pages = [statistics.mean(p for _, p in groups[k]) for k in keys]
+    slots = [statistics.mean(s for s, _ in groups[k]) for k in keys]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(keys)), 4.0))
+    bars = ax.bar(range(len(keys)), pages, color="tab:blue")
+    for bar, s in zip(bars, slots):
+        ax.annotate(f"{s:+.0f} slots", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.0, color="tab:red", ls="--", lw=1, label="one page per request (the DESIGN bound)")
+    ax.axhline(0, color="black", lw=0.6)
+    ax.set_xticks(range(len(keys)), [f"{s}\nps={ps}" for s, ps in keys], fontsize=8)
+    ax.set_ylabel("extra reserved slots\nper running request (pages)")
+    ax.set_ylim(min(0.0, *pages) - 0.05, max(1.2, *pages) * 1.1)
+    ax.set_title("what alignment costs: peak reserved-but-unwritten slots, aligned - unaligned\n"
+                 f"(mean over {sum(len(g) for g in groups.values())} pairs of configs that differ only in the policy)",
+                 fontsize=9)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _lines(rows: list[dict[str, Any]], metric: str, label: str, scale: float, path: Path) -> Path | None:
+    import matplotlib.pyplot as plt
+
+    measured = _measured(rows, metric)
+    if not measured:
+        return None
+    models = _sort({_opt(r, "model") for r in measured})
+    fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 3.8), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        points: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for r in measured:
+            if _opt(r, "model") == model:
+                points[(_opt(r, "spec"), _opt(r, "policy"))][_opt(r, "page_size")].append(r["metrics"][metric] / scale)
+        for (spec, policy), by_ps in sorted(points.items(), key=lambda kv: str(kv[0])):
+            pss = _sort(by_ps)
+            ax.plot(range(len(pss)), [statistics.median(by_ps[p]) for p in pss], marker="o", label=f"{spec}, {policy}")
+            ax.set_xticks(range(len(pss)), [str(p) for p in pss])
+        ax.set_xlabel("page_size (slots)")
         ax.set_ylabel(label)
-        ax.set_title(f"{label} over page_size")
-        ax.legend()
-        fig.tight_layout()
-        written.append(_save(fig, out / f"{metric}.png"))
-    return written
+        ax.set_title(f"model {model}" + (" (accounting only)" if model == "none" else ""), fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{label} over page_size (median over: "
+                 f"{_folded(measured, ('model', 'spec', 'policy', 'page_size'))})", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
 
 
 def _save(fig, path: Path) -> Path:

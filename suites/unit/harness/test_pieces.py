@@ -68,6 +68,27 @@ def test_plots_are_written(tmp_path):
     assert all((tmp_path / "plots" / n).stat().st_size > 1000 for n in names)
 
 
+def test_plots_draw_like_with_like():
+    # A dedup free never leaks and a real-model run reserves for its own workload:
+    # folding either into the host_pages or accounting-only figures drew numbers
+    # no config measured (a negative alignment overhead, 7 of 11 leaked pages).
+    from harness.plots import alignment_overhead, heatmap_cells
+
+    def row(policy, free="host_pages", model="none", reserved=0, leaked=0):
+        return {"config": {"spec": "dflash", "block_size": 16, "page_size": 16, "policy": policy,
+                           "free_policy": free, "model": model, "num_requests": 4},
+                "metrics": {"peak_reserved_slots": reserved, "leaked_pages": leaked, "peak_running": 4},
+                "status": "ok"}
+
+    rows = [row("aligned", reserved=100), row("unaligned", reserved=68, leaked=4),
+            row("unaligned", free="dedup", reserved=68), row("aligned", model="tiny", reserved=10),
+            row("unaligned", leaked=9) | {"status": "failed"}]
+    assert alignment_overhead(rows) == {("dflash", 16): [(32.0, 0.5)]}  # 32 slots over 4 requests of 16-slot pages
+    cells = heatmap_cells(rows, "leaked_pages")
+    assert cells[("dflash", "unaligned", "host_pages")] == {(16, 16): 4.0}
+    assert cells[("dflash", "unaligned", "dedup")] == {(16, 16): 0.0}
+
+
 def test_sync_is_idempotent_and_replaces_half_logged_children(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run = RunDir(tmp_path / "runs" / "x")
