@@ -30,6 +30,10 @@ PASSING = ("ok", "as_expected")
 # What every config must show unless a rule says otherwise (where the engine counts it).
 CLEAN = {"leaked_pages": 0, "leaked_swa_pages": 0}
 RULE_KEYS = ("name", "when", "status", "metrics", "violations")
+# What a row's status and violation ids can be: a misspelt one in a rule could never
+# hold (or never be named), so it is refused when the suite loads, not after the run.
+STATUSES = ("ok", "violated", "pool_exhausted", "failed")
+INVARIANT_IDS = tuple(f"K{i}" for i in range(1, 12))
 
 
 class ExpectError(KVBenchError):
@@ -72,8 +76,13 @@ def parse_rules(raw: Any, where: str) -> list[ExpectRule]:
             for key, cond in table.items():
                 if isinstance(cond, dict) and set(cond) - {"min", "max", "equals"}:
                     raise ExpectError(f"{where}: expect rule {name!r}: {label}.{key} allows min, max, equals (got {sorted(cond)})")
-        if status is not None and not (isinstance(status, list) and all(isinstance(s, str) for s in status)):
-            raise ExpectError(f"{where}: expect rule {name!r}: status must be a string or a list of strings")
+        if status is not None and not (isinstance(status, list) and all(s in STATUSES for s in status)):
+            raise ExpectError(f"{where}: expect rule {name!r}: status must be one of {', '.join(STATUSES)} "
+                              f"or a list of them (got {status!r})")
+        for vid in r.get("violations", {}):
+            if vid not in INVARIANT_IDS:
+                raise ExpectError(f"{where}: expect rule {name!r}: unknown invariant {vid!r} in violations "
+                                  f"(allowed: K1 to K11)")
         rules.append(ExpectRule(name, dict(when), status, dict(r.get("metrics", {})), dict(r.get("violations", {}))))
     return rules
 

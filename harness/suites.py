@@ -126,6 +126,11 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
         if not isinstance(values, list) or not values:
             raise SuiteError(f"{where}: axis {axis!r} must be a non-empty list (got {values!r})")
     rules = parse_rules(data.get("expect", []), where)
+    names = option_names()
+    for ex in excludes:  # a misspelt option would silently exclude nothing
+        for key in ex:
+            if key not in names:
+                raise SuiteError(f"{where}: [[exclude]]: unknown option {key!r}")
 
     configs: list[dict[str, Any]] = []
     for combo in _product(axes):
@@ -151,7 +156,7 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
     suite = Suite(name=name, path=path, digest=hashlib.sha256(raw).hexdigest()[:16], repeat=repeat,
                   marks=tuple(marks), configs=grid, rules=rules, description=str(data.get("description", "")))
     for rule in rules:
-        rule.check_options(option_names(), where)
+        rule.check_options(names, where)
     if validate:
         for gc in grid:
             validate_config(gc.config, f"{where}, config {gc.id}")

@@ -99,6 +99,9 @@ def test_none_means_unset(tmp_path):
     ("[[expect]]\nwhen = { nope = 1 }", "unknown option 'nope'"),
     ("[[expect]]\nmetrics = { steps = { above = 1 } }", "allows min, max, equals"),
     ("[axes]\npage_size = [1]\n[[exclude]]\npage_size = 1", "the grid is empty"),
+    ("[axes]\npage_size = [1, 16]\n[[exclude]]\npage_sise = 1", "[[exclude]]: unknown option 'page_sise'"),
+    ("[[expect]]\nviolations = { K99 = { min = 1 } }", "unknown invariant 'K99'"),
+    ("[[expect]]\nstatus = 'violatd'", "status must be one of ok, violated"),
 ])
 def test_bad_suites_are_one_line_errors(tmp_path, text, needle):
     with pytest.raises(KVBenchError) as err:  # SuiteError, or ExpectError for a bad rule
