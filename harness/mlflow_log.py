@@ -34,6 +34,8 @@ def quiet_client_env() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    # Its INFO lines (creating the sqlite schema, ...) would sit above the progress bar.
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 
 def default_uri(root: Path) -> str:
