@@ -49,10 +49,11 @@ class SweepOptions:
     quiet: bool = False
 
 
-def check_filter(expr: str | None, suite: Suite | None = None) -> None:
-    """Parse the -k expression as pytest will, and refuse one that selects nothing."""
+def check_filter(expr: str | None, suite: Suite | None = None) -> int | None:
+    """Parse the -k expression as pytest will, and refuse one that selects nothing;
+    how many configs of the suite it selects."""
     if expr is None:
-        return
+        return None
     from _pytest.mark.expression import Expression
 
     # Same parser pytest -k uses; older pytest raised ParseError, newer a SyntaxError.
@@ -61,14 +62,16 @@ def check_filter(expr: str | None, suite: Suite | None = None) -> None:
     except Exception as err:
         raise SweepError(f"--filter must be a pytest -k expression over test ids: {str(err).splitlines()[0]}") from None
     if suite is None:
-        return
+        return None
     # pytest -k matches substrings of the test name (case-insensitive); the id is in it.
     def selects(gc) -> bool:
         name = f"test_config[{gc.id}]".lower()
         return compiled.evaluate(lambda word, **kw: word.lower() in name)
 
-    if not any(selects(gc) for gc in suite.configs):
+    selected = sum(selects(gc) for gc in suite.configs)
+    if not selected:
         raise SweepError(f"--filter {expr!r} selects no config of suite {suite.name} (ids look like {suite.configs[0].id!r})")
+    return selected
 
 
 def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: int, filter_expr: str | None,
@@ -139,7 +142,7 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     root = root or results_root()
     # Everything that can be wrong with the input is checked before any work.
     suite = load_suite(opts.suite, validate=False)
-    check_filter(opts.filter, suite)
+    selected = check_filter(opts.filter, suite)
     if opts.jobs is not None and opts.jobs < 1:
         raise SweepError(f"-j must be an integer >= 1 (got {opts.jobs})")
     if opts.resume and opts.run_id:
@@ -167,7 +170,8 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
         env["KVBENCH_GRID_MLFLOW_URI"] = ""  # no parent: workers leave every row for sync
     done_before = len(run_dir.done_keys())
     cmd = pytest_command(suite, run_dir, jobs, opts.filter, hw.gpu_count)
-    console.print(f"kvbench sweep {suite.name}: {len(suite.configs)} configs, {jobs} worker(s), profile {hw.profile}, "
+    chosen = f" ({selected} selected by --filter)" if selected is not None else ""
+    console.print(f"kvbench sweep {suite.name}: {len(suite.configs)} configs{chosen}, {jobs} worker(s), profile {hw.profile}, "
                   f"run {run_dir.run_id}" + (f" (resuming, {done_before} done)" if opts.resume else ""))
     started = time.time()
     log = (run_dir.path / "pytest.log").open("ab")

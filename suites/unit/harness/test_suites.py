@@ -109,6 +109,14 @@ def test_bad_suites_are_one_line_errors(tmp_path, text, needle):
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
+def test_filter_counts_the_configs_it_selects():
+    from harness.sweep import check_filter
+
+    smoke = load_suite("smoke")
+    assert check_filter("ps:16 and not model", smoke) == 9  # both algorithms x policies x windows, + 1 dedup
+    assert check_filter(None, smoke) is None
+
+
 def test_unknown_suite_names_the_available_ones():
     with pytest.raises(SuiteError, match="unknown suite 'nope' \\(available: .*smoke"):
         load_suite("nope")

@@ -82,6 +82,7 @@ def test_sweep_smoke_slice_matches_results_and_mlflow(results_root, cli, capsys)
     for cells in summary_rows(rows):
         assert printed[cells[0]] == cells[1:]
     assert f"{len(rows)} configs:" in out
+    assert "27 configs (9 selected by --filter)" in out
     # MLflow: one parent, one child per config with its params and metrics.
     meta = RunDir(results_root / "runs" / "s1").meta()
     runs = mlflow_runs(meta["mlflow_uri"], "smoke")
