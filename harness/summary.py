@@ -7,13 +7,15 @@ from typing import Any
 from harness.expect import PASSING
 from harness.results import RunDir
 
+# Headers carry their unit ("stranded" alone did not say peak slots) and stack on
+# lines, so the table fits a terminal: only the config column folds, never a figure.
 COLUMNS = (
     ("steps", "steps"),
-    ("output_tokens_per_s", "out tok/s"),
-    ("peak_stranded_slots", "stranded"),
-    ("peak_reserved_slots", "reserved"),
-    ("leaked_pages", "leaked"),
-    ("predicted_leaked_pages", "predicted"),
+    ("output_tokens_per_s", "out\ntok/s"),
+    ("peak_stranded_slots", "peak\nstranded\nslots"),
+    ("peak_reserved_slots", "peak\nreserved\nslots"),
+    ("leaked_pages", "leaked\npages"),
+    ("predicted_leaked_pages", "predicted\nleak"),
     ("syncs", "syncs"),
 )
 FULL_TABLE_MAX = 60  # above this, only the configs that need a look
@@ -81,8 +83,8 @@ def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: 
 
     if len(rows) > FULL_TABLE_MAX:
         table = Table(title=f"{len(rows)} configs by algorithm and policy")
-        for head in (*GROUP_BY, "configs", "ok", "as expected", "unexpected/failed", "max stranded", "leaked",
-                     "predicted", "violations"):
+        for head in (*GROUP_BY, "configs", "ok", "as\nexpected", "unexpected\nor failed", "max\nstranded\nslots",
+                     "leaked\npages", "predicted\nleak", "violations"):
             table.add_column(head, no_wrap=True)
         for cells in group_rows(rows):
             table.add_row(*cells)
@@ -90,9 +92,12 @@ def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: 
     shown = rows if len(rows) <= FULL_TABLE_MAX else [r for r in rows if r.get("verdict") not in PASSING]
     if shown:
         table = Table(title=None if shown is rows else f"{len(shown)} configs that need a look (of {len(rows)})")
-        table.add_column("config", no_wrap=True)
-        for head in ("status", "verdict", *(h for _, h in COLUMNS), "violations"):
+        table.add_column("config", overflow="fold", min_width=18)
+        for head in ("status", "verdict"):
             table.add_column(head, no_wrap=True)
+        for _, head in COLUMNS:
+            table.add_column(head, no_wrap=True, justify="right")
+        table.add_column("violations", min_width=7)
         for cells in summary_rows(shown):
             table.add_row(*cells)
         console.print(table)
