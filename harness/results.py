@@ -135,10 +135,11 @@ def create_run_dir(run_id: str, *, root: Path | None = None) -> RunDir:
 def append_line(path: Path, line: str) -> None:
     """Append one line atomically with respect to other appenders (flock + one write)."""
     data = (line.rstrip("\n") + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
+            _drop_torn_tail(fd)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
@@ -146,6 +147,24 @@ def append_line(path: Path, line: str) -> None:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _drop_torn_tail(fd: int) -> None:
+    """Cut a last line a killed writer left without its newline. Appended to, it would
+    fuse with the next row into one bad line in the middle of the file: the resumed
+    config's row lost and the file unreadable. Cut, its config is simply not done."""
+    end = os.fstat(fd).st_size
+    if end == 0 or os.pread(fd, 1, end - 1) == b"\n":
+        return
+    pos = end
+    while pos > 0:
+        start = max(0, pos - 65536)
+        newline = os.pread(fd, pos - start, start).rfind(b"\n")
+        if newline >= 0:
+            os.ftruncate(fd, start + newline + 1)
+            return
+        pos = start
+    os.ftruncate(fd, 0)
 
 
 def append_row(path: Path, row: dict[str, Any]) -> None:

@@ -212,13 +212,6 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     return 0 if completed and all(r.get("verdict") in PASSING for r in rows) else 1
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
 def _follow(proc: subprocess.Popen, run_dir: RunDir, console) -> None:
     """Follow the worker's files until pytest exits: a live bar on a terminal, a line
     per finished config in a log (CI), where a live display would print nothing."""
@@ -227,7 +220,8 @@ def _follow(proc: subprocess.Popen, run_dir: RunDir, console) -> None:
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[counts]}"))
     # Only this attempt's rows count: a resumed run's earlier rows are not in the total.
-    res_off, ev_off = _size(run_dir.results), _size(run_dir.events)
+    # Start after the last whole line: a torn tail of a killed run is cut by the next append.
+    res_off, ev_off = tail(run_dir.results, 0)[1], tail(run_dir.events, 0)[1]
     running: dict[str, str] = {}
     counts = {"violated": 0, "unexpected": 0, "failed": 0}
     done = 0

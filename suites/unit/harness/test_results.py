@@ -46,6 +46,18 @@ def test_a_torn_last_line_is_ignored_but_damage_elsewhere_is_an_error(tmp_path):
         read_jsonl(path)
 
 
+@pytest.mark.parametrize("torn", ['{"key": "c", "metr', "x" * 70000])
+def test_a_resume_appending_after_a_torn_line_keeps_every_row(tmp_path, torn):
+    # The killed writer's fragment must not fuse with the resumed run's next row.
+    path = tmp_path / "results.jsonl"
+    append_row(path, {"key": "a"})
+    with path.open("a") as fh:
+        fh.write(torn)
+    append_row(path, {"key": "c", "metrics": {"steps": 3}})
+    assert [r["key"] for r in load_rows(path)] == ["a", "c"]
+    assert path.read_text().endswith('"steps": 3}}\n')
+
+
 def test_load_rows_keeps_the_latest_row_of_a_key(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
