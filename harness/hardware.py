@@ -95,20 +95,17 @@ def rss_bytes() -> int:
     try:
         with open("/proc/self/statm") as fh:
             return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return peak_rss_bytes()
-
-
-def peak_rss_bytes() -> int:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
+    except OSError:  # no /proc (macOS): the peak is the closest figure there is
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 class MemoryProbe:
     """Memory of one run: reset the device peak before, read it after.
 
-    RSS peak is per process (the kernel keeps no per-run peak), so on a CPU the
-    figure is the process peak after the run, plus the RSS growth during it."""
+    A run's RSS peak is the engine's own figure (``rss_peak_bytes``, reset per run);
+    the process's lifetime peak is left out: in a sweep it is whatever the biggest
+    config before this one took, so it would tie a config's figure to test order."""
 
     def __enter__(self) -> MemoryProbe:
         try:
@@ -126,9 +123,7 @@ class MemoryProbe:
 
     def figures(self) -> dict[str, int]:
         now = rss_bytes()
-        # The kernel updates ru_maxrss lazily; the current RSS is a floor for the peak.
-        out = {"mem_rss_bytes": now, "mem_rss_growth_bytes": max(0, now - self.rss_before),
-               "mem_peak_rss_bytes": max(peak_rss_bytes(), now)}
+        out = {"mem_rss_bytes": now, "mem_rss_growth_bytes": max(0, now - self.rss_before)}
         try:
             import torch
 
