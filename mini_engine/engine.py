@@ -9,7 +9,9 @@ step; they join the decode batch of that same step when no prefill runs.
 Per decode step the host plans everything before the backend runs: the
 reservation (``prepare`` with the algorithm's reserve, or 1 slot for plain
 decode), the batch arrays (filter/merge as requests leave and join) and, after
-the verify, the commit and the SWA window eviction.
+the verify, the commit and the SWA window eviction. The batch arrays evolve by
+those steps alone (filter, merge, the planned extents, the accepted counts), so
+K10 checks the engine's bookkeeping against the request states.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 # numpy loads numpy.ma lazily inside the first np.unique (the page frees use it);
 # loading it here keeps that one-off import out of the host planning time.
 import numpy.ma  # noqa: F401
@@ -27,7 +30,7 @@ from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation
 from mini_engine.memory import sizing
 from mini_engine.memory.batch import BatchArrays
 from mini_engine.memory.config import MemoryConfig
-from mini_engine.memory.invariants import Auditor
+from mini_engine.memory.invariants import Auditor, Violation
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
 from mini_engine.request import Request, Status, check_context
@@ -111,6 +114,8 @@ class Engine:
         # Test hook: a PD caller that bypasses the evict floor (K6 must fire).
         self.sched.pd_skip_floor = pd_skip_floor
         self.batch: BatchArrays | None = None
+        self._left: set = set()  # rids released since the batch arrays were last filtered
+        self.step_reserve = self.reserve if cfg.speculative else 1  # what reserve_decode prepares
         self.step_no = 0
         self.error: str | None = None
         self.requests: list[Request] = []
@@ -248,7 +253,7 @@ class Engine:
             return None
         if not batch:
             return False
-        self._sync_batch(batch)
+        where = self._sync_batch(batch)
         plan = time.perf_counter() - t0
         if self.cfg.speculative:
             results = _results(self.backend.spec_step(batch), len(batch))
@@ -258,7 +263,8 @@ class Engine:
         cfg, stats = self.cfg, self.stats
         spec, swa, dw, most = cfg.speculative, cfg.has_swa, cfg.draft_window, cfg.max_accept
         accepted = out = 0
-        for r, toks in zip(batch, results):
+        counts = np.zeros(len(self.batch), dtype=np.int64)  # committed per batch position
+        for r, toks, at in zip(batch, results, where.tolist()):
             n = len(toks)
             if not 1 <= n <= most:
                 raise RuntimeError(f"backend returned {n} tokens for request {r.rid} (allowed 1..{most})")
@@ -270,6 +276,8 @@ class Engine:
             if n > left:
                 toks, n = toks[:left], left
             self.manager.commit(r.kv, n)
+            if at >= 0:
+                counts[at] = n
             r.outputs.extend(toks)
             out += n
             if dw is not None:
@@ -280,6 +288,7 @@ class Engine:
                 self.sched.finish(r)
             elif swa:
                 self.manager.evict_swa(r.kv)
+        self.batch.commit(counts)
         if spec:
             stats.spec_verifies += len(batch)
             stats.accepted_tokens += accepted
@@ -288,34 +297,44 @@ class Engine:
         self.stats.decode_steps += 1
         return True
 
-    def _sync_batch(self, batch: list[Request]) -> None:
-        """Before the forward: filter out requests that left, refresh the rest, merge in those that joined."""
-        by_rid = {r.rid: r.kv for r in batch}
-        if self.batch is None:
-            self.batch = BatchArrays.from_states(list(by_rid.values()), self.mem.device)
-            return
-        keep = [i for i, rid in enumerate(self.batch.rids) if rid in by_rid]
-        if len(keep) != len(self.batch):
-            self.batch.filter(keep)  # finished, retracted, or not decoding this step
-        self.batch.sync_from([by_rid[rid] for rid in self.batch.rids])
-        if len(self.batch) != len(by_rid):
-            kept = set(self.batch.rids)
-            self.batch.merge(BatchArrays.from_states([kv for rid, kv in by_rid.items() if rid not in kept],
-                                                     self.mem.device))
+    def _sync_batch(self, batch: list[Request]) -> np.ndarray:
+        """After the reservation: requests that left leave the batch arrays, those that joined
+        are merged, and the extents the reservation gave are recorded (host, then a device write).
 
-    def _filter_batch(self) -> None:
-        """Drop requests that finished or were retracted; refresh the rest (K10 compares them)."""
+        Returns each request's position in the batch arrays (-1: missing, reported as K10).
+        """
         if self.batch is None:
+            self.batch = BatchArrays.from_states([], self.mem.device)
+        self._filter_batch({r.rid for r in batch})
+        kept = set(self.batch.rids)
+        joined = [r.kv for r in batch if r.rid not in kept]
+        if joined:
+            self.batch.merge(BatchArrays.from_states(joined, self.mem.device))
+        b = self.batch
+        b.set_allocated(b.plan_extents(self.step_reserve, self.cfg.page_size, self.manager.aligned,
+                                       self.mem.row_width))
+        pos = {rid: i for i, rid in enumerate(b.rids)}
+        where = np.fromiter((pos.get(r.rid, -1) for r in batch), dtype=np.int64, count=len(batch))
+        if (where < 0).any():
+            for r in batch:
+                if r.rid not in pos:  # a missed merge: its commits have no place in the arrays
+                    self.auditor.report(Violation("K10", r.rid, self.step_no,
+                                                  {"row": r.kv.row, "reason": "decoding but not in the batch"}))
+        return where
+
+    def _filter_batch(self, decoding: set | None = None) -> None:
+        """Requests that were released (or, given the decoding rids, do not decode) leave the batch."""
+        left, self._left = self._left, set()
+        if self.batch is None or not (left or decoding is not None):
             return
-        live = {r.rid: r for r in self.sched.running}
-        keep = [i for i, rid in enumerate(self.batch.rids) if rid in live]
+        keep = [i for i, rid in enumerate(self.batch.rids)
+                if rid not in left and (decoding is None or rid in decoding)]
         if len(keep) != len(self.batch):
             self.batch.filter(keep)
-        self.batch.sync_from([live[rid].kv for rid in self.batch.rids])
 
     def _end_step(self) -> None:
+        self._filter_batch()  # requests that finished or were retracted this step
         if self.cfg.audit != "off":
-            self._filter_batch()  # what K10 compares: the batch after this step's commits
             self.manager.check(self.step_no, batch=self.batch)
         self.stats.steps += 1
         self.stats.sample(self.manager, len(self.sched.running))
@@ -325,6 +344,7 @@ class Engine:
 
     def _on_release(self, r: Request, retracted: bool) -> None:
         self.stats.on_release(int(r.kv.allocated), self.cfg.free_policy)
+        self._left.add(r.rid)
         self.backend.release(r)
 
     def _drain(self) -> None:

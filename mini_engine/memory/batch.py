@@ -1,8 +1,12 @@
 """BatchArrays: host arrays of a running batch and their device twins.
 
-The scheduler filters (requests leave) and merges (requests join) on the host
-arrays and mirrors each change to the device by writing, never by reading back.
-K10 audits that the two stay equal.
+The arrays evolve with the batch, as a real engine's do: requests leave by a
+filter and join by a merge; the reservation plans the new extents and the verify
+adds the accepted counts. Each change is made on the host and mirrored to the
+device by a write (an index, a copy, an add), never by reading the device back.
+Nothing rebuilds them from the request states, so K10 (host == device == the
+live request states) catches a wrong filter index, a missed merge or a missed
+commit.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ class BatchArrays:
             "committed": np.fromiter((s.committed for s in states), dtype=np.int64, count=n),
             "allocated": np.fromiter((s.allocated for s in states), dtype=np.int64, count=n),
         }
-        dev = {f"{k}_device": torch.from_numpy(v.copy()).to(device) for k, v in host.items()}
+        # A copy: on the CPU device a tensor from numpy would share the host's memory
+        # and the twins could never differ.
+        dev = {f"{k}_device": _to_device(v.copy(), device) for k, v in host.items()}
         return cls(rids=[s.rid for s in states], device=device, **host, **dev)
 
     def __len__(self) -> int:
@@ -46,10 +52,10 @@ class BatchArrays:
         """Keep only the given batch positions, in that order."""
         keep = np.asarray(keep_indices, dtype=np.int64).reshape(-1)
         self.rids = [self.rids[i] for i in keep.tolist()]
-        idx = torch.from_numpy(keep).to(self.device)
+        idx = _to_device(keep, self.device)
         for name in FIELDS:
             setattr(self, name, getattr(self, name)[keep])
-            setattr(self, f"{name}_device", getattr(self, f"{name}_device")[idx])
+            setattr(self, f"{name}_device", torch.index_select(getattr(self, f"{name}_device"), 0, idx))
 
     def merge(self, other: BatchArrays) -> None:
         """Append other's requests after ours."""
@@ -59,11 +65,50 @@ class BatchArrays:
             dev = getattr(other, f"{name}_device").to(self.device)
             setattr(self, f"{name}_device", torch.cat([getattr(self, f"{name}_device"), dev]))
 
+    def plan_extents(self, reserve: int, page_size: int, aligned: bool, row_width: int) -> np.ndarray:
+        """The extents the reservation of one decode step gives each request of the batch.
+
+        The rule of sizing.plan_extent over the batch's own arrays: committed +
+        reserve, rounded up to a page under the aligned policy, never below the
+        current extent; a row too short for it is clamped to its width (K4 reports
+        that). Computed here, not read from the manager, so K10 compares the
+        batch's plan with the extents the manager recorded.
+        """
+        want = self.committed + reserve
+        if aligned:
+            want = -(-want // page_size) * page_size
+        return np.minimum(np.maximum(self.allocated, want), row_width)
+
+    def set_allocated(self, extents: np.ndarray) -> None:
+        """Record the planned extents (batch order) on the host and write them to the device."""
+        extents = np.asarray(extents, dtype=np.int64)
+        if extents.shape != self.allocated.shape:
+            raise ValueError(f"{extents.shape[0] if extents.ndim else 0} extents for a batch of {len(self)}")
+        self.allocated = extents.copy()
+        self.allocated_device.copy_(_to_device(self.allocated, self.device))
+
+    def commit(self, counts: np.ndarray) -> None:
+        """The verify accepted counts[i] more positions of request i (batch order).
+
+        The host adds them; the device adds the same counts written to it, the way
+        an engine advances its device seq_lens from the accepted lengths.
+        """
+        counts = np.asarray(counts, dtype=np.int64)
+        if counts.shape != self.committed.shape:
+            raise ValueError(f"{counts.shape[0] if counts.ndim else 0} counts for a batch of {len(self)}")
+        self.committed += counts
+        self.committed_device += _to_device(counts, self.device)
+
     def sync_from(self, states: list[ReqKVState]) -> None:
-        """Refresh the host arrays from the request states and write them to the device."""
+        """Rebuild the arrays from the request states (a test model's shortcut; the engine never does)."""
         if [s.rid for s in states] != self.rids:
             raise ValueError("sync_from needs the batch's own requests, in batch order")
         fresh = BatchArrays.from_states(states, self.device)
         for name in FIELDS:
             getattr(self, name)[:] = getattr(fresh, name)
             getattr(self, f"{name}_device").copy_(getattr(fresh, f"{name}_device"))
+
+
+def _to_device(host: np.ndarray, device: str) -> torch.Tensor:
+    """A host->device write of a numpy array (a write only: nothing is read back)."""
+    return torch.from_numpy(host).to(device)

@@ -1,11 +1,13 @@
-"""BatchArrays: filter/merge keep host arrays equal to their device twins (K10)."""
+"""BatchArrays: filter, merge, planned extents and commits keep host == device (K10)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
+from hypothesis import given, settings, strategies as st
 
-from mini_engine.memory import Auditor, KVManager, MemoryConfig
+from mini_engine.memory import Auditor, KVManager, MemoryConfig, sizing
 from mini_engine.memory.batch import BatchArrays
 from mini_engine.memory.invariants import check_k10
 
@@ -33,6 +35,80 @@ def test_filter_and_merge(mgr):
     for name in ("rows", "committed", "allocated"):
         assert np.array_equal(getattr(batch, name), getattr(batch, f"{name}_device").numpy())
     assert check_k10(m, 0, batch) == []
+
+
+def test_plan_and_commit_follow_a_step_without_reading_the_states(mgr):
+    m, states = mgr
+    batch = BatchArrays.from_states(states)
+    assert m.prepare(states, 32)
+    assert check_k10(m, 0, batch)  # the reservation moved the extents: the batch must follow
+    batch.set_allocated(batch.plan_extents(32, m.ps, m.aligned, m.mem.row_width))
+    assert check_k10(m, 1, batch) == []
+    counts = np.array([3, 1, 4, 1, 5, 9])
+    for s, n in zip(states, counts.tolist()):
+        m.commit(s, n)
+    assert {v.rid for v in check_k10(m, 2, batch)} == {s.rid for s in states}
+    batch.commit(counts)
+    assert check_k10(m, 3, batch) == []
+    batch.commit(np.eye(1, 6, 2, dtype=np.int64)[0])  # one count too many: that request is off
+    assert [v.rid for v in check_k10(m, 4, batch)] == ["r2"]
+
+
+def test_device_twins_never_share_host_memory(mgr):
+    _, states = mgr
+    batch = BatchArrays.from_states(states)
+    batch.set_allocated(batch.allocated + 16)
+    batch.committed += 1
+    batch.allocated += 1
+    assert not np.array_equal(batch.committed, batch.committed_device.numpy())
+    assert not np.array_equal(batch.allocated, batch.allocated_device.numpy())
+
+
+def test_wrong_lengths_are_refused(mgr):
+    _, states = mgr
+    batch = BatchArrays.from_states(states)
+    with pytest.raises(ValueError):
+        batch.commit(np.ones(5, dtype=np.int64))
+    with pytest.raises(ValueError):
+        batch.set_allocated(np.ones(7, dtype=np.int64))
+
+
+def test_every_step_runs_on_meta_twins():
+    # Meta tensors raise on any read back: filter, merge, plan and commit only write.
+    m = KVManager(MemoryConfig(4, 256, 8, 400), Auditor("raise"))
+    states = []
+    for i in range(5):
+        s = m.admit(i)
+        m.extend(s, 9 + i)
+        m.commit(s, 9 + i)
+        states.append(s)
+    batch = BatchArrays.from_states(states[:3], device="meta")
+    batch.filter([2, 0])
+    batch.merge(BatchArrays.from_states(states[3:], device="meta"))
+    batch.set_allocated(batch.plan_extents(8, 4, True, 400))
+    batch.commit(np.arange(len(batch)))
+    assert batch.committed_device.device == torch.device("meta") and batch.committed_device.shape == (4,)
+    assert batch.committed.tolist() == [11 + 0, 9 + 1, 12 + 2, 13 + 3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(ps=st.sampled_from([1, 2, 16, 64]), policy=st.sampled_from(["aligned", "unaligned"]),
+       reserve=st.integers(1, 80), lens=st.lists(st.integers(1, 200), min_size=1, max_size=6),
+       extra=st.lists(st.integers(0, 40), min_size=6, max_size=6))
+def test_plan_extents_equal_the_managers_reservation(ps, policy, reserve, lens, extra):
+    m = KVManager(MemoryConfig(ps, 4096, 8, 300, policy=policy), Auditor("record"))
+    states = []
+    for n, e in zip(lens, extra):
+        s = m.admit(len(states))
+        m.extend(s, min(n + e, 300))
+        m.commit(s, n)
+        states.append(s)
+    batch = BatchArrays.from_states(states)
+    plan = batch.plan_extents(reserve, ps, m.aligned, m.mem.row_width)
+    expect = [min(sizing.plan_extent(s.allocated, s.committed, reserve, ps, policy), 300) for s in states]
+    assert plan.tolist() == expect
+    assert m.prepare(states, reserve)
+    assert plan.tolist() == [s.allocated for s in states]  # clamped rows included (K4 reports those)
 
 
 def test_sync_from_after_a_step(mgr):
