@@ -109,6 +109,17 @@ def test_bad_suites_are_one_line_errors(tmp_path, text, needle):
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("name", available())
+def test_repeated_suites_can_show_a_timing_regression(name):
+    # compare's noise test needs p < ALPHA; with too few repeats no shift ever gets there.
+    from harness.compare import ALPHA, _mwu
+
+    n = load_suite(name, validate=False).repeat
+    if n > 1:
+        p = _mwu([2.0 + i for i in range(n)], [1.0 - i for i in range(n)], worse_means_larger=True)
+        assert p < ALPHA, f"repeat = {n}: even fully separated samples give p = {p:.3f}"
+
+
 def test_filter_counts_the_configs_it_selects():
     from harness.sweep import check_filter
 
