@@ -90,6 +90,20 @@ def test_timing_regression_needs_size_and_significance():
     assert [f.verdict for f in faster.findings if f.metric == "wall_s"] == ["improvement"]
 
 
+def test_only_a_runs_own_memory_is_gated():
+    # Process RSS and NVML's used bytes hold what earlier configs in the worker left:
+    # tight repeats shifted by test order must not read as a regression. torch's
+    # peak is reset per run, so it is the run's own and gated like a timing.
+    def row(mib):
+        figures = {m: mib * 2**20 for m in ("mem_rss_bytes", "rss_peak_bytes", "mem_nvml_used_bytes",
+                                            "mem_torch_peak_bytes")}
+        return {"key": "k", "status": "ok", "violations": {}, "metrics": {"steps": 1, **figures},
+                "samples": {m: [v + i for i in range(4)] for m, v in figures.items()}}
+
+    report = compare_rows([row(600)], baseline_of([row(500)]))
+    assert [f.metric for f in report.regressions] == ["mem_torch_peak_bytes"]
+
+
 def test_new_missing_and_status_findings():
     a = {"key": "a", "status": "ok", "metrics": {"steps": 1}, "violations": {}}
     b = {"key": "b", "status": "ok", "metrics": {"steps": 2}, "violations": {}}
