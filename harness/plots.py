@@ -221,11 +221,13 @@ def series_plot(row: dict[str, Any], path: Path) -> Path | None:
             slots.plot(series[name], label=f"{name} slots", lw=1, color=colour)
     slots.set_xlabel("step")
     slots.set_ylabel("slots")
+    lines = slots.get_lines()
     if "held" in series:
         pages = slots.twinx()
-        pages.plot(series["held"], color="tab:green", lw=1, label="pages held")
+        lines += pages.plot(series["held"], color="tab:green", lw=1, label="pages held (right axis)")
         pages.set_ylabel("pages held")
-    slots.legend(fontsize=7, loc="upper left")
+    # One legend for both axes: the green line had none, only the right-hand label.
+    slots.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="upper right")
     slots.set_title(str(row.get("test_id") or row.get("key"))[:90], fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=72)
