@@ -34,11 +34,18 @@ def violations_text(row: dict[str, Any]) -> str:
     return " ".join(f"{k}:{c}" for k, c in sorted(v.items())) or "0"
 
 
+def verdict_text(row: dict[str, Any]) -> str:
+    """The verdict, and the status where the verdict and violations do not already say
+    it (an exhausted pool, a crash): one column less keeps the table in a terminal."""
+    verdict, status = str(row.get("verdict")), str(row.get("status"))
+    return verdict if status in ("ok", "violated", verdict) else f"{verdict}\n({status})"
+
+
 def summary_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     out = []
     for row in rows:
         m = row.get("metrics") or {}
-        out.append([row.get("test_id") or row["key"], str(row.get("status")), str(row.get("verdict")),
+        out.append([row.get("test_id") or row["key"], verdict_text(row),
                     *(fmt(m.get(name)) for name, _ in COLUMNS), violations_text(row)])
     return out
 
@@ -92,12 +99,11 @@ def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: 
     shown = rows if len(rows) <= FULL_TABLE_MAX else [r for r in rows if r.get("verdict") not in PASSING]
     if shown:
         table = Table(title=None if shown is rows else f"{len(shown)} configs that need a look (of {len(rows)})")
-        table.add_column("config", overflow="fold", min_width=18)
-        for head in ("status", "verdict"):
-            table.add_column(head, no_wrap=True)
+        table.add_column("config", overflow="fold", min_width=16)
+        table.add_column("verdict", no_wrap=True)
         for _, head in COLUMNS:
             table.add_column(head, no_wrap=True, justify="right")
-        table.add_column("violations", min_width=7)
+        table.add_column("violations", no_wrap=True)
         for cells in summary_rows(shown):
             table.add_row(*cells)
         console.print(table)
