@@ -100,6 +100,8 @@ def test_none_means_unset(tmp_path):
     ("[[expect]]\nmetrics = { steps = { above = 1 } }", "allows min, max, equals"),
     ("[axes]\npage_size = [1]\n[[exclude]]\npage_size = 1", "the grid is empty"),
     ("[axes]\npage_size = [1, 16]\n[[exclude]]\npage_sise = 1", "[[exclude]]: unknown option 'page_sise'"),
+    ("[axes]\nprompts = ['no-such-prompts.jsonl']", "config default: prompts file 'no-such-prompts.jsonl' not found"),
+    ("[axes]\nmodel = ['no-such-model']", "config default: checkpoint directory 'no-such-model'"),
     ("[[expect]]\nviolations = { K99 = { min = 1 } }", "unknown invariant 'K99'"),
     ("[[expect]]\nstatus = 'violatd'", "status must be one of ok, violated"),
 ])
