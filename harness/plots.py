@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -134,7 +135,7 @@ def _heatmap(rows: list[dict[str, Any]], metric: str, label: str, path: Path) ->
             fig.colorbar(im, ax=ax)
     drawn = [r for r in _measured(rows, metric) if _opt(r, "spec") in DRAFT_AXIS]
     folded = _folded(drawn, ("spec", "policy", "free_policy", "page_size", *DRAFT_AXIS.values()))
-    fig.suptitle(f"{label} (a cell is the worst config over: {folded})", fontsize=10)
+    _suptitle(fig, f"{label} (a cell is the worst config over: {folded})")
     fig.tight_layout()
     return _save(fig, path)
 
@@ -187,10 +188,14 @@ def _lines(rows: list[dict[str, Any]], metric: str, label: str, scale: float, pa
         ax.set_ylabel(label)
         ax.set_title(f"model {model}" + (" (accounting only)" if model == "none" else ""), fontsize=9)
         ax.legend(fontsize=7)
-    fig.suptitle(f"{label} over page_size (median over: "
-                 f"{_folded(measured, ('model', 'spec', 'policy', 'page_size'))})", fontsize=10)
+    _suptitle(fig, f"{label} over page_size (median over: {_folded(measured, ('model', 'spec', 'policy', 'page_size'))})")
     fig.tight_layout()
     return _save(fig, path)
+
+
+def _suptitle(fig, text: str) -> None:
+    # A long list of folded options ran off both edges of a narrow figure: wrap it.
+    fig.suptitle(textwrap.fill(text, width=int(fig.get_figwidth() * 13)), fontsize=10)
 
 
 def _save(fig, path: Path) -> Path:
