@@ -154,9 +154,14 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     jobs = opts.jobs or (hw.gpu_count if hw.gpu_count > 1 else 1)
     if opts.resume:
         run_dir = open_run_dir(opts.resume, root=root)
-        prev = run_dir.meta().get("suite")
-        if prev and prev != suite.name:
-            raise SweepError(f"run {run_dir.run_id} is a sweep of suite {prev!r}, not {suite.name!r}")
+        prev = run_dir.meta()
+        if prev.get("suite") and prev["suite"] != suite.name:
+            raise SweepError(f"run {run_dir.run_id} is a sweep of suite {prev['suite']!r}, not {suite.name!r}")
+        # Finished rows were expanded and judged by the file as it was; mixing them with
+        # rows of an edited grid or rules would make one run of two suites.
+        if prev.get("suite_hash") and prev["suite_hash"] != suite.digest:
+            raise SweepError(f"suite {suite.name} changed since run {run_dir.run_id} began (hash {prev['suite_hash']}, "
+                             f"now {suite.digest}); start a new run instead of --resume")
     else:
         run_dir = create_run_dir(opts.run_id or new_run_id(suite.name), root=root)
 

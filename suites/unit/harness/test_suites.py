@@ -135,6 +135,19 @@ def test_unknown_suite_names_the_available_ones():
         load_suite("nope")
 
 
+def test_resume_of_an_edited_suite_is_refused(tmp_path, results_root, cli, capsys):
+    from harness.results import RunDir
+
+    suite = write(tmp_path, "[axes]\npage_size = [1, 16]\n")
+    run = RunDir(results_root / "runs" / "r1")
+    run.path.mkdir(parents=True)
+    run.write_meta({"suite": "grid", "suite_hash": load_suite(suite).digest})
+    suite.write_text("[axes]\npage_size = [1, 64]\n")  # edited after the run began
+    assert cli("sweep", str(suite), "--resume", "r1", "--no-mlflow") == 2
+    assert "suite grid changed since run r1 began" in capsys.readouterr().err
+    assert not run.results.exists()
+
+
 @pytest.mark.parametrize("args, needle", [
     (["sweep", "nope"], "unknown suite 'nope'"),
     (["sweep", "BAD"], "page_size must be an integer >= 1 (got 0)"),
