@@ -123,6 +123,12 @@ def open_run_dir(run: str | os.PathLike[str], *, root: Path | None = None) -> Ru
     return RunDir(p.resolve())
 
 
+def run_dir_of(run: str | os.PathLike[str]) -> RunDir:
+    """The run directory of a run id, a run directory or its results.jsonl."""
+    p = Path(run)
+    return RunDir(p.resolve().parent) if p.is_file() else open_run_dir(run)
+
+
 def create_run_dir(run_id: str, *, root: Path | None = None) -> RunDir:
     check_run_id(run_id)
     p = (root or results_root()) / "runs" / run_id

@@ -18,12 +18,11 @@ def run(args: argparse.Namespace) -> int:
     from harness.baseline import build, default_path, load_baseline, write_baseline
     from harness.commands.compare import run_profile
     from harness.mlflow_log import git_commit
-    from harness.results import RunDir, load_rows, open_run_dir, results_root
+    from harness.results import load_rows, results_root, run_dir_of
 
     profile = run_profile(args.run)
     rows = load_rows(args.run)
-    p = Path(args.run)
-    meta = (RunDir(p.parent) if p.is_file() else open_run_dir(args.run)).meta()
+    meta = run_dir_of(args.run).meta()
     out = Path(args.out) if args.out else default_path(profile, results_root())
     existing = load_baseline(out, expected_profile=profile) if out.exists() else None
     # The commit that produced the rows, not the one checked out now.

@@ -15,14 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_profile(run: str) -> str:
-    from pathlib import Path
-
     from harness import hardware
-    from harness.results import RunDir, open_run_dir
+    from harness.results import run_dir_of
 
-    p = Path(run)
-    run_dir = RunDir(p.parent) if p.is_file() else open_run_dir(run)
-    profile = (run_dir.meta().get("hardware") or {}).get("profile")
+    profile = (run_dir_of(run).meta().get("hardware") or {}).get("profile")
     return profile or hardware.detect().profile
 
 

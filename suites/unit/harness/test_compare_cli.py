@@ -105,3 +105,14 @@ def test_repeats_give_timing_samples_and_identical_counters(results_root, tmp_pa
     base = build(rows, "cpu", "x")[0]
     entry = next(iter(base["configs"].values()))
     assert len(entry["timings"]["wall_s"]["samples"]) == 4 and "steps" in entry["counters"]
+
+
+def test_baseline_of_a_relative_results_file_reads_its_run(runs, results_root, cli, capsys, monkeypatch):
+    # `kvbench baseline results.jsonl` from inside the run: the meta (the commit that
+    # made the rows, the profile) is the run's, not that of a nameless '.' directory.
+    a, _ = runs
+    a.write_meta({**a.meta(), "git_commit": "c0ffee", "hardware": {"profile": "h100"}})
+    monkeypatch.chdir(a.path)
+    assert cli("baseline", "results.jsonl", "--out", str(results_root / "b.json")) == 0
+    base = json.loads((results_root / "b.json").read_text())
+    assert (base["git_commit"], base["profile"]) == ("c0ffee", "h100")
