@@ -123,6 +123,15 @@ def open_run_dir(run: str | os.PathLike[str], *, root: Path | None = None) -> Ru
     return RunDir(p.resolve())
 
 
+def run_rows(run: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """load_rows for a command that judges a run: a run without a row is an error, or
+    compare would pass (and baseline would bless) a sweep that measured nothing."""
+    rows = load_rows(run)
+    if not rows:
+        raise ResultsError(f"run {str(run)!r} has no results (its results.jsonl is missing or empty)")
+    return rows
+
+
 def run_dir_of(run: str | os.PathLike[str]) -> RunDir:
     """The run directory of a run id, a run directory or its results.jsonl."""
     p = Path(run)

@@ -18,10 +18,10 @@ def run(args: argparse.Namespace) -> int:
     from harness.baseline import build, default_path, load_baseline, write_baseline
     from harness.commands.compare import run_profile
     from harness.mlflow_log import git_commit
-    from harness.results import load_rows, results_root, run_dir_of
+    from harness.results import results_root, run_dir_of, run_rows
 
     profile = run_profile(args.run)
-    rows = load_rows(args.run)
+    rows = run_rows(args.run)
     meta = run_dir_of(args.run).meta()
     out = Path(args.out) if args.out else default_path(profile, results_root())
     existing = load_baseline(out, expected_profile=profile) if out.exists() else None

@@ -25,10 +25,10 @@ def run_profile(run: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from harness.baseline import default_path, load_baseline
     from harness.compare import compare_rows
-    from harness.results import load_rows, results_root
+    from harness.results import results_root, run_rows
 
     profile = run_profile(args.run)
-    rows = load_rows(args.run)
+    rows = run_rows(args.run)
     path = args.baseline or default_path(profile, results_root())
     baseline = load_baseline(path, expected_profile=profile)
     report = compare_rows(rows, baseline)

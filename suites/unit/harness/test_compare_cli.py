@@ -116,3 +116,13 @@ def test_baseline_of_a_relative_results_file_reads_its_run(runs, results_root, c
     assert cli("baseline", "results.jsonl", "--out", str(results_root / "b.json")) == 0
     base = json.loads((results_root / "b.json").read_text())
     assert (base["git_commit"], base["profile"]) == ("c0ffee", "h100")
+
+
+@pytest.mark.parametrize("command", ["compare", "baseline"])
+def test_a_run_without_rows_is_an_error_not_a_pass(results_root, cli, capsys, command):
+    run = RunDir(results_root / "runs" / "empty")
+    run.path.mkdir(parents=True)
+    run.write_meta({"suite": "cmp", "hardware": {"profile": "cpu"}})
+    assert cli(command, "empty") == 2
+    assert "has no results" in capsys.readouterr().err
+    assert not (results_root / "baselines").exists()
