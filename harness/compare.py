@@ -10,7 +10,7 @@ asv does), so one noisy run on a shared machine never fails a check.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from harness.baseline import counters_of
 from harness.metric_kinds import higher_is_better, kind
@@ -86,7 +86,8 @@ def _counter_change(b: float, n: float) -> str:
 
 
 def compare_rows(rows: list[dict[str, Any]], baseline: dict[str, Any], *, threshold: float = THRESHOLD,
-                 alpha: float = ALPHA) -> CompareReport:
+                 alpha: float = ALPHA, selected: Callable[[str], bool] | None = None) -> CompareReport:
+    """``selected``: the run's --filter over test ids; a config it left out is not missing."""
     report = CompareReport()
     base_configs = baseline.get("configs") or {}
     seen = set()
@@ -105,7 +106,7 @@ def compare_rows(rows: list[dict[str, Any]], baseline: dict[str, Any], *, thresh
     # A baseline holds several suites; only configs of the suites this run swept can be missing.
     suites = {row.get("suite") for row in rows}
     for key, base in base_configs.items():
-        if key not in seen and base.get("suite") in suites:
+        if key not in seen and base.get("suite") in suites and (selected is None or selected(base.get("test_id") or "")):
             report.names.setdefault(key, base.get("test_id") or key)
             report.findings.append(Finding(key, "*", None, None, "not in this run", "missing"))
     return report

@@ -49,11 +49,8 @@ class SweepOptions:
     quiet: bool = False
 
 
-def check_filter(expr: str | None, suite: Suite | None = None) -> int | None:
-    """Parse the -k expression as pytest will, and refuse one that selects nothing;
-    how many configs of the suite it selects."""
-    if expr is None:
-        return None
+def filter_selects(expr: str):
+    """The --filter expression as pytest -k applies it: test id -> selected."""
     from _pytest.mark.expression import Expression
 
     # Same parser pytest -k uses; older pytest raised ParseError, newer a SyntaxError.
@@ -61,14 +58,24 @@ def check_filter(expr: str | None, suite: Suite | None = None) -> int | None:
         compiled = Expression.compile(expr)
     except Exception as err:
         raise SweepError(f"--filter must be a pytest -k expression over test ids: {str(err).splitlines()[0]}") from None
-    if suite is None:
-        return None
+
     # pytest -k matches substrings of the test name (case-insensitive); the id is in it.
-    def selects(gc) -> bool:
-        name = f"test_config[{gc.id}]".lower()
+    def selects(test_id: str) -> bool:
+        name = f"test_config[{test_id}]".lower()
         return compiled.evaluate(lambda word, **kw: word.lower() in name)
 
-    selected = sum(selects(gc) for gc in suite.configs)
+    return selects
+
+
+def check_filter(expr: str | None, suite: Suite | None = None) -> int | None:
+    """Parse the -k expression as pytest will, and refuse one that selects nothing;
+    how many configs of the suite it selects."""
+    if expr is None:
+        return None
+    selects = filter_selects(expr)
+    if suite is None:
+        return None
+    selected = sum(selects(gc.id) for gc in suite.configs)
     if not selected:
         raise SweepError(f"--filter {expr!r} selects no config of suite {suite.name} (ids look like {suite.configs[0].id!r})")
     return selected

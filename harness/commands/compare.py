@@ -25,13 +25,15 @@ def run_profile(run: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from harness.baseline import default_path, load_baseline
     from harness.compare import compare_rows
-    from harness.results import results_root, run_rows
+    from harness.results import results_root, run_dir_of, run_rows
+    from harness.sweep import filter_selects
 
     profile = run_profile(args.run)
     rows = run_rows(args.run)
     path = args.baseline or default_path(profile, results_root())
     baseline = load_baseline(path, expected_profile=profile)
-    report = compare_rows(rows, baseline)
+    expr = run_dir_of(args.run).meta().get("filter")  # a filtered sweep did not miss what it left out
+    report = compare_rows(rows, baseline, selected=filter_selects(expr) if expr else None)
     print(f"kvbench compare {args.run} against {path} (profile {profile})")
     print(report.table(args.format, all=args.all))
     return 1 if report.regressed else 0

@@ -126,3 +126,20 @@ def test_a_run_without_rows_is_an_error_not_a_pass(results_root, cli, capsys, co
     assert cli(command, "empty") == 2
     assert "has no results" in capsys.readouterr().err
     assert not (results_root / "baselines").exists()
+
+
+def test_configs_a_filtered_sweep_left_out_are_not_missing(runs, results_root, cli, capsys):
+    a, _ = runs
+    assert cli("baseline", "a") == 0
+    part = RunDir(results_root / "runs" / "part")
+    part.path.mkdir()
+    for r in load_rows(a.path):
+        if r["test_id"] == "policy:aligned":
+            append_row(part.results, r)
+    part.write_meta({**a.meta(), "filter": "policy:aligned"})
+    capsys.readouterr()
+    assert cli("compare", "part") == 0
+    assert "0 missing" in capsys.readouterr().out
+    part.write_meta({**a.meta(), "filter": None})  # unfiltered, the other config is missing
+    assert cli("compare", "part") == 0
+    assert "1 missing" in capsys.readouterr().out
