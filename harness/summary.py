@@ -119,4 +119,6 @@ def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: 
     console.print(f"{len(rows)} configs: {c['ok']} ok, {c['as_expected']} as expected, {c['unexpected']} unexpected, "
                   f"{c['failed']} failed; {ran} run in {wall_s:.1f} s{rate}")
     console.print(f"results: {run_dir.results}")
+    if run_dir.plots.is_dir() and any(run_dir.plots.glob("*.png")):
+        console.print(f"plots: {run_dir.plots}")
     console.print(mlflow_note)

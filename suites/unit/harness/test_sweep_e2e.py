@@ -99,6 +99,7 @@ def test_sweep_smoke_slice_matches_results_and_mlflow(results_root, cli, capsys)
             assert kid[f"metrics.{name}"] == row["metrics"][name]
         assert kid["status"] == "FINISHED"
     assert (results_root / "runs" / "s1" / "plots" / "peak_stranded_slots_heatmap.png").exists()
+    assert f"plots: {results_root / 'runs' / 's1' / 'plots'}" in out  # where to look
 
 
 def _start_sweep(args: list[str], root: Path) -> subprocess.Popen:
