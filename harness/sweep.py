@@ -218,7 +218,7 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     meta = run_dir.meta()
     meta["wall_s"] = meta.get("wall_s", 0.0) + wall
     run_dir.write_meta(meta)
-    plots = _plots(rows, run_dir, err_console)
+    plots = write_run_plots(rows, run_dir, err_console.print)
     mlflow_note = finish_mlflow(run_dir, meta, rows, plots, root, err_console.print)
     print_summary(console, rows, run_dir, wall, mlflow_note, ran=len(rows) - done_before)
     return 0 if completed and all(r.get("verdict") in PASSING for r in rows) else 1
@@ -301,13 +301,13 @@ def _record_lost(suite: Suite, run_dir: RunDir) -> None:
                 "suite": suite.name, "run_id": run_dir.run_id})
 
 
-def _plots(rows: list[dict[str, Any]], run_dir: RunDir, err_console) -> list[Path]:
+def write_run_plots(rows: list[dict[str, Any]], run_dir: RunDir, warn) -> list[Path]:
     try:
         from harness.plots import write_plots
 
         return write_plots(rows, run_dir.plots)
     except Exception as err:  # a plot is a view; it must never cost the results
-        err_console.print(f"kvbench: warning: plots failed: {type(err).__name__}: {err}")
+        warn(f"kvbench: warning: plots failed: {type(err).__name__}: {err}")
         return []
 
 

@@ -101,10 +101,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not getattr(session.config, "_kvbench_owns_parent", False) or hasattr(session.config, "workerinput"):
         return
     from harness.results import RunDir, load_rows, results_root
-    from harness.sweep import finish_mlflow
+    from harness.sweep import finish_mlflow, write_run_plots
 
     run_dir = RunDir(Path(os.environ["KVBENCH_GRID_RUN_DIR"]))
-    note = finish_mlflow(run_dir, run_dir.meta(), load_rows(run_dir.path), [], results_root(), print)
+    rows = load_rows(run_dir.path)
+    plots = write_run_plots(rows, run_dir, print)  # on the parent run too, as kvbench sweep does
+    note = finish_mlflow(run_dir, run_dir.meta(), rows, plots, results_root(), print)
     print(f"\nkvbench: {note}")
 
 

@@ -184,3 +184,25 @@ def test_pytest_with_an_unknown_suite_is_a_usage_error():
                          capture_output=True, text=True)
     assert out.returncode == 4  # pytest's usage error
     assert "unknown suite 'nope'" in out.stderr and "Traceback" not in out.stderr + out.stdout
+
+
+def test_a_pytest_run_logs_to_mlflow_as_a_sweep_does(tmp_path, suite_file):
+    # pytest alone (--kvbench-mlflow-uri): a parent per run, a child per config, the
+    # parent closed at the end with the sweep's plots on it.
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KVBENCH_GRID_", "MLFLOW_TRACKING"))}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "suites/grid/test_grid.py",
+                          "--kvbench-suite", str(suite_file), "--kvbench-run-dir", str(tmp_path / "p1"),
+                          "--kvbench-mlflow-uri", uri, "-k", "seed:1"], cwd=Path(__file__).resolve().parents[3],
+                         env=dict(env, KVBENCH_RESULTS=str(tmp_path)), capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    rows = load_rows(tmp_path / "p1")
+    assert len(rows) == N_CONFIGS // 2
+    runs = mlflow_runs(uri, "e2e")
+    parents = runs[runs["tags.kvbench.role"] == "parent"]
+    assert len(parents) == 1 and parents.iloc[0]["status"] == "FINISHED"
+    assert children_per_key(runs, "p1") == collections.Counter({key_hash(r["key"]): 1 for r in rows})
+    from mlflow import MlflowClient
+
+    plots = {a.path for a in MlflowClient(uri).list_artifacts(parents.iloc[0]["run_id"], "plots")}
+    assert "plots/leaked_pages_heatmap.png" in plots
