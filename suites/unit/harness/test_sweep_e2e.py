@@ -186,6 +186,7 @@ def test_pytest_with_an_unknown_suite_is_a_usage_error():
     assert "unknown suite 'nope'" in out.stderr and "Traceback" not in out.stderr + out.stdout
 
 
+@pytest.mark.slow
 def test_a_pytest_run_logs_to_mlflow_as_a_sweep_does(tmp_path, suite_file):
     # pytest alone (--kvbench-mlflow-uri): a parent per run, a child per config, the
     # parent closed at the end with the sweep's plots on it.
