@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 
 import pytest
 
@@ -28,10 +29,14 @@ def test_cpu_machine_detects_cpu_profile_and_measures_rss():
     hw = hardware.detect()
     assert hw.profile == "cpu" and hw.gpu_name is None and hw.torch_version
     with hardware.MemoryProbe() as probe:
-        blob = bytearray(32 << 20)
-        blob[::4096] = bytes(len(blob) // 4096)  # touch every page: resident, not just reserved
+        # A fresh anonymous mapping, not the heap: malloc may hand back pages an earlier
+        # test already made resident, and then RSS would not grow.
+        blob = mmap.mmap(-1, 32 << 20)
+        for off in range(0, len(blob), mmap.PAGESIZE):
+            blob[off] = 1  # touch every page: resident, not just reserved
     figures = probe.figures()
     assert figures["mem_rss_bytes"] > figures["mem_rss_growth_bytes"] >= len(blob) * 3 // 4
+    blob.close()
     # No process-lifetime peak: in a sweep it depends on which config ran before.
     assert "mem_peak_rss_bytes" not in figures and "mem_torch_peak_bytes" not in figures
 
