@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from mini_engine.memory.kv_state import ReqKVState
+from mini_engine.memory.sizing import next_extents
 
 FIELDS = ("rows", "committed", "allocated")
 
@@ -74,10 +75,7 @@ class BatchArrays:
         that). Computed here, not read from the manager, so K10 compares the
         batch's plan with the extents the manager recorded.
         """
-        want = self.committed + reserve
-        if aligned:
-            want = -(-want // page_size) * page_size
-        return np.minimum(np.maximum(self.allocated, want), row_width)
+        return np.minimum(next_extents(self.allocated, self.committed, reserve, page_size, aligned), row_width)
 
     def set_allocated(self, extents: np.ndarray) -> None:
         """Record the planned extents (batch order) on the host and write them to the device."""

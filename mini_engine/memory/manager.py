@@ -16,7 +16,7 @@ from mini_engine.memory.invariants import Auditor, Violation, check_all
 from mini_engine.memory.kv_state import ExtentDecrease, ReqKVState
 from mini_engine.memory.ledger import PageLedger
 from mini_engine.memory.req_to_token import ReqToTokenPool
-from mini_engine.memory.sizing import check_size, swa_tail_len
+from mini_engine.memory.sizing import check_size, next_extents, swa_tail_len
 from mini_engine.memory.swa import SWAPool
 from mini_engine.memory.trace import TraceWriter
 
@@ -113,8 +113,7 @@ class KVManager:
         ps, width = self.ps, self.mem.row_width
         cur = np.fromiter((s.allocated for s in states), dtype=np.int64, count=len(states))
         com = np.fromiter((s.committed for s in states), dtype=np.int64, count=len(states))
-        want = com + reserve
-        nxt = np.maximum(cur, -(-want // ps) * ps if self.aligned else want)
+        nxt = next_extents(cur, com, reserve, ps, self.aligned)
         # K4: the row must have headroom for the reservation plus the page round-up.
         short = (width - com < reserve + ps - 1) | (nxt > width)
         if short.any():

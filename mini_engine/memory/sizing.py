@@ -6,6 +6,8 @@ option fails with one line naming the parameter, not with a wrong number later.
 
 from __future__ import annotations
 
+import numpy as np
+
 import numbers
 
 from mini_engine.errors import check_choice, check_positive
@@ -63,10 +65,19 @@ def plan_extent(cur: int, committed: int, reserve: int, page_size: int, policy: 
     reserve = check_size("reserve", reserve, 0)
     ps = check_size("page_size", page_size, 1)
     check_choice("policy", policy, POLICIES)
+    return int(next_extents(cur, committed, reserve, ps, policy == "aligned"))
+
+
+def next_extents(cur, committed, reserve: int, page_size: int, aligned: bool):
+    """plan_extent over whole batches (numpy arrays or ints), unchecked: the per-step path.
+
+    The one copy of the reservation rule: the manager plans with it and the batch
+    arrays re-derive it from their own mirrors, so K10 compares two inputs, not two rules.
+    """
     want = committed + reserve
-    if policy == "aligned":
-        want = -(-want // ps) * ps
-    return max(cur, want)
+    if aligned:
+        want = -(-want // page_size) * page_size
+    return np.maximum(cur, want)
 
 
 def _window_tail(length: int, window: int, ps: int) -> int:
