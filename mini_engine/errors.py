@@ -6,6 +6,8 @@ should need a traceback to be understood.
 
 from __future__ import annotations
 
+import numbers
+
 
 class KVBenchError(Exception):
     """Base of every error a user can cause (bad option, bad file, bad trace)."""
@@ -16,9 +18,13 @@ class ConfigError(KVBenchError, ValueError):
 
 
 def check_positive(name: str, value: object, *, minimum: int = 1) -> int:
-    """Return ``value`` as an int if it is an integer >= ``minimum``, else raise ConfigError."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """Return ``value`` as an int if it is an integer >= ``minimum``, else raise ConfigError.
+
+    numpy integers count (sizes often come out of host arrays); bools do not.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ConfigError(f"{name} must be an integer >= {minimum} (got {value!r})")
+    value = int(value)
     if value < minimum:
         raise ConfigError(f"{name} must be an integer >= {minimum} (got {value})")
     return value
