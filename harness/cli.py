@@ -20,15 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvbench", description="KV-cache accounting benchmark harness")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"harness.commands.{name}")
-        except ModuleNotFoundError as err:
-            # Only a subcommand that is not written yet may be absent; a broken import
-            # inside an existing module must surface.
-            if err.name == f"harness.commands.{name}":
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(f"harness.commands.{name}").register(sub)
     return parser
 
 
