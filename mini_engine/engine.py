@@ -115,7 +115,6 @@ class Engine:
         self.sched.pd_skip_floor = pd_skip_floor
         self.batch: BatchArrays | None = None
         self._left: set = set()  # rids released since the batch arrays were last filtered
-        self.step_reserve = self.reserve if cfg.speculative else 1  # what reserve_decode prepares
         self.step_no = 0
         self.error: str | None = None
         self.requests: list[Request] = []
@@ -311,7 +310,7 @@ class Engine:
         if joined:
             self.batch.merge(BatchArrays.from_states(joined, self.mem.device))
         b = self.batch
-        b.set_allocated(b.plan_extents(self.step_reserve, self.cfg.page_size, self.manager.aligned,
+        b.set_allocated(b.plan_extents(self.sched.step_reserve, self.cfg.page_size, self.manager.aligned,
                                        self.mem.row_width))
         pos = {rid: i for i, rid in enumerate(b.rids)}
         where = np.fromiter((pos.get(r.rid, -1) for r in batch), dtype=np.int64, count=len(batch))

@@ -36,7 +36,12 @@ class Scheduler:
     def __init__(self, cfg: EngineConfig, manager, reserve: int, on_release):
         self.cfg = cfg
         self.manager = manager
-        self.reserve = reserve  # slots reserved ahead of committed per decode step
+        self.reserve = reserve  # slots reserved ahead of committed per speculative decode step
+        # What one decode step prepares: plain decode is a reservation of one slot,
+        # prepare(states, 1) gives max(cur, ceil_ps(seq_len)) (aligned) or seq_len
+        # (unaligned), exactly what extend(state, seq_len) records, but as one
+        # batched allocation per step.
+        self.step_reserve = reserve if cfg.speculative else 1
         self.on_release = on_release  # engine callback(req, retracted: bool) before the row is freed
         self.future: list[Request] = []  # not arrived yet, sorted by arrival_step
         self.waiting: deque[Request] = deque()
@@ -64,19 +69,16 @@ class Scheduler:
 
     # -- admission ---------------------------------------------------------
 
-    def _grow(self) -> int:
-        return self.reserve if self.cfg.speculative else 1
-
     def _pages(self, tokens: float) -> int:
         return -(-int(tokens) // self.cfg.page_size)
 
     def _headroom(self) -> int:
         """Pages the running requests are expected to take before they finish."""
-        return sum(self._pages(r.remaining * self.ratio + self._grow()) + 1 for r in self.running)
+        return sum(self._pages(r.remaining * self.ratio + self.step_reserve) + 1 for r in self.running)
 
     def _need(self, r: Request) -> int:
         # +1: under the unaligned policy the tail of a page may be stranded.
-        return self._pages(r.seq_len + r.remaining * self.ratio + self._grow()) + 1
+        return self._pages(r.seq_len + r.remaining * self.ratio + self.step_reserve) + 1
 
     def admit(self) -> tuple[list[PrefillChunk], list[Request]]:
         """Continue running prefills, admit waiting requests; reserve their slots.
@@ -111,7 +113,7 @@ class Scheduler:
                 break
             r.kv = state
             if r.is_pd and not r.outputs:
-                if not self._pd_prealloc(r):
+                if not self.manager.pd_prealloc(r.kv, r.fill_len, skip_floor=self.pd_skip_floor):
                     self.manager.release(state)
                     r.kv = None
                     break
@@ -145,11 +147,6 @@ class Scheduler:
             return None
         return PrefillChunk(r, r.prefilled, end)
 
-    def _pd_prealloc(self, r: Request) -> bool:
-        if self.pd_skip_floor:
-            return bool(self.manager.pd_prealloc(r.kv, r.fill_len, skip_floor=True))
-        return bool(self.manager.pd_prealloc(r.kv, r.fill_len))
-
     # -- decode --------------------------------------------------------------
 
     def decode_batch(self) -> list[Request]:
@@ -162,12 +159,8 @@ class Scheduler:
         a lone request cannot get them: the pool is exhausted.
         """
         self.ratio = max(MIN_RATIO, self.ratio - RATIO_DECAY)
-        # Plain decode is a reservation of one slot: prepare(states, 1) gives
-        # max(cur, ceil_ps(seq_len)) (aligned) or seq_len (unaligned), exactly what
-        # extend(state, seq_len) records, but as one batched allocation per step.
-        reserve = self.reserve if self.cfg.speculative else 1
         while batch:
-            if self.manager.prepare([r.kv for r in batch], reserve):
+            if self.manager.prepare([r.kv for r in batch], self.step_reserve):
                 return batch
             if not self._retract_for(batch):
                 return None
