@@ -7,10 +7,10 @@ association (OWNER, MEMBER, ...), and, on their own pull request, from the
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.ci.config_file import read_config
 from mini_engine.errors import ConfigError
 
 COMMANDS = ("rerun-test", "rerun-suite", "tag-and-rerun-ci")
@@ -116,11 +116,4 @@ def parse_permissions(data: dict, source: str = "permissions.json", labels: tupl
 
 
 def load_permissions(path: str | Path = DEFAULT_PATH, labels: tuple[str, ...] = ()) -> Permissions:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"permissions file {path} does not exist") from None
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"permissions file {path} is not valid JSON: {err.msg} (line {err.lineno})") from None
-    return parse_permissions(data, str(path), labels)
+    return parse_permissions(read_config(path, "permissions file"), str(path), labels)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.ci import testfiles
+from harness.ci.config_file import read_config
 from harness.ci.specs import SUITE_RE, show
 from mini_engine.errors import ConfigError
 
@@ -135,11 +135,4 @@ def parse_registry(data: dict, source: str = "runners.toml") -> Registry:
 
 
 def load_registry(path: str | Path = DEFAULT_PATH) -> Registry:
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"runner registry {path} does not exist") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"runner registry {path} is not valid TOML: {err}") from None
-    return parse_registry(data, str(path))
+    return parse_registry(read_config(path, "runner registry"), str(path))

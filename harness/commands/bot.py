@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from mini_engine.errors import ConfigError, KVBenchError
@@ -20,18 +19,12 @@ def _setup(args: argparse.Namespace):
 
 
 def cmd_handle(args: argparse.Namespace) -> int:
+    from harness.ci.config_file import read_config
     from harness.ci.github_client import client_for
     from harness.ci.handle import EventError, handle_event
 
     root, registry, perms = _setup(args)
-    try:
-        event = json.loads(Path(args.event).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise EventError(f"--event {args.event} does not exist") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise EventError(f"--event {args.event} is not a JSON file") from None
-    except OSError as err:
-        raise EventError(f"--event {args.event} cannot be read ({type(err).__name__})") from None
+    event = read_config(args.event, "--event", error=EventError)
     if not isinstance(event, dict):
         raise EventError(f"--event {args.event} is not an issue_comment payload")
     client = client_for(args.github)
