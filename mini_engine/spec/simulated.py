@@ -2,8 +2,8 @@
 
 Token ids are a pure function of (seed, rid, position), so an output does not
 depend on batching, chunking or retraction; accepted lengths come from
-``Acceptance``. The spec step reproduces what a verify does to the accounting: it
-touches (and so requires) the reserved slots of the whole draft.
+``Acceptance``. It writes no KV, so it never reads the slots the engine reserved:
+the accounting is the engine's reservation, commit and eviction alone.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ class SimulatedBackend:
     def __init__(self, cfg: EngineConfig):
         self.cfg = cfg
         self.acceptance = Acceptance.from_config(cfg) if cfg.speculative else None
-        self.manager = None
 
     def attach(self, manager) -> None:
-        self.manager = manager
+        pass  # no KV to write, so no slots to look up
 
     def token(self, rid: int, position: int) -> int:
         return mix64(self.cfg.seed, 0x70C, rid, position) % self.cfg.vocab_size
