@@ -16,13 +16,11 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from harness.baseline import build, default_path, load_baseline, write_baseline
-    from harness.commands.compare import run_profile
+    from harness.commands.compare import judged_run
     from harness.mlflow_log import git_commit
-    from harness.results import results_root, run_dir_of, run_rows
+    from harness.results import results_root
 
-    profile = run_profile(args.run)
-    rows = run_rows(args.run)
-    meta = run_dir_of(args.run).meta()
+    rows, meta, profile = judged_run(args.run)
     out = Path(args.out) if args.out else default_path(profile, results_root())
     existing = load_baseline(out, expected_profile=profile) if out.exists() else None
     # The commit that produced the rows, not the one checked out now.

@@ -14,25 +14,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run_profile(run: str) -> str:
+def judged_run(run: str) -> tuple[list[dict], dict, str]:
+    """The rows, meta.json and hardware profile of the run a command judges (compare)
+    or blesses (baseline); the profile is the one it ran on, else this machine's."""
     from harness import hardware
-    from harness.results import run_dir_of
+    from harness.results import run_dir_of, run_rows
 
-    profile = (run_dir_of(run).meta().get("hardware") or {}).get("profile")
-    return profile or hardware.detect().profile
+    meta = run_dir_of(run).meta()
+    rows = run_rows(run)
+    profile = (meta.get("hardware") or {}).get("profile") or hardware.detect().profile
+    return rows, meta, profile
 
 
 def run(args: argparse.Namespace) -> int:
     from harness.baseline import default_path, load_baseline
     from harness.compare import compare_rows
-    from harness.results import results_root, run_dir_of, run_rows
+    from harness.results import results_root
     from harness.sweep import filter_selects
 
-    profile = run_profile(args.run)
-    rows = run_rows(args.run)
+    rows, meta, profile = judged_run(args.run)
     path = args.baseline or default_path(profile, results_root())
     baseline = load_baseline(path, expected_profile=profile)
-    expr = run_dir_of(args.run).meta().get("filter")  # a filtered sweep did not miss what it left out
+    expr = meta.get("filter")  # a filtered sweep did not miss what it left out
     report = compare_rows(rows, baseline, selected=filter_selects(expr) if expr else None)
     print(f"kvbench compare {args.run} against {path} (profile {profile})")
     print(report.table(args.format, all=args.all))
