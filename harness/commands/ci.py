@@ -19,14 +19,21 @@ def _root(args: argparse.Namespace) -> Path:
     return root
 
 
+def _registry(args: argparse.Namespace):
+    """--root and its runner registry."""
+    from harness.ci.runners import load_registry
+
+    root = _root(args)
+    return root, load_registry(root / "ci" / "runners.toml")
+
+
 def cmd_triage(args: argparse.Namespace) -> int:
     from harness.baseline import load_baseline
     from harness.ci import triage
     from harness.ci.github_client import client_for
-    from harness.ci.runners import load_registry
 
     # --runner names the issues; it must be a label of the registry (a typo would fork them).
-    where = load_registry(_root(args) / "ci" / "runners.toml").get(args.runner).label if args.runner else None
+    where = _registry(args)[1].get(args.runner).label if args.runner else None
     baseline = load_baseline(args.baseline)
     where = where or str(baseline.get("profile") or Path(args.baseline).stem)
     dirs = [Path(d) for d in args.nights] if args.nights else triage.history(Path(args.history))
@@ -45,10 +52,8 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 def cmd_rerun_args(args: argparse.Namespace) -> int:
     from harness.ci.rerun import check_sha, rerun_argv
-    from harness.ci.runners import load_registry
 
-    root = _root(args)
-    registry = load_registry(root / "ci" / "runners.toml")
+    root, registry = _registry(args)
     tree = Path(args.tree) if args.tree else root
     if args.sha:
         check_sha(args.sha, "--sha")
@@ -101,10 +106,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_runners(args: argparse.Namespace) -> int:
-    from harness.ci.runners import load_registry
-
-    root = _root(args)
-    registry = load_registry(root / "ci" / "runners.toml")
+    root, registry = _registry(args)
     if not args.files:
         for r in registry.runners.values():
             print(f"{r.label:12} profile={r.profile:8} gpus={r.gpus} runs-on={r.runs_on} suites={','.join(r.suites) or '-'}")
