@@ -68,7 +68,11 @@ def resolved_config(config: dict[str, Any]) -> dict[str, Any]:
 
 def config_key(config: dict[str, Any]) -> str:
     """A stable, readable key: the main axes always, any other option when not default."""
-    full = resolved_config(config)
+    return _key(resolved_config(config))
+
+
+def _key(full: dict[str, Any]) -> str:
+    """config_key of an already resolved configuration."""
     defaults = {**EngineConfig().to_dict(), **WorkloadConfig().to_dict()}
     parts: list[str] = []
     used: set[str] = set()
@@ -100,9 +104,9 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
     from mini_engine.engine import Engine  # the memory layer loads only when a run starts
 
     cfg, wl = split_config(config)
-    key = config_key(config)
+    full = {**cfg.to_dict(), **wl}
     row: dict[str, Any] = {
-        "key": key, "config": {**cfg.to_dict(), **wl}, "metrics": {}, "series": {},
+        "key": _key(full), "config": full, "metrics": {}, "series": {},
         "violations": {}, "violation_samples": [], "status": "failed", "error": None,
     }
     reqs = make_requests(WorkloadConfig(**wl), cfg.seed, max_context=cfg.max_context)
@@ -118,7 +122,7 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
         raise
     try:
         result = engine.run(reqs)
-    except ConfigError:
+    except ConfigError:  # bad input found inside the run is still bad input, not a result
         raise
     except KVBenchError as err:
         row["error"] = f"{type(err).__name__}: {err}"
