@@ -97,15 +97,6 @@ class BatchArrays:
         self.committed += counts
         self.committed_device += _to_device(counts, self.device)
 
-    def sync_from(self, states: list[ReqKVState]) -> None:
-        """Rebuild the arrays from the request states (a test model's shortcut; the engine never does)."""
-        if [s.rid for s in states] != self.rids:
-            raise ValueError("sync_from needs the batch's own requests, in batch order")
-        fresh = BatchArrays.from_states(states, self.device)
-        for name in FIELDS:
-            getattr(self, name)[:] = getattr(fresh, name)
-            getattr(self, f"{name}_device").copy_(getattr(fresh, f"{name}_device"))
-
 
 def _to_device(host: np.ndarray, device: str) -> torch.Tensor:
     """A host->device write of a numpy array (a write only: nothing is read back)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -102,23 +103,29 @@ def machine(ps: int, algo: str, policy: str, free_policy: str):
 
         @rule(data=st.data())
         def spec_step(self, data):
-            ready = [s for s in self.decoding if s.committed <= MAX_CTX]
+            ready = [i for i, s in enumerate(self.decoding) if s.committed <= MAX_CTX]
             if not ready:
                 return
-            if not self.m.prepare(ready, self.reserve):
+            if not self.m.prepare([self.decoding[i] for i in ready], self.reserve):
                 return
-            for s in ready:
-                self.m.commit(s, data.draw(st.integers(1, self.max_accept), label="accepted"))
-                self.m.evict_swa(s)
-            self.batch.sync_from(self.decoding)
+            counts = np.zeros(len(self.decoding), dtype=np.int64)
+            for i in ready:
+                counts[i] = data.draw(st.integers(1, self.max_accept), label="accepted")
+                self.m.commit(self.decoding[i], int(counts[i]))
+                self.m.evict_swa(self.decoding[i])
+            self._batch_step(ready, self.reserve, counts)
 
         @rule()
         def plain_decode(self):
-            for s in self.decoding:
+            moved = []
+            for i, s in enumerate(self.decoding):
                 if s.committed < MAX_CTX and self.m.extend(s, s.committed + 1):
                     self.m.commit(s, 1)
                     self.m.evict_swa(s)
-            self.batch.sync_from(self.decoding)
+                    moved.append(i)
+            counts = np.zeros(len(self.decoding), dtype=np.int64)
+            counts[moved] = 1
+            self._batch_step(moved, 1, counts)
 
         @rule(data=st.data())
         def release(self, data):
@@ -139,6 +146,16 @@ def machine(ps: int, algo: str, policy: str, free_policy: str):
                 self._release(s)
 
         # -- helpers --------------------------------------------------------------
+        def _batch_step(self, moved, reserve, counts):
+            # The engine's path, never a rebuild from the states: the batch plans the
+            # extents of the rows that moved from its own arrays, records them, then
+            # adds the accepted counts; K10 compares the result with the manager.
+            extents = self.batch.allocated.copy()
+            plan = self.batch.plan_extents(reserve, ps, self.m.aligned, self.mem.row_width)
+            extents[moved] = plan[moved]
+            self.batch.set_allocated(extents)
+            self.batch.commit(counts)
+
         def _join(self, s):
             self.decoding.append(s)
             self.batch.merge(BatchArrays.from_states([s]))

@@ -111,19 +111,6 @@ def test_plan_extents_equal_the_managers_reservation(ps, policy, reserve, lens, 
     assert plan.tolist() == [s.allocated for s in states]  # clamped rows included (K4 reports those)
 
 
-def test_sync_from_after_a_step(mgr):
-    m, states = mgr
-    batch = BatchArrays.from_states(states)
-    assert m.prepare(states, 32)
-    for s in states:
-        m.commit(s, 3)
-    assert check_k10(m, 0, batch)  # stale against the request states
-    batch.sync_from(states)
-    assert check_k10(m, 1, batch) == []
-    with pytest.raises(ValueError):
-        batch.sync_from(states[::-1])
-
-
 def test_k10_catches_a_device_twin_that_drifted(mgr):
     m, states = mgr
     batch = BatchArrays.from_states(states)
