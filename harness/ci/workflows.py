@@ -98,14 +98,14 @@ def evaluate(expr: str, context: dict[str, object]) -> object:
         left, i = comparison(i)
         while i < len(toks) and toks[i] == "&&":
             right, i = comparison(i + 1)
-            left = right if left else left
+            left = left and right
         return left, i
 
     def disjunction(i: int) -> tuple[object, int]:
         left, i = conjunction(i)
         while i < len(toks) and toks[i] == "||":
             right, i = conjunction(i + 1)
-            left = left if left else right
+            left = left or right
         return left, i
 
     result, end = disjunction(0)
