@@ -12,10 +12,12 @@ import json
 import os
 from typing import Any
 
-from mini_engine.config import load_toml
+from harness.workloads import WORKLOADS
+from mini_engine.config import (AUDIT_MODES, DEVICES, FREE_POLICIES, LAYER_PATTERNS, POLICIES, SPECS,
+                                load_toml)
 from mini_engine.errors import ConfigError
 
-# (flag, option, type, choices, help)
+# (flag, option, type, choices, help); the choices are the validators' own tuples.
 _ENGINE_FLAGS = (
     ("--page-size", "page_size", int, None, "slots per KV page (default 16)"),
     ("--pool-tokens", "pool_tokens", int, None, "KV pool size in tokens (default 262144)"),
@@ -23,21 +25,20 @@ _ENGINE_FLAGS = (
     ("--max-running", "max_running", int, None, "most concurrent requests (default 256)"),
     ("--max-context", "max_context", int, None, "longest prompt + output (default 4096)"),
     ("--chunked-prefill", "chunked_prefill", int, None, "prefill tokens per step (default 8192)"),
-    ("--spec", "spec", str, ("none", "eagle", "dflash"), "speculative algorithm"),
+    ("--spec", "spec", str, SPECS, "speculative algorithm"),
     ("--block-size", "block_size", int, None, "DFLASH draft block (default 16)"),
     ("--draft-window", "draft_window", int, None, "DFLASH compact draft cache window"),
     ("--topk", "topk", int, None, "EAGLE branches per step (default 1)"),
     ("--steps", "steps", int, None, "EAGLE draft steps (default 3)"),
     ("--num-draft-tokens", "num_draft_tokens", int, None, "EAGLE tokens verified per step"),
     ("--window", "window", int, None, "SWA window in positions (default: no SWA)"),
-    ("--layer-pattern", "layer_pattern", str, ("all-local", "1:1", "3:1", "5:1", "all-global"),
-     "local:global layer pattern"),
-    ("--policy", "policy", str, ("aligned", "unaligned"), "extent policy of every writer"),
-    ("--free", "free_policy", str, ("host_pages", "dedup"), "how release frees pages"),
-    ("--audit", "audit", str, ("record", "raise", "off"), "invariant checks after each step"),
+    ("--layer-pattern", "layer_pattern", str, tuple(LAYER_PATTERNS), "local:global layer pattern"),
+    ("--policy", "policy", str, POLICIES, "extent policy of every writer"),
+    ("--free", "free_policy", str, FREE_POLICIES, "how release frees pages"),
+    ("--audit", "audit", str, AUDIT_MODES, "invariant checks after each step"),
     ("--seed", "seed", int, None, "seed of the workload and the simulated tokens (default 0)"),
     ("--model", "model", str, None, "'none' (accounting only), a built-in model, or a checkpoint dir"),
-    ("--device", "device", str, ("cpu", "cuda"), "where device tensors live"),
+    ("--device", "device", str, DEVICES, "where device tensors live"),
     ("--accept-len", "accept_len", int, None, "simulated accepted length, fixed (bonus included)"),
     ("--accept-mean", "accept_mean", float, None, "simulated accepted length, mean of a seeded law"),
     ("--temperature", "temperature", float, None, "sampling temperature of a real model"),
@@ -46,7 +47,7 @@ _ENGINE_FLAGS = (
     ("--draft-noise", "draft_noise", float, None, "real model: noise on the drafter's weights"),
 )
 _WORKLOAD_FLAGS = (
-    ("--workload", "workload", str, ("fixed", "uniform", "lognormal", "pd"), "synthetic workload"),
+    ("--workload", "workload", str, WORKLOADS, "synthetic workload"),
     ("--num-requests", "num_requests", int, None, "requests (default 256)"),
     ("--input-len", "input_len", int, None, "prompt length (fixed) or its upper bound / median"),
     ("--output-len", "output_len", int, None, "output length (fixed) or its upper bound / median"),
