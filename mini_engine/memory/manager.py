@@ -129,7 +129,7 @@ class KVManager:
                 "reqs": [{"rid": _jsonable(s.rid), "committed": int(c), "cur": int(x), "nxt": int(y)}
                          for s, c, x, y in zip(states, com, cur, nxt)],
             })
-        if not self._grow(states, nxt):
+        if not self._grow(states, nxt, cur):
             return False
         for s, c, cut in zip(states, com.tolist(), short.tolist()):
             s.reserve_base = c
@@ -244,9 +244,13 @@ class KVManager:
                 f"{state.rid} (extent {target}); size rows with sizing.row_width")
         return target
 
-    def _grow(self, states: list[ReqKVState], targets: np.ndarray) -> bool:
-        """Allocate positions [allocated, target) of each state in both pools, all-or-nothing."""
-        cur = np.fromiter((s.allocated for s in states), dtype=np.int64, count=len(states))
+    def _grow(self, states: list[ReqKVState], targets: np.ndarray, cur: np.ndarray | None = None) -> bool:
+        """Allocate positions [allocated, target) of each state in both pools, all-or-nothing.
+
+        cur: the states' extents, when the caller has already gathered them.
+        """
+        if cur is None:
+            cur = np.fromiter((s.allocated for s in states), dtype=np.int64, count=len(states))
         grow = targets > cur
         if not grow.any():
             return True
