@@ -350,7 +350,7 @@ class Engine:
         """Release whatever still runs (a stopped run) so leaks are measured on a drained pool."""
         for r in list(self.sched.running):
             self.sched.finish(r)
-            r.status = Status.WAITING
+            r.status = Status.WAITING  # freed, but not finished: the result counts it unfinished
         if self.trace is not None:
             self.trace.close()
 

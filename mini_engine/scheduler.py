@@ -36,8 +36,8 @@ class Scheduler:
     def __init__(self, cfg: EngineConfig, manager, reserve: int, on_release):
         self.cfg = cfg
         self.manager = manager
-        self.reserve = reserve  # slots reserved ahead of committed per speculative decode step
-        # What one decode step prepares: plain decode is a reservation of one slot,
+        # What one decode step prepares (reserve: the speculative algorithm's slots
+        # ahead of committed). Plain decode is a reservation of one slot:
         # prepare(states, 1) gives max(cur, ceil_ps(seq_len)) (aligned) or seq_len
         # (unaligned), exactly what extend(state, seq_len) records, but as one
         # batched allocation per step.
@@ -167,11 +167,10 @@ class Scheduler:
         return batch
 
     def _retract_for(self, batch: list[Request]) -> bool:
-        """Retract the newest running request; False when only one runs (nothing to gain)."""
-        if len(self.running) <= 1:
+        """retract_stuck, and the victim leaves the batch being reserved too."""
+        victim = self.running[-1]  # a batch to reserve means something runs
+        if not self.retract_stuck():
             return False
-        victim = self.running[-1]  # admission appends, so the newest is last
-        self.retract(victim)
         if victim in batch:
             batch.remove(victim)
         return True
@@ -197,7 +196,10 @@ class Scheduler:
         r.kv = None
 
     def retract_stuck(self) -> bool:
-        """Nothing could run this step: free the newest request so the others can."""
+        """Free the newest request so the others can run; False when only one runs (nothing to gain).
+
+        Admission appends, so the newest is last; retracting it lets the oldest always progress.
+        """
         if len(self.running) <= 1:
             return False
         self.retract(self.running[-1])
