@@ -305,14 +305,14 @@ class Engine:
         if self.batch is None:
             self.batch = BatchArrays.from_states([], self.mem.device)
         self._filter_batch({r.rid for r in batch})
-        kept = set(self.batch.rids)
-        joined = [r.kv for r in batch if r.rid not in kept]
-        if joined:
-            self.batch.merge(BatchArrays.from_states(joined, self.mem.device))
         b = self.batch
+        pos = {rid: i for i, rid in enumerate(b.rids)}
+        joined = [r.kv for r in batch if r.rid not in pos]
+        if joined:
+            b.merge(BatchArrays.from_states(joined, self.mem.device))
+            pos = {rid: i for i, rid in enumerate(b.rids)}  # read back: a missed merge shows as K10
         b.set_allocated(b.plan_extents(self.sched.step_reserve, self.cfg.page_size, self.manager.aligned,
                                        self.mem.row_width))
-        pos = {rid: i for i, rid in enumerate(b.rids)}
         where = np.fromiter((pos.get(r.rid, -1) for r in batch), dtype=np.int64, count=len(batch))
         if (where < 0).any():
             for r in batch:
