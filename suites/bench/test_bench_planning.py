@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from mini_engine.memory import Auditor, KVManager, MemoryConfig
-from mini_engine.memory.sizing import dflash_reserve, row_width
+from mini_engine.memory.sizing import dflash_reserve, plan_extent, row_width
 
 PS = 16
 BLOCK = 16
@@ -60,4 +60,7 @@ def test_bench_host_planning_per_step(benchmark, n, policy):
     assert p.m.syncs == 0
     if policy == "aligned":
         assert p.m.stranded_slots == 0
+    # The last step's extents as the formula gives them from its committed lengths (the
+    # lengths grow every step, so the rule's "never below" floor never decides here).
+    assert [s.allocated for s in p.states] == [plan_extent(0, s.reserve_base, RESERVE, PS, policy) for s in p.states]
     assert all(s.allocated >= s.committed for s in p.states)
