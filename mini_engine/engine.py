@@ -271,7 +271,7 @@ class Engine:
                 accepted += n  # tau counts what the verify accepted, even past the output limit
                 r.spec_steps += 1
                 r.accepted += n
-            left = r.max_new_tokens - len(r.outputs)
+            left = r.remaining
             if n > left:
                 toks, n = toks[:left], left
             self.manager.commit(r.kv, n)
@@ -292,8 +292,8 @@ class Engine:
             stats.spec_verifies += len(batch)
             stats.accepted_tokens += accepted
         stats.output_tokens += out
-        self.stats.plan_s += plan + time.perf_counter() - t1
-        self.stats.decode_steps += 1
+        stats.plan_s += plan + time.perf_counter() - t1
+        stats.decode_steps += 1
         return True
 
     def _sync_batch(self, batch: list[Request]) -> np.ndarray:
