@@ -12,8 +12,8 @@ import torch
 from mini_engine.model.attn_meta import AttnMeta
 
 
-def _padded_index(meta: AttnMeta) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """[B, max_q] query rows into the flat batch, [B, max_kv] key offsets, query validity."""
+def _padded_index(meta: AttnMeta) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[B, max_q] query rows into the flat batch, [B, max_kv] key offsets, query and key validity."""
     if "index" not in meta._cache:
         dev = meta.q_indptr.device
         qi = torch.arange(meta.max_q, device=dev)
@@ -65,13 +65,13 @@ def _mask(meta: AttnMeta, window: int) -> torch.Tensor:
 GROUP_LIMIT = 1 << 22
 
 
-def _groups(meta: AttnMeta) -> list[tuple[int, int, AttnMeta]]:
+def _groups(meta: AttnMeta) -> list[AttnMeta]:
     """Consecutive sequence ranges whose padded size stays under GROUP_LIMIT, as sub-metadata."""
     if "groups" in meta._cache:
         return meta._cache["groups"]
     ql, kl = meta.q_lens, meta.kv_lens
     if meta.batch * meta.max_q * meta.max_kv <= GROUP_LIMIT:
-        meta._cache["groups"] = [(0, meta.batch, meta)]
+        meta._cache["groups"] = [meta]
         return meta._cache["groups"]
     bounds, lo, mq, mk = [], 0, 0, 0
     for b in range(meta.batch):
@@ -81,7 +81,7 @@ def _groups(meta: AttnMeta) -> list[tuple[int, int, AttnMeta]]:
             lo, nq, nk = b, int(ql[b]), int(kl[b])
         mq, mk = nq, nk
     bounds.append((lo, meta.batch))
-    meta._cache["groups"] = [(lo, hi, _sub_meta(meta, lo, hi)) for lo, hi in bounds]
+    meta._cache["groups"] = [_sub_meta(meta, lo, hi) for lo, hi in bounds]
     return meta._cache["groups"]
 
 
@@ -118,7 +118,7 @@ def paged_attention(
     if len(groups) == 1:
         return _attend(q, k_cache, v_cache, meta, kv_slots, window, scale)
     out, off = [], 0
-    for _, _, sub in groups:
+    for sub in groups:
         n = int(sub.q_lens.sum())
         k0, k1 = sub._cache["kv_range"]
         out.append(_attend(q[off : off + n], k_cache, v_cache, sub, kv_slots[k0:k1], window, scale))
