@@ -295,11 +295,18 @@ def _check_float(name: str, value: object, *, low: float) -> float:
     return float(value)
 
 
+def require_cuda() -> None:
+    """device='cuda' on a machine without one is bad input, not a torch traceback."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError("device='cuda' but no CUDA device is visible; use device=cpu")
+
+
 def _device_memory_bytes(device: str) -> int:
     if device == "cuda":
         import torch
 
-        if not torch.cuda.is_available():
-            raise ConfigError("device='cuda' but no CUDA device is visible; use device=cpu")
+        require_cuda()
         return int(torch.cuda.mem_get_info()[1])
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

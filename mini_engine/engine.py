@@ -25,7 +25,7 @@ import numpy as np
 import numpy.ma  # noqa: F401
 
 from mini_engine.backend import Backend, create_backend
-from mini_engine.config import EngineConfig
+from mini_engine.config import EngineConfig, require_cuda
 from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation
 from mini_engine.memory import sizing
 from mini_engine.memory.batch import BatchArrays
@@ -90,10 +90,7 @@ class Engine:
                  trace: str | None = None, pd_skip_floor: bool = False):
         self.cfg = cfg
         if cfg.device == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                raise ConfigError("device='cuda' but no CUDA device is visible; use device=cpu")
+            require_cuda()
         reset_rss_peak()  # the RSS peak of this engine: its pool and rows included
         self.reserve = decode_reserve(cfg)
         self.mem = memory_config(cfg)
