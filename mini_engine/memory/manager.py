@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation
+from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation, check_positive
 from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.invariants import Auditor, Violation, check_all
 from mini_engine.memory.kv_state import ExtentDecrease, ReqKVState
 from mini_engine.memory.ledger import PageLedger
 from mini_engine.memory.req_to_token import ReqToTokenPool
-from mini_engine.memory.sizing import check_size, next_extents, swa_tail_len
+from mini_engine.memory.sizing import next_extents, swa_tail_len
 from mini_engine.memory.swa import SWAPool
 from mini_engine.memory.trace import TraceWriter
 
@@ -99,7 +99,7 @@ class KVManager:
 
     def extend(self, state: ReqKVState, new_len: int) -> bool:
         """Cover positions < new_len (a prefill chunk or a plain decode token)."""
-        new_len = check_size("new_len", new_len, minimum=0)
+        new_len = check_positive("new_len", new_len, minimum=0)
         target = self._extent_for(state, new_len)
         if target <= state.allocated:
             return True
@@ -107,7 +107,7 @@ class KVManager:
 
     def prepare(self, states: list[ReqKVState], reserve: int, *, algo: str | None = None) -> bool:
         """Speculative decode reservation for a batch: one allocation, all-or-nothing."""
-        reserve = check_size("reserve", reserve)
+        reserve = check_positive("reserve", reserve)
         if not states:
             return True
         ps, width = self.ps, self.mem.row_width
@@ -166,7 +166,7 @@ class KVManager:
         skip_floor is the test hook of a caller that bypasses the floor and writes
         fill_len - window as is; the K6 check must fire at that write.
         """
-        fill_len = check_size("fill_len", fill_len)
+        fill_len = check_positive("fill_len", fill_len)
         if state.allocated or state.committed:
             raise ValueError(f"pd_prealloc needs a fresh request; {state.rid} already has extent {state.allocated}")
         target = self._extent_for(state, fill_len)

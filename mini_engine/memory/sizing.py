@@ -8,46 +8,37 @@ from __future__ import annotations
 
 import numpy as np
 
-import numbers
 
 from mini_engine.errors import check_choice, check_positive
 
 POLICIES = ("aligned", "unaligned")
 
 
-def check_size(name: str, value: object, minimum: int = 1) -> int:
-    """check_positive that also takes numpy integers."""
-    # numpy integers are ints for our purposes; check_positive only knows the builtin.
-    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
-        value = int(value)
-    return check_positive(name, value, minimum=minimum)
-
-
 def ceil_ps(x: int, ps: int) -> int:
     """Smallest multiple of ps that is >= x."""
-    x = check_size("length", x, 0)
-    ps = check_size("page_size", ps, 1)
+    x = check_positive("length", x, minimum=0)
+    ps = check_positive("page_size", ps, minimum=1)
     return -(-x // ps) * ps
 
 
 def floor_ps(x: int, ps: int) -> int:
     """Largest multiple of ps that is <= x."""
-    x = check_size("length", x, 0)
-    ps = check_size("page_size", ps, 1)
+    x = check_positive("length", x, minimum=0)
+    ps = check_positive("page_size", ps, minimum=1)
     return x // ps * ps
 
 
 def dflash_reserve(block_size: int) -> int:
     """DFLASH double buffer: two draft blocks (one in flight, one being planned)."""
-    return 2 * check_size("block_size", block_size, 1)
+    return 2 * check_positive("block_size", block_size, minimum=1)
 
 
 def eagle_width(page_size: int, topk: int, steps: int, num_draft_tokens: int) -> int:
     """Slots one EAGLE step may write: with topk > 1 and paging, each branch may straddle a page."""
-    ps = check_size("page_size", page_size, 1)
-    topk = check_size("topk", topk, 1)
-    steps = check_size("steps", steps, 1)
-    ndt = check_size("num_draft_tokens", num_draft_tokens, 1)
+    ps = check_positive("page_size", page_size, minimum=1)
+    topk = check_positive("topk", topk, minimum=1)
+    steps = check_positive("steps", steps, minimum=1)
+    ndt = check_positive("num_draft_tokens", num_draft_tokens, minimum=1)
     if ps == 1 or topk == 1:
         return max(steps * topk, ndt)
     pages_per_branch = -(-(ps - 1 + steps) // ps)
@@ -60,10 +51,10 @@ def eagle_reserve(page_size: int, topk: int, steps: int, num_draft_tokens: int) 
 
 def plan_extent(cur: int, committed: int, reserve: int, page_size: int, policy: str) -> int:
     """Next extent of one request before a speculative step; never below the current one."""
-    cur = check_size("cur", cur, 0)
-    committed = check_size("committed", committed, 0)
-    reserve = check_size("reserve", reserve, 0)
-    ps = check_size("page_size", page_size, 1)
+    cur = check_positive("cur", cur, minimum=0)
+    committed = check_positive("committed", committed, minimum=0)
+    reserve = check_positive("reserve", reserve, minimum=0)
+    ps = check_positive("page_size", page_size, minimum=1)
     check_choice("policy", policy, POLICIES)
     return int(next_extents(cur, committed, reserve, ps, policy == "aligned"))
 
@@ -88,33 +79,33 @@ def _window_tail(length: int, window: int, ps: int) -> int:
 
 def swa_tail_len(fill_len: int, window: int, page_size: int) -> int:
     """SWA positions a PD-transferred request keeps: the window, widened down to a page boundary."""
-    fill_len = check_size("fill_len", fill_len, 0)
-    window = check_size("window", window, 1)
-    ps = check_size("page_size", page_size, 1)
+    fill_len = check_positive("fill_len", fill_len, minimum=0)
+    window = check_positive("window", window, minimum=1)
+    ps = check_positive("page_size", page_size, minimum=1)
     return _window_tail(fill_len, window, ps)
 
 
 def compact_draft_len(seq_len: int, draft_window: int, page_size: int) -> int:
     """Exact compact draft cache length: whole pages below the window are freed (a saw-tooth)."""
-    seq_len = check_size("seq_len", seq_len, 0)
-    dw = check_size("draft_window", draft_window, 1)
-    ps = check_size("page_size", page_size, 1)
+    seq_len = check_positive("seq_len", seq_len, minimum=0)
+    dw = check_positive("draft_window", draft_window, minimum=1)
+    ps = check_positive("page_size", page_size, minimum=1)
     return _window_tail(seq_len, dw, ps)
 
 
 def compact_draft_bound(seq_len: int, draft_window: int, page_size: int) -> int:
     """Monotone host envelope of compact_draft_len (plannable without reading the device)."""
-    seq_len = check_size("seq_len", seq_len, 0)
-    dw = check_size("draft_window", draft_window, 1)
-    ps = check_size("page_size", page_size, 1)
+    seq_len = check_positive("seq_len", seq_len, minimum=0)
+    dw = check_positive("draft_window", draft_window, minimum=1)
+    ps = check_positive("page_size", page_size, minimum=1)
     return min(seq_len, dw + (ps if ps > 1 else 0))
 
 
 def row_width(max_context: int, reserve: int, page_size: int, speculative: bool) -> int:
     """req_to_token row width: an aligned reservation may overshoot committed + reserve by ps - 1."""
-    ctx = check_size("max_context", max_context, 1)
-    ps = check_size("page_size", page_size, 1)
+    ctx = check_positive("max_context", max_context, minimum=1)
+    ps = check_positive("page_size", page_size, minimum=1)
     if not speculative:
         return ctx + ps - 1
-    reserve = check_size("reserve", reserve, 1)
+    reserve = check_positive("reserve", reserve, minimum=1)
     return ctx + reserve + ps - 1
