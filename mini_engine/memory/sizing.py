@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 from mini_engine.errors import check_choice, check_positive
 
 POLICIES = ("aligned", "unaligned")
