@@ -87,10 +87,22 @@ class RunDir:
             raise ResultsError(f"{self.meta_path} is not valid JSON: {err}") from None
 
     def write_meta(self, meta: dict[str, Any]) -> None:
-        # Replace atomically: a reader (or a SIGKILL) never sees half a file.
-        tmp = self.meta_path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, self.meta_path)
+        _replace(self.meta_path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+    @property
+    def collected(self) -> Path:
+        return self.path / COLLECTED
+
+    def write_collected(self, ids: list[str]) -> None:
+        """The test ids the grid's pytest run collected (the sweep's total and its lost configs)."""
+        _replace(self.collected, json.dumps({"ids": ids}))
+
+    def collected_ids(self) -> list[str] | None:
+        """The collected test ids, or None while pytest has not written them yet."""
+        try:
+            return json.loads(self.collected.read_text())["ids"]
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            return None
 
     def rows(self) -> list[dict[str, Any]]:
         return read_jsonl(self.results)
@@ -110,6 +122,13 @@ class RunDir:
     def reset_logged(self) -> None:
         """Forget what was logged: the run now logs to another tracking store."""
         self.logged.unlink(missing_ok=True)
+
+
+def _replace(path: Path, text: str) -> None:
+    # Replace atomically: a reader (or a SIGKILL) never sees half a file.
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def open_run_dir(run: str | os.PathLike[str], *, root: Path | None = None) -> RunDir:

@@ -11,7 +11,6 @@ died, MLflow uploads that failed, plots, the summary.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import signal
 import subprocess
@@ -25,7 +24,7 @@ from harness import hardware
 from harness.expect import PASSING
 from harness.mlflow_log import (client, ensure_experiment, ensure_parent, experiment_name,
                                 finish_parent, git_commit, sync, tracking_uri)
-from harness.results import COLLECTED, RunDir, append_row, create_run_dir, new_run_id, open_run_dir, results_root, tail
+from harness.results import RunDir, append_row, create_run_dir, new_run_id, open_run_dir, results_root, tail
 from harness.suites import SUITES_DIR, Suite, SuiteError, load_suite
 from mini_engine.errors import KVBenchError
 
@@ -174,7 +173,7 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
 
     meta = prepare_run(suite, run_dir, opts.mlflow_uri, jobs=jobs, filter_expr=opts.filter,
                        no_mlflow=opts.no_mlflow, root=root, hw=hw, warn=lambda m: err_console.print(m))
-    (run_dir.path / COLLECTED).unlink(missing_ok=True)
+    run_dir.collected.unlink(missing_ok=True)
     env = dict(os.environ, KVBENCH_GRID_SUITE=str(suite.path), KVBENCH_GRID_RUN_DIR=str(run_dir.path),
                KVBENCH_GRID_MLFLOW_URI=meta.get("mlflow_uri") or "", KVBENCH_GRID_PARENT=meta.get("mlflow_parent") or "",
                KVBENCH_GRID_ROOT=str(root), PYTHONUNBUFFERED="1")
@@ -243,12 +242,9 @@ def _follow(proc: subprocess.Popen, run_dir: RunDir, console) -> None:
         task = progress.add_task("collecting", total=None, counts="")
         while True:
             finished = proc.poll() is not None
-            if total is None and (run_dir.path / COLLECTED).exists():
-                try:
-                    total = len(json.loads((run_dir.path / COLLECTED).read_text())["ids"])
-                    progress.update(task, total=total)
-                except (json.JSONDecodeError, KeyError):
-                    pass
+            if total is None and (ids := run_dir.collected_ids()) is not None:
+                total = len(ids)
+                progress.update(task, total=total)
             events, ev_off = tail(run_dir.events, ev_off)
             for ev in events:
                 if ev.get("event") == "start":
@@ -282,9 +278,8 @@ def _record_lost(suite: Suite, run_dir: RunDir) -> None:
     """A config whose worker died (segfault, OOM kill) has no row: record it as failed."""
     from harness.runner import config_key
 
-    try:
-        ids = json.loads((run_dir.path / COLLECTED).read_text())["ids"]
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+    ids = run_dir.collected_ids()
+    if ids is None:
         return
     done = run_dir.done_keys()
     by_id = suite.by_id()

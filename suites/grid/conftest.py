@@ -13,7 +13,6 @@ controller before xdist starts its workers; workers read it from the environment
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -161,7 +160,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not run_dir or not session.items:
         return
     ids = [it.callspec.id for it in _grid_items(session.items)]
-    target = Path(run_dir) / "collected.json"
-    tmp = target.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"ids": ids}))
-    os.replace(tmp, target)
+    from harness.results import RunDir
+
+    RunDir(Path(run_dir)).write_collected(ids)

@@ -84,7 +84,9 @@ def test_sweep_smoke_slice_matches_results_and_mlflow(results_root, cli, capsys)
     assert f"{len(rows)} configs:" in out
     assert "27 configs (9 selected by --filter)" in out
     # MLflow: one parent, one child per config with its params and metrics.
-    meta = RunDir(results_root / "runs" / "s1").meta()
+    run_dir = RunDir(results_root / "runs" / "s1")
+    assert sorted(run_dir.collected_ids()) == sorted(r["test_id"] for r in rows)  # the progress total
+    meta = run_dir.meta()
     runs = mlflow_runs(meta["mlflow_uri"], "smoke")
     parents = runs[runs["tags.kvbench.role"] == "parent"]
     assert list(parents["run_id"]) == [meta["mlflow_parent"]]
