@@ -74,7 +74,7 @@ def ensure_experiment(cl, name: str, uri: str, root: Path) -> str:
         location = artifact_location(root) if uri.startswith("sqlite:") else None
         return cl.create_experiment(name, artifact_location=location)
     except Exception as err:
-        raise MlflowUnavailable(f"MLflow at {uri} cannot be reached: {_first_line(err)}") from None
+        raise _unreachable(uri, err) from None
 
 
 def git_commit(cwd: Path | None = None) -> str:
@@ -123,14 +123,9 @@ def _children(cl, exp_id: str, run_id: str, key: str):
 
 
 def numeric_metrics(row: dict[str, Any]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for name, value in (row.get("metrics") or {}).items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[name] = float(value)
-    for vid, count in (row.get("violations") or {}).items():
-        if isinstance(count, (int, float)) and not isinstance(count, bool):
-            out[f"violations.{vid}"] = float(count)
-    return out
+    named = [*(row.get("metrics") or {}).items(),
+             *((f"violations.{vid}", n) for vid, n in (row.get("violations") or {}).items())]
+    return {name: float(v) for name, v in named if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def _downsample(values: list[Any]) -> list[tuple[int, float]]:
@@ -252,7 +247,7 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
     try:
         parent = ensure_parent(cl, exp, run_dir.run_id, meta)
     except Exception as err:
-        raise MlflowUnavailable(f"MLflow at {uri} cannot be reached: {_first_line(err)}") from None
+        raise _unreachable(uri, err) from None
     if meta.get("mlflow_parent") != parent or meta.get("mlflow_uri") != uri:
         if meta.get("mlflow_uri") != uri:
             run_dir.reset_logged()  # what was logged went to another store
@@ -263,7 +258,7 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
     try:
         children = all_children(cl, exp, run_dir.run_id)
     except Exception as err:
-        raise MlflowUnavailable(f"MLflow at {uri} cannot be reached: {_first_line(err)}") from None
+        raise _unreachable(uri, err) from None
     for row in load_rows(run_dir.path):
         try:
             known = children.get(key_hash(row["key"]), [])
@@ -289,6 +284,10 @@ def finish_parent(uri: str, parent_id: str, summary: dict[str, float], artifacts
     for path in artifacts:
         cl.log_artifact(parent_id, str(path), artifact_path="plots")
     cl.set_terminated(parent_id, status)
+
+
+def _unreachable(uri: str, err: BaseException) -> MlflowUnavailable:
+    return MlflowUnavailable(f"MLflow at {uri} cannot be reached: {_first_line(err)}")
 
 
 def _first_line(err: BaseException) -> str:
