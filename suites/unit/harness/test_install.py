@@ -76,3 +76,20 @@ def test_an_install_without_suites_says_so_in_one_line(wheel, tmp_path):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "has no suites/" in proc.stderr and "reinstall" in proc.stderr
     assert not (tmp_path / "results" / "runs").exists()
+
+
+def test_workflows_install_only_extras_that_exist():
+    import re
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    asked = {}
+    for wf in sorted((ROOT / "ci" / "workflows").glob("*.yml")):
+        for m in re.finditer(r"pip install[^\n]*?\.\[([^\]]+)\]", wf.read_text()):
+            for extra in m.group(1).split(","):
+                asked.setdefault(extra.strip(), []).append(wf.name)
+    assert asked and set(asked) <= extras, {e: f for e, f in asked.items() if e not in extras}
