@@ -149,7 +149,8 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     root = root or results_root()
     # Everything that can be wrong with the input is checked before any work.
     if not GRID_TEST.is_file():  # the grid module ships with the package: an install without it is broken
-        raise SweepError(f"this kvbench install has no suites/ ({GRID_TEST} is missing); reinstall it (pip install .) or run from a checkout")
+        raise SweepError(f"this kvbench install has no suites/ ({GRID_TEST} is missing); "
+                         "reinstall it (pip install .) or run from a checkout")
     suite = load_suite(opts.suite, validate=False)
     selected = check_filter(opts.filter, suite)
     if opts.jobs is not None and opts.jobs < 1:

@@ -196,6 +196,9 @@ def test_sweep_on_gpus_4_to_7_pins_four_workers(fake, monkeypatch, results_root,
     cmd = launched["cmd"]
     txs = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--tx"]
     assert txs == [f"popen//env:CUDA_VISIBLE_DEVICES={fake.gpus[i].uuid}" for i in (4, 5, 6, 7)]
+    import execnet  # how xdist reads a --tx: each worker starts with exactly its GPU visible
+
+    assert [execnet.XSpec(t).env for t in txs] == [{"CUDA_VISIBLE_DEVICES": fake.gpus[i].uuid} for i in (4, 5, 6, 7)]
 
 
 def test_sweep_with_more_workers_than_gpus_exits_2_with_one_line(fake, monkeypatch, results_root, cli, capsys):

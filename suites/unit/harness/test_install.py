@@ -22,9 +22,10 @@ SHIPPED_SUITES = {"suites/conftest.py", "suites/grid/conftest.py", "suites/grid/
 def wheel(tmp_path_factory) -> Path:
     # Built from a copy: a build writes build/ and *.egg-info beside the sources.
     src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md", "harness", "mini_engine", "suites"):
-        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
-        copy(ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("harness", "mini_engine", "suites"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
     # No build isolation: the build needs only setuptools, already here, and no network.
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
