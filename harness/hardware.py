@@ -1,7 +1,8 @@
 """Which machine a run is on, and how much memory a run used.
 
 The profile names the baseline a run is compared with: ``cpu`` wherever NVML is
-absent (no driver, no GPU), else the GPU model (rtx5090, h100, h200). Memory is
+absent (no driver, no GPU) or no GPU is visible, else the model of the first GPU
+that ``CUDA_VISIBLE_DEVICES`` leaves visible (rtx5090, h100, h200). Memory is
 what the device says: torch's peak allocation and NVML's used bytes on a GPU,
 the process RSS on a CPU.
 """
@@ -15,6 +16,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from harness import devices
+
 PROFILES = ("cpu", "rtx5090", "h100", "h200")
 # Substrings of NVML's device name, checked in order.
 _NAME_TO_PROFILE = (("5090", "rtx5090"), ("H100", "h100"), ("H200", "h200"))
@@ -24,7 +27,8 @@ _NAME_TO_PROFILE = (("5090", "rtx5090"), ("H100", "h100"), ("H200", "h200"))
 class Hardware:
     profile: str
     gpu_name: str | None = None
-    gpu_count: int = 0
+    gpu_count: int = 0  # visible GPUs (CUDA_VISIBLE_DEVICES applied), not the machine's
+    gpu_ids: list[str] = field(default_factory=list)  # their UUIDs (GPU-... or MIG-...)
     driver: str | None = None
     memory_total_bytes: int | None = None
     memory_used_bytes: int | None = None
@@ -52,33 +56,23 @@ def _text(value: Any) -> str:
 
 
 def detect() -> Hardware:
+    """The machine as this process sees it: the GPUs CUDA_VISIBLE_DEVICES leaves visible,
+    the profile of the first of them (a worker pinned to one GPU reads its own)."""
     hw = Hardware(profile="cpu", torch_version=_version("torch"), triton_version=_version("triton"))
-    try:
-        import pynvml
-    except ImportError:
-        return hw
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:  # no driver or no GPU: a CPU machine
-        return hw
-    try:
-        hw.gpu_count = int(pynvml.nvmlDeviceGetCount())
-        if hw.gpu_count:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(_first_visible())
-            hw.gpu_name = _text(pynvml.nvmlDeviceGetName(handle))
-            hw.driver = _text(pynvml.nvmlSystemGetDriverVersion())
-            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            hw.memory_total_bytes, hw.memory_used_bytes = int(mem.total), int(mem.used)
-            hw.profile = profile_for(hw.gpu_name)
-    finally:
-        pynvml.nvmlShutdown()
+    with devices.nvml() as nv:
+        if nv is None:
+            return hw
+        gpus = devices.visible(nv)
+        if not gpus:  # CUDA_VISIBLE_DEVICES="" (or naming nothing): a CPU run on a GPU machine
+            return hw
+        first = gpus[0]
+        hw.gpu_count, hw.gpu_ids = len(gpus), [g.uuid for g in gpus]
+        hw.gpu_name = first.name
+        hw.driver = _text(nv.nvmlSystemGetDriverVersion())
+        mem = nv.nvmlDeviceGetMemoryInfo(first.handle)
+        hw.memory_total_bytes, hw.memory_used_bytes = int(mem.total), int(mem.used)
+        hw.profile = profile_for(hw.gpu_name)
     return hw
-
-
-def _first_visible() -> int:
-    # NVML ignores CUDA_VISIBLE_DEVICES; a worker pinned to GPU k must read GPU k.
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    return int(first) if first.isdigit() else 0
 
 
 def _version(module: str) -> str | None:
@@ -138,16 +132,12 @@ class MemoryProbe:
 
 
 def nvml_used_bytes() -> int | None:
+    """NVML's used bytes of the first visible GPU (this worker's own when pinned)."""
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
+        with devices.nvml() as nv:
+            if nv is None:
+                return None
+            gpus = devices.visible(nv)
+            return int(nv.nvmlDeviceGetMemoryInfo(gpus[0].handle).used) if gpus else None
+    except Exception:  # a driver that fails mid-query: no figure rather than no run
         return None
-    try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(_first_visible())
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-    except Exception:
-        return None
-    finally:
-        pynvml.nvmlShutdown()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import hardware
+from harness import devices, hardware
 from harness.expect import PASSING
 from harness.mlflow_log import (client, ensure_experiment, ensure_parent, experiment_name,
                                 finish_parent, git_commit, sync, tracking_uri)
@@ -46,6 +46,7 @@ class SweepOptions:
     no_mlflow: bool = False
     run_id: str | None = None
     quiet: bool = False
+    oversubscribe: bool = False
 
 
 def filter_selects(expr: str):
@@ -114,14 +115,14 @@ def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: 
     return meta
 
 
-def pytest_command(suite: Suite, run_dir: RunDir, jobs: int, filter_expr: str | None, gpus: int) -> list[str]:
+def pytest_command(suite: Suite, run_dir: RunDir, jobs: int, filter_expr: str | None, pins: tuple[str, ...]) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", str(GRID_TEST), "-p", "no:cacheprovider", "-q", "-rfE",
            "--rootdir", str(PROJECT), "--kvbench-suite", str(suite.path), "--kvbench-run-dir", str(run_dir.path),
            "-m", ""]  # the suite's own marks decide; the default addopts deselect gpu/nightly
-    if jobs > 1 and gpus > 1:
+    if pins:
         # One worker per GPU, pinned before the worker process starts (CUDA reads it once).
-        for i in range(jobs):
-            cmd += ["--tx", f"popen//env:CUDA_VISIBLE_DEVICES={i % gpus}"]
+        for pin in pins:
+            cmd += ["--tx", f"popen//env:CUDA_VISIBLE_DEVICES={pin}"]
         cmd += ["--dist", "load"]
     elif jobs > 1:
         cmd += ["-n", str(jobs)]
@@ -147,6 +148,9 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     err_console = Console(stderr=True, highlight=False)
     root = root or results_root()
     # Everything that can be wrong with the input is checked before any work.
+    if not GRID_TEST.is_file():  # the grid module ships with the package: an install without it is broken
+        raise SweepError(f"this kvbench install has no suites/ ({GRID_TEST} is missing); "
+                         "reinstall it (pip install .) or run from a checkout")
     suite = load_suite(opts.suite, validate=False)
     selected = check_filter(opts.filter, suite)
     if opts.jobs is not None and opts.jobs < 1:
@@ -157,7 +161,8 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     if suite.needs_gpu and hw.profile == "cpu":
         raise SuiteError(f"suite {suite.name} needs a CUDA GPU (marks {', '.join(suite.marks)}); this machine has none (profile cpu)")
     suite = load_suite(suite.path)  # validate every config now that the machine can run them
-    jobs = opts.jobs or (hw.gpu_count if hw.gpu_count > 1 else 1)
+    plan = devices.plan_workers(opts.jobs, hw.gpu_ids, uses_gpu=suite.needs_gpu, oversubscribe=opts.oversubscribe)
+    jobs = plan.jobs
     if opts.resume:
         run_dir = open_run_dir(opts.resume, root=root)
         prev = run_dir.meta()
@@ -180,7 +185,7 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     if not meta.get("mlflow_parent"):
         env["KVBENCH_GRID_MLFLOW_URI"] = ""  # no parent: workers leave every row for sync
     done_before = len(run_dir.done_keys())
-    cmd = pytest_command(suite, run_dir, jobs, opts.filter, hw.gpu_count)
+    cmd = pytest_command(suite, run_dir, jobs, opts.filter, plan.pins)
     chosen = f" ({selected} selected by --filter)" if selected is not None else ""
     console.print(f"kvbench sweep {suite.name}: {len(suite.configs)} configs{chosen}, {jobs} worker(s), profile {hw.profile}, "
                   f"run {run_dir.run_id}" + (f" (resuming, {done_before} done)" if opts.resume else ""))

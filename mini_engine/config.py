@@ -22,6 +22,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from mini_engine.errors import ConfigError, check_choice, check_positive
+from mini_engine.pool_budget import footprint, pool_tokens
 
 SPECS = ("none", "eagle", "dflash")
 POLICIES = ("aligned", "unaligned")
@@ -202,7 +203,7 @@ class EngineConfig:
     @property
     def num_pages(self) -> int:
         if self._num_pages is None:
-            self._pages_from(int(_device_memory_bytes(self.device) * self.mem_fraction) // self.kv_bytes_per_token)
+            self._pages_from(pool_tokens(_device_memory_bytes(self.device), self.mem_fraction, footprint(self)))
         return self._num_pages
 
     # -- derived quantities ------------------------------------------------

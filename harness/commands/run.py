@@ -21,7 +21,7 @@ from mini_engine.errors import ConfigError
 _ENGINE_FLAGS = (
     ("--page-size", "page_size", int, None, "slots per KV page (default 16)"),
     ("--pool-tokens", "pool_tokens", int, None, "KV pool size in tokens (default 262144)"),
-    ("--mem-fraction", "mem_fraction", float, None, "size the pool as this fraction of device memory"),
+    ("--mem-fraction", "mem_fraction", float, None, "device memory share for weights + KV pools"),
     ("--max-running", "max_running", int, None, "most concurrent requests (default 256)"),
     ("--max-context", "max_context", int, None, "longest prompt + output (default 4096)"),
     ("--chunked-prefill", "chunked_prefill", int, None, "prefill tokens per step (default 8192)"),

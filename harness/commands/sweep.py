@@ -11,11 +11,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "through the grid pytest module; results go to results/runs/<run-id>/.")
     p.add_argument("suite", help="suite name (smoke, invariants, nightly-gpu) or a TOML file")
     p.add_argument("-j", "--jobs", type=int, default=None,
-                   help="pytest-xdist workers (default 1; one per GPU on a multi-GPU machine)")
+                   help="pytest-xdist workers (default: one per visible GPU, else 1)")
     p.add_argument("--resume", metavar="RUN", help="finish an interrupted run: skip configs already in its results")
     p.add_argument("--filter", metavar="EXPR", help="pytest -k expression over the test ids (e.g. 'dflash and ps:16')")
     p.add_argument("--mlflow-uri", metavar="URI", help="tracking server (default $MLFLOW_TRACKING_URI or results/mlflow.db)")
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    p.add_argument("--oversubscribe", action="store_true", help="allow more workers than visible GPUs (they share GPUs)")
     p.add_argument("--run-id", metavar="ID", help="name of the run directory (default <suite>-<utc time>)")
     p.set_defaults(func=run)
 
@@ -24,4 +25,5 @@ def run(args: argparse.Namespace) -> int:
     from harness.sweep import SweepOptions, run_sweep
 
     return run_sweep(SweepOptions(suite=args.suite, jobs=args.jobs, resume=args.resume, filter=args.filter,
-                                  mlflow_uri=args.mlflow_uri, no_mlflow=args.no_mlflow, run_id=args.run_id))
+                                  mlflow_uri=args.mlflow_uri, no_mlflow=args.no_mlflow, run_id=args.run_id,
+                                  oversubscribe=args.oversubscribe))

@@ -44,11 +44,11 @@ def test_cpu_machine_detects_cpu_profile_and_measures_rss():
 def test_sweep_pins_one_worker_per_gpu(tmp_path):
     suite = load_suite("smoke", validate=False)
     run = RunDir(tmp_path)
-    cmd = pytest_command(suite, run, jobs=4, filter_expr="dflash", gpus=4)
+    cmd = pytest_command(suite, run, jobs=4, filter_expr="dflash", pins=("GPU-a", "GPU-b", "GPU-c", "GPU-d"))
     txs = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--tx"]
-    assert txs == [f"popen//env:CUDA_VISIBLE_DEVICES={i}" for i in range(4)]
+    assert txs == [f"popen//env:CUDA_VISIBLE_DEVICES=GPU-{c}" for c in "abcd"]
     assert cmd[cmd.index("-k") + 1] == "dflash" and "-n" not in cmd
-    cpu = pytest_command(suite, run, jobs=2, filter_expr=None, gpus=0)
+    cpu = pytest_command(suite, run, jobs=2, filter_expr=None, pins=())
     assert cpu[cpu.index("-n") + 1] == "2" and "--tx" not in cpu
 
 
@@ -174,6 +174,9 @@ class FakeNVML:
         assert 0 <= i < self.count
         return i
 
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-{h:08x}-fake"
+
     def nvmlDeviceGetName(self, h):
         return self.name.encode()
 
@@ -191,7 +194,8 @@ def test_detect_reads_the_gpu_through_nvml(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     hw = hardware.detect()
-    assert (hw.profile, hw.gpu_name, hw.gpu_count, hw.driver) == ("h200", "NVIDIA H200", 8, "575.51")
+    assert (hw.profile, hw.gpu_name, hw.gpu_count, hw.driver) == ("h200", "NVIDIA H200", 1, "575.51")
+    assert hw.gpu_ids == ["GPU-00000003-fake"]
     assert hw.memory_total_bytes == 141 << 30 and hardware.nvml_used_bytes() == 2 << 30
 
 
