@@ -1,0 +1,219 @@
+"""Nights: the runs of one suite over time, each with the commit it measured.
+
+A night is a run directory (results.jsonl + meta.json, as `kvbench sweep` writes
+it); meta.json carries the commit (``git_commit``), the start time (``created``),
+the suite and the hardware profile. `kvbench history` reads a directory of such
+run directories (the nightly's kept nights, or results/runs/ of a machine),
+orders them by start time and shows, per config and metric, the last N nights.
+
+A figure *moved* on a night when `kvbench compare` of that night against the night
+before calls it a regression or an improvement: counters exactly, timings by the
+significance rule. The move is attributed to the commit range between the two
+nights' commits, the range a bisect would search.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.baseline import counters_of
+from harness.compare import compare_rows, reference_of_run
+from harness.metric_kinds import kind
+from harness.results import META, RESULTS, load_rows
+from mini_engine.errors import ConfigError
+
+MOVED = ("regression", "improvement")
+
+
+@dataclass
+class Night:
+    path: Path
+    meta: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def commit(self) -> str:
+        return str(self.meta.get("git_commit") or "unknown")
+
+    @property
+    def short(self) -> str:
+        return self.commit[:10]
+
+    @property
+    def created(self) -> float:
+        c = self.meta.get("created")
+        return float(c) if isinstance(c, (int, float)) else math.inf
+
+    @property
+    def suite(self) -> str:
+        return str(self.meta.get("suite") or next((r.get("suite") for r in self.rows if r.get("suite")), ""))
+
+    @property
+    def profile(self) -> str:
+        return str((self.meta.get("hardware") or {}).get("profile") or "")
+
+    def row(self, key: str) -> dict[str, Any] | None:
+        return next((r for r in self.rows if r["key"] == key), None)
+
+
+@dataclass
+class Move:
+    """A figure that moved between two consecutive nights."""
+    key: str
+    metric: str
+    night: int  # index of the night it moved on (the first bad one)
+    before: float | None
+    after: float | None
+    change: str
+    verdict: str
+    good: str  # commit of the night before
+    bad: str  # commit of the night it moved on
+
+
+@dataclass
+class History:
+    nights: list[Night]
+    moves: list[Move] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)  # key -> test id
+
+    def keys(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for night in self.nights:
+            for row in night.rows:
+                seen.setdefault(row["key"], None)
+        return list(seen)
+
+    def values(self, key: str, metric: str) -> list[float | None]:
+        out = []
+        for night in self.nights:
+            row = night.row(key)
+            out.append(None if row is None else figures(row).get(metric))
+        return out
+
+    def samples(self, key: str, metric: str) -> list[list[float]]:
+        """Per night, the repeated samples of a timing (empty when it ran once)."""
+        out = []
+        for night in self.nights:
+            row = night.row(key) or {}
+            out.append([float(x) for x in (row.get("samples") or {}).get(metric) or []])
+        return out
+
+
+def figures(row: dict[str, Any]) -> dict[str, float]:
+    """What a night measured for a config: counters (violations included) and timings."""
+    out = dict(counters_of(row))
+    for name, value in (row.get("metrics") or {}).items():
+        if kind(name) in ("timing", "memory") and isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out
+
+
+def is_night(path: Path) -> bool:
+    return (path / RESULTS).is_file()
+
+
+def load_night(path: Path) -> Night:
+    from harness.results import RunDir
+
+    return Night(path, RunDir(path).meta(), load_rows(path))
+
+
+def find_nights(root: Path, suite: str | None = None) -> list[Night]:
+    """The run directories under ``root`` (a directory of runs, or a results root with
+    runs/ inside), of ``suite`` when given, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ConfigError(f"--nights: {root} is not a directory")
+    if not any(is_night(p) for p in root.iterdir() if p.is_dir()) and (root / "runs").is_dir():
+        root = root / "runs"
+    nights = [load_night(p) for p in sorted(root.iterdir()) if p.is_dir() and is_night(p)]
+    if suite is not None:
+        nights = [n for n in nights if n.suite == suite]
+    # Start time first (run names need not sort by time); the name breaks ties.
+    return sorted(nights, key=lambda n: (n.created, n.name))
+
+
+def build(nights: list[Night]) -> History:
+    """The moves between consecutive nights."""
+    hist = History(nights)
+    for night in nights:
+        for row in night.rows:
+            if row.get("test_id"):
+                hist.names.setdefault(row["key"], row["test_id"])
+    for i in range(1, len(nights)):
+        before, after = nights[i - 1], nights[i]
+        report = compare_rows(after.rows, reference_of_run(before.rows, before.meta))
+        for f in report.findings:
+            if f.verdict in MOVED:
+                hist.moves.append(Move(f.key, f.metric, i, f.baseline, f.now, f.change, f.verdict,
+                                       before.commit, after.commit))
+    return hist
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:.4g}"
+    return f"{v:g}"
+
+
+def table(hist: History, *, metrics: list[str] | None = None, configs: list[str] | None = None,
+          show_all: bool = False, fmt: str = "text") -> str:
+    """Per config, per metric: one column per night (headed by its commit), and where
+    the figure moved, the commit range it moved in."""
+    moved = {(m.key, m.metric): m for m in hist.moves}
+    heads = [n.short for n in hist.nights]
+    lines: list[str] = []
+    for key in hist.keys():
+        name = hist.names.get(key, key)
+        if configs and not any(c in name or c in key for c in configs):
+            continue
+        names = sorted({m for night in hist.nights for m in figures(night.row(key) or {})} | {"status"})
+        if metrics:
+            names = [m for m in names if m in metrics]
+        elif not show_all:
+            names = [m for m in names if (key, m) in moved]
+        if not names:
+            continue
+        cells = []
+        for metric in names:
+            if metric == "status":
+                vals = [str((n.row(key) or {}).get("status") or "-") for n in hist.nights]
+            else:
+                vals = [_num(v) for v in hist.values(key, metric)]
+            m = moved.get((key, metric))
+            note = (f"{m.verdict} at {m.bad[:10]} (range {m.good[:10]}..{m.bad[:10]}, {m.change})" if m else "")
+            cells.append([metric, *vals, note])
+        lines += _block(name, ["metric", *heads, "moved"], cells, fmt)
+    if not lines:
+        lines = ["no figure moved over these nights" if not (metrics or show_all) else "nothing to show"]
+    return "\n".join(lines)
+
+
+def _block(title: str, head: list[str], cells: list[list[str]], fmt: str) -> list[str]:
+    if fmt == "markdown":
+        esc = [[c.replace("|", "\\|") for c in row] for row in cells]
+        return ["", f"**{title.replace('|', '/')}**", "", "| " + " | ".join(head) + " |",
+                "|" + "---|" * len(head), *("| " + " | ".join(row) + " |" for row in esc)]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(head)]
+    return ["", title, *("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+                         for row in [head, *cells])]
+
+
+def nights_text(hist: History) -> str:
+    """The nights, oldest first: index, commit, start time, directory."""
+    import time
+
+    out = []
+    for i, n in enumerate(hist.nights):
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(n.created)) if math.isfinite(n.created) else "?"
+        out.append(f"  {i + 1:>2}  {n.short:<10}  {when}  {n.profile or '-':<8}  {n.name}")
+    return "\n".join(out)
