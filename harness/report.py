@@ -89,6 +89,27 @@ def trend_section(hist: history.History, metrics: list[str], wanted: list[str] |
     return "\n".join(parts) or '<p class="empty">no figures to draw</p>'
 
 
+def moved_section(hist: history.History, limit: int = 12) -> str:
+    """Each figure that moved, on its own scale: a one-page change on a few hundred pages
+    is flat in a chart shared with other configs."""
+    labels = [n.short for n in hist.nights]
+    parts = []
+    seen: list[tuple[str, str]] = []
+    for m in hist.moves:
+        if (m.key, m.metric) not in seen:
+            seen.append((m.key, m.metric))
+    for i, (key, metric) in enumerate(seen[:limit]):
+        spreads = [(min(s), max(s)) if len(s) > 1 else None for s in hist.samples(key, metric)]
+        name = hist.names.get(key, key)
+        series = [{"label": name, "values": hist.values(key, metric), "spread": spreads}]
+        parts.append(f'<figure><figcaption><span class="mono">{escape(name)}</span> {escape(metric)}</figcaption>'
+                     + line_chart(f"{name} {metric}", labels, series, metric, f"moved-{i}", size=(460, 200),
+                                  legend=False, cls="moved") + "</figure>")
+    if len(seen) > limit:
+        parts.append(f'<p class="note">{len(seen) - limit} more moved figures: see the table.</p>')
+    return '<div class="heatmaps">' + "\n".join(parts) + "</div>"
+
+
 def heatmap_section(night: history.Night, metric: str, x: str = "page_size", y: str = "block_size") -> str:
     """One heatmap per (spec, policy, window) facet of the run; a cell holding several
     configs shows their maximum and says so."""
@@ -217,6 +238,7 @@ def page(hist: history.History, *, metrics: list[str], configs: list[str] | None
 {trend_section(hist, metrics, configs)}
 <h2 id="moved">Moved between consecutive runs</h2>
 {moves_table(hist)}
+{moved_section(hist)}
 <h2 id="compare">Compare: newest run</h2>
 {compare_table(report, against, newest)}
 <h2 id="heatmap">{escape(heat_metric)} over page_size x block_size ({escape(newest.name)})</h2>

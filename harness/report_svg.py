@@ -44,7 +44,8 @@ def fmt(v: float) -> str:
     return f"{v:.6g}" if float(v).is_integer() else f"{v:.4g}"
 
 
-def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str, chart_id: str) -> str:
+def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str, chart_id: str,
+               size: tuple[int, int] = (W, H), legend: bool = True, cls: str = "trend") -> str:
     """``series``: dicts with ``label``, ``values`` (one per x, None where absent) and
     optionally ``spread`` (per x, (low, high) or None): drawn as error bars."""
     ys = [v for s in series for v in s["values"] if v is not None]
@@ -53,7 +54,8 @@ def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str,
         return f'<p class="empty">{escape(title)}: no values</p>'
     ticks = nice_ticks(min(ys), max(ys))
     lo, hi = ticks[0], ticks[-1]
-    pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
+    w, h = size
+    pw, ph = w - LEFT - RIGHT, h - TOP - BOTTOM
     n = len(xlabels)
 
     def x(i: int) -> float:
@@ -62,7 +64,7 @@ def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str,
     def y(v: float) -> float:
         return TOP + ph * (1 - (v - lo) / ((hi - lo) or 1))
 
-    out = [f'<svg class="trend" id="{escape(chart_id)}" viewBox="0 0 {W} {H}" width="{W}" height="{H}" '
+    out = [f'<svg class="{cls}" id="{escape(chart_id)}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
            f'role="img" aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
            f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" class="plot"/>']
     for t in ticks:
@@ -71,7 +73,7 @@ def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str,
     every = max(1, math.ceil(n / 12))  # at most a dozen x labels
     for i, label in enumerate(xlabels):
         if i % every == 0 or i == n - 1:
-            out.append(f'<text x="{x(i):.1f}" y="{H - BOTTOM + 16}" text-anchor="middle" class="mono">'
+            out.append(f'<text x="{x(i):.1f}" y="{h - BOTTOM + 16}" text-anchor="middle" class="mono">'
                        f'{escape(label)}</text>')
     out.append(f'<text x="14" y="{TOP + ph / 2:.1f}" transform="rotate(-90 14 {TOP + ph / 2:.1f})" '
                f'text-anchor="middle">{escape(y_label)}</text>')
@@ -89,9 +91,11 @@ def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str,
             out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{color}">'
                        f'<title>{escape(s["label"])}\n{escape(xlabels[i])}: {fmt(v)}</title></circle>')
     out.append("</svg>")
-    legend = "".join(f'<li><span class="swatch" style="background:{PALETTE[k % len(PALETTE)]}"></span>'
+    if not legend:
+        return "\n".join(out)
+    items = "".join(f'<li><span class="swatch" style="background:{PALETTE[k % len(PALETTE)]}"></span>'
                      f'{escape(s["label"])}</li>' for k, s in enumerate(series))
-    return "\n".join(out) + f'\n<ul class="legend">{legend}</ul>'
+    return "\n".join(out) + f'\n<ul class="legend">{items}</ul>'
 
 
 def _shade(t: float) -> str:
