@@ -149,7 +149,10 @@ def build(nights: list[Night]) -> History:
                 hist.names.setdefault(row["key"], row["test_id"])
     for i in range(1, len(nights)):
         before, after = nights[i - 1], nights[i]
-        report = compare_rows(after.rows, reference_of_run(before.rows, before.meta))
+        # Timings of two machines say nothing about each other; counters still do.
+        note = (f"not comparable (hardware profile {before.profile} vs {after.profile})"
+                if before.profile != after.profile else None)
+        report = compare_rows(after.rows, reference_of_run(before.rows, before.meta), timings_note=note)
         for f in report.findings:
             if f.verdict in MOVED:
                 hist.moves.append(Move(f.key, f.metric, i, f.baseline, f.now, f.change, f.verdict,

@@ -139,11 +139,16 @@ def newest_compare(hist: history.History, baseline: dict | None) -> tuple[Compar
     """The newest run against the one before it, or against ``baseline`` when given."""
     newest = hist.nights[-1]
     if baseline is not None:
-        return compare_rows(newest.rows, baseline), f"baseline ({baseline.get('profile')})"
+        note = (f"not comparable (hardware profile {baseline.get('profile')} vs {newest.profile})"
+                if newest.profile and baseline.get("profile") != newest.profile else None)
+        return compare_rows(newest.rows, baseline, timings_note=note), f"baseline ({baseline.get('profile')})"
     if len(hist.nights) < 2:
         return None, ""
     prev = hist.nights[-2]
-    return compare_rows(newest.rows, reference_of_run(prev.rows, prev.meta)), f"{prev.name} ({prev.short})"
+    note = (f"not comparable (hardware profile {prev.profile} vs {newest.profile})"
+            if prev.profile != newest.profile else None)
+    report = compare_rows(newest.rows, reference_of_run(prev.rows, prev.meta), timings_note=note)
+    return report, f"{prev.name} ({prev.short})"
 
 
 def compare_table(report: CompareReport | None, against: str, newest: history.Night) -> str:

@@ -78,3 +78,17 @@ def test_bad_input_is_one_line(nights_dir, cli, capsys, argv, message):
 def test_an_unknown_suite_says_where_it_looked(nights_dir, cli, capsys):
     assert cli("history", "nope", "--nights", nights_dir) == 2
     assert "no run of suite 'nope'" in capsys.readouterr().err
+
+
+def test_timings_of_another_machine_do_not_move(nights_dir, tmp_path):
+    """A night measured on other hardware: its counters still compare, its timings do not."""
+    import json
+    import shutil
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(nights_dir, mixed)
+    meta = json.loads((mixed / "night-a" / "meta.json").read_text())  # the newest night (C3)
+    meta["hardware"] = {"profile": "h100"}
+    (mixed / "night-a" / "meta.json").write_text(json.dumps(meta))
+    hist = history.build(history.find_nights(mixed, "nightsuite"))
+    assert {(hist.names[m.key], m.metric) for m in hist.moves} == {(REGRESSED, "peak_pages_held")}
