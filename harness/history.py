@@ -22,7 +22,7 @@ from typing import Any
 from harness.baseline import counters_of
 from harness.compare import compare_rows, reference_of_run
 from harness.metric_kinds import kind
-from harness.results import META, RESULTS, load_rows
+from harness.results import RESULTS, load_rows
 from mini_engine.errors import ConfigError
 
 MOVED = ("regression", "improvement")

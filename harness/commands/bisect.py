@@ -72,8 +72,11 @@ def run(args: argparse.Namespace) -> int:
         why = ""
     print(line + (f"\n  {why}" if why else ""))
     if args.summary:
-        with open(args.summary, "a", encoding="utf-8") as fh:
-            fh.write(summary(name, good, bad, result, line, why))
+        try:
+            with open(args.summary, "a", encoding="utf-8") as fh:
+                fh.write(summary(name, good, bad, result, line, why))
+        except OSError as err:
+            raise ConfigError(f"--summary {args.summary!r} cannot be written: {err.strerror or err}") from None
     return 0
 
 

@@ -49,11 +49,18 @@ def run(args: argparse.Namespace) -> int:
     html, cmp = report.page(hist, metrics=args.metric or list(report.TREND_METRICS), configs=args.config,
                             heat_metric=args.heatmap, baseline=baseline, mlflow_url=args.mlflow_url)
     out = Path(args.out)
-    report.write(out, html)
+    try:
+        report.write(out, html)
+    except OSError as err:
+        raise ConfigError(f"--out {str(out)!r} cannot be written: {err.strerror or err}") from None
     print(f"report: {out} ({len(nights)} runs, {len(hist.moves)} figures moved"
           + (f"; newest: {cmp.summary()}" if cmp else "") + ")")
     if args.summary:
-        with open(args.summary, "a", encoding="utf-8") as fh:
-            fh.write(report.summary(hist, cmp, out.name, args.mlflow_url))
+        try:
+            with open(args.summary, "a", encoding="utf-8") as fh:
+                fh.write(report.summary(hist, cmp, out.name, args.mlflow_url))
+        except OSError as err:
+            raise ConfigError(f"--summary {args.summary!r} cannot be written: {err.strerror or err} "
+                              f"(the report {out} was written)") from None
         print(f"summary: {args.summary}")
     return 0

@@ -87,6 +87,14 @@ def test_bad_input(nights, cli, capsys, tmp_path):
     assert "given twice" in capsys.readouterr().err
     assert cli("report", tmp_path / "nope", "--out", tmp_path / "r.html") == 2
     assert not (tmp_path / "r.html").exists()
+    capsys.readouterr()
+    (tmp_path / "file").write_text("")
+    assert cli("report", nights[0].path, "--out", tmp_path / "file" / "r.html") == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "cannot be written" in err and len(err.strip().splitlines()) == 1
+    assert cli("report", nights[0].path, "--out", tmp_path / "r.html", "--summary", tmp_path / "file" / "s") == 2
+    err = capsys.readouterr().err
+    assert "--summary" in err and "the report" in err and (tmp_path / "r.html").exists()  # nothing lost
 
 
 def test_one_run_with_a_baseline(nights, cli, capsys, tmp_path):
