@@ -128,6 +128,9 @@ def heatmap_section(night: history.Night, metric: str, x: str = "page_size", y: 
         ys = sorted({k[1] for k in cells})
         shown = {k: (max(v), f" (max of {len(v)} configs)" if len(v) > 1 else "") for k, v in cells.items()}
         title = f"spec={facet[0]}, policy={facet[1]}, window={facet[2]}"
+        most = max(len(v) for v in cells.values())
+        if most > 1:  # other axes (free policy, layer pattern, ...) share a cell
+            title += f" (a cell is the max of up to {most} configs)"
         parts.append(f'<figure><figcaption>{escape(title)}</figcaption>'
                      + heatmap(f"{metric}: {title}", xs, ys, shown, x, y, f"heatmap-{i}") + "</figure>")
     if len(facets) > MAX_FACETS:
@@ -155,8 +158,8 @@ def compare_table(report: CompareReport | None, against: str, newest: history.Ni
     if report is None:
         return '<p class="empty">one run and no --baseline: nothing to compare with</p>'
     shown = [f for f in report.findings if f.verdict != "ok"][:MAX_TABLE]
-    head = "".join(f"<th>{h}</th>" for h in ("config", "metric", escape(against), escape(newest.short), "change",
-                                              "verdict"))
+    head = "".join(f"<th>{h}</th>" for h in ("config", "metric", escape(against),
+                                              escape(f"{newest.name} ({newest.short})"), "change", "verdict"))
     body = "".join(
         f'<tr class="{escape(f.verdict.replace(" ", "-"))}"><td class="mono">{escape(report.names.get(f.key, f.key))}'
         f'</td><td class="mono">{escape(f.metric)}</td><td>{_num(f.baseline)}</td><td>{_num(f.now)}</td>'
