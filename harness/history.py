@@ -125,17 +125,22 @@ def load_night(path: Path) -> Night:
     return Night(path, RunDir(path).meta(), load_rows(path))
 
 
-def find_nights(root: Path, suite: str | None = None) -> list[Night]:
-    """The run directories under ``root`` (a directory of runs, or a results root with
-    runs/ inside), of ``suite`` when given, oldest first."""
-    root = Path(root)
-    if not root.is_dir():
-        raise ConfigError(f"--nights: {root} is not a directory")
-    if not any(is_night(p) for p in root.iterdir() if p.is_dir()) and (root / "runs").is_dir():
-        root = root / "runs"
-    nights = [load_night(p) for p in sorted(root.iterdir()) if p.is_dir() and is_night(p)]
-    if suite is not None:
-        nights = [n for n in nights if n.suite == suite]
+def find_nights(roots: Path | list[Path], suite: str | None = None) -> list[Night]:
+    """The run directories under each root (a directory of runs, or a results root with
+    runs/ inside), of ``suite`` when given, oldest first; a run found twice (same name,
+    commit and start) counts once."""
+    found: dict[tuple, Night] = {}  # a copy of a run (in a cache and an artifact) is the same night
+    for root in [roots] if isinstance(roots, (str, Path)) else roots:
+        root = Path(root)
+        if not root.is_dir():
+            raise ConfigError(f"--nights: {root} is not a directory")
+        if not any(is_night(p) for p in root.iterdir() if p.is_dir()) and (root / "runs").is_dir():
+            root = root / "runs"
+        for p in sorted(root.iterdir()):
+            if p.is_dir() and is_night(p):
+                night = load_night(p)
+                found.setdefault((night.name, night.commit, night.meta.get("created")), night)
+    nights = [n for n in found.values() if suite is None or n.suite == suite]
     # Start time first (run names need not sort by time); the name breaks ties.
     return sorted(nights, key=lambda n: (n.created, n.name))
 

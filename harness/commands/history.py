@@ -13,8 +13,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "and meta.json, as kvbench sweep writes them), oldest first, and shows the "
                                    "figures that moved from one night to the next with the commit range.")
     p.add_argument("suite", help="suite name, as in the runs' meta.json")
-    p.add_argument("--nights", metavar="DIR",
-                   help="directory of run directories (default: results/runs, or $KVBENCH_RESULTS/runs)")
+    p.add_argument("--nights", action="append", metavar="DIR",
+                   help="a directory of run directories, or a results root holding runs/ (repeatable; "
+                        "default: results/runs, or $KVBENCH_RESULTS/runs)")
     p.add_argument("--last", type=int, default=7, metavar="N", help="the newest N nights (default 7)")
     p.add_argument("--metric", action="append", metavar="NAME", help="show this metric (repeatable)")
     p.add_argument("--config", action="append", metavar="TEXT", help="configs whose test id or key contains TEXT")
@@ -31,11 +32,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.last < 2:
         raise ConfigError(f"--last must be an integer >= 2 (got {args.last})")
-    root = Path(args.nights) if args.nights else results_root() / "runs"
-    nights = history.find_nights(root, args.suite)
+    roots = [Path(d) for d in args.nights] if args.nights else [results_root() / "runs"]
+    nights = history.find_nights(roots, args.suite)
     if not nights:
-        raise ConfigError(f"--nights: no run of suite {args.suite!r} under {root} (each night is a directory "
-                          f"with results.jsonl and a meta.json naming the suite)")
+        raise ConfigError(f"--nights: no run of suite {args.suite!r} under {', '.join(map(str, roots))} (each "
+                          f"night is a directory with results.jsonl and a meta.json naming the suite)")
     hist = history.build(nights[-args.last:])
     print(f"kvbench history {args.suite}: {len(hist.nights)} nights, oldest first")
     print(history.nights_text(hist))

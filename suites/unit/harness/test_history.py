@@ -56,12 +56,18 @@ def test_cli_shows_the_last_nights_with_their_commits(nights_dir, cli, capsys):
     assert "| leaked_pages | 0 | 0 | 0 |  |" in out
 
 
-def test_default_nights_are_the_results_root_runs(nights_dir, results_root, cli, capsys):
+def test_default_nights_are_the_results_root_runs(nights_dir, results_root, cli, capsys, tmp_path):
     import shutil
 
     shutil.copytree(nights_dir, results_root / "runs")
     assert cli("history", "nightsuite") == 0
     assert "3 nights" in capsys.readouterr().out
+    # Several roots (say, one unpacked results artifact per night), a run given twice counted once.
+    for name in ("night-a", "night-b"):
+        shutil.copytree(nights_dir / name, tmp_path / f"artifact-{name}" / "runs" / name)
+    assert cli("history", "nightsuite", "--nights", tmp_path / "artifact-night-a", "--nights",
+               tmp_path / "artifact-night-b", "--nights", results_root / "runs", "--nights", results_root) == 0
+    assert "3 nights, oldest first" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, message", [
