@@ -209,19 +209,22 @@ def table(hist: History, *, metrics: list[str] | None = None, configs: list[str]
 def _block(title: str, head: list[str], cells: list[list[str]], fmt: str) -> list[str]:
     if fmt == "markdown":
         esc = [[c.replace("|", "\\|") for c in row] for row in cells]
-        return ["", f"**{title.replace('|', '/')}**", "", "| " + " | ".join(head) + " |",
+        return ["", f"**`{title.replace('`', chr(39))}`**", "", "| " + " | ".join(head) + " |",
                 "|" + "---|" * len(head), *("| " + " | ".join(row) + " |" for row in esc)]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(head)]
     return ["", title, *("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
                          for row in [head, *cells])]
 
 
-def nights_text(hist: History) -> str:
-    """The nights, oldest first: index, commit, start time, directory."""
+def nights_text(hist: History, fmt: str = "text") -> str:
+    """The nights, oldest first: index, commit, start time, hardware profile, directory."""
     import time
 
-    out = []
+    rows = []
     for i, n in enumerate(hist.nights):
         when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(n.created)) if math.isfinite(n.created) else "?"
-        out.append(f"  {i + 1:>2}  {n.short:<10}  {when}  {n.profile or '-':<8}  {n.name}")
-    return "\n".join(out)
+        rows.append((str(i + 1), n.short, when, n.profile or "-", n.name))
+    if fmt == "markdown":
+        return "\n".join(["| # | commit | started (UTC) | hardware | run |", "|---|---|---|---|---|",
+                          *(f"| {a} | `{b}` | {c} | {d} | `{e.replace('|', '/')}` |" for a, b, c, d, e in rows)])
+    return "\n".join(f"  {a:>2}  {b:<10}  {c}  {d:<8}  {e}" for a, b, c, d, e in rows)

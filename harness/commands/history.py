@@ -38,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--nights: no run of suite {args.suite!r} under {', '.join(map(str, roots))} (each "
                           f"night is a directory with results.jsonl and a meta.json naming the suite)")
     hist = history.build(nights[-args.last:])
-    print(f"kvbench history {args.suite}: {len(hist.nights)} nights, oldest first")
-    print(history.nights_text(hist))
+    head = f"kvbench history {args.suite}: {len(hist.nights)} nights, oldest first"
+    print(f"### {head}\n" if args.format == "markdown" else head)
+    print(history.nights_text(hist, args.format))
     print(history.table(hist, metrics=args.metric, configs=args.config, show_all=args.all, fmt=args.format))
     moves = len({(m.key, m.metric) for m in hist.moves})
     print(f"\n{moves} figures moved over {len(hist.nights)} nights "
