@@ -33,6 +33,8 @@ class Night:
     path: Path
     meta: dict[str, Any]
     rows: list[dict[str, Any]]
+    _by_key: dict[str, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    _figures: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -60,7 +62,16 @@ class Night:
         return str((self.meta.get("hardware") or {}).get("profile") or "")
 
     def row(self, key: str) -> dict[str, Any] | None:
-        return next((r for r in self.rows if r["key"] == key), None)
+        if self._by_key is None:
+            self._by_key = {r["key"]: r for r in self.rows}
+        return self._by_key.get(key)
+
+    def figures(self, key: str) -> dict[str, float]:
+        """figures() of the config's row, computed once (charts ask for them per metric)."""
+        if key not in self._figures:
+            row = self.row(key)
+            self._figures[key] = {} if row is None else figures(row)
+        return self._figures[key]
 
 
 @dataclass
@@ -91,11 +102,7 @@ class History:
         return list(seen)
 
     def values(self, key: str, metric: str) -> list[float | None]:
-        out = []
-        for night in self.nights:
-            row = night.row(key)
-            out.append(None if row is None else figures(row).get(metric))
-        return out
+        return [night.figures(key).get(metric) if night.row(key) is not None else None for night in self.nights]
 
     def samples(self, key: str, metric: str) -> list[list[float]]:
         """Per night, the repeated samples of a timing (empty when it ran once)."""
@@ -184,7 +191,7 @@ def table(hist: History, *, metrics: list[str] | None = None, configs: list[str]
         name = hist.names.get(key, key)
         if configs and not any(c in name or c in key for c in configs):
             continue
-        names = sorted({m for night in hist.nights for m in figures(night.row(key) or {})} | {"status"})
+        names = sorted({m for night in hist.nights for m in night.figures(key)} | {"status"})
         if metrics:
             names = [m for m in names if m in metrics]
         elif not show_all:
