@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from harness.commands import COMMANDS
@@ -18,26 +19,48 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvbench", description="KV-cache accounting benchmark harness")
+    parser.add_argument("--version", action="version", version=f"kvbench {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"harness.commands.{name}").register(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+def version() -> str:
+    """The installed distribution's version, or the source tree's when run from a checkout."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
     try:
-        return int(args.func(args) or 0)
-    except KVBenchError as err:
-        print(f"kvbench: error: {err}", file=sys.stderr)
-        return 2
+        return dist_version("kvbench")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        try:
+            code = int(args.func(args) or 0)
+        except KVBenchError as err:
+            print(f"kvbench: error: {err}", file=sys.stderr)
+            code = 2
+        # Flush here, not at interpreter exit, so a closed pipe is seen while we can still handle it.
+        sys.stdout.flush()
+        return code
     except KeyboardInterrupt:
         print("kvbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`kvbench compare ... | head`): stop quietly, as `cat` does.
+        # Point stdout at /dev/null so the interpreter's own flush at exit cannot raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE: what a shell reports for a writer killed by a closed pipe
 
 
 if __name__ == "__main__":

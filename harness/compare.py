@@ -5,6 +5,11 @@ retractions) gate exactly: any change is a regression, and so is a violation id
 the baseline never saw. Timings and memory gate only on evidence: at least 10%
 worse AND a one-sided Mann-Whitney U over the repeated samples below alpha (as
 asv does), so one noisy run on a shared machine never fails a check.
+
+The reference is a baseline file or any other run (``reference_of_run``): a run is
+a baseline nobody blessed. Across hardware or accounting profiles the counters are
+still compared exactly, but timings measured on different machines (or doing
+different work) say nothing about each other: they are shown as "not comparable".
 """
 
 from __future__ import annotations
@@ -12,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from harness.baseline import counters_of
+from harness.baseline import counters_of, entry
 from harness.metric_kinds import higher_is_better, kind
 
-VERDICTS = ("ok", "regression", "improvement", "new", "missing")
+VERDICTS = ("ok", "regression", "improvement", "new", "missing", "not comparable")
 THRESHOLD = 0.10
 ALPHA = 0.05
 
@@ -34,6 +39,7 @@ class Finding:
 class CompareReport:
     findings: list[Finding] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)  # key -> test id, for shorter tables
+    labels: tuple[str, str] = ("baseline", "now")  # the reference and the judged run, as column heads
 
     @property
     def regressions(self) -> list[Finding]:
@@ -42,6 +48,11 @@ class CompareReport:
     @property
     def regressed(self) -> bool:
         return any(f.verdict == "regression" for f in self.findings)
+
+    @property
+    def missing_configs(self) -> list[str]:
+        """Configs of the reference the judged run did not measure at all."""
+        return [f.key for f in self.findings if f.metric == "*" and f.verdict == "missing"]
 
     def counts(self) -> dict[str, int]:
         c = dict.fromkeys(VERDICTS, 0)
@@ -52,12 +63,15 @@ class CompareReport:
     def summary(self) -> str:
         c = self.counts()
         keys = len({f.key for f in self.findings})
-        return (f"{keys} configs compared: {c['regression']} regressions, {c['improvement']} improvements, "
+        text = (f"{keys} configs compared: {c['regression']} regressions, {c['improvement']} improvements, "
                 f"{c['new']} new, {c['missing']} missing, {c['ok']} unchanged figures")
+        if c["not comparable"]:
+            text += f", {c['not comparable']} timings not comparable"
+        return text
 
     def table(self, fmt: str = "text", all: bool = False) -> str:
         shown = self.findings if all else [f for f in self.findings if f.verdict != "ok"]
-        head = ("config", "metric", "baseline", "now", "change", "verdict")
+        head = ("config", "metric", *self.labels, "change", "verdict")
         cells = [(self.names.get(f.key, f.key), f.metric, _num(f.baseline), _num(f.now), f.change, f.verdict)
                  for f in shown]
         if fmt == "markdown":
@@ -86,8 +100,11 @@ def _counter_change(b: float, n: float) -> str:
 
 
 def compare_rows(rows: list[dict[str, Any]], baseline: dict[str, Any], *, threshold: float = THRESHOLD,
-                 alpha: float = ALPHA, selected: Callable[[str], bool] | None = None) -> CompareReport:
-    """``selected``: the run's --filter over test ids; a config it left out is not missing."""
+                 alpha: float = ALPHA, selected: Callable[[str], bool] | None = None,
+                 timings_note: str | None = None) -> CompareReport:
+    """``selected``: the run's --filter over test ids; a config it left out is not missing.
+    ``timings_note``: timings are not judged (the runs are of different profiles); each is
+    shown with this note and the verdict "not comparable"."""
     report = CompareReport()
     base_configs = baseline.get("configs") or {}
     seen = set()
@@ -102,7 +119,7 @@ def compare_rows(rows: list[dict[str, Any]], baseline: dict[str, Any], *, thresh
             continue
         report.findings.extend(_status(key, base, row))
         report.findings.extend(_counters(key, base.get("counters") or {}, counters_of(row)))
-        report.findings.extend(_timings(key, base.get("timings") or {}, row, threshold, alpha))
+        report.findings.extend(_timings(key, base.get("timings") or {}, row, threshold, alpha, timings_note))
     # A baseline holds several suites; only configs of the suites this run swept can be missing.
     suites = {row.get("suite") for row in rows}
     for key, base in base_configs.items():
@@ -140,7 +157,7 @@ def _counters(key: str, base: dict[str, float], now: dict[str, float]) -> list[F
 
 
 def _timings(key: str, base: dict[str, dict[str, Any]], row: dict[str, Any], threshold: float,
-             alpha: float) -> list[Finding]:
+             alpha: float, note: str | None = None) -> list[Finding]:
     out = []
     metrics = row.get("metrics") or {}
     samples = row.get("samples") or {}
@@ -149,6 +166,9 @@ def _timings(key: str, base: dict[str, dict[str, Any]], row: dict[str, Any], thr
         if not isinstance(n, (int, float)) or kind(name) not in ("timing", "memory"):
             continue
         bm = float(b.get("median", 0.0))
+        if note is not None:
+            out.append(Finding(key, name, bm, float(n), note, "not comparable"))
+            continue
         if bm == 0:
             out.append(Finding(key, name, bm, n, "baseline is 0", "ok"))
             continue
@@ -175,3 +195,30 @@ def _mwu(now: list[float], base: list[float], *, worse_means_larger: bool) -> fl
 
     alt = "greater" if worse_means_larger else "less"
     return float(mannwhitneyu(now, base, alternative=alt).pvalue)
+
+
+def reference_of_run(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """A run as the reference of a comparison: a baseline of every row, failed ones
+    included (a failed config that now runs is news, not a gap)."""
+    return {"profile": (meta.get("hardware") or {}).get("profile"), "git_commit": meta.get("git_commit"),
+            "created": meta.get("created"), "accounting": sorted(accounting_profiles(rows)),
+            "configs": {row["key"]: entry(row) for row in rows}}
+
+
+def accounting_profiles(rows: list[dict[str, Any]]) -> set[str]:
+    """The accounting profiles (sglang-0.5.23, host-aligned, ...) a run's configs used."""
+    return {str((row.get("config") or {}).get("profile")) for row in rows
+            if (row.get("config") or {}).get("profile") is not None}
+
+
+def without_profile(key: str) -> str:
+    """A config key with its accounting profile dropped, to pair configs across profiles."""
+    return ",".join(p for p in key.split(",") if not p.startswith("profile="))
+
+
+def across(rows: list[dict[str, Any]], reference: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows and reference re-keyed without the accounting profile, so that the same
+    workload under two profiles pairs up."""
+    rows = [{**row, "key": without_profile(row["key"])} for row in rows]
+    configs = {without_profile(k): v for k, v in (reference.get("configs") or {}).items()}
+    return rows, {**reference, "configs": configs}

@@ -291,6 +291,7 @@ def _unreachable(uri: str, err: BaseException) -> MlflowUnavailable:
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
+    from harness.causes import one_line  # keeps the cause a long library message ends with
+
+    return one_line(err)
 

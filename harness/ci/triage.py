@@ -1,26 +1,37 @@
 """Nightly triage: regressions seen on consecutive nights become tracking issues.
 
-One noisy night opens nothing. A (config key, metric) that ``kvbench compare``
+One noisy night opens nothing. A config with a metric that ``kvbench compare``
 calls a regression on the newest night and the ``min_nights - 1`` nights before it
-opens, or updates, the one issue whose title names that config and metric. The
-comparison itself is harness.compare's, against the profile's baseline.
+opens, or updates, the one issue of that config: every metric of the config that
+regressed on the newest night is a row of its table. The issue names the commit
+range between the last good night and the first bad one (each night's meta.json
+carries its commit), links that range and the nights' MLflow runs, and gives the
+`kvbench bisect` line that finds the commit. The comparison itself is
+harness.compare's, against the profile's baseline.
+
+Keys, metric names, night names and commits come from result files, which a pull
+request can shape: in an issue body they appear only as escaped code spans.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.ci.github_client import Client
-from harness.compare import compare_rows
 from harness.ci.links import mlflow_link
-from harness.results import load_rows
+from harness.compare import compare_rows
+from harness.results import RunDir, load_rows
 from mini_engine.errors import ConfigError
 
 LABEL = "kvbench-regression"
-MAX_KEY_IN_TITLE = 160
+MAX_KEY_IN_TITLE = 180
 MARKER = "<!-- kvbench-triage -->"
+SHA_RE = re.compile(r"[0-9a-f]{7,40}\Z")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 @dataclass
@@ -30,6 +41,7 @@ class Night:
     report: object  # harness.compare.CompareReport
     rows: list[dict]
     mlflow: str = ""  # link to the night's MLflow parent run, when known
+    commit: str = ""  # the commit the night measured (meta.json's git_commit)
 
     def regression(self, key: str, metric: str):
         return next((f for f in self.report.regressions if f.key == key and f.metric == metric), None)
@@ -42,24 +54,53 @@ class Night:
 @dataclass
 class Tracking:
     key: str
-    metric: str
-    streak: int
+    metrics: list[str]  # every metric of the config that regressed on the newest night
+    streak: int  # consecutive nights, up to the newest, with a regression of the config
     title: str
     body: str
+    good: str = ""  # commit of the last good night, "" when it is older than the nights given
+    bad: str = ""  # commit of the first bad night
 
 
 @dataclass
 class TriagePlan:
     track: list[Tracking] = field(default_factory=list)
-    blips: list[tuple[str, str]] = field(default_factory=list)  # regressed on the newest night only
-    recovered: list[tuple[str, str]] = field(default_factory=list)  # regressed before, measured fine now
+    blips: list[tuple[str, list[str]]] = field(default_factory=list)  # configs regressed on the newest night only
+    recovered: list[str] = field(default_factory=list)  # configs regressed before, measured fine now
 
 
-def title_for(metric: str, key: str, where: str) -> str:
+def code(text: object, limit: int = 200) -> str:
+    """``text`` as one inline code span that no content can break out of: control and
+    direction characters dropped, a fence longer than any backtick run inside, and
+    ``|`` escaped (GitHub splits table cells before it reads code spans)."""
+    s = " ".join(_CONTROL.sub(" ", str(text)).split())
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    s = s.replace("|", "\\|")
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", s)), default=0) + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") or not s else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def plain(text: object, limit: int = 200) -> str:
+    """Text for an issue title (not Markdown): one line, no control characters."""
+    s = " ".join(_CONTROL.sub(" ", str(text)).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def title_for(key: str, where: str) -> str:
     # GitHub titles stop at 256 characters; a long key keeps a hash so it stays unique.
     if len(key) > MAX_KEY_IN_TITLE:
         key = key[: MAX_KEY_IN_TITLE - 10] + "~" + hashlib.sha256(key.encode()).hexdigest()[:8]
-    return f"kvbench regression: {metric} on {key} ({where})"
+    return plain(f"kvbench regression: {key} ({where})", 250)
+
+
+def repo_url_from_env() -> str:
+    """The repository's web address inside GitHub Actions, else ''."""
+    server, repo = os.environ.get("GITHUB_SERVER_URL", ""), os.environ.get("GITHUB_REPOSITORY", "")
+    if re.fullmatch(r"https://[A-Za-z0-9.-]+", server) and re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
+        return f"{server}/{repo}"
+    return ""
 
 
 def load_nights(dirs: list[Path], baseline: dict, ui_url: str = "") -> list[Night]:
@@ -70,7 +111,8 @@ def load_nights(dirs: list[Path], baseline: dict, ui_url: str = "") -> list[Nigh
         if not (d / "results.jsonl").is_file():
             raise ConfigError(f"--nights: {d} has no results.jsonl")
         rows = load_rows(d)
-        nights.append(Night(d.name, d, compare_rows(rows, baseline), rows, mlflow_link(d, ui_url)))
+        commit = str(RunDir(d).meta().get("git_commit") or "")
+        nights.append(Night(d.name, d, compare_rows(rows, baseline), rows, mlflow_link(d, ui_url), commit))
     return nights
 
 
@@ -87,61 +129,98 @@ def _fmt(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def _change(value: object) -> str:
-    return f"{value:+.1%}" if isinstance(value, float) else _fmt(value)
+def _streak(nights: list[Night], key: str, metric: str | None = None) -> int:
+    """Consecutive nights up to the newest on which the config (or one metric of it) regressed."""
+    n = 0
+    for night in reversed(nights):
+        hit = (night.regression(key, metric) if metric else
+               any(f.key == key for f in night.report.regressions))
+        if not hit:
+            break
+        n += 1
+    return n
 
 
-def _body(key: str, metric: str, where: str, nights: list[Night], streak: int, baseline: dict) -> str:
+def _commit_link(repo_url: str, commit: str) -> str:
+    return f"[{code(commit[:12])}]({repo_url}/commit/{commit})" if repo_url and SHA_RE.match(commit) else code(commit[:12] or "unknown")
+
+
+def _range(nights: list[Night], streak: int, repo_url: str) -> tuple[str, str, str]:
+    """(good commit, bad commit, the Markdown line naming the range)."""
+    first_bad = nights[-streak]
+    last_good = nights[-streak - 1] if streak < len(nights) else None
+    bad = first_bad.commit
+    if last_good is None:
+        return "", bad, (f"**Commit range:** the first bad night {code(first_bad.name)} measured "
+                         f"{_commit_link(repo_url, bad)}; the last good night is older than the nights triaged.")
+    good = last_good.commit
+    line = (f"**Commit range:** last good night {code(last_good.name)} at {_commit_link(repo_url, good)}, "
+            f"first bad night {code(first_bad.name)} at {_commit_link(repo_url, bad)}")
+    if repo_url and SHA_RE.match(good) and SHA_RE.match(bad):
+        line += f" ([the commits between]({repo_url}/compare/{good}...{bad}))"
+    return good, bad, line + "."
+
+
+def _body(key: str, metrics: list[str], where: str, nights: list[Night], streak: int, good: str, bad: str,
+          range_line: str) -> str:
     newest = nights[-1]
-    since = nights[-streak].name
+    test_id = newest.report.names.get(key, "")
     lines = [
         MARKER,
-        f"`{metric}` regressed on config `{key}` ({where}) on {streak} consecutive nights, since `{since}`.",
+        f"Config {code(key)} ({code(where)}) regressed on {streak} consecutive nights, since "
+        f"{code(nights[-streak].name)}: {len(metrics)} metric(s) moved.",
         "",
-        "| night | baseline | now | change | verdict | MLflow |",
-        "|---|---|---|---|---|---|",
+        range_line,
     ]
-    for night in nights:
-        f = night.finding(key, metric)
-        link = f"[run]({night.mlflow})" if night.mlflow else "-"
-        if f is None:
-            lines.append(f"| `{night.name}` | - | - | - | absent | {link} |")
-        else:
-            lines.append(f"| `{night.name}` | {_fmt(f.baseline)} | {_fmt(f.now)} | {_change(f.change)} "
-                         f"| {f.verdict} | {link} |")
-    rows = [r for r in newest.rows if r.get("key") == key]
-    # This config alone: the rest of the baseline would only show up as "missing".
-    own = {**baseline, "configs": {k: v for k, v in (baseline.get("configs") or {}).items() if k == key}}
-    lines += ["", f"`kvbench compare` on `{newest.name}` for this config:", "",
-              compare_rows(rows, own).table(fmt="markdown").rstrip(), ""]
-    lines.append("_Opened and updated by `kvbench ci triage`; it reopens this issue if the regression comes back._")
+    if good and bad and test_id:
+        lines += ["", "Find the commit (locally, or with the `bisect` workflow on this runner):", "",
+                  f"{code(f'kvbench bisect --good {good} --bad {bad} --config {test_id}', 400)}"]
+    heads = [code(n.name, 60) for n in nights]
+    lines += ["", "| metric | baseline | " + " | ".join(heads) + " | change (newest) | nights in a row |",
+              "|---|---|" + "---|" * len(nights) + "---|---|"]
+    for metric in metrics:
+        base = next((f.baseline for n in nights if (f := n.finding(key, metric)) is not None), None)
+        cells = []
+        for night in nights:
+            f = night.finding(key, metric)
+            cells.append("absent" if f is None else _fmt(f.now) + (" **(regressed)**" if f.verdict == "regression" else ""))
+        change = newest.finding(key, metric)
+        lines.append(f"| {code(metric, 80)} | {_fmt(base)} | " + " | ".join(cells)
+                     + f" | {code(change.change, 80) if change else '-'} | {_streak(nights, key, metric)} |")
+    links = [f"[{code(n.name, 60)}]({n.mlflow})" for n in nights if n.mlflow]
+    if links:
+        lines += ["", "MLflow runs of the nights: " + ", ".join(links)]
+    lines += ["", "_Opened and updated by `kvbench ci triage`; it reopens this issue if the regression comes back._"]
     return "\n".join(lines) + "\n"
 
 
-def plan(nights: list[Night], baseline: dict, where: str, min_nights: int = 2) -> TriagePlan:
+def plan(nights: list[Night], baseline: dict, where: str, min_nights: int = 2, repo_url: str | None = None) -> TriagePlan:
     if min_nights < 2:
         raise ConfigError(f"--min-nights must be an integer >= 2 (got {min_nights})")
     if not nights:
         raise ConfigError("--nights: give at least one night directory")
+    repo_url = repo_url_from_env() if repo_url is None else repo_url
     out = TriagePlan()
     newest = nights[-1]
+    by_key: dict[str, list[str]] = {}
     for f in newest.report.regressions:
-        streak = 0
-        for night in reversed(nights):
-            if night.regression(f.key, f.metric) is None:
-                break
-            streak += 1
-        if streak >= min_nights:
-            out.track.append(Tracking(f.key, f.metric, streak, title_for(f.metric, f.key, where),
-                                      _body(f.key, f.metric, where, nights, streak, baseline)))
-        else:
-            out.blips.append((f.key, f.metric))
+        by_key.setdefault(f.key, []).append(f.metric)
+    for key, metrics in by_key.items():
+        # Two nights in a row of the same figure, as before: a config whose metrics take
+        # turns regressing for one night each is noise, not a tracked regression.
+        streak = max(_streak(nights, key, m) for m in metrics)
+        if streak < min_nights:
+            out.blips.append((key, metrics))
+            continue
+        good, bad, range_line = _range(nights, streak, repo_url)
+        out.track.append(Tracking(key, metrics, streak, title_for(key, where),
+                                  _body(key, metrics, where, nights, streak, good, bad, range_line), good, bad))
     if len(nights) >= 2:
-        for f in nights[-2].report.regressions:
-            # A figure the newest night did not measure (a sweep that stopped early) has not recovered.
-            now = newest.finding(f.key, f.metric)
-            if now is not None and now.verdict not in ("regression", "missing"):
-                out.recovered.append((f.key, f.metric))
+        for key in dict.fromkeys(f.key for f in nights[-2].report.regressions):
+            # A config or figure the newest night did not measure (a sweep that stopped early) has not recovered.
+            measured = [newest.finding(key, f.metric) for f in nights[-2].report.regressions if f.key == key]
+            if key not in by_key and all(m is not None and m.verdict != "missing" for m in measured):
+                out.recovered.append(key)
     return out
 
 
@@ -157,12 +236,12 @@ def apply(tp: TriagePlan, client: Client, where: str, newest: str) -> list[str]:
             reopen = found.get("state") != "open"
             client.update_issue(found["number"], t.body, reopen=reopen)
             log.append(f"{'reopened' if reopen else 'updated'} #{found['number']}: {t.title}")
-    for key, metric in tp.recovered:
-        title = title_for(metric, key, where)
+    for key in tp.recovered:
+        title = title_for(key, where)
         found = client.find_issue(title, LABEL)
         if found is not None and found.get("state") == "open" and "recovered on" not in found["body"][-200:]:
-            client.update_issue(found["number"], found["body"] + f"\n**Not regressed on `{newest}`** (recovered on that night).\n")
+            client.update_issue(found["number"], found["body"] + f"\n**Not regressed on {code(newest)}** (recovered on that night).\n")
             log.append(f"noted recovery on #{found['number']}: {title}")
-    for key, metric in tp.blips:
-        log.append(f"one night only, no issue yet: {metric} on {key}")
+    for key, metrics in tp.blips:
+        log.append(f"one night only, no issue yet: {', '.join(metrics)} on {key}")
     return log

@@ -1,14 +1,28 @@
-"""kvbench compare RUN: regression verdicts against the baseline of the run's hardware."""
+"""kvbench compare [A] B: regression verdicts of run B against a reference A.
+
+A is a baseline file or any other run; with one argument the reference is the
+baseline of the run's hardware profile (results/baselines/<profile>.json).
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from mini_engine.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="compare a run with a baseline; exit 1 on a regression")
-    p.add_argument("run", help="run id, run directory or results.jsonl")
+    p = sub.add_parser("compare", help="compare a run with a baseline or another run; exit 1 on a regression",
+                       description="kvbench compare RUN (against the baseline of its hardware profile) or "
+                                   "kvbench compare A B (B judged against A: a run or a baseline file).")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="run id, run directory or results.jsonl; with two, the first (or a baseline .json) is the reference")
     p.add_argument("--baseline", metavar="FILE", help="baseline file (default results/baselines/<profile>.json)")
+    p.add_argument("--across-profiles", action="store_true",
+                   help="compare runs of different hardware or accounting profiles: counters exactly, timings not at all")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="configs of the reference that the run did not measure do not fail the compare")
     p.add_argument("--format", choices=("text", "markdown"), default="text")
     p.add_argument("--all", action="store_true", help="list unchanged figures too")
     p.set_defaults(func=run)
@@ -26,17 +40,64 @@ def judged_run(run: str) -> tuple[list[dict], dict, str]:
     return rows, meta, profile
 
 
-def run(args: argparse.Namespace) -> int:
+def is_baseline_file(path: str) -> bool:
+    return path.endswith(".json") and Path(path).is_file()
+
+
+def reference(args: argparse.Namespace, profile: str) -> tuple[dict, str, str]:
+    """(reference, its hardware profile, how to name it) for the judged run's profile."""
     from harness.baseline import default_path, load_baseline
-    from harness.compare import compare_rows
+    from harness.compare import reference_of_run
     from harness.results import results_root
+
+    if len(args.runs) == 1:
+        path = args.baseline or default_path(profile, results_root())
+        base = load_baseline(path, expected_profile=None if args.across_profiles else profile)
+        return base, str(base["profile"]), str(path)
+    if args.baseline:
+        raise ConfigError("--baseline goes with one run; with two, the first run is the reference")
+    a = args.runs[0]
+    if is_baseline_file(a):
+        base = load_baseline(a)
+        return base, str(base["profile"]), a
+    rows, meta, a_profile = judged_run(a)
+    return reference_of_run(rows, meta), a_profile, a
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.compare import accounting_profiles, across, compare_rows
     from harness.sweep import filter_selects
 
-    rows, meta, profile = judged_run(args.run)
-    path = args.baseline or default_path(profile, results_root())
-    baseline = load_baseline(path, expected_profile=profile)
+    if len(args.runs) > 2:
+        raise ConfigError(f"compare takes one run or two (got {len(args.runs)}): kvbench compare [A] B")
+    b = args.runs[-1]
+    rows, meta, profile = judged_run(b)
+    ref, ref_profile, ref_name = reference(args, profile)
+    ref_accounting = set(ref.get("accounting") or [])  # a baseline file does not record it
+    hw_differ = ref_profile != profile
+    acc_differ = "accounting" in ref and ref_accounting != accounting_profiles(rows)
+    note = None
+    if hw_differ or acc_differ:
+        what = (f"hardware profile {ref_profile} vs {profile}" if hw_differ else
+                f"accounting profile {_names(ref_accounting)} vs {_names(accounting_profiles(rows))}")
+        if not args.across_profiles:
+            raise ConfigError(f"{ref_name} and {b} differ in {what}; pass --across-profiles to compare their "
+                              f"counters (timings are then not comparable)")
+        note = f"not comparable ({what})"
+        rows, ref = across(rows, ref)
     expr = meta.get("filter")  # a filtered sweep did not miss what it left out
-    report = compare_rows(rows, baseline, selected=filter_selects(expr) if expr else None)
-    print(f"kvbench compare {args.run} against {path} (profile {profile})")
+    report = compare_rows(rows, ref, selected=filter_selects(expr) if expr else None, timings_note=note)
+    if len(args.runs) == 2:
+        report.labels = ("A", "B")
+    print(f"kvbench compare {b} against {ref_name} (profile {ref_profile}"
+          + (f" vs {profile}" if hw_differ else "") + ")")
     print(report.table(args.format, all=args.all))
+    missing = report.missing_configs
+    if missing and not (args.allow_missing or expr):
+        print(f"{len(missing)} configs of {ref_name} missing from {b}: exit 1 (pass --allow-missing if intended)")
+        return 1
     return 1 if report.regressed else 0
+
+
+def _names(profiles: set[str]) -> str:
+    return ",".join(sorted(profiles)) or "the default"

@@ -19,7 +19,7 @@ from harness.ci.recording import RecordingClient
 from harness.ci.runners import load_registry
 from harness.commands.ci import lint
 
-pytestmark = pytest.mark.bench
+pytestmark = [pytest.mark.bench, pytest.mark.benchmark(group="ci")]
 
 REPO = Path(__file__).resolve().parents[1].parent
 FIX = REPO / "suites" / "unit" / "ci" / "fixtures"

@@ -17,7 +17,7 @@ from mini_engine.engine import Engine
 from mini_engine.model.backend import ModelBackend
 from mini_engine.request import Request
 
-pytestmark = [pytest.mark.bench, pytest.mark.slow]
+pytestmark = [pytest.mark.bench, pytest.mark.slow, pytest.mark.benchmark(group="model")]
 
 ALGOS = {
     "plain": dict(),

@@ -1,7 +1,9 @@
 """Host planning per speculative decode step: prepare (reservation + allocation) + commit.
 
-Timings are reported, never gated; what is asserted is deterministic: no syncs,
-no stranded slots under the aligned policy, extents as the formula says.
+One round is one planning step of n requests, so pytest-benchmark's ops/s is the
+throughput: planned decode steps per second. Timings are reported, never gated;
+what is asserted is deterministic: no syncs, no stranded slots under the aligned
+policy, extents as the formula says.
 Run: python -m pytest -n 0 suites/bench/test_bench_planning.py --benchmark-only
 """
 
@@ -50,6 +52,7 @@ class Planner:
 
 
 @pytest.mark.bench
+@pytest.mark.benchmark(group="planning")
 @pytest.mark.parametrize("policy", ["aligned", "unaligned"])
 @pytest.mark.parametrize("n", [1, 64, 256, 1024])
 def test_bench_host_planning_per_step(benchmark, n, policy):

@@ -1,14 +1,15 @@
 """Nightly triage on recorded nights (fixtures/nights, compared with fixtures/baseline_cpu.json).
 
-The recorded nights, oldest first:
-  25: config C's syncs regress            (fixed the next night)
-  26: config A's peak_pages_held regresses
-  27: config A still regressed; config B's leaked_pages regresses (first time)
+The recorded nights, oldest first, with the commit each measured:
+  25 (a5a5...): config C's syncs regress            (fixed the next night)
+  26 (b6b6...): config A's peak_pages_held regresses
+  27 (c7c7...): config A still regressed; config B's leaked_pages regresses (first time)
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,28 +35,97 @@ def baseline():
     return load_baseline(FIX / "baseline_cpu.json", expected_profile="cpu")
 
 
+REPO_URL = "https://github.example/org/kvbench"
+GOOD, BAD = "a5" * 20, "b6" * 20
+
+
 def _run(dirs, baseline, client, where="cpu"):
     nights = triage.load_nights(list(dirs), baseline, "https://mlflow.example")
-    tp = triage.plan(nights, baseline, where)
+    tp = triage.plan(nights, baseline, where, repo_url=REPO_URL)
     return tp, triage.apply(tp, client, where, nights[-1].name)
 
 
-def test_two_nights_in_a_row_open_one_issue(baseline):
+def test_two_nights_in_a_row_open_one_issue_per_config(baseline):
     client = RecordingClient()
     tp, log = _run([N25, N26, N27], baseline, client)
-    assert [(t.metric, t.streak) for t in tp.track] == [("peak_pages_held", 2)]
+    assert [(t.metrics, t.streak) for t in tp.track] == [(["peak_pages_held"], 2)]
     assert client.count("open_issue") == 1
     issue = next(iter(client.issues.values()))
-    assert issue["title"].startswith("kvbench regression: peak_pages_held on spec=dflash,ps=16,bs=16,policy=aligned")
+    assert issue["title"].startswith("kvbench regression: spec=dflash,ps=16,bs=16,policy=aligned")
     assert issue["title"].endswith("(cpu)") and issue["labels"] == [triage.LABEL]
     body = issue["body"]
-    assert "on 2 consecutive nights, since `nightly-20261126`" in body
-    assert "| `nightly-20261127` | 118 | 120 | +2 (+1.7%) | regression |" in body
-    assert "(https://mlflow.example/#/runs/" + "3d" * 16 + ")" in body
-    assert "| config | metric | baseline | now | change | verdict |" in body  # the compare table
+    assert "regressed on 2 consecutive nights, since `nightly-20261126`: 1 metric(s) moved" in body
+    # The range: the last good night (25) and the first bad one (26), linked.
+    assert (f"last good night `nightly-20261125` at [`{GOOD[:12]}`]({REPO_URL}/commit/{GOOD}), first bad night "
+            f"`nightly-20261126` at [`{BAD[:12]}`]({REPO_URL}/commit/{BAD})") in body
+    assert f"({REPO_URL}/compare/{GOOD}...{BAD})" in body
+    assert f"`kvbench bisect --good {GOOD} --bad {BAD} --config " in body
+    assert ("| `peak_pages_held` | 118 | 118 | 119 **(regressed)** | 120 **(regressed)** | `+2 (+1.7%)` | 2 |"
+            in body)
+    assert "[`nightly-20261127`](https://mlflow.example/#/runs/" + "3d" * 16 + ")" in body
+    assert tp.track[0].good == GOOD and tp.track[0].bad == BAD
     # B regressed on the newest night only: logged, not filed.
-    assert [m for _, m in tp.blips] == ["leaked_pages"]
+    assert [m for _, m in tp.blips] == [["leaked_pages"]]
     assert any(line.startswith("one night only") for line in log)
+
+
+def test_all_moved_metrics_of_a_config_share_its_issue(baseline, tmp_path):
+    """A second metric of config A moves on the newest night: a second row, not a second issue."""
+    night = tmp_path / "nightly-20261128"
+    shutil.copytree(N27, night)
+    rows = [json.loads(line) for line in (night / "results.jsonl").read_text().splitlines()]
+    key = triage.load_nights([N27], baseline)[0].report.regressions[0].key
+    for row in rows:
+        if row["key"] == key:
+            row["metrics"]["peak_reserved_slots"] = row["metrics"].get("peak_reserved_slots", 0) + 5
+    (night / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    client = RecordingClient()
+    tp, _ = _run([N25, N26, N27, night], baseline, client)
+    (a,) = [t for t in tp.track if t.key == key]  # B (leaked pages, nights 27 and 28) has its own
+    assert (sorted(a.metrics), a.streak) == (["peak_pages_held", "peak_reserved_slots"], 3)
+    assert client.count("open_issue") == 2
+    issue = next(i for i in client.issues.values() if i["title"] == a.title)
+    assert "| `peak_reserved_slots` |" in issue["body"] and "| `peak_pages_held` |" in issue["body"]
+    assert "2 metric(s) moved" in issue["body"]
+
+
+def test_no_last_good_night_in_the_window(baseline):
+    client = RecordingClient()
+    tp, _ = _run([N26, N27], baseline, client)
+    body = next(iter(client.issues.values()))["body"]
+    assert "the last good night is older than the nights triaged" in body and "kvbench bisect" not in body
+    assert tp.track[0].good == "" and tp.track[0].bad == BAD
+
+
+def test_untrusted_text_stays_inside_code_spans(baseline, tmp_path):
+    """A config key, night name or metric a pull request shaped cannot close its code
+    span, open a link, ping someone or break the table."""
+    hostile = "x` [click](https://evil.example) @org/team | <img src=x>\n# Title\u202e"
+    assert triage.code(hostile) == "``x` [click](https://evil.example) @org/team \\| <img src=x> # Title``"
+    assert triage.code("`") == "`` ` ``" and triage.code("") == "`  `"
+    assert "\n" not in triage.title_for(hostile, "cpu")
+    base = {"profile": "cpu", "created": "", "git_commit": "0" * 40,
+            "configs": {hostile: {"counters": {"leaked_pages": 0}, "timings": {}, "status": "ok", "test_id": hostile}}}
+    dirs = []
+    for i in range(2):
+        d = tmp_path / f"n{i}`<b>"
+        d.mkdir()
+        (d / "results.jsonl").write_text(json.dumps({"key": hostile, "status": "ok", "test_id": hostile,
+                                                     "metrics": {"leaked_pages": 1}, "violations": {}}) + "\n")
+        (d / "meta.json").write_text(json.dumps({"git_commit": "`; rm -rf ~ `"}))
+        dirs.append(d)
+    client = RecordingClient()
+    tp, _ = _run(dirs, base, client)
+    body = next(iter(client.issues.values()))["body"]
+    # Rendered as GitHub would (CommonMark with tables, raw HTML allowed): no link, image,
+    # heading or mention came out of the hostile text, and every table row kept its cells.
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark", {"html": True}).enable("table").render(body)
+    assert "evil.example" in html and "<a href" not in html.replace('<a href="https://mlflow.example', "")
+    assert "<img" not in html and "<h1>" not in html and "<b>" not in html
+    assert all(row.count("<td>") == 6 for row in html.split("<tr>")[2:])  # metric, baseline, 2 nights, change, streak
+    assert "/commit/`" not in body and "/compare/" not in body  # a commit that is not a sha is not linked
 
 
 def test_one_night_blip_opens_nothing(baseline):
@@ -86,17 +156,18 @@ def test_next_night_updates_the_same_issue_and_reopens_a_closed_one(baseline):
 
 def test_recovery_is_noted_on_the_open_issue(baseline):
     client = RecordingClient()
-    title = triage.title_for("syncs", next(iter(triage.load_nights([N25], baseline)[0].report.regressions)).key, "cpu")
+    key = next(iter(triage.load_nights([N25], baseline)[0].report.regressions)).key
+    title = triage.title_for(key, "cpu")
     number = client.open_issue(title, "tracking", [triage.LABEL])
     tp, log = _run([N25, N26], baseline, client)
-    assert [m for _, m in tp.recovered] == ["syncs"]
+    assert tp.recovered == [key]
     assert "Not regressed on `nightly-20261126`" in client.issues[number]["body"]
     assert log[0] == f"noted recovery on #{number}: {title}"
 
 
 def test_long_keys_keep_titles_short_and_distinct():
-    a = triage.title_for("leaked_pages", "k=" + "x" * 400, "h200")
-    b = triage.title_for("leaked_pages", "k=" + "x" * 399 + "y", "h200")
+    a = triage.title_for("k=" + "x" * 400, "h200")
+    b = triage.title_for("k=" + "x" * 399 + "y", "h200")
     assert len(a) < 256 and a != b
 
 
@@ -155,7 +226,7 @@ def test_issues_follow_streaks_night_after_night(nights):
                     ever.add(k)
             titles = [i["title"] for i in client.issues.values()]
             assert len(titles) == len(set(titles)) == len(ever)
-            assert set(titles) == {triage.title_for("leaked_pages", k, "cpu") for k in ever}
+            assert set(titles) == {triage.title_for(k, "cpu") for k in ever}
 
 
 def test_a_config_missing_from_the_newest_night_has_not_recovered(baseline, tmp_path):
@@ -170,7 +241,7 @@ def test_a_config_missing_from_the_newest_night_has_not_recovered(baseline, tmp_
     _run([N26, N27], baseline, client)
     (number, issue), = client.issues.items()
     tp, log = _run([N26, N27, partial], baseline, client)
-    assert [k for k, m in tp.recovered if m == "peak_pages_held"] == []
+    assert key not in tp.recovered
     assert "Not regressed" not in issue["body"]
     # Nor when the config ran but that figure is missing from its row.
     rows = [json.loads(line) for line in (N27 / "results.jsonl").read_text().splitlines()]
@@ -179,5 +250,5 @@ def test_a_config_missing_from_the_newest_night_has_not_recovered(baseline, tmp_
             del row["metrics"]["peak_pages_held"]
     (partial / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     tp, log = _run([N26, N27, partial], baseline, client)
-    assert [k for k, m in tp.recovered if m == "peak_pages_held"] == []
+    assert key not in tp.recovered
     assert "Not regressed" not in issue["body"]

@@ -140,6 +140,78 @@ def test_configs_a_filtered_sweep_left_out_are_not_missing(runs, results_root, c
     capsys.readouterr()
     assert cli("compare", "part") == 0
     assert "0 missing" in capsys.readouterr().out
-    part.write_meta({**a.meta(), "filter": None})  # unfiltered, the other config is missing
-    assert cli("compare", "part") == 0
-    assert "1 missing" in capsys.readouterr().out
+    part.write_meta({**a.meta(), "filter": None})  # unfiltered, the other config is missing: exit 1
+    assert cli("compare", "part") == 1
+    out = capsys.readouterr().out
+    assert "1 missing" in out and "pass --allow-missing" in out
+    assert cli("compare", "part", "--allow-missing") == 0
+
+
+def test_compare_two_arbitrary_runs(runs, results_root, cli, capsys):
+    a, b = runs
+    assert cli("compare", "a", "b") == 0  # two real runs of the same grid, no baseline blessed
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "kvbench compare b against a (profile cpu)"
+    assert "0 regressions" in out and "0 missing" in out
+    # B with one more leaked page than A: a regression; A against B: the same change, negative.
+    c = RunDir(results_root / "runs" / "c")
+    c.path.mkdir()
+    c.write_meta(b.meta())
+    rows = load_rows(b.path)
+    rows[0]["metrics"]["leaked_pages"] += 1
+    for r in rows:
+        append_row(c.results, r)
+    assert cli("compare", "a", "c", "--format", "markdown") == 1
+    out = capsys.readouterr().out
+    assert "| config | metric | A | B | change | verdict |" in out
+    assert f"| {rows[0]['test_id']} | leaked_pages |" in out and "| +1" in out
+    assert cli("compare", "c", str(a.path)) == 1
+    assert "| -1" in capsys.readouterr().out.replace("  -1", "| -1")
+    # A baseline file as the first argument is the one-run compare spelt out.
+    assert cli("baseline", "a") == 0
+    assert cli("compare", results_root / "baselines" / "cpu.json", "b") == 0
+    capsys.readouterr()
+    assert cli("compare", "a", "b", "--baseline", results_root / "baselines" / "cpu.json") == 2
+    assert "--baseline goes with one run" in capsys.readouterr().err
+    assert cli("compare", "a", "b", "c") == 2
+
+
+def test_across_hardware_profiles_only_when_asked(runs, results_root, cli, capsys):
+    a, b = runs
+    b.write_meta({**b.meta(), "hardware": {"profile": "h100"}})
+    assert cli("compare", "a", "b") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("differ in hardware profile cpu vs h100; pass --across-profiles to compare their "
+                        "counters (timings are then not comparable)") and len(err.splitlines()) == 1
+    assert cli("compare", "a", "b", "--across-profiles", "--all") == 0
+    out = capsys.readouterr().out
+    timing = [line for line in out.splitlines() if " output_tokens_per_s " in line]
+    assert timing and all("not comparable (hardware profile cpu vs h100)" in line for line in timing)
+    counters = [line for line in out.splitlines() if " leaked_pages " in line]
+    assert counters and all(line.rstrip().endswith(" ok") for line in counters)
+    assert "timings not comparable" in out
+    # Counters still gate exactly across profiles.
+    rows = load_rows(b.path)
+    rows[1]["metrics"]["peak_pages_held"] += 3
+    b.results.write_text("")
+    for r in rows:
+        append_row(b.results, r)
+    assert cli("compare", "a", "b", "--across-profiles") == 1
+    assert "+3" in capsys.readouterr().out
+
+
+def test_across_accounting_profiles_pairs_configs_without_the_profile(runs, results_root, cli, capsys):
+    a, b = runs
+    rows = load_rows(b.path)
+    b.results.write_text("")
+    for r in rows:
+        r["config"]["profile"] = "host-aligned"
+        r["key"] += ",profile=host-aligned"
+        append_row(b.results, r)
+    assert cli("compare", "a", "b") == 2
+    assert "accounting profile" in capsys.readouterr().err
+    assert cli("compare", "b", "a") == 2
+    capsys.readouterr()
+    assert cli("compare", "a", "b", "--across-profiles") == 0
+    out = capsys.readouterr().out
+    assert "0 missing" in out and "0 new" in out and "timings not comparable" in out

@@ -1,0 +1,89 @@
+"""kvbench bisect --good SHA --bad SHA --config ID: the first commit where a config moved."""
+
+from __future__ import annotations
+
+import argparse
+
+from mini_engine.errors import ConfigError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bisect", help="find the first commit between --good and --bad where a config regressed",
+                       description="Runs one config at commits of good..bad (first parent), each in a temporary "
+                                   "git worktree, and names the first bad one. Counters decide exactly; timings "
+                                   "by compare's significance rule (give --repeat >= 2 to judge them).")
+    p.add_argument("--good", required=True, metavar="SHA", help="a commit where the config is fine")
+    p.add_argument("--bad", required=True, metavar="SHA", help="a later commit where it regressed")
+    p.add_argument("--config", required=True, metavar="ID",
+                   help="a test id of --suite (kvbench sweep lists them), or a TOML file of options")
+    p.add_argument("--suite", metavar="SUITE", help="the suite that defines --config (default: the one suite that has it)")
+    p.add_argument("--metric", action="append", metavar="NAME",
+                   help="judge only this metric (repeatable; default every counter and timing)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per commit (timings need >= 2; default 1)")
+    p.add_argument("--repo", default=".", metavar="DIR", help="the git repository (default .)")
+    p.add_argument("--summary", metavar="FILE", help="append the outcome as Markdown (e.g. \"$GITHUB_STEP_SUMMARY\")")
+    p.set_defaults(func=run)
+
+
+def config_of(ref: str, suite: str | None) -> tuple[dict, str]:
+    """The options of a config named by test id (in --suite, or the one suite holding it) or a TOML file."""
+    from pathlib import Path
+
+    from harness.suites import available, load_suite
+
+    if ref.endswith(".toml") and Path(ref).is_file():
+        from mini_engine.config import load_toml
+
+        return load_toml(ref), ref
+    names = [suite] if suite else available()
+    found = [(name, load_suite(name).by_id().get(ref)) for name in names]
+    found = [(name, gc) for name, gc in found if gc is not None]
+    if not found:
+        where = f"suite {suite}" if suite else f"any suite ({', '.join(names)})"
+        raise ConfigError(f"--config {ref!r} is not a test id of {where} nor a .toml file")
+    if len({str(sorted(gc.config.items())) for _, gc in found}) > 1:
+        raise ConfigError(f"--config {ref!r} is a test id of several suites ({', '.join(n for n, _ in found)}); "
+                          f"pass --suite")
+    return dict(found[0][1].config), f"{found[0][0]}::{ref}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from harness import bisect
+
+    if args.repeat < 1:
+        raise ConfigError(f"--repeat must be an integer >= 1 (got {args.repeat})")
+    repo = Path(args.repo)
+    good = bisect.resolve(repo, args.good, "--good")
+    bad = bisect.resolve(repo, args.bad, "--bad")
+    config, name = config_of(args.config, args.suite)
+    commits = bisect.candidates(repo, good, bad)
+    print(f"kvbench bisect {name}: {len(commits)} commits after {good[:12]} up to {bad[:12]}", flush=True)
+    runner = bisect.WorktreeRunner(repo, config, repeat=args.repeat, log=lambda s: print(s, flush=True))
+    result = bisect.bisect(commits, good, runner, args.metric, log=lambda s: print(s, flush=True))
+    if result.first_bad:
+        subject = bisect.git(repo, "log", "-1", "--format=%s", result.first_bad)
+        line = f"first bad commit: {result.first_bad} {subject}"
+        why = next((s.reason for s in result.steps if s.commit == result.first_bad), "")
+    else:
+        line = f"the first bad commit is one of {len(result.suspects)} (the others could not run the config): " \
+               + " ".join(c[:12] for c in result.suspects)
+        why = ""
+    print(line + (f"\n  {why}" if why else ""))
+    if args.summary:
+        try:
+            with open(args.summary, "a", encoding="utf-8") as fh:
+                fh.write(summary(name, good, bad, result, line, why))
+        except OSError as err:
+            raise ConfigError(f"--summary {args.summary!r} cannot be written: {err.strerror or err}") from None
+    return 0
+
+
+def summary(name: str, good: str, bad: str, result, line: str, why: str) -> str:
+    def code(text: str) -> str:
+        return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
+
+    rows = [f"| {code(s.commit[:12])} | {s.state} | {code(s.reason) if s.reason else ''} |" for s in result.steps]
+    return "\n".join([f"### kvbench bisect {code(name)}", "", f"{code(good[:12])}..{code(bad[:12])}: "
+                      + code(line), "", "| commit | state | moved |", "|---|---|---|", *rows, ""]) + "\n"

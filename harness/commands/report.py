@@ -1,0 +1,66 @@
+"""kvbench report RUN...: one self-contained HTML page (and a Markdown summary) over runs."""
+
+from __future__ import annotations
+
+import argparse
+
+from mini_engine.errors import ConfigError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from harness.report import TREND_METRICS
+
+    p = sub.add_parser("report", help="write an HTML report (trends, compare table, heatmaps) over runs",
+                       description="Runs are ordered by start time (meta.json). The newest is compared with "
+                                   "the one before it, or with --baseline.")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run ids, run directories or results.jsonl files")
+    p.add_argument("--out", default="kvbench-report.html", metavar="FILE", help="HTML file (default %(default)s)")
+    p.add_argument("--summary", metavar="FILE",
+                   help="also write a Markdown summary there (e.g. \"$GITHUB_STEP_SUMMARY\"; appended)")
+    p.add_argument("--baseline", metavar="FILE", help="compare the newest run with this baseline instead")
+    p.add_argument("--metric", action="append", metavar="NAME",
+                   help=f"trend this metric (repeatable; default {', '.join(TREND_METRICS)})")
+    p.add_argument("--config", action="append", metavar="TEXT", help="trend configs whose id or key contains TEXT")
+    p.add_argument("--heatmap", default="peak_pages_held", metavar="NAME", help="heatmap metric (default %(default)s)")
+    p.add_argument("--mlflow-url", default="", metavar="URL", help="MLflow UI base URL for run links "
+                                                                  "(default $MLFLOW_UI_URL or the run's server)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from harness import history, report
+    from harness.baseline import load_baseline
+    from harness.results import run_dir_of, run_rows
+
+    nights = []
+    for r in args.runs:
+        run_rows(r)  # a run that measured nothing is an error, not an empty chart
+        nights.append(history.load_night(run_dir_of(r).path))
+    if len({n.path for n in nights}) != len(nights):
+        raise ConfigError("report: a run is given twice")
+    suites = {n.suite for n in nights}
+    if len(suites) > 1:
+        raise ConfigError(f"report: the runs are of several suites ({', '.join(sorted(suites))}); give runs of one suite")
+    nights.sort(key=lambda n: (n.created, n.name))
+    hist = history.build(nights)
+    baseline = load_baseline(args.baseline) if args.baseline else None
+    html, cmp = report.page(hist, metrics=args.metric or list(report.TREND_METRICS), configs=args.config,
+                            heat_metric=args.heatmap, baseline=baseline, mlflow_url=args.mlflow_url)
+    out = Path(args.out)
+    try:
+        report.write(out, html)
+    except OSError as err:
+        raise ConfigError(f"--out {str(out)!r} cannot be written: {err.strerror or err}") from None
+    print(f"report: {out} ({len(nights)} runs, {len(hist.moves)} figures moved"
+          + (f"; newest: {cmp.summary()}" if cmp else "") + ")")
+    if args.summary:
+        try:
+            with open(args.summary, "a", encoding="utf-8") as fh:
+                fh.write(report.summary(hist, cmp, out.name, args.mlflow_url))
+        except OSError as err:
+            raise ConfigError(f"--summary {args.summary!r} cannot be written: {err.strerror or err} "
+                              f"(the report {out} was written)") from None
+        print(f"summary: {args.summary}")
+    return 0

@@ -1,0 +1,136 @@
+"""kvbench report: one self-contained HTML page and a Markdown summary over recorded nights."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from recorded_nights import C2, C3, REGRESSED, SLOWER, record
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rep")
+    return record(tmp, tmp / "nights")
+
+
+@pytest.fixture(scope="module")
+def page(nights, tmp_path_factory):
+    from harness.cli import main
+
+    out = tmp_path_factory.mktemp("out")
+    html, md = out / "report.html", out / "summary.md"
+    md.write_text("earlier step\n")
+    argv = ["report", *(str(n.path) for n in nights), "--out", str(html), "--summary", str(md),
+            "--mlflow-url", "https://mlflow.example"]
+    assert main(argv) == 0
+    return html, md
+
+
+def test_page_is_self_contained(page):
+    text = page[0].read_text()
+    assert text.startswith("<!DOCTYPE html>")
+    # Nothing to fetch: no scripts, stylesheets, images or fonts from anywhere.
+    assert not re.search(r"<script|<link|<img|@import|url\(", text)
+    assert set(re.findall(r'href="([^"]+)"', text)) == {f"https://mlflow.example/#/runs/{i}" + f"{i}" * 31
+                                                         for i in (1, 2, 3)}
+
+
+def test_page_holds_trends_moves_compare_and_heatmaps(page):
+    text = page[0].read_text()
+    assert text.count('<svg class="trend"') == 5  # the default trend metrics
+    assert text.count('<svg class="moved"') == 2  # each moved figure on its own scale
+    assert text.count('<svg class="heatmap"') == 2  # aligned and unaligned dflash facets
+    trend = text[text.index('id="trend-0"'):text.index("</svg>", text.index('id="trend-0"'))]
+    assert trend.count("<polyline") >= 2 and REGRESSED in text
+    # The newest night against the one before: the timing regression at C3 in the compare table.
+    table = text[text.index('<table class="compare">'):]
+    table = table[:table.index("</table>")]
+    assert f"<td class=\"mono\">{SLOWER}</td><td class=\"mono\">wall_s</td>" in table
+    assert 'class="regression"' in table
+    moves = text[text.index('<table class="moves">'):]
+    assert f"{'1' * 10}..{C2[:10]}" in moves and f"{C2[:10]}..{C3[:10]}" in moves
+    # A rate of the accounting-only backend is labelled as bookkeeping speed.
+    assert "[bookkeeping]" in text and "not a serving figure" in text
+
+
+def test_timing_error_bars_come_from_the_samples(nights, cli, tmp_path):
+    assert cli("report", *(n.path for n in nights), "--metric", "wall_s", "--out", tmp_path / "r.html") == 0
+    text = (tmp_path / "r.html").read_text()
+    assert text.count('<svg class="trend"') == 1
+    # 8 configs drawn, 3 nights each, every point with 5 samples: one bar per point;
+    # and 3 more on the moved wall_s figure's own chart.
+    trend = text[text.index('id="trend-0"'):text.index("</svg>", text.index('id="trend-0"'))]
+    assert trend.count('class="err"') == 8 * 3 and text.count('class="err"') == 8 * 3 + 3
+    assert "wall_s (timing, lower is better)" in text
+
+
+def test_summary_is_markdown_appended(page):
+    md = page[1].read_text()
+    assert md.startswith("earlier step\n### kvbench report: nightsuite, 3 runs")
+    assert "| `night-c` |" in md and "[run](https://mlflow.example/#/runs/" in md
+    assert f"`{SLOWER}` `wall_s`" in md and "**Newest run:**" in md
+    assert "| config | metric | baseline | now | change | verdict |" in md
+
+
+def test_bad_input(nights, cli, capsys, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(nights[0].path, other)
+    meta = (other / "meta.json").read_text().replace('"nightsuite"', '"smoke"')
+    (other / "meta.json").write_text(meta)
+    assert cli("report", nights[0].path, other, "--out", tmp_path / "r.html") == 2
+    assert "several suites" in capsys.readouterr().err
+    assert cli("report", nights[0].path, nights[0].path, "--out", tmp_path / "r.html") == 2
+    assert "given twice" in capsys.readouterr().err
+    assert cli("report", tmp_path / "nope", "--out", tmp_path / "r.html") == 2
+    assert not (tmp_path / "r.html").exists()
+    capsys.readouterr()
+    (tmp_path / "file").write_text("")
+    assert cli("report", nights[0].path, "--out", tmp_path / "file" / "r.html") == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "cannot be written" in err and len(err.strip().splitlines()) == 1
+    assert cli("report", nights[0].path, "--out", tmp_path / "r.html", "--summary", tmp_path / "file" / "s") == 2
+    err = capsys.readouterr().err
+    assert "--summary" in err and "the report" in err and (tmp_path / "r.html").exists()  # nothing lost
+
+
+def test_one_run_with_a_baseline(nights, cli, capsys, tmp_path):
+    base = tmp_path / "cpu.json"
+    assert cli("baseline", nights[0].path, "--out", base) == 0
+    assert cli("report", nights[2].path, "--baseline", base, "--out", tmp_path / "r.html") == 0
+    text = (tmp_path / "r.html").read_text()
+    assert "against baseline (cpu)" in text and "peak_pages_held" in text
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.mark.slow
+def test_report_renders_in_a_real_browser(page, tmp_path):
+    """Chromium headless opens the file: the trend chart, the table and a heatmap have size."""
+    if not CHROMIUM.exists():
+        pytest.skip("no browser: /usr/bin/chromium is absent (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            tab = browser.new_page(viewport={"width": 1200, "height": 900})
+            tab.goto(page[0].resolve().as_uri())
+            assert tab.title() == "kvbench report: nightsuite"
+            chart = tab.locator("svg.trend").first
+            box = chart.bounding_box()
+            assert box and box["width"] > 100 and box["height"] > 100
+            assert tab.locator("svg.trend polyline").count() >= 10
+            points = tab.locator("#trend-0 circle")
+            assert points.count() >= 6 and points.first.bounding_box()["width"] > 0
+            rows = tab.locator("table.compare tbody tr")
+            assert rows.count() >= 1 and rows.first.bounding_box()["height"] > 0
+            assert "wall_s" in tab.locator("table.compare").inner_text()
+            heat = tab.locator("svg.heatmap").first.bounding_box()
+            assert heat and heat["width"] > 0 and heat["height"] > 0
+            tab.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+        finally:
+            browser.close()
