@@ -80,12 +80,12 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
     head, records = read_trace(path)
     ps = head["page_size"]
     need_sort = pool_need_sort(path, records)
-    pools = {"full": _allocator(sg, head["num_pages"], ps, need_sort.get("full", False))}
-    if head.get("swa_num_pages"):
-        pools["swa"] = _allocator(sg, head["swa_num_pages"], ps, need_sort.get("swa", False))
     profile = head.get("profile") or {}
     if not isinstance(profile, dict):
         raise TraceError(f"{path}: header profile must be an object (got {profile!r})")
+    pools = {"full": _allocator(sg, head["num_pages"], ps, need_sort.get("full", False))}
+    if head.get("swa_num_pages"):
+        pools["swa"] = _allocator(sg, head["swa_num_pages"], ps, need_sort.get("swa", False))
     spec_reserve = _spec_reserve(sg, head.get("config") or {}, ps)
 
     report = ConformReport(path)
