@@ -7,10 +7,9 @@ PagedTokenToKVPoolAllocator for ps > 1 and TokenToKVPoolAllocator for ps == 1.
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
-import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mini_engine.memory.allocator import PagedAllocator
 
@@ -97,39 +96,37 @@ def test_refused_calls_match(sg):
     assert p.ours.free_page_ids().tolist() == [1, 3]
 
 
-@pytest.mark.parametrize("need_sort", [False, True])
-@pytest.mark.parametrize("ps", [1, 4, 16])
-def test_random_call_sequences_match(sg, ps, need_sort):
-    rng = random.Random(ps * 2 + need_sort)
-    p = Pair(sg, 24, ps, need_sort=need_sort)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ps=st.sampled_from([1, 2, 4, 16]), need_sort=st.booleans(), pages=st.integers(4, 24), data=st.data())
+def test_random_call_sequences_match(sg, ps, need_sort, pages, data):
+    """Any sequence of extends, decodes and frees: the same slots and the same free list."""
+    p = Pair(sg, pages, ps, need_sort=need_sort)
     rows: list[list[int]] = []
-    for _ in range(300):
-        r = rng.random()
-        if r < 0.35:  # extend a batch: new requests and continuing ones
-            pick = rng.sample(range(len(rows)), k=min(len(rows), rng.randint(0, 2)))
-            batch = [rows[i] for i in pick] + [[] for _ in range(rng.randint(1, 2))]
+    for _ in range(data.draw(st.integers(5, 60), label="calls")):
+        op = data.draw(st.sampled_from(["extend", "decode", "free", "free_pages"]))
+        if op == "extend":  # a batch of continuing and new requests
+            pick = data.draw(st.lists(st.integers(0, max(len(rows) - 1, 0)), max_size=min(2, len(rows)),
+                                      unique=True))
+            batch = [rows[i] for i in pick] + [[] for _ in range(data.draw(st.integers(1, 2)))]
             prefix = [len(b) for b in batch]
-            seq = [n + rng.randint(0, 3 * ps + 2) for n in prefix]
+            seq = [n + data.draw(st.integers(0, 3 * ps + 2)) for n in prefix]
             out = p.extend(prefix, seq, [b[-1] if b else -1 for b in batch])
             if out is not None:
                 for b, o in zip(batch, out):
                     b.extend(o)
-                rows.extend(b for b in batch[len(pick):])
-        elif r < 0.6 and rows:  # decode: one slot for each of a few requests
-            pick = rng.sample(range(len(rows)), k=rng.randint(1, min(3, len(rows))))
-            batch = [rows[i] for i in pick if rows[i]]
-            if not batch:
-                continue
+                rows.extend(batch[len(pick):])
+        elif op == "decode" and any(rows):  # one slot for each of a few requests
+            live = [i for i, r in enumerate(rows) if r]
+            pick = data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=3, unique=True))
+            batch = [rows[i] for i in pick]
             seq = [len(b) + 1 for b in batch]
             out = p.extend([n - 1 for n in seq], seq, [b[-1] for b in batch], decode=ps > 1)
             if out is not None:
                 for b, o in zip(batch, out):
                     b.extend(o)
-        elif rows:  # release a request: dedup free, or its pages in row order
-            row = rows.pop(rng.randrange(len(rows)))
-            if not row:
-                continue
-            if rng.random() < 0.5:
+        elif op.startswith("free") and any(rows):  # release a request: dedup free, or its pages in row order
+            row = rows.pop(data.draw(st.sampled_from([i for i, r in enumerate(rows) if r])))
+            if op == "free":
                 p.free(row)
             else:
                 p.free_pages([s // ps for s in row[::ps]])
