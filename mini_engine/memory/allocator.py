@@ -64,6 +64,7 @@ class PagedAllocator:
         self.syncs = 0  # device reads a real engine would pay (dedup free only)
         self._free = np.arange(1, num_pages + 1, dtype=np.int64)
         self._released: list[np.ndarray] = []  # staged frees (need_sort only)
+        self._group: _FreeGroup | None = None
         self._num_released = 0
         self._is_free = np.ones(num_pages + 1, dtype=bool)
         self._is_free[0] = False
@@ -174,9 +175,12 @@ class PagedAllocator:
         for it: one sync.
         """
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        self.syncs += 1
         # ps 1: SGLang's token allocator frees the slots as given, no unique.
-        freed = self._release(idx if self.page_size == 1 else np.unique(idx // self.page_size))
+        pages = idx if self.page_size == 1 else np.unique(idx // self.page_size)
+        if self._group is not None:
+            return self._group.add("free", idx, self._check(pages))
+        self.syncs += 1
+        freed = self._put(self._check(pages))
         if self.trace is not None:
             self._trace_free({"op": "free", "pool": self.pool, "indices": idx.tolist(),
                               "available": self.available_size()})
@@ -185,7 +189,9 @@ class PagedAllocator:
     def free_pages(self, page_ids) -> np.ndarray:
         """Host whole-page free: the caller computed the pages, no dedup, no sync."""
         pages = np.asarray(page_ids, dtype=np.int64).reshape(-1)
-        freed = self._release(pages)
+        if self._group is not None:
+            return self._group.add("free_pages", pages, self._check(pages))
+        freed = self._put(self._check(pages))
         if self.trace is not None:
             self._trace_free({"op": "free_pages", "pool": self.pool, "page_ids": pages.tolist(),
                               "available": self.available_size()})
@@ -207,13 +213,54 @@ class PagedAllocator:
         reps = np.asarray(row_slots)[start - offset:end - offset:ps]
         return self.free_pages(reps.astype(np.int64) // ps)
 
+    # -- free groups -----------------------------------------------------------
+    def free_group_begin(self) -> None:
+        """Hold every free until free_group_end, as SGLang does around one batch's releases.
+
+        Each free is checked (K5) when it is called; its pages reach the free list at
+        the end, in SGLang's order: at ps > 1 the dedup frees as one unique (one sync)
+        and the page-id frees as one list in call order, the full pool's unique first
+        and the SWA pool's page ids first (which of the two lands in front differs:
+        SGLang's SWA allocator ends its page-id group before its slot group); at ps 1
+        every free in call order. The trace records those end-of-group calls, which are
+        the calls the pool's own allocator receives.
+        """
+        if self._group is not None:
+            raise RuntimeError("free groups cannot be nested")
+        self._group = _FreeGroup()
+
+    def free_group_end(self) -> None:
+        group, self._group = self._group, None
+        if group is None:
+            raise RuntimeError("free_group_end without free_group_begin")
+        if self.page_size == 1:
+            self._flush("free_pages", group.entries)
+            return
+        for op in ("free_pages", "free") if self.pool == "swa" else ("free", "free_pages"):
+            self._flush(op, [e for e in group.entries if e[0] == op])
+
+    def _flush(self, op: str, entries: list) -> None:
+        if not entries:
+            return
+        given = np.concatenate([e[1] for e in entries])
+        pages = np.concatenate([e[2] for e in entries])
+        if op == "free" and self.page_size > 1:
+            self.syncs += 1
+            pages = np.unique(pages)
+        self._put(pages)
+        if self.trace is not None:
+            key = "indices" if op == "free" else "page_ids"
+            self._trace_free({"op": op, "pool": self.pool, key: given.tolist(),
+                              "available": self.available_size()})
+
     # -- internals -------------------------------------------------------------
     def _trace_free(self, rec: dict) -> None:
         if self.need_sort:
             rec["need_sort"] = True  # a replay stages this pool's frees too
         self.trace.write(rec)
 
-    def _release(self, pages: np.ndarray) -> np.ndarray:
+    def _check(self, pages: np.ndarray) -> np.ndarray:
+        """The pages a free may release (K5 for the others), marked free from now on."""
         if len(pages) == 0:
             return pages
         bad = (pages <= 0) | (pages > self.num_pages)
@@ -231,6 +278,12 @@ class PagedAllocator:
                                 pages=pages[:8].tolist())
                 pages = pages[np.sort(first)]  # each page once, in the order given
         self._is_free[pages] = True
+        return pages
+
+    def _put(self, pages: np.ndarray) -> np.ndarray:
+        """Put checked pages on the free list, where SGLang's allocator puts them."""
+        if len(pages) == 0:
+            return pages
         if self.need_sort:
             self._released.append(pages)
             self._num_released += len(pages)
@@ -260,6 +313,17 @@ class PagedAllocator:
         if self.auditor is None:
             raise InvariantViolation(v)
         self.auditor.report(v)
+
+
+class _FreeGroup:
+    """The frees held by an open free group: (op, what the caller gave, checked pages)."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, np.ndarray, np.ndarray]] = []
+
+    def add(self, op: str, given: np.ndarray, pages: np.ndarray) -> np.ndarray:
+        self.entries.append((op, given, pages))
+        return pages
 
 
 def _ints(x) -> list[int]:

@@ -8,6 +8,7 @@ PagedTokenToKVPoolAllocator for ps > 1 and TokenToKVPoolAllocator for ps == 1.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +54,15 @@ class Pair:
         self.theirs.free_page_ids(self.torch.tensor(pages, dtype=self.torch.int64))
         self.same()
 
+    def group(self, begin: bool):
+        if begin:
+            self.ours.free_group_begin()
+            self.theirs.free_group_begin()
+        else:
+            self.ours.free_group_end()
+            self.theirs.free_group_end()
+        self.same()
+
     def same(self):
         assert self.ours.free_page_ids().tolist() == self.theirs.get_all_free_pages().tolist()
         assert self.ours.available_size() == self.theirs.available_size()
@@ -88,6 +98,21 @@ def test_need_sort_merge_bounds_worked_numbers(sg):
     assert q.extend([4, 4, 4], [5, 5, 5], [7, 11, 15], decode=True) == [[16], [20], [24]]  # 3 > 3: no merge
 
 
+@pytest.mark.parametrize("ps", [1, 4])
+def test_free_group_worked_numbers(sg, ps):
+    p = Pair(sg, 6, ps)
+    p.extend([0, 0], [2 * ps, 2 * ps], [-1, -1])  # pages 1, 2 | 3, 4
+    p.group(begin=True)
+    p.free_pages([1])
+    p.free([3 * ps, 2 * ps])  # pages 3, 2
+    p.free_pages([4])
+    assert p.ours.free_page_ids().tolist() == [5, 6]  # held until the end, in both
+    p.group(begin=False)
+    # ps > 1: the unique of the slot frees, then the page ids in call order, each in front.
+    # ps 1: every free in call order, at the back.
+    assert p.ours.free_page_ids().tolist() == ([1, 4, 2, 3, 5, 6] if ps > 1 else [5, 6, 1, 3, 2, 4])
+
+
 def test_refused_calls_match(sg):
     p = Pair(sg, 4, 4, need_sort=True)
     p.extend([0], [16], [-1])
@@ -102,9 +127,13 @@ def test_random_call_sequences_match(sg, ps, need_sort, pages, data):
     """Any sequence of extends, decodes and frees: the same slots and the same free list."""
     p = Pair(sg, pages, ps, need_sort=need_sort)
     rows: list[list[int]] = []
+    grouped = False
     for _ in range(data.draw(st.integers(5, 60), label="calls")):
-        op = data.draw(st.sampled_from(["extend", "decode", "free", "free_pages"]))
-        if op == "extend":  # a batch of continuing and new requests
+        op = data.draw(st.sampled_from(["extend", "decode", "free", "free_pages", "group"]))
+        if op == "group":  # SGLang holds a batch's frees in a group; allocations may come between
+            grouped = not grouped
+            p.group(begin=grouped)
+        elif op == "extend":  # a batch of continuing and new requests
             pick = data.draw(st.lists(st.integers(0, max(len(rows) - 1, 0)), max_size=min(2, len(rows)),
                                       unique=True))
             batch = [rows[i] for i in pick] + [[] for _ in range(data.draw(st.integers(1, 2)))]
@@ -130,3 +159,5 @@ def test_random_call_sequences_match(sg, ps, need_sort, pages, data):
                 p.free(row)
             else:
                 p.free_pages([s // ps for s in row[::ps]])
+    if grouped:
+        p.group(begin=False)

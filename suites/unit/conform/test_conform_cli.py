@@ -238,3 +238,56 @@ class _FakeSGLang(SimpleNamespace):
                                  get_spec=None, get_schedule=None, get_parallel=None,
                                  max_speculative_num_draft_tokens=None)
         super().__init__(torch=torch, paged=ctor, token=None, sizing=sizing, spec_info=None)
+
+
+def grouped_trace(path, ps: int, seed: int) -> None:
+    """A manager trace whose releases and SWA evictions of a step share one free group
+    per pool, as SGLang's batch result processing does."""
+    import random
+
+    from mini_engine.memory import Auditor, KVManager, MemoryConfig, TraceWriter
+
+    mem = MemoryConfig(ps, 48, 6, 600, policy="unaligned", free_policy="host_pages",
+                       swa_num_pages=48, window=40)
+    rng = random.Random(seed)
+    with TraceWriter.for_memory(path, mem, {"seed": seed}) as trace:
+        m = KVManager(mem, Auditor("record"), trace)
+        pools = [m.full, m.swa.allocator]
+        live = []
+        for step in range(120):
+            r = rng.random()
+            if r < 0.3 and m.num_free_rows:
+                s = m.admit(step)
+                n = rng.randint(1, 90)
+                if m.extend(s, n):
+                    m.commit(s, n)
+                    live.append(s)
+                else:
+                    m.release(s)
+            elif r < 0.75 and live:
+                if m.prepare(live, 24, algo="dflash"):
+                    for a in pools:
+                        a.free_group_begin()
+                    for s in live:
+                        m.commit(s, rng.randint(1, 12))
+                        m.evict_swa(s)
+                    for _ in range(rng.randint(0, 2)):
+                        if live:
+                            m.release(live.pop(rng.randrange(len(live))))
+                    for a in pools:
+                        a.free_group_end()
+            elif live:
+                m.release(live.pop(rng.randrange(len(live))))
+        for s in live:
+            m.release(s)
+
+
+@pytest.mark.parametrize("ps", [1, 16])
+def test_free_group_manager_trace_conforms(sg, tmp_path, capsys, ps):
+    from mini_engine.memory.replay import replay
+
+    path = tmp_path / "grouped.jsonl"
+    grouped_trace(path, ps, seed=ps)
+    assert replay(path).divergences == 0
+    rc, out, _ = conform_cli(capsys, path)
+    assert rc == 0, out

@@ -181,3 +181,61 @@ def test_bad_sizes(kwargs, name):
     with pytest.raises(ConfigError, match=f"^{name} must be"):
         PagedAllocator(**kwargs)
 
+
+
+def _grouped(pool):
+    a = PagedAllocator(6, 4, pool)
+    a.alloc_extend([0, 0], [8, 8], [-1, -1])  # pages 1, 2 | 3, 4; list 5, 6
+    a.free_group_begin()
+    assert a.free_pages([1]).tolist() == [1]
+    a.free(np.array([12, 8, 9]))  # pages 3, 2
+    a.free_pages([4])
+    assert a.free_page_ids().tolist() == [5, 6] and a.available_size() == 8  # held until the end
+    a.free_group_end()
+    return a
+
+
+def test_free_group_full_pool_order():
+    # SGLang's paged group end: one unique of the slot frees in front, then the page ids
+    # (in call order) in front of that.
+    a = _grouped("full")
+    assert a.free_page_ids().tolist() == [1, 4, 2, 3, 5, 6] and a.syncs == 1
+
+
+def test_free_group_swa_pool_order():
+    # SGLang's SWA allocator ends its page-id group first, then its slot group.
+    a = _grouped("swa")
+    assert a.free_page_ids().tolist() == [2, 3, 1, 4, 5, 6] and a.syncs == 1
+
+
+def test_free_group_page_size_1_keeps_call_order_and_checks_at_the_call():
+    a = PagedAllocator(6, 1)
+    a.alloc_extend([0], [4], [-1])
+    a.free_group_begin()
+    a.free_pages([3])
+    a.free(np.array([1, 4]))
+    with pytest.raises(InvariantViolation, match="K5"):
+        a.free_pages([3])  # already freed in this group
+    a.free_group_end()
+    assert a.free_page_ids().tolist() == [5, 6, 3, 1, 4]
+    with pytest.raises(RuntimeError, match="without free_group_begin"):
+        a.free_group_end()
+
+
+def test_free_group_trace_records_the_end_of_group_calls():
+    import io
+    import json
+
+    from mini_engine.memory.trace import TraceWriter
+
+    buf = io.StringIO()
+    a = PagedAllocator(6, 4, trace=TraceWriter(buf, {"page_size": 4, "num_pages": 6}))
+    a.alloc_extend([0, 0], [8, 8], [-1, -1])
+    a.free_group_begin()
+    a.free_pages([1])
+    a.free(np.array([12, 8]))
+    a.free_pages([4])
+    a.free_group_end()
+    recs = [json.loads(line) for line in buf.getvalue().splitlines()[2:]]
+    assert [(r["op"], r.get("indices", r.get("page_ids")), r["available"]) for r in recs] == [
+        ("free", [12, 8], 16), ("free_pages", [1, 4], 24)]
