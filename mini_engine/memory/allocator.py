@@ -18,7 +18,9 @@ page ids as its own allocator; `kvbench conform` checks it):
   SGLang's, not the exact count: extend merges when
   extend_tokens // ps + batch + 1 > len(free), decode when batch > len(free), ps 1
   when tokens > len(free). A merge happens before the capacity check, so a refused
-  call can still reorder the list (never change its set).
+  call can still reorder the list (never change its set);
+* a free group (free_group_begin / free_group_end) holds every free to its end,
+  then releases them in SGLang's group order (see free_group_begin).
 """
 
 from __future__ import annotations
