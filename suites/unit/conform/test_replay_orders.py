@@ -43,7 +43,8 @@ def write(tmp_path, records, **head):
 def test_prepare_aligned_field_and_profile_header(tmp_path):
     prep = {"op": "prepare", "algo": "dflash", "reserve": 8,
             "reqs": [{"rid": 0, "committed": 5, "cur": 6, "nxt": 16}]}  # ceil_4(13) = 16
-    path = write(tmp_path, [dict(prep, aligned=True), dict(prep, aligned=False, reqs=[dict(prep["reqs"][0], nxt=13)])],
+    unaligned = dict(prep, aligned=False, reqs=[dict(prep["reqs"][0], nxt=13)])  # 5 + 8
+    path = write(tmp_path, [dict(prep, aligned=True), unaligned],
                  profile={"name": "sglang-0.5.23", "pd_radix": False})
     assert replay(path).divergences == 0
     bad = write(tmp_path, [dict(prep, aligned=False)])  # unaligned gives 13, not 16
