@@ -86,7 +86,12 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
     pools = {"full": _allocator(sg, head["num_pages"], ps, need_sort.get("full", False))}
     if head.get("swa_num_pages"):
         pools["swa"] = _allocator(sg, head["swa_num_pages"], ps, need_sort.get("swa", False))
-    spec_reserve = _spec_reserve(sg, head.get("config") or {}, ps)
+    config = head.get("config") or {}
+    spec_reserve = _spec_reserve(sg, config, ps)
+    # The decode-side radix cache widens the PD SWA tail: a profile knob (or a config key).
+    pd_radix = profile.get("pd_radix", config.get("pd_radix", False))
+    if not isinstance(pd_radix, bool):
+        raise TraceError(f"{path}: header pd_radix must be true or false (got {pd_radix!r})")
 
     report = ConformReport(path)
     for lineno, rec in records:
@@ -96,7 +101,7 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
             if op == "prepare":
                 found = _check_prepare(sg, rec, ps, spec_reserve, report)
             elif op == "swa_prealloc":
-                found = _check_swa_prealloc(rec, ps, bool(profile.get("pd_radix", False)))
+                found = _check_swa_prealloc(rec, ps, pd_radix)
             else:
                 report.allocator_calls += 1
                 pool = rec.get("pool", "full")

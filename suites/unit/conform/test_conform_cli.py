@@ -173,6 +173,23 @@ def test_planted_swa_tail_fails(sg, tmp_path, capsys):
     assert rc == 1 and f"at call {call} " in out and "tail" in out
 
 
+@pytest.mark.parametrize("pd_radix, tail", [(False, 32), (True, 48)])
+def test_swa_tail_rule_with_and_without_the_decode_radix_cache(sg, tmp_path, capsys, pd_radix, tail):
+    # fill 64, window 32, ps 16: floor_16(64 - 32) = 32 -> tail 32; with the decode-side
+    # radix cache floor_16(64 - 1 - max(32, 16)) = 16 -> tail 48 (the worked number).
+    fill = 64
+    head = {"format": "kvbench-trace", "version": 1, "page_size": 16, "num_pages": 8,
+            "swa_num_pages": 8, "profile": {"pd_radix": pd_radix}}
+    rec = {"op": "swa_prealloc", "fill_len": fill, "window": 32, "tail": tail, "evicted": fill - tail}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(head) + "\n" + json.dumps(rec) + "\n")
+    assert conform_cli(capsys, path)[0] == 0
+    head["profile"]["pd_radix"] = not pd_radix
+    path.write_text(json.dumps(head) + "\n" + json.dumps(rec) + "\n")
+    rc, out, _ = conform_cli(capsys, path)
+    assert rc == 1 and "tail" in out
+
+
 def test_good_then_planted_reports_both(sg, recorded, tmp_path, capsys):
     bad = tmp_path / "planted.jsonl"
     plant(recorded, bad, _available)
