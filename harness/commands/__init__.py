@@ -4,4 +4,4 @@
 """
 
 # Order is the order of ``kvbench --help``.
-COMMANDS = ("run", "sweep", "compare", "baseline", "history", "report", "bisect", "sync", "ui", "replay", "bot", "ci")
+COMMANDS = ("run", "sweep", "compare", "baseline", "history", "report", "bisect", "sync", "ui", "replay", "conform", "bot", "ci")

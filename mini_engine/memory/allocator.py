@@ -1,12 +1,26 @@
-"""PagedAllocator: the free pages of one KV pool.
+"""PagedAllocator: the free pages of one KV pool, in SGLang 0.5.23's order.
 
 Page p covers slots [p*ps, (p+1)*ps). Pages are numbered 1..N; page 0 is a dummy
 that padded rows point at and is never handed out. Allocation keeps
 slot % ps == position % ps, so a partly filled last page is continued in place.
 
-The order is deterministic (same calls -> same slots): allocation takes from the
-front of the free array; freed pages wait in a release list and are merged back,
-sorted, only when the free array runs short. The allocation trace replay relies on it.
+The order of the free list is SGLang 0.5.23's, call for call (same calls -> same
+page ids as its own allocator; `kvbench conform` checks it):
+
+* allocation takes pages from the front of the free list;
+* ps > 1 (PagedTokenToKVPoolAllocator): a free puts its pages in front of the
+  list, in the order given (LIFO: the pages freed last are handed out first);
+  the dedup free gives them sorted (a unique);
+* ps == 1 (TokenToKVPoolAllocator): a free appends the slots at the back, in the
+  order given, without a dedup;
+* need_sort (SGLang sets it on both sides of PD disaggregation): frees are staged
+  and merged back, sorted, only when an allocation might run short. The test is
+  SGLang's, not the exact count: extend merges when
+  extend_tokens // ps + batch + 1 > len(free), decode when batch > len(free), ps 1
+  when tokens > len(free). A merge happens before the capacity check, so a refused
+  call can still reorder the list (never change its set);
+* a free group (free_group_begin / free_group_end) holds every free to its end,
+  then releases them in SGLang's group order (see free_group_begin).
 """
 
 from __future__ import annotations
@@ -41,15 +55,18 @@ class Allocation:
 
 class PagedAllocator:
     def __init__(self, num_pages: int, page_size: int, pool: str = "full",
-                 trace: TraceWriter | None = None, auditor: Auditor | None = None):
+                 trace: TraceWriter | None = None, auditor: Auditor | None = None,
+                 *, need_sort: bool = False):
         self.num_pages = check_positive("num_pages", num_pages)
         self.page_size = check_positive("page_size", page_size)
         self.pool = check_choice("pool", pool, POOLS)
         self.trace = trace
         self.auditor = auditor
+        self.need_sort = bool(need_sort)
         self.syncs = 0  # device reads a real engine would pay (dedup free only)
         self._free = np.arange(1, num_pages + 1, dtype=np.int64)
-        self._released: list[np.ndarray] = []
+        self._released: list[np.ndarray] = []  # staged frees (need_sort only)
+        self._group: _FreeGroup | None = None
         self._num_released = 0
         self._is_free = np.ones(num_pages + 1, dtype=bool)
         self._is_free[0] = False
@@ -75,8 +92,12 @@ class PagedAllocator:
         ps = self.page_size
         return -(-seq_lens // ps) - (-(-prefix_lens // ps))
 
-    def allocate(self, prefix_lens, seq_lens, last_locs) -> Allocation | None:
-        """Flat form of alloc_extend; all-or-nothing (None and nothing changed when short)."""
+    def allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False) -> Allocation | None:
+        """Flat form of alloc_extend; all-or-nothing (None and no page taken when short).
+
+        decode marks SGLang's alloc_decode (plain decode, one token per request):
+        same slots, but its own merge test under need_sort.
+        """
         prefix = np.asarray(prefix_lens, dtype=np.int64).reshape(-1)
         seq = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
         last = np.asarray(last_locs, dtype=np.int64).reshape(-1)
@@ -87,8 +108,6 @@ class PagedAllocator:
         ps = self.page_size
         npages = self.pages_needed(prefix, seq)
         total = int(npages.sum())
-        if total > self.num_free_pages:
-            return None
         if ps > 1:
             # Checked before any page is taken: a refused call must leave the pool as it was.
             bad = (prefix % ps != 0) & (seq > prefix) & (last % ps != (prefix - 1) % ps)
@@ -97,8 +116,10 @@ class PagedAllocator:
                 raise ValueError(
                     f"last_loc {int(last[i])} is not the slot of position {int(prefix[i]) - 1} "
                     f"in a paged row (page_size {ps})")
-        if total > len(self._free):
+        if self._released and self._may_run_short(int((seq - prefix).sum()), len(prefix), decode):
             self._merge_released()
+        if total > len(self._free):
+            return None
         pages = self._free[:total]
         self._free = self._free[total:]
         self._is_free[pages] = False
@@ -122,22 +143,31 @@ class PagedAllocator:
         got = self.traced_allocate(prefix_lens, seq_lens, last_locs)
         return None if got is None else got.split()
 
-    def traced_allocate(self, prefix_lens, seq_lens, last_locs) -> Allocation | None:
-        """allocate() plus the trace record alloc_extend would write (the manager's path)."""
-        got = self.allocate(prefix_lens, seq_lens, last_locs)
+    def traced_allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False) -> Allocation | None:
+        """allocate() plus the trace record alloc_extend would write (the manager's path).
+
+        A decode call is written as the alloc_extend it is, marked "decode": true so
+        a replay takes SGLang's alloc_decode merge test.
+        """
+        got = self.allocate(prefix_lens, seq_lens, last_locs, decode=decode)
         if self.trace is not None:
-            self.trace.write({
+            rec = {
                 "op": "alloc_extend", "pool": self.pool,
                 "prefix_lens": _ints(prefix_lens), "seq_lens": _ints(seq_lens),
                 "last_locs": _ints(last_locs),
                 "out": None if got is None else [s.tolist() for s in got.split()],
                 "available": self.available_size(),
-            })
+            }
+            if decode:
+                rec["decode"] = True
+            self.trace.write(rec)
         return got
 
     def alloc_decode(self, seq_lens, last_locs) -> list[np.ndarray] | None:
+        """One slot per request at position seq_len - 1 (SGLang's alloc_decode)."""
         seq = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
-        return self.alloc_extend(seq - 1, seq, last_locs)
+        got = self.traced_allocate(seq - 1, seq, last_locs, decode=True)
+        return None if got is None else got.split()
 
     # -- freeing ---------------------------------------------------------------
     def free(self, indices) -> np.ndarray:
@@ -147,19 +177,25 @@ class PagedAllocator:
         for it: one sync.
         """
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        # ps 1: SGLang's token allocator frees the slots as given, no unique.
+        pages = idx if self.page_size == 1 else np.unique(idx // self.page_size)
+        if self._group is not None:
+            return self._group.add("free", idx, self._check(pages))
         self.syncs += 1
-        freed = self._release(np.unique(idx // self.page_size))
+        freed = self._put(self._check(pages))
         if self.trace is not None:
-            self.trace.write({"op": "free", "pool": self.pool, "indices": idx.tolist(),
+            self._trace_free({"op": "free", "pool": self.pool, "indices": idx.tolist(),
                               "available": self.available_size()})
         return freed
 
     def free_pages(self, page_ids) -> np.ndarray:
         """Host whole-page free: the caller computed the pages, no dedup, no sync."""
         pages = np.asarray(page_ids, dtype=np.int64).reshape(-1)
-        freed = self._release(pages)
+        if self._group is not None:
+            return self._group.add("free_pages", pages, self._check(pages))
+        freed = self._put(self._check(pages))
         if self.trace is not None:
-            self.trace.write({"op": "free_pages", "pool": self.pool, "page_ids": pages.tolist(),
+            self._trace_free({"op": "free_pages", "pool": self.pool, "page_ids": pages.tolist(),
                               "available": self.available_size()})
         return freed
 
@@ -179,8 +215,54 @@ class PagedAllocator:
         reps = np.asarray(row_slots)[start - offset:end - offset:ps]
         return self.free_pages(reps.astype(np.int64) // ps)
 
+    # -- free groups -----------------------------------------------------------
+    def free_group_begin(self) -> None:
+        """Hold every free until free_group_end, as SGLang does around one batch's releases.
+
+        Each free is checked (K5) when it is called; its pages reach the free list at
+        the end, in SGLang's order: at ps > 1 the dedup frees as one unique (one sync)
+        and the page-id frees as one list in call order, the full pool's unique first
+        and the SWA pool's page ids first (which of the two lands in front differs:
+        SGLang's SWA allocator ends its page-id group before its slot group); at ps 1
+        every free in call order. The trace records those end-of-group calls, which are
+        the calls the pool's own allocator receives.
+        """
+        if self._group is not None:
+            raise RuntimeError("free groups cannot be nested")
+        self._group = _FreeGroup()
+
+    def free_group_end(self) -> None:
+        group, self._group = self._group, None
+        if group is None:
+            raise RuntimeError("free_group_end without free_group_begin")
+        if self.page_size == 1:
+            self._flush("free_pages", group.entries)
+            return
+        for op in ("free_pages", "free") if self.pool == "swa" else ("free", "free_pages"):
+            self._flush(op, [e for e in group.entries if e[0] == op])
+
+    def _flush(self, op: str, entries: list) -> None:
+        if not entries:
+            return
+        given = np.concatenate([e[1] for e in entries])
+        pages = np.concatenate([e[2] for e in entries])
+        if op == "free" and self.page_size > 1:
+            self.syncs += 1
+            pages = np.unique(pages)
+        self._put(pages)
+        if self.trace is not None:
+            key = "indices" if op == "free" else "page_ids"
+            self._trace_free({"op": op, "pool": self.pool, key: given.tolist(),
+                              "available": self.available_size()})
+
     # -- internals -------------------------------------------------------------
-    def _release(self, pages: np.ndarray) -> np.ndarray:
+    def _trace_free(self, rec: dict) -> None:
+        if self.need_sort:
+            rec["need_sort"] = True  # a replay stages this pool's frees too
+        self.trace.write(rec)
+
+    def _check(self, pages: np.ndarray) -> np.ndarray:
+        """The pages a free may release (K5 for the others), marked free from now on."""
         if len(pages) == 0:
             return pages
         bad = (pages <= 0) | (pages > self.num_pages)
@@ -192,15 +274,34 @@ class PagedAllocator:
             self._violation("K5", pages=pages[again][:8].tolist(), reason="page freed twice")
             pages = pages[~again]
         if len(pages) > 1:
-            uniq = np.unique(pages)
+            uniq, first = np.unique(pages, return_index=True)
             if len(uniq) != len(pages):
                 self._violation("K5", reason="page freed twice in one call",
                                 pages=pages[:8].tolist())
-                pages = uniq
+                pages = pages[np.sort(first)]  # each page once, in the order given
         self._is_free[pages] = True
-        self._released.append(pages)
-        self._num_released += len(pages)
         return pages
+
+    def _put(self, pages: np.ndarray) -> np.ndarray:
+        """Put checked pages on the free list, where SGLang's allocator puts them."""
+        if len(pages) == 0:
+            return pages
+        if self.need_sort:
+            self._released.append(pages)
+            self._num_released += len(pages)
+        elif self.page_size == 1:
+            self._free = np.concatenate([self._free, pages])
+        else:
+            self._free = np.concatenate([pages, self._free])
+        return pages
+
+    def _may_run_short(self, tokens: int, batch: int, decode: bool) -> bool:
+        """SGLang's test for merging the staged frees before an allocation."""
+        if self.page_size == 1:
+            return tokens > len(self._free)
+        if decode:
+            return batch > len(self._free)
+        return tokens // self.page_size + batch + 1 > len(self._free)
 
     def _merge_released(self) -> None:
         self._free = np.sort(np.concatenate([self._free, *self._released]))
@@ -214,6 +315,17 @@ class PagedAllocator:
         if self.auditor is None:
             raise InvariantViolation(v)
         self.auditor.report(v)
+
+
+class _FreeGroup:
+    """The frees held by an open free group: (op, what the caller gave, checked pages)."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, np.ndarray, np.ndarray]] = []
+
+    def add(self, op: str, given: np.ndarray, pages: np.ndarray) -> np.ndarray:
+        self.entries.append((op, given, pages))
+        return pages
 
 
 def _ints(x) -> list[int]:

@@ -3,6 +3,8 @@
 Every allocator call is re-run and its out / available compared with the record;
 planning records (prepare, swa_prealloc) are recomputed from the sizing formulas.
 A file that cannot be read as a trace is a TraceError (one line, exit 2 from the CLI).
+read_trace and pool_need_sort are shared with harness/conform.py, which replays the
+same records on SGLang's own allocator.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ from dataclasses import dataclass, field
 
 from mini_engine.errors import KVBenchError, TraceError
 from mini_engine.memory.allocator import PagedAllocator
-from mini_engine.memory.sizing import plan_extent, swa_tail_len
+from mini_engine.memory.sizing import next_extents, swa_tail_len
 from mini_engine.memory.trace import FORMAT, VERSION
 
 REQUIRED = {
     "alloc_extend": ("prefix_lens", "seq_lens", "last_locs", "out", "available"),
     "free": ("indices", "available"),
     "free_pages": ("page_ids", "available"),
-    "prepare": ("policy", "reserve", "reqs"),
+    "prepare": ("reserve", "reqs"),  # and "aligned" (newer traces) or "policy"
     "swa_prealloc": ("fill_len", "window", "tail", "evicted"),
 }
 
@@ -98,19 +100,22 @@ def _parse(path: str, lineno: int, line: str) -> dict:
         raise TraceError(f"{path}: line {lineno} ({rec['op']}) available must be an integer")
     if not isinstance(rec.get("pool", "full"), str):
         raise TraceError(f"{path}: line {lineno} ({rec['op']}) pool must be \"full\" or \"swa\"")
+    for key in ("decode", "need_sort", "aligned"):
+        if key in rec and not isinstance(rec[key], bool):
+            raise TraceError(f"{path}: line {lineno} ({rec['op']}) {key} must be true or false")
+    if rec["op"] == "prepare" and "aligned" not in rec and rec.get("policy") not in ("aligned", "unaligned"):
+        raise TraceError(f'{path}: line {lineno} (prepare) needs "aligned": true|false '
+                         f'(or "policy": "aligned"|"unaligned")')
     return rec
 
 
-def _is_int(x: object) -> bool:
-    # int64 range: the allocator works in numpy int64, a larger number cannot be replayed.
-    return isinstance(x, int) and not isinstance(x, bool) and -2**63 <= x < 2**63
+def prepare_aligned(rec: dict) -> bool:
+    """Whether a prepare record page-ceils its reservation ("aligned", else the older "policy")."""
+    return rec["aligned"] if "aligned" in rec else rec["policy"] == "aligned"
 
 
-def _int_list(x: object) -> bool:
-    return isinstance(x, list) and all(_is_int(v) for v in x)
-
-
-def replay(path: str | os.PathLike) -> ReplayReport:
+def read_trace(path: str | os.PathLike) -> tuple[dict, list[tuple[int, dict]]]:
+    """The header and every record (line number, parsed record) of a trace; TraceError if unreadable."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise TraceError(f"trace file {path} does not exist or is not a file")
@@ -124,10 +129,49 @@ def replay(path: str | os.PathLike) -> ReplayReport:
     if not lines or not lines[0].strip():
         raise TraceError(f"trace file {path} is empty (expected a kvbench-trace header line)")
     head = _read_header(path, lines[0])
+    records = [(n, _parse(path, n, line)) for n, line in enumerate(lines[1:], start=2) if line.strip()]
+    pools = {"full"} | ({"swa"} if head.get("swa_num_pages") else set())
+    for n, rec in records:
+        pool = rec.get("pool", "full")
+        if rec["op"] not in ("prepare", "swa_prealloc") and pool not in pools:
+            raise TraceError(f"{path}: line {n} uses pool {pool!r}, which the header does not define")
+    return head, records
+
+
+def pool_need_sort(path: str, records: list[tuple[int, dict]]) -> dict[str, bool]:
+    """Per pool: whether its frees are staged and merged sorted (SGLang's need_sort, PD).
+
+    The allocator marks each free of such a pool "need_sort": true; a pool whose frees
+    disagree cannot be one allocator.
+    """
+    seen: dict[str, tuple[bool, int]] = {}
+    for n, rec in records:
+        if rec["op"] not in ("free", "free_pages"):
+            continue
+        pool, flag = rec.get("pool", "full"), rec.get("need_sort", False)
+        if seen.setdefault(pool, (flag, n))[0] != flag:
+            raise TraceError(f"{path}: line {n} frees pool {pool!r} with need_sort {str(flag).lower()}, "
+                             f"line {seen[pool][1]} with {str(not flag).lower()}; one pool has one order")
+    return {pool: flag for pool, (flag, _) in seen.items()}
+
+
+def _is_int(x: object) -> bool:
+    # int64 range: the allocator works in numpy int64, a larger number cannot be replayed.
+    return isinstance(x, int) and not isinstance(x, bool) and -2**63 <= x < 2**63
+
+
+def _int_list(x: object) -> bool:
+    return isinstance(x, list) and all(_is_int(v) for v in x)
+
+
+def replay(path: str | os.PathLike) -> ReplayReport:
+    path = os.fspath(path)
+    head, records = read_trace(path)
     ps = head["page_size"]
-    pools = {"full": PagedAllocator(head["num_pages"], ps, "full")}
+    need_sort = pool_need_sort(path, records)
+    pools = {"full": PagedAllocator(head["num_pages"], ps, "full", need_sort=need_sort.get("full", False))}
     if head.get("swa_num_pages"):
-        pools["swa"] = PagedAllocator(head["swa_num_pages"], ps, "swa")
+        pools["swa"] = PagedAllocator(head["swa_num_pages"], ps, "swa", need_sort=need_sort.get("swa", False))
 
     # Warm numpy's first-call paths on a scratch allocator, so a short trace's
     # per-call figure measures the allocator, not the interpreter warming up.
@@ -147,24 +191,19 @@ def replay(path: str | os.PathLike) -> ReplayReport:
         if len(report.all_divergences) < 100:
             report.all_divergences.append(d)
 
-    for lineno, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        rec = _parse(path, lineno, line)
+    for lineno, rec in records:
         report.calls += 1
         n, op = report.calls, rec["op"]
         if op in ("prepare", "swa_prealloc"):
             _check_plan(rec, ps, lambda f, e, g: diverge(n, lineno, op, f, e, g), path, lineno)
             continue
-        pool = rec.get("pool", "full")
-        if pool not in pools:
-            raise TraceError(f"{path}: line {lineno} uses pool {pool!r}, which the header does not define")
-        alloc = pools[pool]
+        alloc = pools[rec.get("pool", "full")]
         t0 = time.perf_counter()
         try:
             if op == "alloc_extend":
-                got = alloc.alloc_extend(rec["prefix_lens"], rec["seq_lens"], rec["last_locs"])
-                got = None if got is None else [g.tolist() for g in got]
+                got = alloc.allocate(rec["prefix_lens"], rec["seq_lens"], rec["last_locs"],
+                                     decode=rec.get("decode", False))
+                got = None if got is None else [g.tolist() for g in got.split()]
             elif op == "free":
                 alloc.free(rec["indices"])
             else:
@@ -188,7 +227,10 @@ def _check_plan(rec: dict, ps: int, diverge, path: str, lineno: int) -> None:
     try:
         if rec["op"] == "prepare":
             for i, r in enumerate(rec["reqs"]):
-                nxt = plan_extent(r["cur"], r["committed"], rec["reserve"], ps, rec["policy"])
+                vals = (r["cur"], r["committed"], rec["reserve"])
+                if not all(_is_int(v) and v >= 0 for v in vals):
+                    raise TypeError("cur, committed and reserve must be integers >= 0")
+                nxt = int(next_extents(*vals, ps, prepare_aligned(rec)))
                 if nxt != r["nxt"]:
                     diverge(f"reqs[{i}].nxt", r["nxt"], nxt)
         else:

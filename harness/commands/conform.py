@@ -1,0 +1,59 @@
+"""kvbench conform TRACE...: replay allocation traces on SGLang's own allocator."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DESCRIPTION = """\
+Replay kvbench allocation traces (kvbench run --trace FILE) on SGLang's own code and
+check every call: PagedTokenToKVPoolAllocator (TokenToKVPoolAllocator at page size 1),
+one per pool ("full", "swa"), for the slots of every allocation (page membership and
+order), every refusal and the free count after each call; every reservation (prepare)
+against allocation_sizing: page_aligned_decode_alloc_lens for an aligned record, and
+the reserve against get_alloc_reserve_per_decode when the header names the spec
+options. An unaligned record is checked against max(cur, committed + reserve): that is
+the pre-35265 DFLASH rule, reproduced here, because that version's code is not
+importable. The PD SWA tail (swa_prealloc) is SGLang 0.5.23's _swa_tail_len rule,
+reproduced (its module needs the disaggregation stack). The first divergence of each
+trace is reported with its call index and both values.
+
+Needs SGLang 0.5.23 importable: pip install --no-deps sglang==0.5.23 && pip install
+'kvbench[conform]' (docs/conform.md).
+
+Exit status: 0 every trace conforms, 1 a divergence, 2 SGLang missing or a trace that
+cannot be read (one line)."""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "conform", help="replay allocation traces on SGLang's own allocator and sizing code",
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("traces", nargs="+", metavar="TRACE",
+                   help="trace file (JSON lines, kvbench-trace header first)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here: SGLang and torch take seconds to import; other commands never pay it.
+    from harness.conform import conform, describe, load_sglang
+    from mini_engine.errors import TraceError
+
+    sg = load_sglang()
+    status = 0
+    for path in args.traces:
+        try:
+            rep = conform(path, sg)
+        except TraceError as err:
+            # One line per bad trace; the traces already checked keep their lines.
+            print(f"kvbench: error: {err}", file=sys.stderr)
+            status = 2
+            continue
+        checked = (f"{rep.calls} calls: {rep.allocator_calls} allocator calls, "
+                   f"{rep.reservations} reservations, {rep.reserves} reserves")
+        if rep.conforms:
+            print(f"{path}: conforms to sglang {sg.version} ({checked})")
+        else:
+            print(f"{path}: diverges from sglang {sg.version} at {describe(rep.first_divergence)}")
+            status = max(status, 1)
+    return status
