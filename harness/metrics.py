@@ -169,7 +169,3 @@ def bookkeeping_only(config: dict) -> bool:
     """True when a config's rates time the accounting alone (the ``none`` model backend)."""
     return (config or {}).get("model", "none") == "none"
 
-
-def describe(name: str) -> str:
-    m = lookup(name)
-    return f"{m.help} [{m.unit}; {m.kind}; {'higher' if m.higher_is_better else 'lower'} is better]"

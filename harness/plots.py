@@ -216,6 +216,9 @@ def _grid(rows: list[dict[str, Any]], metrics: tuple[str, ...], x: tuple[str, ..
             if not drawn:
                 ax.set_axis_off()
                 continue
+            positive = [v for ln in ax.get_lines() for v in ln.get_ydata() if v > 0]
+            if positive and max(positive) > 50 * min(positive):
+                ax.set_yscale("symlog", linthresh=1.0)  # pages at ps 1 and ps 64 differ 60-fold
             ax.set_xticks(range(len(xs)), ["/".join("none" if v is None else str(v) for v in xv) for xv in xs],
                           fontsize=8)
             ax.set_xlabel(" / ".join(x))
