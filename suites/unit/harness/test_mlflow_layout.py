@@ -118,3 +118,22 @@ def test_ui_names_the_runs_view_of_each_experiment(tmp_path):
     cl.create_experiment("someone-else")
     assert runs_urls("http://h:1", uri) == [
         ("kvbench-smoke", f"http://h:1/#/experiments/{exp}/runs?workflowType=machine_learning")]
+
+
+def test_system_metrics_are_sampled_on_the_parent_until_it_is_closed(tmp_path, monkeypatch):
+    import time
+
+    from harness.mlflow_log import start_system_metrics
+
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cl = client(uri)
+    exp = ensure_experiment(cl, "kvbench-unit", uri, tmp_path)
+    parent = ensure_parent(cl, exp, "x", {"suite": "unit"})
+    start_system_metrics(uri, parent)
+    end = time.monotonic() + 60
+    while "system/cpu_utilization_percentage" not in cl.get_run(parent).data.metrics:
+        assert time.monotonic() < end, "no system metric was logged in 60 s"
+        time.sleep(0.2)
+    assert finish_parent(uri, parent, [row()], []) == "FINISHED"
+    assert "system/system_memory_usage_megabytes" in cl.get_run(parent).data.metrics
