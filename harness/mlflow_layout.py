@@ -91,8 +91,10 @@ def config_note(row: dict[str, Any]) -> str:
 
 
 def schema_note() -> str:
-    """The metric legend, as a markdown table on the parent run (MLflow has no metric descriptions)."""
-    lines = ["| metric | unit | kind | help |", "|---|---|---|---|"]
+    """The metric legend, a markdown table logged on the parent run (MLflow has no metric descriptions)."""
+    lines = ["# kvbench metrics", "", "Config runs carry these; a parent carries the sweep's aggregates of some "
+             "(`<name>.<max|sum|median>/<axis>_<value>`) and the verdict counts (`sweep/`).", "",
+             "| metric | unit | kind | help |", "|---|---|---|---|"]
     for m in sorted(METRICS.values(), key=lambda m: m.mlflow_name):
         help = f"{m.help}; with model none: {BOOKKEEPING}" if m.is_rate else m.help
         lines.append(f"| `{m.mlflow_name}` | {m.unit} | {m.kind} | {help} |")

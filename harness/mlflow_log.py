@@ -106,8 +106,8 @@ def ensure_parent(cl, exp_id: str, run_id: str, meta: dict[str, Any]) -> str:
         "kvbench.suite": meta.get("suite", ""),
         "kvbench.suite_hash": meta.get("suite_hash", ""),
         **layout.context_tags(meta),
-        "mlflow.note.content": f"Sweep {run_id} of suite {meta.get('suite', '')}: one nested run per config.\n\n"
-                               + layout.schema_note(),
+        "mlflow.note.content": f"Sweep {run_id} of suite {meta.get('suite', '')}: one nested run per config. "
+                               "What each metric is: metrics.md in the artifacts.",
     }
     created = meta.get("created")
     run = cl.create_run(exp_id, tags=tags, run_name=run_id,
@@ -117,6 +117,7 @@ def ensure_parent(cl, exp_id: str, run_id: str, meta: dict[str, Any]) -> str:
     from mlflow.entities import Param
 
     cl.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+    cl.log_text(run.info.run_id, layout.schema_note(), "metrics.md")  # MLflow has no metric descriptions
     return run.info.run_id
 
 

@@ -88,6 +88,9 @@ def test_runs_carry_the_sweep_context_and_their_measured_times(tmp_path):
     assert run.data.metrics["memory/peak_pages_held.max/page_size_16"] == 10
     assert run.data.metrics["sweep/verdict_unexpected"] == 1 and run.data.tags["profile"] == "aligned,unaligned"
     assert [a.path for a in cl.list_artifacts(parent, "plots")] == ["plots/a.png"]
+    legend = cl.download_artifacts(parent, "metrics.md", str(tmp_path))
+    assert "| `throughput/output_tokens_per_s` | tokens/s | timing |" in open(legend).read()
+    assert "bookkeeping speed" in open(legend).read()
 
 
 def test_sync_closes_the_parent_with_its_plots(results_root, cli, capsys):
