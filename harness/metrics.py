@@ -122,6 +122,9 @@ _DECLARED = [
       for w in WRITERS),
     *(_m(f"stranded_slots_sum_{w}", "counter", "slot-steps", "memory", f"slots stranded by {w} writes, summed over steps")
       for w in WRITERS),
+    # retired: no longer emitted, still in recorded nights and baselines that compare and triage read
+    _m("mem_peak_rss_bytes", "info", "bytes", "process", "retired: the process's lifetime RSS peak (test order, not the config)"),
+    _m("k9_checks", "counter", "checks", "invariants", "retired: K9 bound checks made by the engine loop"),
     # per-step series (row["series"])
     _m("stranded", "counter", "slots", "memory", "stranded slots after each step", series=True),
     _m("reserved", "counter", "slots", "memory", "reserved-but-unwritten slots after each step", series=True),
