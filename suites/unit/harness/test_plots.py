@@ -72,3 +72,16 @@ def test_panels_past_the_limit_are_counted_not_drawn(n_panels):
         r["config"]["seed"] = r["metrics"].pop("seed")
     f = facet(rows, ("page_size",), SHAPE + POLICIES)
     assert len(f.panels) == min(n_panels, 12) and f.dropped == max(0, n_panels - 12)
+
+
+def test_block_size_gets_its_figure_when_it_varies(tmp_path):
+    rows = []
+    for bs in (4, 16):
+        for ps in (1, 16):
+            r = row(ps, policy="unaligned")
+            r["config"]["block_size"] = bs
+            r["key"] += str(bs)
+            rows.append(r)
+    rows.append(row(16, spec="eagle"))  # no block size: not on that figure
+    names = {p.name for p in write_plots(rows, tmp_path)}
+    assert "memory_vs_block_size.png" in names
