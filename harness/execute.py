@@ -36,15 +36,21 @@ class GridSession:
 
     def run(self, gc: GridConfig) -> dict[str, Any]:
         self.event(event="start", id=gc.id)
-        runs = [run_once(gc.config) for _ in range(self.suite.repeat)]
-        row = merge_repeats(runs)
+        started = time.time()
+        # A warmup run first: the first run of a config pays first touches (pool
+        # arrays, caches) that are no property of the config; its counters still
+        # join the determinism check, its timings are dropped.
+        warmup = run_once(gc.config)
+        runs = [warmup] if warmup.get("status") == "failed" else [run_once(gc.config) for _ in range(self.suite.repeat)]
+        row = merge_repeats(runs, warmup)
         exp = expectation(resolved(gc.config), self.suite.rules)
         verdict, reasons = judge(row, exp)
         if row.get("nondeterministic") and verdict != "failed":
             verdict = "unexpected"
             reasons.append("counters differ between repeats: " + ", ".join(row["nondeterministic"]))
         row.update(test_id=gc.id, suite=self.suite.name, run_id=self.run_dir.run_id, worker=self.worker,
-                   expected=exp.to_dict(), verdict=verdict, reasons=reasons, finished_at=time.time())
+                   expected=exp.to_dict(), verdict=verdict, reasons=reasons, started_at=started,
+                   finished_at=time.time())
         append_row(self.run_dir.results, row)
         if self.logger is not None and self.logger.log(row, gc.id):
             self.run_dir.mark_logged(row["key"])
@@ -84,29 +90,35 @@ def run_once(config: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def merge_repeats(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One row from repeated runs: counters from the first (they must agree), timings
-    as the median with every sample kept for the noise test of compare."""
-    row = dict(runs[0])
-    if len(runs) == 1:
+def merge_repeats(runs: list[dict[str, Any]], warmup: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One row from repeated runs: counters from the first (they must agree, the
+    warmup's included), timings as the median of the timed runs with every sample
+    kept for the noise test of compare and the error bars of the plots."""
+    checked = [warmup, *runs] if warmup is not None and warmup is not runs[0] else runs
+    row = dict(runs[-1])
+    if len(checked) == 1:
         return row
     metrics = dict(row.get("metrics") or {})
     samples: dict[str, list[float]] = {}
     differ = []
-    for name, first in metrics.items():
-        values = [r.get("metrics", {}).get(name) for r in runs]
-        if kind(name) in ("timing", "memory") and all(isinstance(v, (int, float)) for v in values):
-            samples[name] = [float(v) for v in values]
-            metrics[name] = statistics.median(samples[name])
-        elif kind(name) == "counter" and any(v != first for v in values):
+    for name in metrics:
+        values = [r.get("metrics", {}).get(name) for r in checked]
+        timed = [r.get("metrics", {}).get(name) for r in runs]
+        if kind(name) in ("timing", "memory") and all(isinstance(v, (int, float)) for v in timed):
+            metrics[name] = statistics.median(float(v) for v in timed)
+            if len(timed) > 1:
+                samples[name] = [float(v) for v in timed]
+        elif kind(name) == "counter" and any(v != values[0] for v in values):
             differ.append(name)
-    statuses = {r.get("status") for r in runs}
+    statuses = {r.get("status") for r in checked}
     if len(statuses) > 1:
         differ.append("status")
         if "failed" in statuses:
-            failed = next(r for r in runs if r.get("status") == "failed")
+            failed = next(r for r in checked if r.get("status") == "failed")
             row.update(status="failed", error=failed.get("error"))
-    row.update(metrics=metrics, samples=samples, repeat=len(runs))
+    row.update(metrics=metrics, repeat=len(runs))
+    if samples:
+        row["samples"] = samples
     if differ:
         row["nondeterministic"] = differ
     return row

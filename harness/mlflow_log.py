@@ -18,9 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import mlflow_layout as layout
 from mini_engine.errors import KVBenchError
 
-SERIES_POINTS = 256  # step metrics per series; the full series is in the row artifact
+# MLflow 3 opens an experiment of unknown kind on its GenAI pages; a sweep is runs and
+# their metrics, so the experiment says it is a model-development one.
+EXPERIMENT_KIND, RUNS_KIND = "mlflow.experimentKind", "custom_model_development"
 PARAM_CHARS = 500
 
 
@@ -70,11 +73,13 @@ def ensure_experiment(cl, name: str, uri: str, root: Path) -> str:
     try:
         exp = cl.get_experiment_by_name(name)
         if exp is not None:
+            if exp.tags.get(EXPERIMENT_KIND) != RUNS_KIND:
+                cl.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND, RUNS_KIND)
             return exp.experiment_id
         location = artifact_location(root) if uri.startswith("sqlite:") else None
-        return cl.create_experiment(name, artifact_location=location)
+        return cl.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND: RUNS_KIND})
     except Exception as err:
-        raise _unreachable(uri, err) from None
+        raise unreachable(uri, err) from None
 
 
 def git_commit(cwd: Path | None = None) -> str:
@@ -95,25 +100,24 @@ def ensure_parent(cl, exp_id: str, run_id: str, meta: dict[str, Any]) -> str:
     found = find_parent(cl, exp_id, run_id)
     if found:
         return found
-    hw = meta.get("hardware", {})
     tags = {
         "kvbench.run": run_id,
         "kvbench.role": "parent",
         "kvbench.suite": meta.get("suite", ""),
         "kvbench.suite_hash": meta.get("suite_hash", ""),
-        "git_commit": meta.get("git_commit", "unknown"),
-        "hardware_profile": hw.get("profile", "cpu"),
-        "gpu_name": hw.get("gpu_name") or "none",
-        "driver": hw.get("driver") or "none",
-        "torch_version": hw.get("torch_version") or "none",
-        "triton_version": hw.get("triton_version") or "none",
+        **layout.context_tags(meta),
+        "mlflow.note.content": f"Sweep {run_id} of suite {meta.get('suite', '')}: one nested run per config. "
+                               "What each metric is: metrics.md in the artifacts.",
     }
-    run = cl.create_run(exp_id, tags=tags, run_name=run_id)
+    created = meta.get("created")
+    run = cl.create_run(exp_id, tags=tags, run_name=run_id,
+                        start_time=int(created * 1000) if isinstance(created, (int, float)) else None)
     params = {"suite": meta.get("suite", ""), "configs": meta.get("configs", 0), "jobs": meta.get("jobs", 1),
               "filter": meta.get("filter") or "none", "repeat": meta.get("repeat", 1)}
     from mlflow.entities import Param
 
     cl.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+    cl.log_text(run.info.run_id, layout.schema_note(), "metrics.md")  # MLflow has no metric descriptions
     return run.info.run_id
 
 
@@ -122,19 +126,22 @@ def _children(cl, exp_id: str, run_id: str, key: str):
     return list(cl.search_runs([exp_id], filter_string=filt))
 
 
-def numeric_metrics(row: dict[str, Any]) -> dict[str, float]:
-    named = [*(row.get("metrics") or {}).items(),
-             *((f"violations.{vid}", n) for vid, n in (row.get("violations") or {}).items())]
-    return {name: float(v) for name, v in named if isinstance(v, (int, float)) and not isinstance(v, bool)}
+def context_of(cl, parent_id: str) -> dict[str, str]:
+    """The parent's context tags, which every config run of the sweep repeats."""
+    tags = cl.get_run(parent_id).data.tags
+    return {k: tags[k] for k in layout.CONTEXT_TAGS if k in tags}
 
 
-def _downsample(values: list[Any]) -> list[tuple[int, float]]:
-    n = len(values)
-    stride = max(1, -(-n // SERIES_POINTS))
-    picked = list(range(0, n, stride))
-    if n and picked[-1] != n - 1:
-        picked.append(n - 1)  # keep the final step: it shows what is left after drain
-    return [(i, float(values[i])) for i in picked]
+def run_times(row: dict[str, Any]) -> tuple[int, int]:
+    """(start, end) in ms of the config's engine runs, as measured; a row from before
+    they were recorded ends when it was judged and starts its wall time earlier."""
+    end = row.get("finished_at")
+    end = float(end) if isinstance(end, (int, float)) else time.time()
+    start = row.get("started_at")
+    if not isinstance(start, (int, float)):
+        wall = (row.get("metrics") or {}).get("wall_s")
+        start = end - (float(wall) * (row.get("repeat") or 1) if isinstance(wall, (int, float)) else 0.0)
+    return int(float(start) * 1000), int(end * 1000)
 
 
 def all_children(cl, exp_id: str, run_id: str) -> dict[str, list[Any]]:
@@ -152,10 +159,11 @@ def all_children(cl, exp_id: str, run_id: str) -> dict[str, list[Any]]:
 
 
 def log_row(cl, exp_id: str, parent_id: str, run_id: str, row: dict[str, Any], name: str,
-            existing: list[Any] | None = None) -> bool:
+            existing: list[Any] | None = None, context: dict[str, str] | None = None) -> bool:
     """Log one config as a nested run; False when it was already there.
 
-    ``existing``: the runs already logged for this key, when the caller searched in bulk."""
+    ``existing``: the runs already logged for this key, when the caller searched in bulk;
+    ``context``: the parent's context tags, when the caller read them once."""
     from mlflow.entities import Metric, Param, RunStatus
 
     key = row["key"]
@@ -167,22 +175,21 @@ def log_row(cl, exp_id: str, parent_id: str, run_id: str, row: dict[str, Any], n
         cl.delete_run(old.info.run_id)  # a half-logged child from a killed process
     tags = {"mlflow.parentRunId": parent_id, "kvbench.run": run_id, "kvbench.key": key[:5000],
             "kvbench.key_hash": key_hash(key), "kvbench.status": str(row.get("status")),
-            "kvbench.verdict": str(row.get("verdict")), "kvbench.role": "config"}
-    child = cl.create_run(exp_id, tags=tags, run_name=name)
+            "kvbench.verdict": str(row.get("verdict")), "kvbench.role": "config",
+            **(context_of(cl, parent_id) if context is None else context), **layout.config_tags(row)}
+    start, end = run_times(row)
+    child = cl.create_run(exp_id, tags=tags, run_name=name, start_time=start)
     cid = child.info.run_id
-    now = int(time.time() * 1000)
     params = [Param(k, ("none" if v is None else str(v))[:PARAM_CHARS]) for k, v in sorted((row.get("config") or {}).items())]
-    metrics = [Metric(k, v, now, 0) for k, v in numeric_metrics(row).items()]
-    for series, values in (row.get("series") or {}).items():
-        if isinstance(values, list) and values:
-            metrics.extend(Metric(f"series.{series}", v, now, step) for step, v in _downsample(values))
+    metrics = [Metric(k, v, end, 0) for k, v in layout.scalar_metrics(row).items()]
+    metrics += [Metric(k, v, end, step) for k, step, v in layout.series_metrics(row)]
     for i in range(0, max(len(params), 1), 100):
         cl.log_batch(cid, params=params[i:i + 100])
     for i in range(0, len(metrics), 1000):
         cl.log_batch(cid, metrics=metrics[i:i + 1000])
     cl.log_dict(cid, row, "row.json")
     _log_series_plot(cl, cid, row)
-    cl.set_terminated(cid, RunStatus.to_string(RunStatus.FINISHED))
+    cl.set_terminated(cid, RunStatus.to_string(RunStatus.FINISHED), end_time=end)
     return True
 
 
@@ -209,6 +216,7 @@ class Logger:
         self.uri, self.suite, self.run_id, self.parent_id, self.root = uri, suite, run_id, parent_id, root
         self._cl = None
         self._exp: str | None = None
+        self._context: dict[str, str] | None = None
         self._down_until = 0.0
         self.last_error: str | None = None
 
@@ -222,10 +230,12 @@ class Logger:
                 if self._cl is None:
                     self._cl = client(self.uri)
                     self._exp = ensure_experiment(self._cl, experiment_name(self.suite), self.uri, self.root)
+                if self._context is None:
+                    self._context = context_of(self._cl, self.parent_id)
                 # A worker is the first to log a key (done keys are deselected before it
                 # runs), so the search for an earlier child is only needed on a retry.
                 log_row(self._cl, self._exp, self.parent_id, self.run_id, row, name,
-                        existing=[] if attempt == 0 else None)
+                        existing=[] if attempt == 0 else None, context=self._context)
                 return True
             except Exception as err:
                 self.last_error = _first_line(err)
@@ -247,7 +257,7 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
     try:
         parent = ensure_parent(cl, exp, run_dir.run_id, meta)
     except Exception as err:
-        raise _unreachable(uri, err) from None
+        raise unreachable(uri, err) from None
     if meta.get("mlflow_parent") != parent or meta.get("mlflow_uri") != uri:
         if meta.get("mlflow_uri") != uri:
             run_dir.reset_logged()  # what was logged went to another store
@@ -257,12 +267,13 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
     uploaded = present = 0
     try:
         children = all_children(cl, exp, run_dir.run_id)
+        context = context_of(cl, parent)
     except Exception as err:
-        raise _unreachable(uri, err) from None
+        raise unreachable(uri, err) from None
     for row in load_rows(run_dir.path):
         try:
             known = children.get(key_hash(row["key"]), [])
-            if log_row(cl, exp, parent, run_dir.run_id, row, row.get("test_id") or row["key"], known):
+            if log_row(cl, exp, parent, run_dir.run_id, row, row.get("test_id") or row["key"], known, context):
                 uploaded += 1
             else:
                 present += 1
@@ -275,18 +286,59 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
     return uploaded, present
 
 
-def finish_parent(uri: str, parent_id: str, summary: dict[str, float], artifacts: list[Path], status: str) -> None:
+def finish_parent(uri: str, parent_id: str, rows: list[dict[str, Any]], artifacts: list[Path],
+                  status: str | None = None) -> str:
+    """Close the sweep's parent run: its verdict counts and per-axis aggregates as
+    metrics, its plots, the profiles it swept; FINISHED when every config ran as
+    expected, else FAILED (or ``status``). Closing again (a later sync) updates it."""
+    stop_system_metrics(parent_id)
     cl = client(uri)
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric, RunTag
 
     now = int(time.time() * 1000)
-    cl.log_batch(parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()])
+    figures = {**layout.verdict_metrics(rows), **layout.sweep_aggregates(rows)}
+    metrics = [Metric(k, float(v), now, 0) for k, v in figures.items()]
+    for i in range(0, len(metrics), 1000):
+        cl.log_batch(parent_id, metrics=metrics[i:i + 1000])
+    cl.log_batch(parent_id, tags=[RunTag("profile", layout.profiles(rows))])
     for path in artifacts:
         cl.log_artifact(parent_id, str(path), artifact_path="plots")
-    cl.set_terminated(parent_id, status)
+    status = status or layout.parent_status(rows)
+    ends = [r["finished_at"] for r in rows if isinstance(r.get("finished_at"), (int, float))]
+    cl.set_terminated(parent_id, status, end_time=int(max(ends) * 1000) if ends else now)
+    return status
 
 
-def _unreachable(uri: str, err: BaseException) -> MlflowUnavailable:
+_MONITORS: dict[str, Any] = {}
+
+
+def start_system_metrics(uri: str | None, parent_id: str | None) -> None:
+    """CPU, memory, disk, network (psutil) and GPU (NVML, where there is one) figures
+    of the machine, sampled on the parent run while the sweep runs (MLflow's
+    ``system/`` section); finish_parent stops them. Never fails a sweep."""
+    if not uri or not parent_id or parent_id in _MONITORS:
+        return
+    try:
+        quiet_client_env()
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        monitor = SystemMetricsMonitor(parent_id, tracking_uri=uri)
+        monitor.start()
+        _MONITORS[parent_id] = monitor
+    except Exception:  # psutil missing, an old MLflow: the sweep goes on without them
+        return
+
+
+def stop_system_metrics(parent_id: str) -> None:
+    monitor = _MONITORS.pop(parent_id, None)
+    if monitor is not None:
+        try:
+            monitor.finish()
+        except Exception:
+            pass
+
+
+def unreachable(uri: str, err: BaseException) -> MlflowUnavailable:
     return MlflowUnavailable(f"MLflow at {uri} cannot be reached: {_first_line(err)}")
 
 

@@ -4,13 +4,17 @@
   EAGLE topk), one panel per reservation policy and free policy
 * what alignment costs in reserved-but-unwritten slots, from pairs of configs that
   differ only in the policy, per running request in pages (DESIGN: under one page)
-* throughput and peak memory over page_size, a line per algorithm and policy, a
-  panel per model backend
+* memory (peak pages held, reserved, stranded, SWA pages held) against page_size,
+  block_size and window
+* timings (throughput, host planning time) against page_size: the median of the
+  suite's warm repeats with their interquartile range as error bars; with model
+  ``none`` the throughput is the bookkeeping's speed and says so
 
-Only like is drawn with like: averaging a real-model config with accounting-only
-ones, or a dedup free (which never leaks) with a host_pages one, gives figures no
-config measured. What a cell or point still folds together (window, workload...)
-is named in its title. Empty plots are skipped, not drawn blank.
+Only like is drawn with like: a line figure gives every option that varies and is
+not on its x axis or its lines a panel of its own (harness/facets.py), so each
+point is one config. Heatmap cells are the worst config, and name what they fold.
+Process RSS is not drawn: it follows test order, not the config. Empty plots are
+skipped, not drawn blank.
 """
 
 from __future__ import annotations
@@ -24,34 +28,26 @@ from typing import Any
 
 import numpy as np
 
+from harness.facets import POLICIES, SHAPE, facet, label, measured, opt, panel_title, sort_values, spread
+from harness.metrics import BOOKKEEPING, lookup
+
 # The y axis of a heatmap: what sizes one speculative step's draft.
 DRAFT_AXIS = {"dflash": "block_size", "eagle": "topk"}
 HEATMAPS = (("peak_stranded_slots", "peak stranded slots"), ("leaked_pages", "leaked pages after drain"))
-LINES = (("output_tokens_per_s", "output tokens/s", 1.0), ("rss_peak_bytes", "peak RSS (MiB)", 2.0**20),
-         ("mem_torch_peak_bytes", "torch peak memory (MiB)", 2.0**20))
-DEFAULTS = {"policy": "aligned", "free_policy": "host_pages", "spec": "none", "page_size": 16, "model": "none"}
-
-
-def _opt(row: dict[str, Any], key: str) -> Any:
-    return (row.get("config") or {}).get(key, DEFAULTS.get(key))
-
-
-def _measured(rows: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("status") != "failed"
-            and isinstance((r.get("metrics") or {}).get(metric), (int, float))]
-
-
-def _sort(values) -> list:
-    return sorted(values, key=lambda v: (v is None, v if isinstance(v, (int, float)) else 0, str(v)))
+MEMORY = ("peak_pages_held", "peak_reserved_slots", "peak_stranded_slots", "peak_swa_pages_held")
+# x axis (with the options tied to it) -> the lines drawn against it
+MEMORY_AXES = {("page_size",): SHAPE + POLICIES, ("block_size",): ("page_size",) + POLICIES,
+               ("window", "layer_pattern"): SHAPE + POLICIES}
+TIMINGS = ("output_tokens_per_s", "plan_us_per_decode_step", "mem_torch_peak_bytes")
 
 
 def _folded(rows: list[dict[str, Any]], shown: tuple[str, ...]) -> str:
     """The options that differ between configs drawn as one cell or point."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        groups[tuple(repr(_opt(r, k)) for k in shown)].append(r)
+        groups[tuple(repr(opt(r, k)) for k in shown)].append(r)
     keys = {k for r in rows for k in (r.get("config") or {})} - set(shown) - {"seed"}
-    varying = sorted(k for k in keys if any(len({repr(_opt(r, k)) for r in g}) > 1 for g in groups.values()))
+    varying = sorted(k for k in keys if any(len({repr(opt(r, k)) for r in g}) > 1 for g in groups.values()))
     return ", ".join(varying) or "nothing else"
 
 
@@ -61,12 +57,12 @@ def heatmap_cells(rows: list[dict[str, Any]], metric: str) -> dict[tuple, dict[t
     The worst (max) config, not the mean: one config that reproduces the bug must
     show, and an aligned panel of zeros then says no config stranded or leaked."""
     panels: dict[tuple, dict[tuple, float]] = defaultdict(dict)
-    for row in _measured(rows, metric):
-        spec = _opt(row, "spec")
+    for row in measured(rows, metric):
+        spec = opt(row, "spec")
         if spec not in DRAFT_AXIS:
             continue
-        cell = (_opt(row, DRAFT_AXIS[spec]), _opt(row, "page_size"))
-        panel = panels[(spec, _opt(row, "policy"), _opt(row, "free_policy"))]
+        cell = (opt(row, DRAFT_AXIS[spec]), opt(row, "page_size"))
+        panel = panels[(spec, opt(row, "policy"), opt(row, "free_policy"))]
         panel[cell] = max(panel.get(cell, 0.0), float(row["metrics"][metric]))
     return dict(panels)
 
@@ -75,18 +71,18 @@ def alignment_overhead(rows: list[dict[str, Any]]) -> dict[tuple, list[tuple[flo
     """(spec, page_size) -> [(extra slots, extra pages per running request)], one per
     pair of configs identical but for the policy."""
     twins: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for row in _measured(rows, "peak_reserved_slots"):
+    for row in measured(rows, "peak_reserved_slots"):
         rest = {k: v for k, v in (row.get("config") or {}).items() if k != "policy"}
-        twins[json.dumps(rest, sort_keys=True, default=str)][_opt(row, "policy")] = row
+        twins[json.dumps(rest, sort_keys=True, default=str)][opt(row, "policy")] = row
     out: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     for pair in twins.values():
         if "aligned" not in pair or "unaligned" not in pair:
             continue
         a, u = pair["aligned"], pair["unaligned"]
-        ps = _opt(a, "page_size")
-        running = a["metrics"].get("peak_running") or _opt(a, "num_requests") or 1
+        ps = opt(a, "page_size")
+        running = a["metrics"].get("peak_running") or opt(a, "num_requests") or 1
         extra = float(a["metrics"]["peak_reserved_slots"] - u["metrics"]["peak_reserved_slots"])
-        out[(_opt(a, "spec"), ps)].append((extra, extra / (ps * running)))
+        out[(opt(a, "spec"), ps)].append((extra, extra / (ps * running)))
     return dict(out)
 
 
@@ -97,7 +93,9 @@ def write_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = [_heatmap(rows, metric, label, out / f"{metric}_heatmap.png") for metric, label in HEATMAPS]
     written.append(_overhead(rows, out / "reserved_overhead.png"))
-    written += [_lines(rows, metric, label, scale, out / f"{metric}.png") for metric, label, scale in LINES]
+    for x, lines in MEMORY_AXES.items():
+        written.append(_grid(rows, MEMORY, x, lines, out / f"memory_vs_{x[0]}.png"))
+    written.append(_grid(rows, TIMINGS, ("page_size",), SHAPE + POLICIES, out / "timings_vs_page_size.png"))
     return [p for p in written if p is not None]
 
 
@@ -107,8 +105,8 @@ def _heatmap(rows: list[dict[str, Any]], metric: str, label: str, path: Path) ->
     panels = heatmap_cells(rows, metric)
     if not panels:
         return None
-    specs = _sort({k[0] for k in panels})
-    columns = _sort({k[1:] for k in panels})
+    specs = sort_values({k[0] for k in panels})
+    columns = sort_values({k[1:] for k in panels})
     top = max(max(max(c.values()) for c in panels.values()), 1.0)  # one scale: a fixed panel reads white
     fig, axes = plt.subplots(len(specs), len(columns), figsize=(4.2 * len(columns), 3.4 * len(specs)), squeeze=False)
     for r, spec in enumerate(specs):
@@ -118,7 +116,7 @@ def _heatmap(rows: list[dict[str, Any]], metric: str, label: str, path: Path) ->
             if cells is None:
                 ax.set_axis_off()
                 continue
-            ys, pss = _sort({k[0] for k in cells}), _sort({k[1] for k in cells})
+            ys, pss = sort_values({k[0] for k in cells}), sort_values({k[1] for k in cells})
             grid = np.full((len(ys), len(pss)), np.nan)
             for (y, ps), v in cells.items():
                 grid[ys.index(y), pss.index(ps)] = v
@@ -133,7 +131,7 @@ def _heatmap(rows: list[dict[str, Any]], metric: str, label: str, path: Path) ->
                     ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=9,
                             color="white" if v > 0.6 * top else "black")
             fig.colorbar(im, ax=ax)
-    drawn = [r for r in _measured(rows, metric) if _opt(r, "spec") in DRAFT_AXIS]
+    drawn = [r for r in measured(rows, metric) if opt(r, "spec") in DRAFT_AXIS]
     folded = _folded(drawn, ("spec", "policy", "free_policy", "page_size", *DRAFT_AXIS.values()))
     _suptitle(fig, f"{label} (a cell is the worst config over: {folded})")
     fig.tight_layout()
@@ -167,29 +165,77 @@ def _overhead(rows: list[dict[str, Any]], path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def _lines(rows: list[dict[str, Any]], metric: str, label: str, scale: float, path: Path) -> Path | None:
+def metric_label(metric: str, rows: list[dict[str, Any]]) -> str:
+    """The y label: name and unit; a rate of accounting-only configs is the bookkeeping's speed."""
+    m = lookup(metric)
+    text = f"{metric.replace('_', ' ')} ({m.unit})"
+    if m.is_rate and rows and all(opt(r, "model") == "none" for r in rows):
+        text += "\nbookkeeping speed, not serving"
+    return text
+
+
+def _grid(rows: list[dict[str, Any]], metrics: tuple[str, ...], x: tuple[str, ...], lines: tuple[str, ...],
+          path: Path) -> Path | None:
+    """A row of panels per metric, a panel per value of the options that change the figure."""
     import matplotlib.pyplot as plt
 
-    measured = _measured(rows, metric)
-    if not measured:
-        return None
-    models = _sort({_opt(r, "model") for r in measured})
-    fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 3.8), squeeze=False)
-    for ax, model in zip(axes[0], models):
-        points: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for r in measured:
-            if _opt(r, "model") == model:
-                points[(_opt(r, "spec"), _opt(r, "policy"))][_opt(r, "page_size")].append(r["metrics"][metric] / scale)
-        for (spec, policy), by_ps in sorted(points.items(), key=lambda kv: str(kv[0])):
-            pss = _sort(by_ps)
-            ax.plot(range(len(pss)), [statistics.median(by_ps[p]) for p in pss], marker="o", label=f"{spec}, {policy}")
-            ax.set_xticks(range(len(pss)), [str(p) for p in pss])
-        ax.set_xlabel("page_size (slots)")
-        ax.set_ylabel(label)
-        ax.set_title(f"model {model}" + (" (accounting only)" if model == "none" else ""), fontsize=9)
-        ax.legend(fontsize=7)
-    _suptitle(fig, f"{label} over page_size (median over: {_folded(measured, ('model', 'spec', 'policy', 'page_size'))})")
-    fig.tight_layout()
+    # A config without the x option (EAGLE has no block_size) is not on this figure;
+    # no window is a value of the window axis (all-global attention).
+    rows = [r for r in rows if r.get("status") != "failed" and (x[0] == "window" or opt(r, x[0]) is not None)]
+    shown = [m for m in metrics if measured(rows, m)]
+    xs_all = {tuple(opt(r, k) for k in x) for r in rows}
+    if not shown or len(xs_all) < 2:
+        return None  # one x value is a point, not a figure
+    facets = facet(rows, x, lines)
+    cols = len(facets.panels)
+    fig, axes = plt.subplots(len(shown), cols, figsize=(4.6 * cols, 3.3 * len(shown)), squeeze=False)
+    timed = False
+    colours: dict[tuple, Any] = {}  # one colour per line across panels, one legend for the figure
+    handles: dict[str, Any] = {}
+    for i, metric in enumerate(shown):
+        scale = 2.0**20 if lookup(metric).unit == "bytes" else 1.0
+        for j, panel in enumerate(facets.panels):
+            ax = axes[i][j]
+            xs = facets.xs(panel)
+            drawn = False
+            for key, by_x in sorted(panel.lines.items(), key=lambda kv: str(kv[0])):
+                pts = [(xs.index(xv), spread(r, metric)) for xv, r in by_x.items() if metric in (r.get("metrics") or {})]
+                if not pts:
+                    continue
+                pts.sort()
+                med = np.array([p[1][0] for p in pts]) / scale
+                lo = med - np.array([p[1][1] for p in pts]) / scale
+                hi = np.array([p[1][2] for p in pts]) / scale - med
+                timed |= any(p[1][3] > 1 for p in pts)
+                colour = colours.setdefault(key, f"C{len(colours) % 10}")
+                marker = "osD^v<>"[len(colours) // 10 % 7]
+                h = ax.errorbar([p[0] for p in pts], med, yerr=[lo, hi], marker=marker, ms=3, lw=1, capsize=3,
+                                color=colour)
+                handles.setdefault(label(key, facets.line_keys), h)
+                drawn = True
+            if not drawn:
+                ax.set_axis_off()
+                continue
+            positive = [v for ln in ax.get_lines() for v in ln.get_ydata() if v > 0]
+            if positive and max(positive) > 50 * min(positive):
+                ax.set_yscale("symlog", linthresh=1.0)  # pages at ps 1 and ps 64 differ 60-fold
+            ax.set_xticks(range(len(xs)), ["/".join("none" if v is None else str(v) for v in xv) for xv in xs],
+                          fontsize=8)
+            ax.set_xlabel(" / ".join(x))
+            unit = " (MiB)" if scale > 1 else ""
+            ax.set_ylabel(metric_label(metric, panel.rows).replace("(bytes)", unit.strip()), fontsize=8)
+            title = panel_title(panel)
+            if lookup(metric).is_rate and all(opt(r, "model") == "none" for r in panel.rows):
+                title += "\n" + BOOKKEEPING
+            ax.set_title(textwrap.fill(title, 60), fontsize=7)
+    what = ("counters: one run per config, exact" if not any(lookup(m).kind in ("timing", "memory") for m in shown)
+            else "median and IQR of the warm repeats" if timed else "one warm run per config (suite repeat 1): no spread")
+    more = f"; first {cols} of {cols + facets.dropped} panels" if facets.dropped else ""
+    _suptitle(fig, f"{', '.join(m.replace('_', ' ') for m in shown)} against {' / '.join(x)} "
+                   f"(a panel per option that changes the figure; {what}{more})")
+    legend_rows = -(-len(handles) // 3)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, min(0.4, 0.3 * legend_rows / fig.get_figheight()), 1, 1))
     return _save(fig, path)
 
 
@@ -227,9 +273,11 @@ def series_plot(row: dict[str, Any], path: Path) -> Path | None:
     slots.set_xlabel("step")
     slots.set_ylabel("slots")
     lines = slots.get_lines()
-    if "held" in series:
+    if "held" in series or "swa_held" in series:
         pages = slots.twinx()
-        lines += pages.plot(series["held"], color="tab:green", lw=1, label="pages held (right axis)")
+        for name, colour, text in (("held", "tab:green", "pages held"), ("swa_held", "tab:purple", "SWA pages held")):
+            if name in series:
+                lines += pages.plot(series[name], color=colour, lw=1, label=f"{text} (right axis)")
         pages.set_ylabel("pages held")
     # One legend for both axes: the green line had none, only the right-hand label.
     slots.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="upper right")

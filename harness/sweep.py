@@ -23,7 +23,7 @@ from typing import Any
 from harness import devices, hardware
 from harness.expect import PASSING
 from harness.mlflow_log import (client, ensure_experiment, ensure_parent, experiment_name,
-                                finish_parent, git_commit, sync, tracking_uri)
+                                finish_parent, git_commit, start_system_metrics, sync, tracking_uri)
 from harness.results import RunDir, append_row, create_run_dir, new_run_id, open_run_dir, results_root, tail
 from harness.suites import SUITES_DIR, Suite, SuiteError, load_suite
 from mini_engine.errors import KVBenchError
@@ -179,6 +179,7 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     meta = prepare_run(suite, run_dir, opts.mlflow_uri, jobs=jobs, filter_expr=opts.filter,
                        no_mlflow=opts.no_mlflow, root=root, hw=hw, warn=lambda m: err_console.print(m))
     run_dir.collected.unlink(missing_ok=True)
+    start_system_metrics(meta.get("mlflow_uri"), meta.get("mlflow_parent"))
     env = dict(os.environ, KVBENCH_GRID_SUITE=str(suite.path), KVBENCH_GRID_RUN_DIR=str(run_dir.path),
                KVBENCH_GRID_MLFLOW_URI=meta.get("mlflow_uri") or "", KVBENCH_GRID_PARENT=meta.get("mlflow_parent") or "",
                KVBENCH_GRID_ROOT=str(root), PYTHONUNBUFFERED="1")
@@ -322,9 +323,7 @@ def finish_mlflow(run_dir: RunDir, meta: dict[str, Any], rows: list[dict[str, An
         if pending or not meta.get("mlflow_parent"):
             sync(run_dir, uri, root=root)
         meta = run_dir.meta()
-        summary = {"configs": len(rows), **{f"verdict_{v}": sum(r.get("verdict") == v for r in rows)
-                                            for v in ("ok", "as_expected", "unexpected", "failed")}}
-        finish_parent(uri, meta["mlflow_parent"], summary, plots, "FINISHED")
+        finish_parent(uri, meta["mlflow_parent"], rows, plots)
     except Exception as err:  # MLflow is a view: the rows are safe on disk whatever it says
         missing = len(run_dir.done_keys() - run_dir.logged_keys())
         warn(f"kvbench: warning: MLflow at {uri}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")

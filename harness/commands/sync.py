@@ -1,4 +1,5 @@
-"""kvbench sync RUN: upload the configs of a run that MLflow does not have yet."""
+"""kvbench sync RUN: upload the configs of a run that MLflow does not have yet, then
+close the sweep's parent run with its aggregates and plots."""
 
 from __future__ import annotations
 
@@ -6,19 +7,30 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sync", help="upload a run's missing configs to MLflow (idempotent)")
+    p = sub.add_parser("sync", help="upload a run's missing configs to MLflow (idempotent) and close its parent run")
     p.add_argument("run", help="run id or run directory")
     p.add_argument("--mlflow-uri", metavar="URI", help="tracking server (default: the one the sweep used)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.mlflow_log import sync
-    from harness.results import open_run_dir, results_root
+    import sys
+
+    from harness.mlflow_log import finish_parent, sync, unreachable
+    from harness.results import load_rows, open_run_dir, results_root
+    from harness.sweep import write_run_plots
 
     run_dir = open_run_dir(args.run)
     uploaded, present = sync(run_dir, args.mlflow_uri, root=results_root())
     meta = run_dir.meta()
+    rows = load_rows(run_dir.path)
+    # The sweep's plots, or new ones when the sweep died before drawing them.
+    plots = sorted(run_dir.plots.glob("*.png")) if run_dir.plots.is_dir() else []
+    plots = plots or write_run_plots(rows, run_dir, lambda m: print(m, file=sys.stderr))
+    try:
+        status = finish_parent(meta["mlflow_uri"], meta["mlflow_parent"], rows, plots)
+    except Exception as err:
+        raise unreachable(meta["mlflow_uri"], err) from None
     print(f"synced run {run_dir.run_id} to {meta['mlflow_uri']}: {uploaded} uploaded, {present} already there "
-          f"(parent run {meta['mlflow_parent']})")
+          f"(parent run {meta['mlflow_parent']}, {status}, {len(plots)} plots)")
     return 0

@@ -1,4 +1,4 @@
-"""kvbench ui: the MLflow UI on the local store under results/."""
+"""kvbench ui: the MLflow UI on the local store under results/, and where to look in it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
     p.set_defaults(func=run)
+
+
+def runs_urls(base: str, uri: str) -> list[tuple[str, str]]:
+    """(experiment, URL of its runs view) for every kvbench experiment in the store.
+
+    The runs view in the model-training mode, not the experiment's landing page:
+    MLflow 3 lands on its GenAI pages, where a sweep's runs and charts are not."""
+    from harness.mlflow_log import client
+
+    experiments = client(uri).search_experiments(filter_string="name LIKE 'kvbench-%'")
+    return [(e.name, f"{base}/#/experiments/{e.experiment_id}/runs?workflowType=machine_learning")
+            for e in sorted(experiments, key=lambda e: e.name)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +42,20 @@ def run(args: argparse.Namespace) -> int:
     exe = shutil.which("mlflow", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     if exe is None:
         raise MlflowUnavailable("the mlflow executable is not installed (pip install mlflow)")
-    cmd = [exe, "ui", "--backend-store-uri", default_uri(root), "--default-artifact-root",
-           artifact_location(root), "--host", args.host, "--port", str(args.port)]
-    print(f"MLflow UI on http://{args.host}:{args.port} ({default_uri(root)})")
-    return subprocess.call(cmd)
+    uri = default_uri(root)
+    base = f"http://{args.host}:{args.port}"
+    cmd = [exe, "ui", "--backend-store-uri", uri, "--default-artifact-root",
+           artifact_location(root), "--host", args.host, "--port", str(args.port),
+           "--workers", "1"]  # one user: one worker starts in a fraction of the time four take
+    urls = runs_urls(base, uri)
+    print(f"MLflow UI on {base} ({uri})")
+    for name, url in urls:
+        print(f"  {name}: {url}")
+    if not urls:
+        print(f"  no kvbench experiment yet: {base}")
+    sys.stdout.flush()
+    # The server's job runner (a dozen huey processes) serves GenAI judges and prompt
+    # jobs, none of which a sweep has; without it the UI starts sooner and stops cleanly.
+    env = dict(os.environ)
+    env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    return subprocess.call(cmd, env=env)

@@ -71,7 +71,7 @@ def test_plots_are_written(tmp_path):
     rows = [fake_row(i) for i in range(4)] + [fake_row(9, status="failed", metrics={})]
     names = {p.name for p in write_plots(rows, tmp_path / "plots")}
     assert {"peak_stranded_slots_heatmap.png", "leaked_pages_heatmap.png", "reserved_overhead.png",
-            "output_tokens_per_s.png"} <= names
+            "timings_vs_page_size.png", "memory_vs_page_size.png"} <= names
     assert all((tmp_path / "plots" / n).stat().st_size > 1000 for n in names)
 
 
@@ -119,11 +119,11 @@ def test_sync_is_idempotent_and_replaces_half_logged_children(tmp_path):
     assert all(v[0].info.status == "FINISHED" for v in kids.values())
     assert cl.get_run(half.info.run_id).info.lifecycle_stage == "deleted"
     one = kids[key_hash(rows[0]["key"])][0]
-    history = cl.get_metric_history(one.info.run_id, "series.stranded")
+    history = cl.get_metric_history(one.info.run_id, "memory/series/stranded")
     assert len(history) <= 257 and history[-1].step == 599  # downsampled, last step kept
-    assert one.data.params["policy"] == "aligned" and one.data.metrics["steps"] == 10
+    assert one.data.params["policy"] == "aligned" and one.data.metrics["engine/steps"] == 10
     two = cl.get_run(kids[key_hash(rows[1]["key"])][0].info.run_id)
-    assert two.data.metrics["violations.K1"] == 1 and two.data.tags["kvbench.status"] == "violated"
+    assert two.data.metrics["invariants/K1"] == 1 and two.data.tags["kvbench.status"] == "violated"
     assert run.logged_keys() == {r["key"] for r in rows}
     assert {a.path for a in cl.list_artifacts(one.info.run_id)} == {"row.json", "series.png"}
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.metrics import lookup
 from harness.mlflow_log import experiment_name, key_hash
 from harness.results import RunDir, load_rows
 from harness.summary import summary_rows
@@ -98,8 +99,8 @@ def test_sweep_smoke_slice_matches_results_and_mlflow(results_root, cli, capsys)
         row = by_hash[kid["tags.kvbench.key_hash"]]
         assert kid["params.page_size"] == "16"
         for name in ("steps", "peak_stranded_slots", "leaked_pages", "output_tokens"):
-            assert kid[f"metrics.{name}"] == row["metrics"][name]
-        assert kid["status"] == "FINISHED"
+            assert kid[f"metrics.{lookup(name).mlflow_name}"] == row["metrics"][name]
+        assert kid["status"] == "FINISHED" and kid["tags.hardware_profile"] == "cpu"
     assert (results_root / "runs" / "s1" / "plots" / "peak_stranded_slots_heatmap.png").exists()
     assert f"plots: {results_root / 'runs' / 's1' / 'plots'}" in out  # where to look
 

@@ -1,0 +1,174 @@
+"""Every figure a result row carries, declared once.
+
+A row's ``metrics`` come from the engine (mini_engine/stats.py), the memory probe
+of the harness (harness/hardware.py) and the auditor (``violations.K<n>``, one
+count per invariant id); its ``series`` are per-step lists. Each is declared here
+with what kind of figure it is (which decides how compare gates it), its unit,
+its group (the `/` section MLflow shows it under), whether more is better, and a
+line of help. Row keys and baselines keep the plain names; MLflow sees
+``group/name``.
+
+kinds:
+  counter  deterministic (pages, slots, leaks, violations, syncs, steps, tokens):
+           any change is a regression.
+  timing   a noisy time or rate: a regression only when >= 10% worse and a
+           Mann-Whitney U over repeated samples says the shift is real.
+  memory   bytes of one run (torch's peak, reset per run): gated like a timing.
+  info     reported, never gated: acceptance figures, and process- or device-wide
+           bytes (RSS, NVML used), which hold what earlier configs in the same
+           worker left, so they follow test order rather than the config.
+
+A name that is not declared is an error (UnknownMetric): a figure nobody declared
+would otherwise be gated by a guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mini_engine.errors import KVBenchError
+
+KINDS = ("counter", "timing", "memory", "info")
+GROUPS = ("memory", "swa", "invariants", "engine", "spec", "throughput", "timing", "process", "device")
+WRITERS = ("prefill", "decode", "spec", "pd")  # who sets a request's extent (stranded slots per writer)
+INVARIANTS = tuple(f"K{i}" for i in range(1, 12))  # DESIGN.md section 2
+# What the accounting-only backend's rates measure: the host bookkeeping, not a model.
+BOOKKEEPING = "bookkeeping speed (model none: no forward pass, accounting only)"
+
+
+class UnknownMetric(KVBenchError):
+    """A metric name that harness/metrics.py does not declare."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    kind: str
+    unit: str
+    group: str
+    higher_is_better: bool
+    help: str
+    series: bool = False  # a per-step list in row["series"], not a scalar in row["metrics"]
+
+    @property
+    def mlflow_name(self) -> str:
+        if self.series:
+            return f"{self.group}/series/{self.name}"
+        if self.name.startswith("violations."):
+            return f"{self.group}/{self.name.split('.', 1)[1]}"
+        return f"{self.group}/{self.name}"
+
+    @property
+    def is_rate(self) -> bool:
+        """A throughput: with ``model none`` it is the bookkeeping's speed."""
+        return self.group == "throughput"
+
+
+def _m(name: str, kind: str, unit: str, group: str, help: str, *, hib: bool = False, series: bool = False) -> Metric:
+    assert kind in KINDS and group in GROUPS, (name, kind, group)
+    return Metric(name, kind, unit, group, hib, help, series)
+
+
+_DECLARED = [
+    # engine work (mini_engine/stats.py)
+    _m("steps", "counter", "steps", "engine", "engine steps, prefill and decode"),
+    _m("prefill_steps", "counter", "steps", "engine", "steps that ran a prefill chunk"),
+    _m("decode_steps", "counter", "steps", "engine", "decode steps (plain or speculative)"),
+    _m("requests", "counter", "requests", "engine", "requests submitted"),
+    _m("finished_requests", "counter", "requests", "engine", "requests that finished", hib=True),
+    _m("prefill_tokens", "counter", "tokens", "engine", "prompt tokens prefilled"),
+    _m("output_tokens", "counter", "tokens", "engine", "tokens generated, bonus tokens included"),
+    _m("peak_running", "counter", "requests", "engine", "most requests running at once"),
+    _m("retractions", "counter", "requests", "engine", "requests retracted to free pages"),
+    _m("releases", "counter", "requests", "engine", "requests released (finished or retracted)"),
+    _m("pd_arrivals", "counter", "requests", "engine", "requests that arrived by PD transfer"),
+    _m("syncs", "counter", "syncs", "engine", "device reads by the scheduler (0 is the goal of host planning)"),
+    _m("syncs_per_step", "counter", "syncs/step", "engine", "device syncs per engine step"),
+    # speculative decoding
+    _m("tau", "info", "tokens/verify", "spec", "mean accepted length per verify, bonus token included", hib=True),
+    _m("acceptance_rate", "info", "ratio", "spec", "accepted drafts over drafted tokens", hib=True),
+    _m("peak_compact_draft_len", "counter", "tokens", "spec", "longest compact DFLASH draft context (K9's bound)"),
+    # time and rates
+    _m("wall_s", "timing", "s", "timing", "wall time of the engine run"),
+    _m("plan_us_per_decode_step", "timing", "us", "timing", "host planning time per decode step (reserve, allocate, evict)"),
+    _m("output_tokens_per_s", "timing", "tokens/s", "throughput", "output tokens per second of wall time", hib=True),
+    _m("steps_per_s", "timing", "steps/s", "throughput", "engine steps per second", hib=True),
+    _m("requests_per_s", "timing", "requests/s", "throughput", "finished requests per second", hib=True),
+    # paged KV memory
+    _m("peak_pages_held", "counter", "pages", "memory", "most full-pool pages held by requests at once"),
+    _m("peak_reserved_slots", "counter", "slots", "memory", "most reserved-but-unwritten slots (the cost of reserving ahead)"),
+    _m("peak_stranded_slots", "counter", "slots", "memory", "most slots stranded past unaligned extents at once"),
+    _m("stranded_slots_sum", "counter", "slot-steps", "memory", "stranded slots summed over steps"),
+    _m("leaked_pages", "counter", "pages", "memory", "full-pool pages not back on the free list after drain"),
+    _m("predicted_leaked_pages", "counter", "pages", "memory", "the DESIGN.md formula's leaked pages (one per unaligned host free)"),
+    # sliding-window attention
+    _m("leaked_swa_pages", "counter", "pages", "swa", "SWA-pool pages not back on the free list after drain"),
+    _m("predicted_leaked_swa_pages", "counter", "pages", "swa", "the formula's leaked SWA pages"),
+    # invariants (the per-id counts are declared below)
+    _m("violations", "counter", "violations", "invariants", "invariant violations of every id"),
+    # process and device memory (harness/hardware.py MemoryProbe, the engine's RSS peak)
+    _m("rss_peak_bytes", "info", "bytes", "process", "process RSS high-water mark during the run"),
+    _m("mem_rss_bytes", "info", "bytes", "process", "process RSS after the run"),
+    _m("mem_rss_growth_bytes", "info", "bytes", "process", "process RSS growth over the run"),
+    _m("mem_torch_peak_bytes", "memory", "bytes", "device", "torch's peak CUDA allocation during the run"),
+    _m("mem_nvml_used_bytes", "info", "bytes", "device", "NVML's used bytes of the GPU (device-wide) after the run"),
+    # the accounting profiles' figures (issue 9): SWA pages, writer kinds, row overflows
+    _m("peak_swa_pages_held", "counter", "pages", "swa", "most SWA-pool pages held by requests at once"),
+    _m("swa_retractions", "counter", "requests", "swa", "retractions forced by the SWA pool"),
+    _m("k4_row_overflows", "counter", "events", "memory", "reservations that ran past the req_to_token row (K4)"),
+    _m("peak_reserved_ahead_slots", "counter", "slots", "memory",
+       "most slots reserved past the true committed length (overlap's lag included)"),
+    *(_m(f"peak_stranded_slots_{w}", "counter", "slots", "memory", f"most slots stranded by {w} writes at once")
+      for w in WRITERS),
+    *(_m(f"stranded_slots_sum_{w}", "counter", "slot-steps", "memory", f"slots stranded by {w} writes, summed over steps")
+      for w in WRITERS),
+    # retired: no longer emitted, still in recorded nights and baselines that compare and triage read
+    _m("mem_peak_rss_bytes", "info", "bytes", "process", "retired: the process's lifetime RSS peak (test order, not the config)"),
+    _m("k9_checks", "counter", "checks", "invariants", "retired: K9 bound checks made by the engine loop"),
+    # per-step series (row["series"])
+    _m("stranded", "counter", "slots", "memory", "stranded slots after each step", series=True),
+    _m("reserved", "counter", "slots", "memory", "reserved-but-unwritten slots after each step", series=True),
+    _m("held", "counter", "pages", "memory", "full-pool pages held after each step", series=True),
+    _m("swa_held", "counter", "pages", "swa", "SWA-pool pages held after each step", series=True),
+    *(_m(f"violations.{k}", "counter", "violations", "invariants", f"violations of {k} (DESIGN.md section 2)")
+      for k in INVARIANTS),
+]
+
+METRICS: dict[str, Metric] = {m.name: m for m in _DECLARED if not m.series}
+SERIES: dict[str, Metric] = {m.name: m for m in _DECLARED if m.series}
+assert len(METRICS) + len(SERIES) == len(_DECLARED), "a metric is declared twice"
+
+
+def lookup(name: str) -> Metric:
+    """The declared scalar metric (``violations.K3`` included)."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise UnknownMetric(f"metric {name!r} is not declared in harness/metrics.py") from None
+
+
+def series(name: str) -> Metric:
+    try:
+        return SERIES[name]
+    except KeyError:
+        raise UnknownMetric(f"series {name!r} is not declared in harness/metrics.py") from None
+
+
+def row_metrics(row: dict) -> dict[str, float]:
+    """A row's numeric scalars by their plain names: its metrics and its per-id violation counts."""
+    named = [*(row.get("metrics") or {}).items(),
+             *((f"violations.{vid}", n) for vid, n in (row.get("violations") or {}).items())]
+    return {name: float(v) for name, v in named if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def undeclared(row: dict) -> list[str]:
+    """Names a row carries that the schema does not declare (the schema test's check)."""
+    names = [n for n in row_metrics(row) if n not in METRICS]
+    names += [f"series.{s}" for s in (row.get("series") or {}) if s not in SERIES]
+    return sorted(names)
+
+
+def bookkeeping_only(config: dict) -> bool:
+    """True when a config's rates time the accounting alone (the ``none`` model backend)."""
+    return (config or {}).get("model", "none") == "none"
+

@@ -1,0 +1,137 @@
+"""The MLflow UI as a user sees it: a real sweep, `kvbench ui`, Debian's Chromium headless.
+
+A sweep of two configs goes into a temporary results root; `kvbench ui` serves
+that store on a free loopback port and prints the runs view of the experiment;
+Playwright drives /usr/bin/chromium through it. What must hold: the runs view
+lists the sweep, and a config run's metrics page shows the schema's groups as
+sections (memory, invariants, ...), not one flat list of charts.
+
+Skips when there is no browser or no Playwright (`apt-get install chromium`,
+`pip install -e '.[test]'`). KVBENCH_BROWSER_SHOTS=DIR keeps the screenshots.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+FILTER = "dflash and ps:16 and win:none and not free"  # the aligned and the unaligned config
+START_S = 240  # a loaded CI machine takes minutes to start the server
+PAGE_MS = 90_000
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"no browser at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install -e '.[test]')")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def ui(results_root: Path, tmp_path: Path):
+    """`kvbench ui` on a free port; yields (base URL, runs view URL); always stopped."""
+    port = free_port()
+    log = tmp_path / "ui.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "ui", "--port", str(port)],
+                                env=dict(os.environ, KVBENCH_RESULTS=str(results_root)), stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        end = time.monotonic() + START_S
+        while True:
+            assert proc.poll() is None, f"kvbench ui exited: {log.read_text()[-2000:]}"
+            assert time.monotonic() < end, f"the MLflow UI did not come up in {START_S} s: {log.read_text()[-2000:]}"
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        found = re.search(r"kvbench-smoke: (\S+)", log.read_text())
+        assert found, log.read_text()
+        yield base, found.group(1)
+    finally:
+        # The whole process group: kvbench ui, mlflow, its uvicorn workers.
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+            if sig == signal.SIGTERM:
+                time.sleep(2)  # let the server's children go before the group is killed
+        proc.wait()
+
+
+def shot(page, tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    page.screenshot(path=str(path), full_page=True)
+    keep = os.environ.get("KVBENCH_BROWSER_SHOTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(keep) / name)
+
+
+def test_the_runs_view_lists_the_sweep_and_a_config_run_shows_grouped_sections(results_root, cli, tmp_path,
+                                                                                 browser, request):
+    assert cli("sweep", "smoke", "--filter", FILTER, "--run-id", "web1", "-j", "1") == 0
+    from harness.mlflow_log import client
+
+    cl = client(f"sqlite:///{results_root / 'mlflow.db'}")
+    exp = cl.get_experiment_by_name("kvbench-smoke").experiment_id
+    kids = cl.search_runs([exp], filter_string="tags.`kvbench.role` = 'config' and tags.hardware_profile = 'cpu'")
+    assert len(kids) == 2  # config runs carry the sweep's tags
+    unaligned = next(k for k in kids if k.data.tags["profile"] == "unaligned")
+
+    base, runs_url = request.getfixturevalue("ui")
+    assert runs_url == f"{base}/#/experiments/{exp}/runs?workflowType=machine_learning"
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    page.set_default_timeout(PAGE_MS)
+
+    page.goto(runs_url)
+    page.get_by_text("web1", exact=True).first.wait_for()  # the sweep's parent run
+    assert "Runs" in page.inner_text("body")
+    shot(page, tmp_path, "runs.png")
+
+    page.goto(f"{base}/#/experiments/{exp}/runs/{unaligned.info.run_id}/model-metrics?workflowType=machine_learning")
+    # A section header is the group alone, its cards are titled by the name after the
+    # group; MLflow draws the cards of a section once it scrolls into view.
+    for section, card in (("memory", "peak_stranded_slots"), ("invariants", "K1"), ("throughput", "output_tokens_per_s")):
+        header = page.get_by_text(section, exact=True).first
+        header.wait_for()
+        header.scroll_into_view_if_needed()
+        page.get_by_text(card, exact=True).first.wait_for()
+    shot(page, tmp_path, "config-metrics.png")
+    assert "memory/peak_stranded_slots" not in page.inner_text("body")  # no flat list of full names

@@ -1,0 +1,142 @@
+"""The MLflow layout a dashboard reads: grouped names, tags on every run, measured
+times, the parent's aggregates and its closing, the runs view URL."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import mlflow_layout as layout
+from harness.metrics import UnknownMetric
+from harness.mlflow_log import client, ensure_experiment, ensure_parent, finish_parent, log_row
+from harness.results import RunDir, append_row
+
+
+def row(ps=16, policy="aligned", window=None, model="none", tps=100.0, held=10, leaked=0, verdict="ok", **over):
+    r = {"key": f"ps={ps},policy={policy},win={window},model={model}", "test_id": f"ps:{ps}-{policy}-{window}-{model}",
+         "config": {"spec": "dflash", "block_size": 16, "page_size": ps, "policy": policy, "window": window,
+                    "model": model},
+         "metrics": {"steps": 7, "peak_pages_held": held, "peak_stranded_slots": 0 if policy == "aligned" else 11,
+                     "leaked_pages": leaked, "output_tokens_per_s": tps, "wall_s": 0.5},
+         "series": {"held": [1, 2, 3], "stranded": [0, 5, 0]}, "violations": {"K1": 2} if policy == "unaligned" else {},
+         "status": "ok", "verdict": verdict, "started_at": 1_700_000_000.0, "finished_at": 1_700_000_002.5}
+    r.update(over)
+    return r
+
+
+def test_names_are_grouped_and_timings_carry_their_spread():
+    r = row(samples={"output_tokens_per_s": [90.0, 100.0, 110.0, 140.0], "wall_s": [0.4, 0.5, 0.6, 0.7]}, repeat=4)
+    names = layout.scalar_metrics(r)
+    assert names["memory/peak_pages_held"] == 10 and names["engine/steps"] == 7
+    assert names["throughput/output_tokens_per_s"] == 100.0
+    assert names["throughput/output_tokens_per_s.iqr"] == pytest.approx(117.5 - 97.5)
+    assert names["timing/wall_s.iqr"] == pytest.approx(0.625 - 0.475)
+    assert layout.scalar_metrics(row(policy="unaligned"))["invariants/K1"] == 2
+    assert {k for k, _, _ in layout.series_metrics(r)} == {"memory/series/held", "memory/series/stranded"}
+    with pytest.raises(UnknownMetric):
+        layout.scalar_metrics(row(metrics={"mystery_pages": 1}))
+
+
+def test_tags_say_what_a_config_ran_and_what_its_throughput_means():
+    tags = layout.config_tags(row(model="none"))
+    assert tags["profile"] == "aligned" and "bookkeeping speed" in tags["throughput_meaning"]
+    assert "bookkeeping speed" in tags["mlflow.note.content"]
+    tiny = layout.config_tags(row(model="tiny", config={"profile": "sglang-0.5.23", "policy": "aligned", "model": "tiny"}))
+    assert tiny["profile"] == "sglang-0.5.23" and tiny["throughput_meaning"] == "serving speed of model tiny"
+    ctx = layout.context_tags({"suite": "s", "git_commit": "abc", "hardware": {"profile": "h100", "gpu_name": "NVIDIA H100"}})
+    assert ctx["commit"] == ctx["mlflow.source.git.commit"] == "abc" and ctx["hardware_profile"] == "h100"
+    assert set(ctx) == set(layout.CONTEXT_TAGS) and ctx["kvbench_version"]
+
+
+def test_the_parent_aggregates_per_axis_value_and_leaves_failed_configs_out():
+    rows = [row(ps=16, held=10, tps=100.0), row(ps=16, policy="unaligned", held=12, leaked=3, tps=300.0),
+            row(ps=64, held=4, window=64, tps=50.0), row(ps=64, model="tiny", tps=7.0, held=2),
+            row(ps=64, status="failed", verdict="failed", held=999)]
+    agg = layout.sweep_aggregates(rows)
+    assert agg["memory/peak_pages_held.max/page_size_16"] == 12 and agg["memory/peak_pages_held.max/page_size_64"] == 4
+    assert agg["memory/leaked_pages.sum/all"] == 3 and agg["memory/peak_stranded_slots.max/window_none"] == 11
+    assert agg["throughput/output_tokens_per_s.median.model_none/page_size_16"] == 200.0
+    assert agg["throughput/output_tokens_per_s.median.model_tiny/all"] == 7.0  # models never fold together
+    assert agg["memory/peak_pages_held.max/window_64"] == 4 and "memory/peak_pages_held.max/window_none" in agg
+    assert layout.parent_status(rows[:2]) == "FINISHED"
+    assert layout.parent_status(rows) == "FAILED" and layout.parent_status([]) == "FAILED"
+    assert layout.verdict_metrics(rows)["sweep/verdict_failed"] == 1
+
+
+def test_runs_carry_the_sweep_context_and_their_measured_times(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cl = client(uri)
+    exp = ensure_experiment(cl, "kvbench-unit", uri, tmp_path)
+    assert cl.get_experiment(exp).tags["mlflow.experimentKind"] == "custom_model_development"
+    meta = {"suite": "unit", "git_commit": "c0ffee", "hardware": {"profile": "cpu"}, "created": 1_699_999_999.0}
+    parent = ensure_parent(cl, exp, "x", meta)
+    rows = [row(), row(policy="unaligned", verdict="unexpected")]
+    for r in rows:
+        assert log_row(cl, exp, parent, "x", r, r["test_id"])
+    kids = cl.search_runs([exp], filter_string="tags.hardware_profile = 'cpu' and tags.`kvbench.role` = 'config'")
+    assert len(kids) == 2
+    kid = next(k for k in kids if k.data.tags["profile"] == "unaligned")
+    assert (kid.info.start_time, kid.info.end_time) == (1_700_000_000_000, 1_700_000_002_500)
+    assert kid.data.tags["mlflow.source.git.commit"] == "c0ffee" and kid.data.tags["suite"] == "unit"
+    assert kid.data.metrics["invariants/K1"] == 2 and kid.data.metrics["memory/peak_stranded_slots"] == 11
+
+    plot = tmp_path / "a.png"
+    plot.write_bytes(b"\x89PNG\r\n")
+    assert finish_parent(uri, parent, rows, [plot]) == "FAILED"  # one config not as expected
+    run = cl.get_run(parent)
+    assert run.info.status == "FAILED" and run.info.end_time == 1_700_000_002_500
+    assert run.info.start_time == 1_699_999_999_000
+    assert run.data.metrics["memory/peak_pages_held.max/page_size_16"] == 10
+    assert run.data.metrics["sweep/verdict_unexpected"] == 1 and run.data.tags["profile"] == "aligned,unaligned"
+    assert [a.path for a in cl.list_artifacts(parent, "plots")] == ["plots/a.png"]
+    legend = cl.download_artifacts(parent, "metrics.md", str(tmp_path))
+    assert "| `throughput/output_tokens_per_s` | tokens/s | timing |" in open(legend).read()
+    assert "bookkeeping speed" in open(legend).read()
+
+
+def test_sync_closes_the_parent_with_its_plots(results_root, cli, capsys):
+    uri = f"sqlite:///{results_root / 'mlflow.db'}"
+    run = RunDir(results_root / "runs" / "r1")
+    run.path.mkdir(parents=True)
+    run.write_meta({"suite": "unit", "mlflow_uri": uri, "hardware": {"profile": "cpu"}, "git_commit": "abc"})
+    rows = [row(ps=16), row(ps=64, policy="unaligned", verdict="as_expected")]
+    for r in rows:
+        append_row(run.results, r)
+    assert cli("sync", "r1") == 0
+    out = capsys.readouterr().out
+    assert "2 uploaded, 0 already there" in out and "FINISHED" in out
+    cl = client(uri)
+    parent = cl.get_run(run.meta()["mlflow_parent"])
+    assert parent.info.status == "FINISHED"
+    names = {a.path for a in cl.list_artifacts(parent.info.run_id, "plots")}
+    assert "plots/memory_vs_page_size.png" in names  # drawn by sync: the sweep never did
+    assert (run.path / "plots" / "memory_vs_page_size.png").exists()
+
+
+def test_ui_names_the_runs_view_of_each_experiment(tmp_path):
+    from harness.commands.ui import runs_urls
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cl = client(uri)
+    exp = ensure_experiment(cl, "kvbench-smoke", uri, tmp_path)
+    cl.create_experiment("someone-else")
+    assert runs_urls("http://h:1", uri) == [
+        ("kvbench-smoke", f"http://h:1/#/experiments/{exp}/runs?workflowType=machine_learning")]
+
+
+def test_system_metrics_are_sampled_on_the_parent_until_it_is_closed(tmp_path, monkeypatch):
+    import time
+
+    from harness.mlflow_log import start_system_metrics
+
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cl = client(uri)
+    exp = ensure_experiment(cl, "kvbench-unit", uri, tmp_path)
+    parent = ensure_parent(cl, exp, "x", {"suite": "unit"})
+    start_system_metrics(uri, parent)
+    end = time.monotonic() + 60
+    while "system/cpu_utilization_percentage" not in cl.get_run(parent).data.metrics:
+        assert time.monotonic() < end, "no system metric was logged in 60 s"
+        time.sleep(0.2)
+    assert finish_parent(uri, parent, [row()], []) == "FINISHED"
+    assert "system/system_memory_usage_megabytes" in cl.get_run(parent).data.metrics
