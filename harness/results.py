@@ -160,10 +160,42 @@ def run_dir_of(run: str | os.PathLike[str]) -> RunDir:
 def create_run_dir(run_id: str, *, root: Path | None = None) -> RunDir:
     check_run_id(run_id)
     p = (root or results_root()) / "runs" / run_id
-    if p.exists():
-        raise ResultsError(f"run {run_id!r} already exists at {p}; pass --resume {run_id} to finish it")
-    p.mkdir(parents=True)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.mkdir()  # not exist_ok: of two sweeps naming one run, exactly one creates it
+    except FileExistsError:
+        raise ResultsError(f"run {run_id!r} already exists at {p}; pass --resume {run_id} to finish it") from None
+    except OSError as err:
+        raise ResultsError(f"cannot create the run directory {p}: {err.strerror}") from None
     return RunDir(p.resolve())
+
+
+def resume_run_dir(run: str, *, root: Path | None = None) -> RunDir:
+    """The run --resume names: a run id, or a path to a run directory inside the
+    results root. Nothing else: a resume writes into the directory it is given."""
+    runs = ((root or results_root()) / "runs").resolve()
+    p = Path(run)
+    if _RUN_ID.match(run) and (runs / run).is_dir():
+        p = runs / run
+    elif p.is_dir() and p.resolve().parent == runs:
+        p = p.resolve()
+    else:
+        raise ResultsError(f"--resume takes the id of a run in {runs} (or that run's directory); got {run!r}")
+    if not (p / META).is_file():
+        raise ResultsError(f"--resume: {p} is not a kvbench run (it has no {META})")
+    return RunDir(p)
+
+
+STORE_METACHARACTERS = "?#%"
+
+
+def check_store_root(root: Path) -> None:
+    """The local MLflow store is a sqlite URI of a path under the root; '?', '#' and '%'
+    in that path are read as URI syntax and move the database (or stall it)."""
+    bad = sorted({c for c in str(root) if c in STORE_METACHARACTERS})
+    if bad:
+        raise ResultsError(f"the results root {str(root)!r} contains {' '.join(bad)}, which the MLflow sqlite URI "
+                           f"would misread; use a path without ?, # or % ($KVBENCH_RESULTS), or --no-mlflow")
 
 
 def append_line(path: Path, line: str) -> None:
@@ -174,9 +206,19 @@ def append_line(path: Path, line: str) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             _drop_torn_tail(fd)
+            start = os.fstat(fd).st_size
             view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            try:
+                while view:
+                    view = view[os.write(fd, view):]
+            except OSError:
+                # A full disk or quota mid-line: take the part back, so the file holds
+                # whole rows only and the config stays undone (resume reruns it).
+                try:
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass  # the next append cuts the torn tail (_drop_torn_tail)
+                raise
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
