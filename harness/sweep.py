@@ -126,7 +126,7 @@ def pytest_command(suite: Suite, run_dir: RunDir, jobs: int, filter_expr: str | 
     elif jobs > 1:
         cmd += ["-n", str(jobs)]
     if filter_expr:  # applied by the grid conftest (exact name:value words), not as -k
-        cmd += ["--kvbench-filter", filter_expr]
+        cmd += [f"--kvbench-filter={filter_expr}"]  # one argument: a leading '-' is not an option
     return cmd
 
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.results import RunDir
 from harness.suites import SuiteError, available, load_suite
 from mini_engine.errors import KVBenchError
 
@@ -133,6 +134,25 @@ def test_filter_counts_the_configs_it_selects():
     smoke = load_suite("smoke")
     assert check_filter("ps:16 and not model", smoke) == 9  # both algorithms x policies x windows, + 1 dedup
     assert check_filter(None, smoke) is None
+    # name:value and name=value match an option exactly: ps:1 is not ps:16, ps:3 is not steps:3
+    assert check_filter("ps=1", smoke) == check_filter("ps:1", smoke) == check_filter("page_size=1", smoke) == 8
+    with pytest.raises(KVBenchError, match="selects no config"):
+        check_filter("ps:3", smoke)  # eagle configs have steps:3; no config has page size 3
+    assert check_filter("steps:3", smoke) == check_filter("spec:eagle", smoke) > 0
+    assert check_filter("dflash and not unaligned", smoke) == check_filter("spec=dflash and policy=aligned", smoke)
+    assert check_filter("win:none and ps:64", smoke) == sum(
+        c.config.get("page_size") == 64 and c.config.get("window") is None for c in smoke.configs)
+
+
+def test_filter_matches_ids_alone_and_passes_a_leading_dash_through_to_pytest(tmp_path):
+    from harness.grid_filter import compile_filter, id_options
+    from harness.sweep import pytest_command
+
+    assert id_options("spec:eagle-ps:16-pat:3:1-win:none") == {"spec": "eagle", "ps": "16", "pat": "3:1", "win": "none"}
+    sel = compile_filter("ps:1 and pat:3:1")
+    assert sel("spec:eagle-ps:1-pat:3:1") and not sel("spec:eagle-ps:16-pat:3:1")
+    cmd = pytest_command(load_suite("smoke", validate=False), RunDir(tmp_path), 1, "-ps:16", 0)
+    assert "--kvbench-filter=-ps:16" in cmd
 
 
 def test_unknown_suite_names_the_available_ones():
@@ -157,7 +177,6 @@ def test_resume_of_an_edited_suite_is_refused(tmp_path, results_root, cli, capsy
     (["sweep", "nope"], "unknown suite 'nope'"),
     (["sweep", "BAD"], "page_size must be an integer >= 1 (got 0)"),
     (["sweep", "smoke", "--filter", "ps:16 and ("], "--filter 'ps:16 and (' is not a valid expression"),
-    (["sweep", "smoke", "--filter=-ps:16"], "selects no config of suite smoke"),
     (["sweep", "smoke", "--filter", "ps=16 and"], "is not a valid expression"),
     (["sweep", "smoke", "-j", "0"], "-j must be an integer from 1 to"),
     (["sweep", "smoke", "-j", "100000"], "-j must be an integer from 1 to"),
