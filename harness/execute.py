@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.expect import expectation, judge
+from harness.expect import expectation, judge, leak_verdict
 from harness.hardware import MemoryProbe
 from harness.metric_kinds import kind
 from harness.mlflow_log import Logger
@@ -97,7 +97,7 @@ def run_once(config: dict[str, Any]) -> dict[str, Any]:
     metrics = row.setdefault("metrics", {})
     for name, value in mem.items():
         metrics.setdefault(name, value)
-    return row
+    return leak_verdict(row)
 
 
 def merge_repeats(runs: list[dict[str, Any]]) -> dict[str, Any]:

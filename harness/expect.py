@@ -98,6 +98,22 @@ class Expectation:
         return {"rules": self.rules, "status": self.status, "metrics": self.metrics, "violations": self.violations}
 
 
+LEAK_METRICS = ("leaked_pages", "leaked_swa_pages")
+
+
+def leak_verdict(row: dict[str, Any]) -> dict[str, Any]:
+    """A run that leaked pages is not clean, whatever its audit mode. The leak is
+    measured by pool conservation after the drain, not by the per-step checks, so
+    with ``audit = "off"`` the engine says "ok" while pages are lost: mark it."""
+    metrics = row.get("metrics") or {}
+    leaked = {m: metrics[m] for m in LEAK_METRICS if isinstance(metrics.get(m), (int, float)) and metrics[m] > 0}
+    if row.get("status") == "ok" and leaked:
+        row["status"] = "violated"
+        what = ", ".join(f"{v:g} {m.replace('_', ' ')}" for m, v in leaked.items())
+        row["error"] = row.get("error") or f"{what} after the run drained (pool conservation)"
+    return row
+
+
 def expectation(config: dict[str, Any], rules: list[ExpectRule]) -> Expectation:
     exp = Expectation(rules=[], status=["ok"], metrics=dict(CLEAN), violations={})
     for rule in rules:
