@@ -110,6 +110,12 @@ def test_none_means_unset(tmp_path):
     ("[axes]\nmodel = ['no-such-model']", "config default: checkpoint directory 'no-such-model'"),
     ("[[expect]]\nviolations = { K99 = { min = 1 } }", "unknown invariant 'K99'"),
     ("[[expect]]\nstatus = 'violatd'", "status must be one of ok, violated"),
+    ("[[expect]]\nmetrics = { peak_stranded_slot = { min = 1 } }", "unknown metric 'peak_stranded_slot' in metrics"),
+    ("[[expect]]\nmetrics = { leaked_pages = { equals = 'predicted_leaked_page' } }",
+     "names unknown metric 'predicted_leaked_page'"),
+    ("[[expect]]\nmetrics = { leaked_pages = { min = [1] } }", "metrics.leaked_pages.min must be a number"),
+    ("[[expect]]\nwhen = { page_size = { min = 'two' } }", "when.page_size.min must be a number"),
+    ("[[expect]]\nviolations = { K1 = 'lots' }", "names unknown metric 'lots'"),
 ])
 def test_bad_suites_are_one_line_errors(tmp_path, text, needle):
     with pytest.raises(KVBenchError) as err:  # SuiteError, or ExpectError for a bad rule
