@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,20 @@ def pytest_command(suite: Suite, run_dir: RunDir, jobs: int, filter_expr: str | 
     return cmd
 
 
+def _copy_log(pipe, log) -> None:
+    """pytest's output into pytest.log, best effort: through a pipe, pytest never sees a
+    full disk on its stdout (it would stop with an internal error instead of telling
+    the sweep that a result could not be written)."""
+    writable = True
+    for chunk in iter(lambda: pipe.read1(65536), b""):
+        if writable:
+            try:
+                log.write(chunk)
+                log.flush()
+            except OSError:
+                writable = False  # keep draining the pipe, or pytest would block on it
+
+
 def _die_with_parent() -> None:
     # A SIGKILLed sweep must not leave pytest writing results behind it.
     try:
@@ -151,6 +166,8 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     selected = check_filter(opts.filter, suite)
     if opts.resume and opts.run_id:
         raise SweepError("--resume and --run-id are exclusive: --resume names the run to finish")
+    if not opts.no_mlflow and not (opts.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI")):
+        check_store_root(root)  # before the run directory exists: a refusal leaves nothing behind
     hw = hardware.detect()
     check_jobs(opts.jobs, hw.gpu_count)
     if suite.needs_gpu and hw.profile == "cpu":
@@ -200,8 +217,10 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
                   f"run {run_dir.run_id}" + (f" (resuming, {done_before} done)" if opts.resume else ""))
     started = time.time()
     log = (run_dir.path / "pytest.log").open("ab")
-    proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             preexec_fn=_die_with_parent)
+    copier = threading.Thread(target=_copy_log, args=(proc.stdout, log), daemon=True)
+    copier.start()
     try:
         _follow(proc, run_dir, console)
     except KeyboardInterrupt:
@@ -213,7 +232,11 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
         err_console.print(f"kvbench: interrupted; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
         raise
     finally:
-        log.close()
+        copier.join(timeout=10)
+        try:
+            log.close()
+        except OSError:
+            pass  # a full disk: the log is best effort
     rc = proc.returncode
     completed = rc in (0, 1, 5)  # 1: some config not as expected; 5: nothing left to run
     if rc == WRITE_FAILED:
@@ -224,7 +247,10 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     if completed:
         _record_lost(suite, run_dir)
     else:  # pytest itself broke (internal error, a kill): keep what finished, say where to look
-        lines = (run_dir.path / "pytest.log").read_text(errors="replace").strip().splitlines()[-15:]
+        try:
+            lines = (run_dir.path / "pytest.log").read_text(errors="replace").strip().splitlines()[-15:]
+        except OSError:
+            lines = []
         err_console.print("\n".join(lines))
         err_console.print(f"kvbench: pytest stopped with exit code {rc} before finishing; see {run_dir.path / 'pytest.log'}"
                           f"; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
