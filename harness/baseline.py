@@ -124,6 +124,8 @@ def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = N
         raise BaselineError(f"baseline {str(p)!r} is not valid JSON: {err}") from None
     except RecursionError:
         raise BaselineError(f"baseline {str(p)!r} is nested too deeply to be a baseline") from None
+    except ValueError as err:  # an integer of more digits than Python converts
+        raise BaselineError(f"baseline {str(p)!r} is not valid JSON: {str(err)[:120]}") from None
     except OSError as err:
         raise BaselineError(f"baseline {str(p)!r} cannot be read: {err.strerror}") from None
     if not isinstance(data, dict) or any(k not in data for k in FORMAT_KEYS):

@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kvbench: interrupted", file=sys.stderr)
         return 130
+    except RecursionError:  # a JSON or TOML reader met a file nested deeper than Python recurses
+        print("kvbench: error: an input file is nested too deeply to read", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -80,11 +80,16 @@ class RunDir:
 
     def meta(self) -> dict[str, Any]:
         try:
-            return json.loads(self.meta_path.read_text())
+            meta = json.loads(self.meta_path.read_bytes().decode("utf-8"))
         except FileNotFoundError:
             return {}
-        except json.JSONDecodeError as err:
-            raise ResultsError(f"{self.meta_path} is not valid JSON: {err}") from None
+        except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError
+            raise ResultsError(f"{self.meta_path} is not valid JSON: {str(err)[:200]}") from None
+        except OSError as err:
+            raise ResultsError(f"{self.meta_path} cannot be read ({err.strerror})") from None
+        if not isinstance(meta, dict):
+            raise ResultsError(f"{self.meta_path} is not a JSON object")
+        return meta
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         _replace(self.meta_path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -251,23 +256,33 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Rows of a JSON-lines file. A torn last line (the writer was killed mid-write) is
     ignored; a bad line anywhere else means the file is damaged, which is an error."""
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         return []
+    except UnicodeDecodeError:
+        raise ResultsError(f"{path} is not UTF-8 text (a results file is JSON lines)") from None
+    except OSError as err:
+        raise ResultsError(f"{path} cannot be read ({err.strerror})") from None
     lines = text.split("\n")
     rows: list[dict[str, Any]] = []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
+            obj = json.loads(line, parse_constant=_no_constant)
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
             if i == len(lines) - 1:  # no newline after it: the write never finished
                 continue
-            raise ResultsError(f"{path}: line {i + 1} is not valid JSON") from None
+            raise ResultsError(f"{path}: line {i + 1} is not valid JSON (or nested too deeply, "
+                               f"or holds NaN or Infinity)") from None
         if isinstance(obj, dict):
             rows.append(obj)
     return rows
+
+
+def _no_constant(name: str) -> Any:
+    # json reads NaN and Infinity, which no row holds: a non-finite figure is damage.
+    raise ValueError(f"{name} is not a number a result holds")
 
 
 def load_rows(path_or_run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -307,7 +322,7 @@ def tail(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
     for line in data[: end + 1].splitlines():
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(obj, dict):
             rows.append(obj)

@@ -102,11 +102,18 @@ def resolve(name_or_path: str | os.PathLike[str]) -> Path:
 
 def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -> Suite:
     path = resolve(name_or_path)
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise SuiteError(f"suite {path.name}: cannot be read ({err.strerror})") from None
     try:
         data = tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise SuiteError(f"suite {path.name}: not valid TOML: {err}") from None
+        raise SuiteError(f"suite {path.name}: not valid TOML: {str(err)[:200]}") from None
+    except RecursionError:
+        raise SuiteError(f"suite {path.name}: nested too deeply to be a suite") from None
+    except ValueError as err:  # an integer of more digits than Python converts
+        raise SuiteError(f"suite {path.name}: not valid TOML: {str(err)[:120]}") from None
     where = f"suite {path.name}"
     for key in data:
         if key not in TOP_KEYS:
