@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO
+from faultkit import REPO
 from harness.ci import reply
 from harness.ci.bot import Comment, Group, Plan, plan_comment
 from harness.ci.github_client import GitHubError

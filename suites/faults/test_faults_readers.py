@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO
+from faultkit import REPO
 
 N = 100_000  # deeper than any parser's recursion limit
 HOSTILE = {

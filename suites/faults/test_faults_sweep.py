@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import finish, start
+from faultkit import finish, start
 
 
 def rows_of(run: Path) -> list[dict]:
