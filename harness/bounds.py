@@ -58,9 +58,17 @@ def check_memory(engine: Any, workload: dict[str, Any], *, available: int | None
     if need <= HEADROOM * have:
         return
     biggest = max(parts, key=parts.__getitem__)
-    raise ConfigError(f"this config needs about {_gib(need)} of host memory, most of it {biggest}, "
+    raise ConfigError(f"this config does not fit in host memory: it needs about {_gib(need)}, most of it {biggest}, "
                       f"and {_gib(have)} is available (allowed: up to {_gib(HEADROOM * have)}); "
                       f"lower max_context, max_running, input_len or num_requests")
+
+
+def check_options(options: dict[str, Any]) -> None:
+    """check_memory for a flat dict of options (kvbench run), before anything is allocated."""
+    from harness.runner import split_config
+
+    engine, workload = split_config(options)
+    check_memory(engine, workload)
 
 
 def max_jobs(gpus: int) -> int:

@@ -132,8 +132,12 @@ class RunDir:
 def _replace(path: Path, text: str) -> None:
     # Replace atomically: a reader (or a SIGKILL) never sees half a file.
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: the old file stays whole, no debris beside it
+        raise
 
 
 def open_run_dir(run: str | os.PathLike[str], *, root: Path | None = None) -> RunDir:

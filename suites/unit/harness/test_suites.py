@@ -100,7 +100,7 @@ def test_none_means_unset(tmp_path):
     ("repeat = 1e9", "repeat must be an integer from 1 to 100"),
     ("", "the suite has no configs (give [axes] or [[include]])"),
     ("[defaults]\npage_size = 16", "the suite has no configs"),
-    ("[axes]\nmax_context = [1000000000000]\ninput_len = [100]", "GiB of host memory"),
+    ("[axes]\nmax_context = [1000000000000]\ninput_len = [100]", "does not fit in host memory"),
     ("marks = ['fast']", "marks must be a list of"),
     ("[[expect]]\nwhen = { nope = 1 }", "unknown option 'nope'"),
     ("[[expect]]\nmetrics = { steps = { above = 1 } }", "allows min, max, equals"),
