@@ -179,18 +179,12 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
         run_dir = resume_run_dir(opts.resume, root=root)
         # One sweep per run: two resumes at once doubled every row (one refuses here).
         lock = hold_run(run_dir.path, f"kvbench sweep {suite.name} --resume", note)
-        prev = run_dir.meta()
-        if prev.get("suite") and prev["suite"] != suite.name:
-            raise SweepError(f"run {run_dir.run_id} is a sweep of suite {prev['suite']!r}, not {suite.name!r}")
-        # Finished rows were expanded and judged by the file as it was; mixing them with
-        # rows of an edited grid or rules would make one run of two suites.
-        if prev.get("suite_hash") and prev["suite_hash"] != suite.digest:
-            raise SweepError(f"suite {suite.name} changed since run {run_dir.run_id} began (hash {prev['suite_hash']}, "
-                             f"now {suite.digest}); start a new run instead of --resume")
     else:
         run_dir = create_run_dir(opts.run_id or new_run_id(suite.name), root=root)
         lock = hold_run(run_dir.path, f"kvbench sweep {suite.name}", note)
     try:
+        if opts.resume:
+            check_resumable(run_dir, suite)
         return _sweep(opts, suite, run_dir, hw, jobs, selected, root, console, err_console)
     except OSError as err:  # a full disk or a read-only root under the sweep's own files
         where = err.filename or run_dir.path
@@ -198,6 +192,17 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
                          f"finish with kvbench sweep {opts.suite} --resume {run_dir.run_id}") from None
     finally:
         lock.release()
+
+
+def check_resumable(run_dir: RunDir, suite: Suite) -> None:
+    prev = run_dir.meta()
+    if prev.get("suite") and prev["suite"] != suite.name:
+        raise SweepError(f"run {run_dir.run_id} is a sweep of suite {prev['suite']!r}, not {suite.name!r}")
+    # Finished rows were expanded and judged by the file as it was; mixing them with
+    # rows of an edited grid or rules would make one run of two suites.
+    if prev.get("suite_hash") and prev["suite_hash"] != suite.digest:
+        raise SweepError(f"suite {suite.name} changed since run {run_dir.run_id} began (hash {prev['suite_hash']}, "
+                         f"now {suite.digest}); start a new run instead of --resume")
 
 
 def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardware, jobs: int,
