@@ -5,8 +5,9 @@ pytest's own parser, so an expression pytest would reject is refused here in one
 line. A word ``name:value`` or ``name=value`` whose name is an option (its short
 name from the test ids, ``ps``, or its full name, ``page_size``) matches that
 option's value exactly: ``ps:1`` does not select ``ps:16`` and ``ps:3`` does not
-match ``steps:3``. Any other word keeps ``-k``'s meaning, a case-insensitive
-substring of the test name (``dflash``, ``unaligned``).
+match ``steps:3`` (``ps:1-``, the old way to say it, still works). Any other word
+keeps ``-k``'s meaning, a case-insensitive substring of the test name (``dflash``,
+``unaligned``, or several id parts such as ``ps:16-policy:aligned``).
 
 The grid conftest applies the filter itself (pytest never sees it as ``-k``), so
 the sweep's count and pytest's selection are the same function.
@@ -80,8 +81,9 @@ def compile_filter(expr: str) -> Callable[[str, dict[str, Any]], bool]:
                 raise FilterError(f"--filter {expr!r}: keyword arguments are not supported (write name:value)")
             key, sep, want = word.partition(":")
             option = names.get(key.lower()) if sep else None
-            if option is None:
-                return word.lower() in name
+            want = want[:-1] if want.endswith("-") else want  # 'ps:1-', the old -k spelling of exact
+            if option is None or _PART.search("-" + want):
+                return word.lower() in name  # not an option, or several id parts: -k's substring
             value = config.get(option, defaults.get(option))
             return fmt_value(value).lower() == want.lower()
 

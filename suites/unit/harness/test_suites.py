@@ -146,6 +146,9 @@ def test_filter_counts_the_configs_it_selects():
         check_filter("ps:3", smoke)  # eagle configs have steps:3; no config has page size 3
     assert check_filter("steps:3", smoke) == check_filter("spec:eagle", smoke) > 0
     assert check_filter("dflash and not unaligned", smoke) == check_filter("spec=dflash and policy=aligned", smoke)
+    assert check_filter("ps:1-", smoke) == check_filter("ps=1", smoke)  # the old -k spelling of exact
+    parts = next(c.id for c in smoke.configs if "-ps:16-" in c.id).split("-")[1:3]
+    assert check_filter("-".join(parts), smoke) >= 1  # several id parts: a substring, as -k did
     assert check_filter("win:none and ps:64", smoke) == sum(
         c.config.get("page_size") == 64 and c.config.get("window") is None for c in smoke.configs)
 
