@@ -231,3 +231,16 @@ def test_grid_is_the_product_minus_exclusions_with_unique_ids(tmp_path_factory, 
         for i, (name, short) in enumerate((("page_size", "ps"), ("policy", "policy"), ("seed", "seed"))):
             if len({w[i] for w in want}) > 1:
                 assert f"{short}:{c.config[name]}" in c.id.split("-")
+
+
+def test_relative_prompts_are_resolved_against_the_suite_file(tmp_path, monkeypatch):
+    grids = tmp_path / "grids"
+    grids.mkdir()
+    (grids / "p.jsonl").write_text("[1, 2, 3]\n[4, 5]\n")
+    path = write(grids, '[defaults]\nprompts = "p.jsonl"\n[axes]\npage_size = [1, 16]\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # kvbench runs from anywhere; the grid's workers from the project
+    suite = load_suite(path)
+    assert {c.config["prompts"] for c in suite.configs} == {str(grids / "p.jsonl")}
+    assert [c.id for c in suite.configs] == ["ps:1", "ps:16"]  # ids do not carry the resolved path
