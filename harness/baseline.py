@@ -11,6 +11,7 @@ only (`kvbench baseline RUN`), never by hand.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -61,7 +62,10 @@ def entry(row: dict[str, Any]) -> dict[str, Any]:
 
 def build(rows: list[dict[str, Any]], profile: str, git_commit: str,
           existing: dict[str, Any] | None = None) -> tuple[dict[str, Any], int, int, list[str]]:
-    """(baseline, added, updated, skipped keys). A crashed config is not blessed."""
+    """(baseline, added, updated, skipped keys). A crashed config is not blessed; a row
+    judged unexpected or holding a non-finite number refuses the whole baseline: blessing
+    it would make a bug (or a broken measurement) the reference every later run passes."""
+    check_blessable(rows)
     base = existing or {"profile": profile, "configs": {}}
     configs = dict(base.get("configs") or {})
     added = updated = 0
@@ -80,6 +84,36 @@ def build(rows: list[dict[str, Any]], profile: str, git_commit: str,
     return out, added, updated, skipped
 
 
+def check_blessable(rows: list[dict[str, Any]]) -> None:
+    unexpected = [r["key"] for r in rows if r.get("verdict") not in (None, "ok", "as_expected", "failed")]
+    if unexpected:
+        raise BaselineError(f"{len(unexpected)} config(s) of the run were judged {_verdicts(rows, unexpected)} "
+                            f"(first: {unexpected[0]!r}); a baseline blesses only ok and as_expected rows")
+    for row in rows:
+        if row.get("status") == "failed":
+            continue
+        bad = non_finite(entry(row))
+        if bad:
+            raise BaselineError(f"config {row['key']!r} has a non-finite {bad}; a baseline holds finite numbers only")
+
+
+def _verdicts(rows: list[dict[str, Any]], keys: list[str]) -> str:
+    found = sorted({str(r.get("verdict")) for r in rows if r["key"] in set(keys)})
+    return " or ".join(repr(v) for v in found)
+
+
+def non_finite(config: dict[str, Any]) -> str | None:
+    """The first counter or timing of a baseline entry that is NaN, infinite or not a number."""
+    for name, value in (config.get("counters") or {}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"counter {name} ({value!r})"
+    for name, t in (config.get("timings") or {}).items():
+        values = [t.get("median"), t.get("spread"), *(t.get("samples") or [])] if isinstance(t, dict) else [t]
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in values):
+            return f"timing {name}"
+    return None
+
+
 def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = None) -> dict[str, Any]:
     p = Path(path)
     try:
@@ -88,12 +122,22 @@ def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = N
         raise BaselineError(f"baseline {str(p)!r} not found (create it with kvbench baseline RUN)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BaselineError(f"baseline {str(p)!r} is not valid JSON: {err}") from None
+    except RecursionError:
+        raise BaselineError(f"baseline {str(p)!r} is nested too deeply to be a baseline") from None
+    except ValueError as err:  # an integer of more digits than Python converts
+        raise BaselineError(f"baseline {str(p)!r} is not valid JSON: {str(err)[:120]}") from None
+    except OSError as err:
+        raise BaselineError(f"baseline {str(p)!r} cannot be read: {err.strerror}") from None
     if not isinstance(data, dict) or any(k not in data for k in FORMAT_KEYS):
         raise BaselineError(f"baseline {str(p)!r} must be an object with {', '.join(FORMAT_KEYS)}")
     if not isinstance(data["configs"], dict) or not all(
             isinstance(v, dict) and isinstance(v.get("counters"), dict) and isinstance(v.get("timings"), dict)
             for v in data["configs"].values()):
         raise BaselineError(f"baseline {str(p)!r}: every config needs a counters and a timings table")
+    for key, config in data["configs"].items():
+        bad = non_finite(config)
+        if bad:
+            raise BaselineError(f"baseline {str(p)!r}: config {str(key)[:120]!r} has a non-finite or non-numeric {bad}")
     if expected_profile is not None and data["profile"] != expected_profile:
         raise BaselineError(
             f"baseline {str(p)!r} is for profile {data['profile']!r}, but the run is on {expected_profile!r}; "
@@ -102,10 +146,17 @@ def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = N
 
 
 def write_baseline(path: Path, baseline: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(_dumps(baseline))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(_dumps(baseline))
+        os.replace(tmp, path)  # the old baseline stays whole until the new one is
+    except OSError as err:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise BaselineError(f"baseline {str(path)!r} cannot be written: {err.strerror or err}") from None
 
 
 def _dumps(baseline: dict[str, Any]) -> str:

@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141  # 128 + SIGPIPE: what a shell reports for a writer killed by a closed pipe
+    except RecursionError:  # a JSON or TOML reader met a file nested deeper than Python recurses
+        print("kvbench: error: an input file is nested too deeply to read", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

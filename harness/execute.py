@@ -16,12 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.expect import expectation, judge
+from harness.expect import expectation, judge, leak_verdict
 from harness.hardware import MemoryProbe
 from harness.metric_kinds import kind
 from harness.mlflow_log import Logger
 from harness.results import RunDir, append_line, append_row
 from harness.suites import GridConfig, Suite
+from mini_engine.errors import KVBenchError
+
+
+class ResultWriteError(KVBenchError):
+    """A finished config's row could not be written: an error of the sweep (disk full,
+    read-only), not of the config. The grid stops; --resume runs the config again."""
 
 
 @dataclass
@@ -32,7 +38,11 @@ class GridSession:
     worker: str = "main"
 
     def event(self, **fields: Any) -> None:
-        append_line(self.run_dir.events, json.dumps({"t": time.time(), "worker": self.worker, **fields}))
+        # Progress display only: a full disk shows up where it matters, at the row.
+        try:
+            append_line(self.run_dir.events, json.dumps({"t": time.time(), "worker": self.worker, **fields}))
+        except OSError:
+            pass
 
     def run(self, gc: GridConfig) -> dict[str, Any]:
         self.event(event="start", id=gc.id)
@@ -51,9 +61,15 @@ class GridSession:
         row.update(test_id=gc.id, suite=self.suite.name, run_id=self.run_dir.run_id, worker=self.worker,
                    expected=exp.to_dict(), verdict=verdict, reasons=reasons, started_at=started,
                    finished_at=time.time())
-        append_row(self.run_dir.results, row)
+        try:
+            append_row(self.run_dir.results, row)  # whole line or nothing (append_line)
+        except OSError as err:
+            raise ResultWriteError(f"{self.run_dir.results}: {err.strerror or err}") from None
         if self.logger is not None and self.logger.log(row, gc.id):
-            self.run_dir.mark_logged(row["key"])
+            try:
+                self.run_dir.mark_logged(row["key"])
+            except OSError:
+                pass  # sync finds the child run by its tags and does not log it twice
         self.event(event="done", id=gc.id, verdict=verdict, status=row.get("status"))
         return row
 
@@ -87,7 +103,7 @@ def run_once(config: dict[str, Any]) -> dict[str, Any]:
     metrics = row.setdefault("metrics", {})
     for name, value in mem.items():
         metrics.setdefault(name, value)
-    return row
+    return leak_verdict(row)
 
 
 def merge_repeats(runs: list[dict[str, Any]], warmup: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -80,11 +80,16 @@ class RunDir:
 
     def meta(self) -> dict[str, Any]:
         try:
-            return json.loads(self.meta_path.read_text())
+            meta = json.loads(self.meta_path.read_bytes().decode("utf-8"))
         except FileNotFoundError:
             return {}
-        except json.JSONDecodeError as err:
-            raise ResultsError(f"{self.meta_path} is not valid JSON: {err}") from None
+        except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError
+            raise ResultsError(f"{self.meta_path} is not valid JSON: {str(err)[:200]}") from None
+        except OSError as err:
+            raise ResultsError(f"{self.meta_path} cannot be read ({err.strerror})") from None
+        if not isinstance(meta, dict):
+            raise ResultsError(f"{self.meta_path} is not a JSON object")
+        return meta
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         _replace(self.meta_path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -127,8 +132,12 @@ class RunDir:
 def _replace(path: Path, text: str) -> None:
     # Replace atomically: a reader (or a SIGKILL) never sees half a file.
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: the old file stays whole, no debris beside it
+        raise
 
 
 def open_run_dir(run: str | os.PathLike[str], *, root: Path | None = None) -> RunDir:
@@ -160,10 +169,42 @@ def run_dir_of(run: str | os.PathLike[str]) -> RunDir:
 def create_run_dir(run_id: str, *, root: Path | None = None) -> RunDir:
     check_run_id(run_id)
     p = (root or results_root()) / "runs" / run_id
-    if p.exists():
-        raise ResultsError(f"run {run_id!r} already exists at {p}; pass --resume {run_id} to finish it")
-    p.mkdir(parents=True)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.mkdir()  # not exist_ok: of two sweeps naming one run, exactly one creates it
+    except FileExistsError:
+        raise ResultsError(f"run {run_id!r} already exists at {p}; pass --resume {run_id} to finish it") from None
+    except OSError as err:
+        raise ResultsError(f"cannot create the run directory {p}: {err.strerror}") from None
     return RunDir(p.resolve())
+
+
+def resume_run_dir(run: str, *, root: Path | None = None) -> RunDir:
+    """The run --resume names: a run id, or a path to a run directory inside the
+    results root. Nothing else: a resume writes into the directory it is given."""
+    runs = ((root or results_root()) / "runs").resolve()
+    p = Path(run)
+    if _RUN_ID.match(run) and (runs / run).is_dir():
+        p = runs / run
+    elif p.is_dir() and p.resolve().parent == runs:
+        p = p.resolve()
+    else:
+        raise ResultsError(f"--resume takes the id of a run in {runs} (or that run's directory); got {run!r}")
+    if not (p / META).is_file():
+        raise ResultsError(f"--resume: {p} is not a kvbench run (it has no {META})")
+    return RunDir(p)
+
+
+STORE_METACHARACTERS = "?#%"
+
+
+def check_store_root(root: Path) -> None:
+    """The local MLflow store is a sqlite URI of a path under the root; '?', '#' and '%'
+    in that path are read as URI syntax and move the database (or stall it)."""
+    bad = sorted({c for c in str(root) if c in STORE_METACHARACTERS})
+    if bad:
+        raise ResultsError(f"the results root {str(root)!r} contains {' '.join(bad)}, which the MLflow sqlite URI "
+                           f"would misread; use a path without ?, # or % ($KVBENCH_RESULTS), or --no-mlflow")
 
 
 def append_line(path: Path, line: str) -> None:
@@ -174,9 +215,19 @@ def append_line(path: Path, line: str) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             _drop_torn_tail(fd)
+            start = os.fstat(fd).st_size
             view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            try:
+                while view:
+                    view = view[os.write(fd, view):]
+            except OSError:
+                # A full disk or quota mid-line: take the part back, so the file holds
+                # whole rows only and the config stays undone (resume reruns it).
+                try:
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass  # the next append cuts the torn tail (_drop_torn_tail)
+                raise
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
@@ -209,23 +260,33 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Rows of a JSON-lines file. A torn last line (the writer was killed mid-write) is
     ignored; a bad line anywhere else means the file is damaged, which is an error."""
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         return []
+    except UnicodeDecodeError:
+        raise ResultsError(f"{path} is not UTF-8 text (a results file is JSON lines)") from None
+    except OSError as err:
+        raise ResultsError(f"{path} cannot be read ({err.strerror})") from None
     lines = text.split("\n")
     rows: list[dict[str, Any]] = []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
+            obj = json.loads(line, parse_constant=_no_constant)
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
             if i == len(lines) - 1:  # no newline after it: the write never finished
                 continue
-            raise ResultsError(f"{path}: line {i + 1} is not valid JSON") from None
+            raise ResultsError(f"{path}: line {i + 1} is not valid JSON (or nested too deeply, "
+                               f"or holds NaN or Infinity)") from None
         if isinstance(obj, dict):
             rows.append(obj)
     return rows
+
+
+def _no_constant(name: str) -> Any:
+    # json reads NaN and Infinity, which no row holds: a non-finite figure is damage.
+    raise ValueError(f"{name} is not a number a result holds")
 
 
 def load_rows(path_or_run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -265,7 +326,7 @@ def tail(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
     for line in data[: end + 1].splitlines():
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(obj, dict):
             rows.append(obj)

@@ -39,6 +39,8 @@ from mini_engine.errors import KVBenchError
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
 TOP_KEYS = ("name", "description", "repeat", "marks", "defaults", "axes", "include", "exclude", "expect")
 KNOWN_MARKS = ("gpu", "nightly", "slow")
+MAX_REPEAT = 100  # timing samples per config; more is a typo, not a measurement
+PATH_OPTIONS = ("prompts",)  # resolved once, against the suite file's directory
 
 # Short names for test ids: ids must read well and work in `pytest -k` (whose
 # grammar has no '=', hence name:value).
@@ -100,11 +102,18 @@ def resolve(name_or_path: str | os.PathLike[str]) -> Path:
 
 def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -> Suite:
     path = resolve(name_or_path)
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise SuiteError(f"suite {path.name}: cannot be read ({err.strerror})") from None
     try:
         data = tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise SuiteError(f"suite {path.name}: not valid TOML: {err}") from None
+        raise SuiteError(f"suite {path.name}: not valid TOML: {str(err)[:200]}") from None
+    except RecursionError:
+        raise SuiteError(f"suite {path.name}: nested too deeply to be a suite") from None
+    except ValueError as err:  # an integer of more digits than Python converts
+        raise SuiteError(f"suite {path.name}: not valid TOML: {str(err)[:120]}") from None
     where = f"suite {path.name}"
     for key in data:
         if key not in TOP_KEYS:
@@ -113,8 +122,8 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
     if not isinstance(name, str) or not name:
         raise SuiteError(f"{where}: name must be a non-empty string")
     repeat = data.get("repeat", 1)
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        raise SuiteError(f"{where}: repeat must be an integer >= 1 (got {repeat!r})")
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
+        raise SuiteError(f"{where}: repeat must be an integer from 1 to {MAX_REPEAT} (got {repeat!r})")
     marks = data.get("marks", [])
     if not isinstance(marks, list) or any(m not in KNOWN_MARKS for m in marks):
         raise SuiteError(f"{where}: marks must be a list of {', '.join(KNOWN_MARKS)} (got {marks!r})")
@@ -127,11 +136,15 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
             raise SuiteError(f"{where}: axis {axis!r} must be a non-empty list (got {values!r})")
     rules = parse_rules(data.get("expect", []), where)
     names = option_names()
+    for rule in rules:
+        rule.check_options(names, where)
     for ex in excludes:  # a misspelt option would silently exclude nothing
         for key in ex:
             if key not in names:
                 raise SuiteError(f"{where}: [[exclude]]: unknown option {key!r}")
 
+    if not axes and not includes:  # _product({}) is one empty combo: an all-defaults config nobody asked for
+        raise SuiteError(f"{where}: the suite has no configs (give [axes] or [[include]])")
     configs: list[dict[str, Any]] = []
     for combo in _product(axes):
         if any(_matches(combo, ex) for ex in excludes):
@@ -152,11 +165,9 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
                 continue  # the same config reached twice (an include repeating the grid)
             raise SuiteError(f"{where}: two different configs share the id {cid!r}")
         seen[cid] = cfg
-        grid.append(GridConfig(cid, cfg))
+        grid.append(GridConfig(cid, _resolve_paths(cfg, path.parent)))
     suite = Suite(name=name, path=path, digest=hashlib.sha256(raw).hexdigest()[:16], repeat=repeat,
                   marks=tuple(marks), configs=grid, rules=rules, description=str(data.get("description", "")))
-    for rule in rules:
-        rule.check_options(names, where)
     if validate:
         for gc in grid:
             validate_config(gc.config, f"{where}, config {gc.id}")
@@ -175,8 +186,11 @@ def validate_config(config: dict[str, Any], where: str) -> None:
     from harness.runner import split_config
     from harness.workloads import load_prompts
 
+    from harness.bounds import check_memory
+
     try:
-        _, workload = split_config(config)
+        engine, workload = split_config(config)
+        check_memory(engine, workload)
         if workload.get("prompts") is not None:  # a missing or bad file is bad input too, not a failed run
             load_prompts(workload["prompts"], default_output_len=workload["output_len"])
     except (KVBenchError, TypeError) as err:  # TypeError: a workload option of the wrong shape
@@ -240,6 +254,22 @@ def _normalise(config: dict[str, Any]) -> dict[str, Any]:
     unset = {f for f, d in EngineConfig.__dataclass_fields__.items() if d.default is None}
     unset |= {f for f, d in WorkloadConfig.__dataclass_fields__.items() if d.default is None}
     return {k: (None if v == "none" and k in unset else v) for k, v in config.items()}
+
+
+def _resolve_paths(config: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A relative file option names a file beside the suite, wherever kvbench runs from
+    (validation and the pytest workers then open the same file)."""
+    out = dict(config)
+    for key in PATH_OPTIONS:
+        value = out.get(key)
+        if isinstance(value, str) and value and not os.path.isabs(value):
+            out[key] = str((base / value).resolve())
+    return out
+
+
+def fmt_value(value: Any) -> str:
+    """An option's value as the test ids spell it."""
+    return _fmt(value)
 
 
 def _fmt(value: Any) -> str:

@@ -15,21 +15,29 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import devices, hardware
+from harness.bounds import check_jobs
 from harness.expect import PASSING
+from harness.grid_filter import compile_filter
+from harness.locks import hold_run, store_lock
 from harness.mlflow_log import (client, ensure_experiment, ensure_parent, experiment_name,
                                 finish_parent, git_commit, start_system_metrics, sync, tracking_uri)
-from harness.results import RunDir, append_row, create_run_dir, new_run_id, open_run_dir, results_root, tail
+from harness.results import (RunDir, append_row, check_store_root, create_run_dir, new_run_id, results_root,
+                             resume_run_dir, tail)
 from harness.suites import SUITES_DIR, Suite, SuiteError, load_suite
 from mini_engine.errors import KVBenchError
 
 GRID_TEST = SUITES_DIR / "grid" / "test_grid.py"
 PROJECT = SUITES_DIR.parent
+# pytest's exit status when the grid stopped because a result could not be written
+# (set by the grid conftest): an error of the sweep, its unwritten configs stay undone.
+WRITE_FAILED = 75
 
 
 class SweepError(KVBenchError):
@@ -50,21 +58,8 @@ class SweepOptions:
 
 
 def filter_selects(expr: str):
-    """The --filter expression as pytest -k applies it: test id -> selected."""
-    from _pytest.mark.expression import Expression
-
-    # Same parser pytest -k uses; older pytest raised ParseError, newer a SyntaxError.
-    try:
-        compiled = Expression.compile(expr)
-    except Exception as err:
-        raise SweepError(f"--filter must be a pytest -k expression over test ids: {str(err).splitlines()[0]}") from None
-
-    # pytest -k matches substrings of the test name (case-insensitive); the id is in it.
-    def selects(test_id: str) -> bool:
-        name = f"test_config[{test_id}]".lower()
-        return compiled.evaluate(lambda word, **kw: word.lower() in name)
-
-    return selects
+    """The --filter expression (harness.grid_filter): test id [, config] -> selected."""
+    return compile_filter(expr)
 
 
 def check_filter(expr: str | None, suite: Suite | None = None) -> int | None:
@@ -75,7 +70,7 @@ def check_filter(expr: str | None, suite: Suite | None = None) -> int | None:
     selects = filter_selects(expr)
     if suite is None:
         return None
-    selected = sum(selects(gc.id) for gc in suite.configs)
+    selected = sum(selects(gc.id, gc.config) for gc in suite.configs)
     if not selected:
         raise SweepError(f"--filter {expr!r} selects no config of suite {suite.name} (ids look like {suite.configs[0].id!r})")
     return selected
@@ -86,6 +81,8 @@ def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: 
                 warn=print) -> dict[str, Any]:
     """meta.json and, unless disabled, the MLflow store + parent run: once, before any worker."""
     root = root or results_root()
+    if not no_mlflow and not (mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI")):
+        check_store_root(root)
     meta = run_dir.meta()
     hw = hw or hardware.detect()
     meta.update(
@@ -102,6 +99,7 @@ def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: 
             run_dir.reset_logged()  # a resume against another store: it has none of the rows
             meta["mlflow_parent"] = None
         meta["mlflow_uri"] = uri
+        lock = store_lock(uri, note=warn)  # a fresh store is created and migrated by one sweep at a time
         try:
             cl = client(uri)
             exp = ensure_experiment(cl, experiment_name(suite.name), uri, root)
@@ -111,6 +109,9 @@ def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: 
             meta["mlflow_parent"] = None
             warn(f"kvbench: warning: {str(err).splitlines()[0] if str(err) else type(err).__name__}; "
                  f"results stay in {run_dir.path}, upload them later with kvbench sync {run_dir.run_id}")
+        finally:
+            if lock is not None:
+                lock.release()
     run_dir.write_meta(meta)
     return meta
 
@@ -126,9 +127,23 @@ def pytest_command(suite: Suite, run_dir: RunDir, jobs: int, filter_expr: str | 
         cmd += ["--dist", "load"]
     elif jobs > 1:
         cmd += ["-n", str(jobs)]
-    if filter_expr:
-        cmd += ["-k", filter_expr]
+    if filter_expr:  # applied by the grid conftest (exact name:value words), not as -k
+        cmd += [f"--kvbench-filter={filter_expr}"]  # one argument: a leading '-' is not an option
     return cmd
+
+
+def _copy_log(pipe, log) -> None:
+    """pytest's output into pytest.log, best effort: through a pipe, pytest never sees a
+    full disk on its stdout (it would stop with an internal error instead of telling
+    the sweep that a result could not be written)."""
+    writable = True
+    for chunk in iter(lambda: pipe.read1(65536), b""):
+        if writable:
+            try:
+                log.write(chunk)
+                log.flush()
+            except OSError:
+                writable = False  # keep draining the pipe, or pytest would block on it
 
 
 def _die_with_parent() -> None:
@@ -153,29 +168,51 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
                          "reinstall it (pip install .) or run from a checkout")
     suite = load_suite(opts.suite, validate=False)
     selected = check_filter(opts.filter, suite)
-    if opts.jobs is not None and opts.jobs < 1:
-        raise SweepError(f"-j must be an integer >= 1 (got {opts.jobs})")
     if opts.resume and opts.run_id:
         raise SweepError("--resume and --run-id are exclusive: --resume names the run to finish")
+    if not opts.no_mlflow and not (opts.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI")):
+        check_store_root(root)  # before the run directory exists: a refusal leaves nothing behind
     hw = hardware.detect()
+    check_jobs(opts.jobs, hw.gpu_count)
     if suite.needs_gpu and hw.profile == "cpu":
         raise SuiteError(f"suite {suite.name} needs a CUDA GPU (marks {', '.join(suite.marks)}); this machine has none (profile cpu)")
     suite = load_suite(suite.path)  # validate every config now that the machine can run them
     plan = devices.plan_workers(opts.jobs, hw.gpu_ids, uses_gpu=suite.needs_gpu, oversubscribe=opts.oversubscribe)
     jobs = plan.jobs
+    note = lambda m: err_console.print(m, markup=False)  # noqa: E731
     if opts.resume:
-        run_dir = open_run_dir(opts.resume, root=root)
-        prev = run_dir.meta()
-        if prev.get("suite") and prev["suite"] != suite.name:
-            raise SweepError(f"run {run_dir.run_id} is a sweep of suite {prev['suite']!r}, not {suite.name!r}")
-        # Finished rows were expanded and judged by the file as it was; mixing them with
-        # rows of an edited grid or rules would make one run of two suites.
-        if prev.get("suite_hash") and prev["suite_hash"] != suite.digest:
-            raise SweepError(f"suite {suite.name} changed since run {run_dir.run_id} began (hash {prev['suite_hash']}, "
-                             f"now {suite.digest}); start a new run instead of --resume")
+        run_dir = resume_run_dir(opts.resume, root=root)
+        # One sweep per run: two resumes at once doubled every row (one refuses here).
+        lock = hold_run(run_dir.path, f"kvbench sweep {suite.name} --resume", note)
     else:
         run_dir = create_run_dir(opts.run_id or new_run_id(suite.name), root=root)
+        lock = hold_run(run_dir.path, f"kvbench sweep {suite.name}", note)
+    try:
+        if opts.resume:
+            check_resumable(run_dir, suite)
+        return _sweep(opts, suite, run_dir, hw, plan, selected, root, console, err_console)
+    except OSError as err:  # a full disk or a read-only root under the sweep's own files
+        where = err.filename or run_dir.path
+        raise SweepError(f"cannot write {where}: {err.strerror or err}; rows already written are kept, "
+                         f"finish with kvbench sweep {opts.suite} --resume {run_dir.run_id}") from None
+    finally:
+        lock.release()
 
+
+def check_resumable(run_dir: RunDir, suite: Suite) -> None:
+    prev = run_dir.meta()
+    if prev.get("suite") and prev["suite"] != suite.name:
+        raise SweepError(f"run {run_dir.run_id} is a sweep of suite {prev['suite']!r}, not {suite.name!r}")
+    # Finished rows were expanded and judged by the file as it was; mixing them with
+    # rows of an edited grid or rules would make one run of two suites.
+    if prev.get("suite_hash") and prev["suite_hash"] != suite.digest:
+        raise SweepError(f"suite {suite.name} changed since run {run_dir.run_id} began (hash {prev['suite_hash']}, "
+                         f"now {suite.digest}); start a new run instead of --resume")
+
+
+def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardware, plan: devices.WorkerPlan,
+           selected: int | None, root: Path, console, err_console) -> int:
+    jobs = plan.jobs
     meta = prepare_run(suite, run_dir, opts.mlflow_uri, jobs=jobs, filter_expr=opts.filter,
                        no_mlflow=opts.no_mlflow, root=root, hw=hw, warn=lambda m: err_console.print(m))
     run_dir.collected.unlink(missing_ok=True)
@@ -192,8 +229,10 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
                   f"run {run_dir.run_id}" + (f" (resuming, {done_before} done)" if opts.resume else ""))
     started = time.time()
     log = (run_dir.path / "pytest.log").open("ab")
-    proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             preexec_fn=_die_with_parent)
+    copier = threading.Thread(target=_copy_log, args=(proc.stdout, log), daemon=True)
+    copier.start()
     try:
         _follow(proc, run_dir, console)
     except KeyboardInterrupt:
@@ -205,13 +244,25 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
         err_console.print(f"kvbench: interrupted; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
         raise
     finally:
-        log.close()
+        copier.join(timeout=10)
+        try:
+            log.close()
+        except OSError:
+            pass  # a full disk: the log is best effort
     rc = proc.returncode
     completed = rc in (0, 1, 5)  # 1: some config not as expected; 5: nothing left to run
+    if rc == WRITE_FAILED:
+        # Not a config's fault: no "worker died" rows, every unwritten config stays undone.
+        raise SweepError(f"a result could not be written to {run_dir.results} (disk full, read-only or over quota), "
+                         f"so the sweep stopped; {len(run_dir.done_keys())} config(s) are recorded; make room and "
+                         f"finish with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
     if completed:
         _record_lost(suite, run_dir)
     else:  # pytest itself broke (internal error, a kill): keep what finished, say where to look
-        lines = (run_dir.path / "pytest.log").read_text(errors="replace").strip().splitlines()[-15:]
+        try:
+            lines = (run_dir.path / "pytest.log").read_text(errors="replace").strip().splitlines()[-15:]
+        except OSError:
+            lines = []
         err_console.print("\n".join(lines))
         err_console.print(f"kvbench: pytest stopped with exit code {rc} before finishing; see {run_dir.path / 'pytest.log'}"
                           f"; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
@@ -235,7 +286,8 @@ def _follow(proc: subprocess.Popen, run_dir: RunDir, console) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[counts]}"))
+               TextColumn("eta {task.fields[eta]}"), TextColumn("{task.fields[counts]}"))
+    started = time.monotonic()
     # Only this attempt's rows count: a resumed run's earlier rows are not in the total.
     # Start after the last whole line: a torn tail of a killed run is cut by the next append.
     res_off, ev_off = tail(run_dir.results, 0)[1], tail(run_dir.events, 0)[1]
@@ -245,7 +297,7 @@ def _follow(proc: subprocess.Popen, run_dir: RunDir, console) -> None:
     total = None
     live = console.is_terminal
     with Progress(*columns, console=console, transient=False, disable=not live) as progress:
-        task = progress.add_task("collecting", total=None, counts="")
+        task = progress.add_task("collecting", total=None, counts="", eta="-")
         while True:
             finished = proc.poll() is not None
             if total is None and (ids := run_dir.collected_ids()) is not None:
@@ -268,16 +320,28 @@ def _follow(proc: subprocess.Popen, run_dir: RunDir, console) -> None:
                     counts["unexpected"] += 1
                 if not live:
                     console.print(f"[{done}/{total or '?'}] {row.get('test_id') or row.get('key')}: "
-                                  f"{row.get('status')}, {row.get('verdict')}", markup=False)
+                                  f"{row.get('status')}, {row.get('verdict')}, eta {eta(done, total, time.monotonic() - started)}",
+                                  markup=False)
             summary = (f"with violations {counts['violated']} · unexpected {counts['unexpected']} · "
                        f"failed {counts['failed']}")
             current = ", ".join(sorted(running.values())[:2]) or ("starting" if total is None else "")
-            progress.update(task, completed=done, description=current[:70], counts=summary)
+            progress.update(task, completed=done, description=current[:70], counts=summary,
+                            eta=eta(done, total, time.monotonic() - started))
             if finished:
                 if not live:
                     console.print(f"{done} configs run, {summary}")
                 return
             time.sleep(0.25)
+
+
+def eta(done: int, total: int | None, elapsed: float) -> str:
+    """Time left at the mean pace so far ('-' until a config has finished)."""
+    if not total or not done:
+        return "-"
+    left = max(0.0, elapsed / done * (total - done))
+    minutes, seconds = divmod(int(round(left)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
 
 
 def _record_lost(suite: Suite, run_dir: RunDir) -> None:

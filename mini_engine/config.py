@@ -270,10 +270,10 @@ def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"config file {str(p)!r} not found") from None
     except IsADirectoryError:
         raise ConfigError(f"config file {str(p)!r} is a directory") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"config file {str(p)!r} is not valid TOML: {err}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"config file {str(p)!r} is not valid TOML: not UTF-8 text") from None
+    except ValueError as err:  # TOMLDecodeError, or an integer of more digits than Python converts
+        raise ConfigError(f"config file {str(p)!r} is not valid TOML: {err}") from None
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if key in ("engine", "workload") and isinstance(value, dict):

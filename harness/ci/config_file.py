@@ -27,6 +27,10 @@ def read_config(path: str | Path, what: str, *, error: type[KVBenchError] = Conf
     except json.JSONDecodeError as err:
         raise error(f"{what} {path} is not valid JSON: {err.msg} (line {err.lineno})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise error(f"{what} {path} is not valid {'TOML' if toml else 'JSON'}: {err}") from None
+        raise error(f"{what} {path} is not valid {'TOML' if toml else 'JSON'}: {str(err)[:200]}") from None
+    except RecursionError:
+        raise error(f"{what} {path} is nested too deeply to read") from None
+    except ValueError as err:  # e.g. an integer of more digits than Python converts
+        raise error(f"{what} {path} is not valid {'TOML' if toml else 'JSON'}: {str(err)[:120]}") from None
     except OSError as err:
         raise error(f"{what} {path} cannot be read ({type(err).__name__})") from None

@@ -17,6 +17,7 @@ from harness.ci.github_client import Client, GitHubError
 from harness.ci.permissions import Permissions
 from harness.ci.rerun import check_sha
 from harness.ci.runners import Registry
+from harness.ci.specs import show
 from mini_engine.errors import KVBenchError
 
 WORKFLOW = "rerun-test.yml"
@@ -110,7 +111,7 @@ def _dispatch(plan: Plan, client: Client, branch: str, reply_id: int) -> None:
         try:
             client.dispatch_workflow(WORKFLOW, branch, inputs)
         except GitHubError as err:
-            group.status, group.note, changed = "error", f"dispatch failed: {err}", True
+            group.status, group.note, changed = "error", f"dispatch failed: {show(str(err), 200)}", True
     if changed:
         client.update_comment(reply_id, reply.render(plan))
 
@@ -119,15 +120,18 @@ def _tag_and_rerun(plan: Plan, client: Client, perms: Permissions) -> int:
     lines = []
     try:
         client.add_labels(plan.pr, [perms.ci_label])
-        lines.append(f"- labelled `{perms.ci_label}`")
+        lines.append(f"- labelled {show(perms.ci_label)}")
         runs = client.failed_runs(client.pull_head_sha(plan.pr))
         for run in runs:
             client.rerun_failed_jobs(run["id"])
-            lines.append(f"- rerunning failed jobs of [{run['name'] or run['id']}]({run['url']})")
+            # A run's name comes from the workflow file, which a pull request can edit.
+            name = show(str(run.get("name") or run.get("id")), 80)
+            url = str(run.get("url") or "")
+            lines.append(f"- rerunning failed jobs of {name}" + (f" ({reply.check_url(url)})" if _is_url(url) else ""))
         if not runs:
             lines.append("- no failed workflow runs on the head commit")
     except GitHubError as err:
-        lines.append(f"- \u26a0\ufe0f stopped: {err}")
+        lines.append(f"- \u26a0\ufe0f stopped: {show(str(err), 200)}")
     return client.post_comment(plan.pr, reply.render(plan) + "\n" + "\n".join(lines) + "\n")
 
 
@@ -148,6 +152,14 @@ def report(client: Client, comment_id: int, group: int, status: str, run_url: st
         if now.status == status:
             return body
     raise GitHubError(f"comment {comment_id}: group {group} status did not stick after {UPDATE_TRIES} tries")
+
+
+def _is_url(url: str) -> bool:
+    try:
+        reply.check_url(url)
+    except reply.ReplyError:
+        return False
+    return True
 
 
 def status_of(result: str) -> str:

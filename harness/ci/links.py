@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness.results import RunDir
+from harness.ci.artifact import read_meta
+from mini_engine.errors import KVBenchError
 
 RUN_UUID_RE = re.compile(r"[0-9a-f]{32}\Z")
 
@@ -14,6 +15,9 @@ def mlflow_link(run_dir: Path, ui_url: str) -> str:
     """The MLflow UI page of the sweep's parent run (its config runs nest under it), or ''."""
     if not ui_url or not Path(run_dir).is_dir():
         return ""
-    parent = str(RunDir(Path(run_dir)).meta().get("mlflow_parent") or "")
+    try:  # the run dir is the pull request's artifact: an odd meta.json means no link
+        parent = str(read_meta(Path(run_dir)).get("mlflow_parent") or "")
+    except KVBenchError:
+        return ""
     # MLflow routes /#/runs/<id> to the run's page in whatever experiment holds it.
     return f"{ui_url.rstrip('/')}/#/runs/{parent}" if RUN_UUID_RE.match(parent) else ""

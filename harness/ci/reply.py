@@ -24,6 +24,11 @@ MARKERS = {
     "cancelled": "\u26aa cancelled",
     "error": "\u26a0\ufe0f error",
 }
+MAX_TEXT = 600  # characters of one sentence of ours (a refusal, a note) in a reply
+# Outside code spans these mean something to GitHub's markdown (links, images, emphasis,
+# HTML, tables): escaped, they print as is. The text is one line after our own prefix.
+MARKDOWN = re.compile(r"([\\*_\[\]!<>|~&])")  # mid-line: '#', '+', '-' start nothing there
+SPAN = re.compile(r"(`[^`\n]*`)")
 URL_RE = re.compile(r"https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]{1,500}\Z", re.ASCII)
 
 
@@ -35,6 +40,30 @@ def check_url(url: str) -> str:
     if not URL_RE.match(url) or ")" in url or "(" in url:
         raise ReplyError(f"a link must be an http(s) URL without spaces or brackets (got {url[:80]!r})")
     return url
+
+
+def plain(text: str, keep_mention: str = "", limit: int = MAX_TEXT) -> str:
+    """A sentence of the bot's as inert text: one line, bounded, markdown escaped and
+    mentions broken outside the code spans that specs.show made of untrusted text."""
+    text = " ".join(str(text).split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    out = []
+    for part in SPAN.split(text):
+        if SPAN.fullmatch(part):
+            out.append(part)
+            continue
+        part = MARKDOWN.sub(r"\\\1", part)
+        mention = f"@{keep_mention}" if keep_mention else None
+        pieces = part.split(mention) if mention else [part]
+        out.append((mention or "").join(p.replace("@", "@\u200b") for p in pieces))
+    return "".join(out)
+
+
+def safe_table(table: str) -> str:
+    """A compare table as markdown, with nothing in it that renders as HTML, an image or
+    a mention (its names were checked as plain tokens when the artifact was read)."""
+    return table.replace("<", "&lt;").replace("![", "!\\[").replace("@", "@\u200b")
 
 
 def _links(group: Group) -> str:
@@ -54,7 +83,7 @@ def render(plan: Plan) -> str:
     who = f"@{plan.user}" if plan.user else "a commenter"
     if plan.refusal:
         what = f"`/{plan.command}`" if plan.command in USAGE else "this comment"
-        lines.append(f"**kvbench bot** cannot run {what} for {who}: {plan.refusal}")
+        lines.append(f"**kvbench bot** cannot run {what} for {who}: {plain(plan.refusal, plan.user)}")
         lines.append("")
         lines.append("Commands: " + ", ".join(f"`{u}`" for u in USAGE.values()))
     elif plan.command == "tag-and-rerun-ci":
@@ -66,15 +95,15 @@ def render(plan: Plan) -> str:
     for i, group in enumerate(plan.groups, 1):
         lines += ["", f"**{i}. runner `{group.runner}`** \u2014 {MARKERS[group.status]}"]
         if group.note:
-            lines.append(group.note)
+            lines.append(plain(group.note))
         lines += ["```", group.command(), "```"]
         links = _links(group)
         if links:
             lines.append(links)
         if group.table:
-            lines += ["", group.table.replace("<", "&lt;")]  # no HTML (comments) from a table
+            lines += ["", safe_table(group.table)]
     for note in plan.notes:
-        lines += ["", f"_{note}_"]
+        lines += ["", f"_{plain(note)}_"]
     return "\n".join(lines) + "\n"
 
 

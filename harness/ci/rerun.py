@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.ci import specs
 from harness.ci.bot import Group, known_suites
 from harness.ci.runners import Registry
-from harness.ci.specs import Refusal
+from harness.ci.specs import Refusal, show
 from mini_engine.errors import ConfigError
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z", re.ASCII)
@@ -25,7 +25,7 @@ MAX_TESTS = 100
 
 def check_sha(sha: str, option: str) -> str:
     if not SHA_RE.match(sha or ""):
-        raise ConfigError(f"{option} must be a 40-character commit id in lowercase hex (got {sha[:60]!r})")
+        raise ConfigError(f"{option} must be a 40-character commit id in lowercase hex (got {show(str(sha))})")
     return sha
 
 
@@ -33,7 +33,7 @@ def rerun_argv(registry: Registry, tree: Path, root: Path, runner: str, tests_js
                suite: str, expr: str, run_id: str) -> list[str]:
     registry.get(runner)
     if not RUN_ID_RE.match(run_id):
-        raise ConfigError(f"--run-id must be letters, digits, '.', '_' or '-' (got {run_id!r})")
+        raise ConfigError(f"--run-id must be letters, digits, '.', '_' or '-' (got {show(run_id)})")
     try:
         tests = json.loads(tests_json or "[]")
     except json.JSONDecodeError:
@@ -54,7 +54,7 @@ def rerun_argv(registry: Registry, tree: Path, root: Path, runner: str, tests_js
             spec = specs.parse_test_spec(token, tree)
             want = registry.runner_for_test(tree, spec.file, spec.test)
             if want != runner:
-                raise ConfigError(f"--tests: {spec.node_id} runs on {want}, not on {runner}")
+                raise ConfigError(f"--tests: {show(spec.node_id, 200)} runs on {show(want)}, not on {show(runner)}")
             ids.append(spec.node_id)
         return Group(runner, tests=ids).argv(run_id)
     except Refusal as err:

@@ -49,7 +49,7 @@ class Registry:
 
     def get(self, label: str) -> Runner:
         if label not in self.runners:
-            raise ConfigError(f"runner must be one of {', '.join(self.runners)} (got {label!r})")
+            raise ConfigError(f"runner must be one of {', '.join(self.runners)} (got {show(str(label))})")
         return self.runners[label]
 
     def runner_for_suite(self, suite: str) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.ci.testfiles import scan
+from harness.ci.text import show  # noqa: F401  (re-exported: callers import it from here)
 from mini_engine.errors import KVBenchError
 
 MAX_LINE = 1000  # characters of the first comment line
@@ -33,14 +34,6 @@ FILTER_KEYWORDS = ("and", "or", "not")
 
 class Refusal(KVBenchError):
     """A comment the bot will not act on; the message is the reason shown in the reply."""
-
-
-def show(text: str, limit: int = 60) -> str:
-    """Echo user text back safely: ASCII only, no backticks, truncated, in a code span."""
-    text = text.encode("ascii", "backslashreplace").decode("ascii").replace("`", "'")
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return f"`{text}`"
 
 
 def check_line(line: str) -> None:

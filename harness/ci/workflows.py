@@ -5,7 +5,12 @@
 * every ``kvbench ...`` command a ``run:`` script runs parses with the real CLI parser;
 * no ``run:`` script contains a ``${{ }}`` expression: values reach scripts through
   ``env:`` only, so no event text (a comment body, a branch name) is ever pasted into
-  shell source.
+  shell source; nor does an ``actions/github-script`` script hold an expression of
+  text someone outside can write (``github.event.comment.body``, a pull request's
+  title, body or head ref, ...): it would be pasted into JavaScript;
+* a ``pull_request_target`` workflow never checks out the pull request's head: that
+  job runs with the base repository's secrets and a write token;
+* a ``runner`` choice input offers only labels of ci/runners.toml (or ``all``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,14 @@ from mini_engine.errors import KVBenchError
 EXPR_RE = re.compile(r"^\$\{\{(.*)\}\}$", re.S)
 TOKEN_RE = re.compile(r"\s*(?:('[^']*')|(==|!=|&&|\|\||\(|\)|!)|([A-Za-z_][A-Za-z0-9_.-]*))")
 VAR_RE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+# Event fields whose text comes from whoever opened the issue, pull request or comment.
+UNTRUSTED_RE = re.compile(
+    r"github\.(?:head_ref|event\.(?:comment\.body|issue\.(?:title|body)|pull_request\.(?:title|body|head\.(?:ref|label)"
+    r"|head\.repo\.(?:description|homepage|name|full_name))|review\.body|review_comment\.body|discussion\.(?:title|body)"
+    r"|head_commit\.(?:message|author\.(?:name|email))|commits|pages|workflow_run\.(?:head_branch|display_title"
+    r"|head_commit\.message)|inputs))")
+EXPRESSION_RE = re.compile(r"\$\{\{(.*?)\}\}", re.S)
+PR_HEAD_RE = re.compile(r"github\.(?:event\.pull_request\.head\.(?:sha|ref)|head_ref)|refs/pull/")
 SHELL_OPS = {"|", "||", "&&", ";", ">", ">>", "<", "2>", "&", ")", "then", "do"}
 
 
@@ -216,6 +229,42 @@ def check_scripts(path: Path, workflow: dict, parse) -> list[Problem]:
     return problems
 
 
+def check_untrusted(path: Path, workflow: dict) -> list[Problem]:
+    """github-script scripts with attacker-written expressions; pull_request_target with
+    a checkout of the pull request's code."""
+    problems = []
+    on = workflow.get("on")
+    triggers = set(on) if isinstance(on, (dict, list)) else {on}
+    for name, job in (workflow.get("jobs") or {}).items():
+        for step in job.get("steps") or [] if isinstance(job, dict) else []:
+            if not isinstance(step, dict):
+                continue
+            uses = str(step.get("uses", ""))
+            with_ = step.get("with") if isinstance(step.get("with"), dict) else {}
+            if uses.startswith("actions/github-script@"):
+                for expr in EXPRESSION_RE.findall(str(with_.get("script", ""))):
+                    if UNTRUSTED_RE.search(expr):
+                        problems.append(Problem(path.name, name, f"github-script pastes ${{{{{expr.strip()}}}}} into "
+                                                "its script; pass it through env: and read process.env"))
+            if "pull_request_target" in triggers and uses.startswith("actions/checkout@"):
+                ref = str(with_.get("ref", "")) + " " + str(with_.get("repository", ""))
+                if PR_HEAD_RE.search(ref) or "pull_request.head.repo" in ref:
+                    problems.append(Problem(path.name, name, "pull_request_target checks out the pull request's head "
+                                            f"({str(with_.get('ref', ''))[:80]}): its code would run with the base "
+                                            "repository's secrets and token"))
+    return problems
+
+
+def check_runner_inputs(path: Path, workflow: dict, registry: Registry) -> list[Problem]:
+    on = workflow.get("on") if isinstance(workflow.get("on"), dict) else {}
+    inputs = ((on.get("workflow_dispatch") or {}).get("inputs") or {}) if isinstance(on, dict) else {}
+    spec = inputs.get("runner") if isinstance(inputs, dict) else None
+    if not isinstance(spec, dict) or spec.get("type") != "choice":
+        return []
+    bad = [o for o in spec.get("options") or [] if o != "all" and o not in registry.runners]
+    return [Problem(path.name, "-", f"input runner offers {o!r}, not a label of ci/runners.toml") for o in bad]
+
+
 def check_all(root: Path, registry: Registry, parse) -> list[Problem]:
     problems: list[Problem] = []
     files = sorted((root / "ci" / "workflows").glob("*.yml"))
@@ -225,4 +274,6 @@ def check_all(root: Path, registry: Registry, parse) -> list[Problem]:
         workflow = load(path)
         problems += check_runs_on(path, workflow, registry)
         problems += check_scripts(path, workflow, parse)
+        problems += check_untrusted(path, workflow)
+        problems += check_runner_inputs(path, workflow, registry)
     return problems

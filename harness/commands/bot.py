@@ -63,10 +63,10 @@ def _table(args: argparse.Namespace, root: Path) -> tuple[str | None, bool]:
     if not args.results or not (Path(args.results) / "results.jsonl").is_file():
         return None, False
     from harness.baseline import load_baseline
+    from harness.ci.artifact import ArtifactError, read_rows
     from harness.ci.runners import load_registry
     from harness.ci.specs import show
     from harness.compare import compare_rows
-    from harness.results import load_rows
 
     path = args.baseline
     if not path and args.baseline_runner:
@@ -75,10 +75,12 @@ def _table(args: argparse.Namespace, root: Path) -> tuple[str | None, bool]:
     try:
         # The results come from the pull request's run: damaged ones fail the group, and
         # the status is still set (an exception here would leave it 'running' for good).
-        rows = load_rows(args.results)
+        rows = read_rows(Path(args.results))
         if not path or not Path(path).is_file():
-            return f"_{len(rows)} configs ran; no baseline at `{path}` to compare with._", False
+            return f"_{len(rows)} configs ran; no baseline at {show(str(path), 120)} to compare with._", False
         report = compare_rows(rows, load_baseline(path))
+    except ArtifactError as err:
+        return f"_failed: artifact unreadable: {show(str(err), 200)}_", True
     except KVBenchError as err:
         return f"_the results could not be compared: {show(str(err), 300)}_", True
     return report.table(fmt="markdown"), bool(report.regressed)

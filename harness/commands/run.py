@@ -98,18 +98,21 @@ def _check_writable(path: str, what: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.bounds import check_options
+    from harness.expect import leak_verdict
     from harness.runner import run_config
 
     if args.outputs and not args.json:
         raise ConfigError("--outputs needs --json FILE to write them to")
-    if args.json and args.trace and os.path.abspath(args.json) == os.path.abspath(args.trace):
+    if args.json and args.trace and os.path.realpath(args.json) == os.path.realpath(args.trace):
         raise ConfigError(f"--json and --trace name the same file {args.json!r}; give each its own")
     options = options_from_args(args)
+    check_options(options)  # lengths against the memory there is, before a prompt is drawn
     # Found before the run, so a long run never ends with nowhere to put its results.
     created = [p for p, what in ((args.json, "--json"), (args.trace, "--trace"))
                if p and _check_writable(p, what)]
     try:
-        row = run_config(options, trace=args.trace, outputs=args.outputs)
+        row = leak_verdict(run_config(options, trace=args.trace, outputs=args.outputs))
     except ConfigError:
         for path in created:  # bad input: leave no empty result files behind
             os.remove(path)

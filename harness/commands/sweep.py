@@ -12,8 +12,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("suite", help="suite name (smoke, invariants, nightly-gpu) or a TOML file")
     p.add_argument("-j", "--jobs", type=int, default=None,
                    help="pytest-xdist workers (default: one per visible GPU, else 1)")
-    p.add_argument("--resume", metavar="RUN", help="finish an interrupted run: skip configs already in its results")
-    p.add_argument("--filter", metavar="EXPR", help="pytest -k expression over the test ids (e.g. 'dflash and ps:16')")
+    p.add_argument("--resume", metavar="RUN", help="finish an interrupted run (its id, or its directory under the "
+                                                   "results root): skip configs already in its results")
+    p.add_argument("--filter", metavar="EXPR", help="select configs: words joined by and/or/not as in pytest -k; "
+                                                    "name=value or name:value matches an option exactly "
+                                                    "(e.g. 'dflash and ps=16'), other words match test ids as -k does")
     p.add_argument("--mlflow-uri", metavar="URI", help="tracking server (default $MLFLOW_TRACKING_URI or results/mlflow.db)")
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     p.add_argument("--oversubscribe", action="store_true", help="allow more workers than visible GPUs (they share GPUs)")

@@ -6,6 +6,8 @@ Options (all optional; `kvbench sweep` passes them):
                                 configs already in its results.jsonl are deselected (resume)
   --kvbench-mlflow-uri URI      log each config to MLflow ("default" = the local sqlite store)
   --kvbench-parent-run ID       the sweep's parent run (kvbench sweep creates it once)
+  --kvbench-filter EXPR         keep the configs this kvbench --filter expression selects
+                                (name:value words match an option exactly; see harness.grid_filter)
 
 Set-up that must happen once (run dir, MLflow store and parent run) happens in the
 controller before xdist starts its workers; workers read it from the environment.
@@ -28,6 +30,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kvbench-run-dir", default=None, help="run directory for results.jsonl")
     group.addoption("--kvbench-mlflow-uri", default=None, help="log configs to MLflow at URI ('default': local store)")
     group.addoption("--kvbench-parent-run", default=None, help="MLflow parent run id of the sweep")
+    group.addoption("--kvbench-filter", default=None, help="kvbench --filter expression (ps:16 matches exactly)")
 
 
 def _opt(config: pytest.Config, name: str) -> str | None:
@@ -68,8 +71,16 @@ def pytest_configure(config: pytest.Config) -> None:
     suite = _load(_suite_name(config))
     run_dir_opt = _opt(config, "--kvbench-run-dir")
     if run_dir_opt:
+        from harness.locks import hold_run
+        from mini_engine.errors import KVBenchError
+
         path = Path(run_dir_opt).resolve()
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            # Not under kvbench sweep (which holds it): own the run dir for this session.
+            config._kvbench_lock = hold_run(path, "pytest suites/grid", print)  # type: ignore[attr-defined]
+        except (OSError, KVBenchError) as err:
+            raise pytest.UsageError(f"--kvbench-run-dir {run_dir_opt}: {getattr(err, 'strerror', None) or err}") from None
     else:  # a throwaway run: the test verdicts are the output
         path = Path(tempfile.mkdtemp(prefix=f"kvbench-{suite.name}-"))
         config._kvbench_tmp_run = path  # type: ignore[attr-defined]
@@ -89,7 +100,37 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["KVBENCH_GRID_PARENT"] = parent or ""
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    report = yield
+    # A row that could not be written (disk full, read-only): stop the grid at once,
+    # every config after it would be lost the same way.
+    if call.excinfo is not None and call.excinfo.typename == "ResultWriteError":
+        item.session.shouldstop = f"kvbench: result not written: {call.excinfo.value}"
+    return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # In the controller too (xdist sends the workers' reports): remember the failure.
+    if report.failed and "ResultWriteError" in (report.longreprtext or ""):
+        global _write_failed
+        _write_failed = True
+
+
+_write_failed = False
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    lock = getattr(config, "_kvbench_lock", None)
+    if lock is not None:
+        lock.release()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _write_failed and not hasattr(session.config, "workerinput"):
+        from harness.sweep import WRITE_FAILED
+
+        session.exitstatus = WRITE_FAILED  # kvbench sweep: an error of the sweep, no "worker died" rows
     tmp = getattr(session.config, "_kvbench_tmp_run", None)
     if tmp is not None and not getattr(session.config, "_kvbench_owns_parent", False):
         import shutil
@@ -141,11 +182,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from harness.runner import config_key
 
     done = RunDir(Path(run_dir)).done_keys()
-    if not done:
+    expr = _opt(config, "--kvbench-filter") or os.environ.get("KVBENCH_GRID_FILTER")
+    if not done and not expr:
         return
+    from harness.grid_filter import compile_filter
+
+    try:
+        selects = compile_filter(expr) if expr else None
+    except Exception as err:
+        raise pytest.UsageError(str(err)) from None
     keep, drop = [], []
     for item in items:
-        if item in _grid_items([item]) and config_key(item.callspec.params["grid_config"].config) in done:
+        if item not in _grid_items([item]):
+            keep.append(item)
+            continue
+        gc = item.callspec.params["grid_config"]
+        if (selects is not None and not selects(gc.id, gc.config)) or config_key(gc.config) in done:
             drop.append(item)
         else:
             keep.append(item)
@@ -162,4 +214,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     ids = [it.callspec.id for it in _grid_items(session.items)]
     from harness.results import RunDir
 
-    RunDir(Path(run_dir)).write_collected(ids)
+    try:
+        RunDir(Path(run_dir)).write_collected(ids)
+    except OSError:
+        pass  # the progress bar goes without a total; the first row write stops the grid

@@ -164,7 +164,7 @@ def test_tag_and_rerun(setup, load_event):
     out = handle_event(load_event("tag_and_rerun"), client, tree, tree, registry, perms)
     assert ("add_labels", 42, ("run-ci",)) in client.calls
     assert [c[1] for c in client.calls if c[0] == "rerun_failed_jobs"] == [7, 9]
-    assert "rerunning failed jobs of [pr-cpu]" in client.comments[out.reply_id]
+    assert "rerunning failed jobs of `pr-cpu`" in client.comments[out.reply_id]
 
 
 def test_dispatch_failure_is_reported_in_the_reply(setup, load_event):

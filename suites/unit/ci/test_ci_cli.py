@@ -57,7 +57,7 @@ def test_rerun_args_suite(tree, kv):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--runner", "cpu", "--tests", '["suites/gpu/test_attention_gpu.py"]'], "runs on 1-gpu-h100, not on cpu"),
+    (["--runner", "cpu", "--tests", '["suites/gpu/test_attention_gpu.py"]'], "runs on `1-gpu-h100`, not on `cpu`"),
     (["--runner", "cpu", "--tests", '["suites/unit/test_alloc.py; id"]'], "contains SEMICOLON"),
     (["--runner", "cpu", "--tests", '["../../etc/test_x.py"]'], "'..'"),
     (["--runner", "cpu", "--tests", "suites/unit/test_alloc.py"], "JSON list"),
@@ -122,4 +122,4 @@ def test_report_with_unreadable_results_still_sets_the_status(tmp_path, kv):
              "--result", "success", "--results", results, "--baseline", FIX / "baseline_cpu.json")
     assert out.returncode == 0, out.stderr
     group = reply.parse(out.stdout).groups[0]
-    assert group.status == "failed" and "results could not be compared" in group.table
+    assert group.status == "failed" and "failed: artifact unreadable" in group.table

@@ -54,7 +54,7 @@ def test_unknown_or_dynamic_runner_marks(tree):
     with pytest.raises(ConfigError, match=r"not valid Python \(line 1\)"):
         registry.runner_for_test(tree, "suites/unit/test_bad_mark.py")
     bad.write_bytes(b"def test_x():\n    pass\n\x00\n")
-    with pytest.raises(ConfigError, match=r"test_bad_mark.py: not valid Python\Z"):
+    with pytest.raises(ConfigError, match=r"test_bad_mark.py`: not valid Python\Z"):
         registry.runner_for_test(tree, "suites/unit/test_bad_mark.py")
 
 

@@ -92,7 +92,8 @@ def test_lint_finds_each_kind_of_problem(tmp_path):
     assert "inputs.runner='3-gpu-v100' is not a label" in text
     assert "bot report" not in text
     assert "matrix profile 'h100' for 1-gpu-h200 but ci/runners.toml says 'h200'" in text
-    assert len(problems) == 9, text
+    assert "input runner offers '3-gpu-v100'" in text  # the choice itself, wherever it is used
+    assert len(problems) == 10, text
 
 
 def test_expression_evaluator():
@@ -168,31 +169,94 @@ def _step(workflow: str, job: str, name: str) -> dict:
     return next(s for s in data["jobs"][job]["steps"] if s.get("name") == name)
 
 
-def test_a_rerun_attempt_is_the_same_night(tmp_path):
-    """Rerunning a failed nightly (attempt 2 of one run) must not add a second night:
-    triage would call one bad night a regression seen twice. Seven nights are kept."""
+def _bash(script: str, cwd: Path, env: dict) -> None:
+    # The shell GitHub runs a bash step with.
+    subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=cwd,
+                   env={"PATH": f"{cwd}/bin:/usr/bin:/bin", **env}, check=True, timeout=60)
+
+
+def test_nights_come_from_scheduled_runs_and_a_rerun_attempt_is_the_same_night(tmp_path):
+    """The history is the night artifacts of finished scheduled runs (a fake gh lists
+    them); the run in progress is never among them, so a rerun attempt of a night adds
+    it once; a name with a space (or anything not a run id) deletes nothing."""
     from harness.ci.triage import history
 
-    script = _step("nightly-gpu.yml", "nightly", "Keep this night")["run"]
-
-    def night(run: int, attempt: int) -> None:
-        run_id = f"nightly-1-gpu-h100-{run}-{attempt}"
+    restore = _step("nightly-gpu.yml", "nightly", "Restore the last nights")
+    assert "--event schedule" in restore["run"] and "--branch \"$DEFAULT_BRANCH\"" in restore["run"]
+    keep = _step("nightly-gpu.yml", "nightly", "Keep this night")["run"]
+    assert "xargs" not in (REPO / "ci" / "workflows" / "nightly-gpu.yml").read_text()
+    (tmp_path / "bin").mkdir()
+    gh = tmp_path / "bin" / "gh"
+    # `gh run list` prints the ids; `gh run download ID --name N --dir D` unpacks a night into D.
+    gh.write_text("#!/bin/bash\nif [ \"$2\" = list ]; then printf '%s\\n' 903 902 '000000000000 .venv' 901; exit 0; fi\n"
+                  "id=$3; dir=${@: -1}; [ \"$id\" = 902 ] && exit 1\n"
+                  "mkdir -p \"$dir\" && echo \"{\\\"night\\\": $id}\" > \"$dir/results.jsonl\"\n")
+    gh.chmod(0o755)
+    (tmp_path / ".venv").mkdir()
+    env = {"RUNNER_LABEL": "1-gpu-h100", "GITHUB_REPOSITORY": "o/r", "DEFAULT_BRANCH": "main"}
+    for attempt in (1, 2):
+        shutil.rmtree(tmp_path / "nights", ignore_errors=True)  # a fresh job: no nights but the restored ones
+        run_id = f"nightly-1-gpu-h100-904-{attempt}"
         out = tmp_path / "results" / "runs" / run_id
         out.mkdir(parents=True)
         (out / "results.jsonl").write_text(f'{{"attempt": {attempt}}}\n')
-        env = {"PATH": "/usr/bin:/bin", "RUN_ID": run_id, "RUNNER_LABEL": "1-gpu-h100", "GITHUB_RUN_ID": str(run)}
-        # The shell GitHub runs a bash step with.
-        subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=tmp_path, env=env,
-                       check=True, timeout=60)
+        _bash(restore["run"], tmp_path, {**env, "GITHUB_RUN_ID": "904"})
+        _bash(keep, tmp_path, {**env, "GITHUB_RUN_ID": "904", "RUN_ID": run_id})
+        kept = history(tmp_path / "nights")
+        assert [p.name[:12] for p in kept] == ["000000000901", "000000000903", "000000000904"]
+        assert (kept[-1] / "results.jsonl").read_text() == f'{{"attempt": {attempt}}}\n'
+    assert (tmp_path / ".venv").is_dir()  # the odd name was skipped, not split
 
-    night(900, 1)
-    night(900, 2)
-    kept = history(tmp_path / "nights")
-    assert len(kept) == 1 and (kept[0] / "results.jsonl").read_text() == '{"attempt": 2}\n'
-    for run in range(901, 910):
-        night(run, 1)
-    kept = history(tmp_path / "nights")
-    assert len(kept) == 7 and kept[-1].name.startswith("000000000909")
+
+def test_nightly_takes_a_ref_and_a_runner():
+    nightly = workflows.load(REPO / "ci" / "workflows" / "nightly-gpu.yml")
+    inputs = nightly["on"]["workflow_dispatch"]["inputs"]
+    registry = load_registry(REPO / "ci" / "runners.toml")
+    assert set(inputs["runner"]["options"]) == {"all"} | {r.label for r in registry.runners.values() if r.gpus}
+    assert [w.get("ref") for w in _checkouts(nightly, "nightly")] == ["${{ inputs.ref || github.sha }}"]
+    matrix = nightly["jobs"]["nightly"]["strategy"]["matrix"]
+    for entry in matrix["exclude"]:  # each drops its label exactly when another one runner was chosen
+        expr = workflows.EXPR_RE.match(entry["runner"]).group(1)
+        label = expr.split("&& '")[-1].split("'")[0]
+        for chosen in ("", "all", *matrix["runner"]):
+            dropped = workflows.evaluate(expr, {"inputs.runner": chosen})
+            assert dropped == (label if chosen not in ("", "all", label) else "none"), (label, chosen)
+    assert "actions/cache" not in (REPO / "ci" / "workflows" / "nightly-gpu.yml").read_text()
+
+
+UNSAFE_WORKFLOWS = {
+    "pull_request_target with the pull request's head": (
+        "on: pull_request_target\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n"
+        "      - uses: actions/checkout@v4\n        with:\n          ref: ${{ github.event.pull_request.head.sha }}\n"
+        "      - run: make test\n        env:\n          TOKEN: ${{ secrets.TOKEN }}\n", "pull_request_target checks out"),
+    "comment body in github-script": (
+        "on: issue_comment\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n"
+        "      - uses: actions/github-script@v7\n        with:\n"
+        "          script: console.log(\"${{ github.event.comment.body }}\")\n", "github-script pastes"),
+    "pull request title in github-script": (
+        "on: pull_request\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n"
+        "      - uses: actions/github-script@v7\n        with:\n"
+        "          script: core.info('${{ github.event.pull_request.title }}')\n", "github-script pastes"),
+    "head ref in run": (
+        "on: pull_request\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n"
+        "      - run: echo ${{ github.head_ref }}\n", "contains ${{ }}"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNSAFE_WORKFLOWS))
+def test_lint_flags_untrusted_code_and_text(tmp_path, name):
+    text, needle = UNSAFE_WORKFLOWS[name]
+    root = tmp_path / "repo"
+    shutil.copytree(REPO / "ci", root / "ci")
+    (root / "suites").mkdir()
+    (root / "ci" / "workflows" / "unsafe.yml").write_text(text)
+    problems = [p for p in lint(root) if p.startswith("unsafe.yml")]
+    assert problems and needle in problems[0], problems
+    # The same workflows made safe pass: the base checkout, the value through env:.
+    safe = text.replace("ref: ${{ github.event.pull_request.head.sha }}", "ref: ${{ github.sha }}")
+    (root / "ci" / "workflows" / "unsafe.yml").write_text(safe)
+    if "pull_request_target" in name:
+        assert not [p for p in lint(root) if p.startswith("unsafe.yml")]
 
 
 def test_pull_request_tests_run_without_the_mlflow_secret():

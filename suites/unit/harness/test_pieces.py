@@ -47,7 +47,7 @@ def test_sweep_pins_one_worker_per_gpu(tmp_path):
     cmd = pytest_command(suite, run, jobs=4, filter_expr="dflash", pins=("GPU-a", "GPU-b", "GPU-c", "GPU-d"))
     txs = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--tx"]
     assert txs == [f"popen//env:CUDA_VISIBLE_DEVICES=GPU-{c}" for c in "abcd"]
-    assert cmd[cmd.index("-k") + 1] == "dflash" and "-n" not in cmd
+    assert "--kvbench-filter=dflash" in cmd and "-k" not in cmd and "-n" not in cmd
     cpu = pytest_command(suite, run, jobs=2, filter_expr=None, pins=())
     assert cpu[cpu.index("-n") + 1] == "2" and "--tx" not in cpu
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.results import RunDir
 from harness.suites import SuiteError, available, load_suite
 from mini_engine.errors import KVBenchError
 
@@ -94,16 +95,27 @@ def test_none_means_unset(tmp_path):
     ("[axes]\npage_size = 16", "must be a non-empty list"),
     ("[axes]\nbogus_option = [1]", "bogus_option"),
     ("colour = 'red'", "unknown key 'colour'"),
-    ("repeat = 0", "repeat must be an integer >= 1"),
+    ("repeat = 0", "repeat must be an integer from 1 to 100"),
+    ("repeat = 1000000000", "repeat must be an integer from 1 to 100 (got 1000000000)"),
+    ("repeat = 1e9", "repeat must be an integer from 1 to 100"),
+    ("", "the suite has no configs (give [axes] or [[include]])"),
+    ("[defaults]\npage_size = 16", "the suite has no configs"),
+    ("[axes]\nmax_context = [1000000000000]\ninput_len = [100]", "does not fit in host memory"),
     ("marks = ['fast']", "marks must be a list of"),
     ("[[expect]]\nwhen = { nope = 1 }", "unknown option 'nope'"),
     ("[[expect]]\nmetrics = { steps = { above = 1 } }", "allows min, max, equals"),
     ("[axes]\npage_size = [1]\n[[exclude]]\npage_size = 1", "the grid is empty"),
     ("[axes]\npage_size = [1, 16]\n[[exclude]]\npage_sise = 1", "[[exclude]]: unknown option 'page_sise'"),
-    ("[axes]\nprompts = ['no-such-prompts.jsonl']", "config default: prompts file 'no-such-prompts.jsonl' not found"),
+    ("[axes]\nprompts = ['no-such-prompts.jsonl']", "no-such-prompts.jsonl' not found"),
     ("[axes]\nmodel = ['no-such-model']", "config default: checkpoint directory 'no-such-model'"),
     ("[[expect]]\nviolations = { K99 = { min = 1 } }", "unknown invariant 'K99'"),
     ("[[expect]]\nstatus = 'violatd'", "status must be one of ok, violated"),
+    ("[[expect]]\nmetrics = { peak_stranded_slot = { min = 1 } }", "unknown metric 'peak_stranded_slot' in metrics"),
+    ("[[expect]]\nmetrics = { leaked_pages = { equals = 'predicted_leaked_page' } }",
+     "names unknown metric 'predicted_leaked_page'"),
+    ("[[expect]]\nmetrics = { leaked_pages = { min = [1] } }", "metrics.leaked_pages.min must be a number"),
+    ("[[expect]]\nwhen = { page_size = { min = 'two' } }", "when.page_size.min must be a number"),
+    ("[[expect]]\nviolations = { K1 = 'lots' }", "names unknown metric 'lots'"),
 ])
 def test_bad_suites_are_one_line_errors(tmp_path, text, needle):
     with pytest.raises(KVBenchError) as err:  # SuiteError, or ExpectError for a bad rule
@@ -128,6 +140,28 @@ def test_filter_counts_the_configs_it_selects():
     smoke = load_suite("smoke")
     assert check_filter("ps:16 and not model", smoke) == 9  # both algorithms x policies x windows, + 1 dedup
     assert check_filter(None, smoke) is None
+    # name:value and name=value match an option exactly: ps:1 is not ps:16, ps:3 is not steps:3
+    assert check_filter("ps=1", smoke) == check_filter("ps:1", smoke) == check_filter("page_size=1", smoke) == 8
+    with pytest.raises(KVBenchError, match="selects no config"):
+        check_filter("ps:3", smoke)  # eagle configs have steps:3; no config has page size 3
+    assert check_filter("steps:3", smoke) == check_filter("spec:eagle", smoke) > 0
+    assert check_filter("dflash and not unaligned", smoke) == check_filter("spec=dflash and policy=aligned", smoke)
+    assert check_filter("ps:1-", smoke) == check_filter("ps=1", smoke)  # the old -k spelling of exact
+    parts = next(c.id for c in smoke.configs if "-ps:16-" in c.id).split("-")[1:3]
+    assert check_filter("-".join(parts), smoke) >= 1  # several id parts: a substring, as -k did
+    assert check_filter("win:none and ps:64", smoke) == sum(
+        c.config.get("page_size") == 64 and c.config.get("window") is None for c in smoke.configs)
+
+
+def test_filter_matches_ids_alone_and_passes_a_leading_dash_through_to_pytest(tmp_path):
+    from harness.grid_filter import compile_filter, id_options
+    from harness.sweep import pytest_command
+
+    assert id_options("spec:eagle-ps:16-pat:3:1-win:none") == {"spec": "eagle", "ps": "16", "pat": "3:1", "win": "none"}
+    sel = compile_filter("ps:1 and pat:3:1")
+    assert sel("spec:eagle-ps:1-pat:3:1") and not sel("spec:eagle-ps:16-pat:3:1")
+    cmd = pytest_command(load_suite("smoke", validate=False), RunDir(tmp_path), 1, "-ps:16", 0)
+    assert "--kvbench-filter=-ps:16" in cmd
 
 
 def test_unknown_suite_names_the_available_ones():
@@ -151,12 +185,16 @@ def test_resume_of_an_edited_suite_is_refused(tmp_path, results_root, cli, capsy
 @pytest.mark.parametrize("args, needle", [
     (["sweep", "nope"], "unknown suite 'nope'"),
     (["sweep", "BAD"], "page_size must be an integer >= 1 (got 0)"),
-    (["sweep", "smoke", "--filter", "ps:16 and ("], "--filter must be a pytest -k expression"),
-    (["sweep", "smoke", "-j", "0"], "-j must be an integer >= 1"),
+    (["sweep", "smoke", "--filter", "ps:16 and ("], "--filter 'ps:16 and (' is not a valid expression"),
+    (["sweep", "smoke", "--filter", "ps=16 and"], "is not a valid expression"),
+    (["sweep", "smoke", "-j", "0"], "-j must be an integer from 1 to"),
+    (["sweep", "smoke", "-j", "100000"], "-j must be an integer from 1 to"),
     (["sweep", "smoke", "--filter", "medusa"], "selects no config of suite smoke"),
     pytest.param(["sweep", "nightly-gpu"], "needs a CUDA GPU",
                  marks=pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is here")),
-    (["sweep", "smoke", "--resume", "no-such-run"], "no run 'no-such-run'"),
+    (["sweep", "smoke", "--resume", "no-such-run"], "--resume takes the id of a run in"),
+    (["sweep", "smoke", "--resume", "../../../../tmp"], "--resume takes the id of a run in"),
+    (["sweep", "smoke", "--resume", "/tmp"], "--resume takes the id of a run in"),
     (["sweep", "smoke", "--run-id", "../escape"], "run id must be"),
 ])
 def test_sweep_bad_input_exits_2_before_any_work(tmp_path, results_root, cli, capsys, args, needle):
@@ -193,3 +231,16 @@ def test_grid_is_the_product_minus_exclusions_with_unique_ids(tmp_path_factory, 
         for i, (name, short) in enumerate((("page_size", "ps"), ("policy", "policy"), ("seed", "seed"))):
             if len({w[i] for w in want}) > 1:
                 assert f"{short}:{c.config[name]}" in c.id.split("-")
+
+
+def test_relative_prompts_are_resolved_against_the_suite_file(tmp_path, monkeypatch):
+    grids = tmp_path / "grids"
+    grids.mkdir()
+    (grids / "p.jsonl").write_text("[1, 2, 3]\n[4, 5]\n")
+    path = write(grids, '[defaults]\nprompts = "p.jsonl"\n[axes]\npage_size = [1, 16]\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # kvbench runs from anywhere; the grid's workers from the project
+    suite = load_suite(path)
+    assert {c.config["prompts"] for c in suite.configs} == {str(grids / "p.jsonl")}
+    assert [c.id for c in suite.configs] == ["ps:1", "ps:16"]  # ids do not carry the resolved path

@@ -1,0 +1,149 @@
+"""A sweep's run directory and store under concurrent users, a full disk and a
+read-only root: one clear line, the right exit, no row lost or doubled."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from faultkit import finish, start
+
+
+def rows_of(run: Path) -> list[dict]:
+    path = run / "results.jsonl"
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def one_line(err: str) -> str:
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def limit_file_size(limit: int):
+    # `ulimit -f`: a write past `limit` bytes of one file fails with EFBIG (Python
+    # ignores SIGXFSZ), as a full disk fails with ENOSPC.
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_full_disk_then_concurrent_resumes_lose_and_double_nothing(results_root, tiny, cli):
+    run = results_root / "runs" / "full"
+    # 1500 bytes: meta.json (~700) fits, a result row (~2 KB) does not.
+    code, out, err = finish(start(results_root, "sweep", tiny, "--no-mlflow", "--run-id", "full",
+                                  preexec_fn=limit_file_size(1500)))
+    assert code == 2, out + err
+    assert "a result could not be written" in one_line(err) and "--resume full" in err
+    assert rows_of(run) == []  # whole rows only, and no "worker died" row for a config that ran
+    assert "worker died" not in (run / "results.jsonl").read_text() if (run / "results.jsonl").exists() else True
+
+    # A live sweep owns the run: a resume refuses in one line and writes nothing.
+    from harness.locks import run_lock
+
+    with run_lock(run).acquire(purpose="a test standing for a live sweep"):
+        assert cli("sweep", tiny, "--no-mlflow", "--resume", "full") == 2
+    # (the in-process refusal is checked for its line below, with a real process)
+
+    # A killed sweep's note stays in the lock file; the next owner says it takes over.
+    (run / "lock").write_text(json.dumps({"pid": dead_pid(), "host": socket.gethostname(), "since": time.time()}))
+    first = start(results_root, "sweep", tiny, "--no-mlflow", "--resume", "full")
+    while first.poll() is None and str(first.pid) not in (run / "lock").read_text():
+        time.sleep(0.05)  # until the first resume holds the run
+    second = start(results_root, "sweep", tiny, "--no-mlflow", "--resume", "full")
+    results = [finish(first), finish(second)]
+    assert results[0][0] == 0, results[0]
+    assert "taking over the lock of run full left by pid" in results[0][2]
+    code, out, err = results[1]
+    if code == 2:  # it met the first one running
+        assert "run full is in use by pid" in one_line(err)
+    else:  # the first had finished already: nothing was left to run
+        assert code == 0, (out, err)
+    rows = rows_of(run)
+    assert sorted(r["test_id"] for r in rows) == ["ps:1", "ps:16"]  # each config once
+    assert all(r["verdict"] == "ok" for r in rows)
+    assert (run / "lock").read_text() == ""  # released cleanly
+
+
+def test_two_fresh_sweeps_share_one_new_store(results_root, tiny, cli, capsys):
+    """Both create and migrate the same fresh sqlite store: one waits for the other."""
+    one = tiny.with_name("one.toml")
+    one.write_text(tiny.read_text().replace("page_size = [1, 16]", "page_size = [16]"))  # one config each
+    procs = [start(results_root, "sweep", one, "--run-id", f"fresh-{i}") for i in range(2)]
+    for proc in procs:
+        code, out, err = finish(proc)
+        assert code == 0, out + err
+        assert "warning" not in err, err  # both got their parent run: the store worked for both
+    for i in range(2):
+        assert cli("sync", f"fresh-{i}") == 0
+        assert "0 uploaded, 1 already there" in capsys.readouterr().out
+
+
+def test_resume_takes_a_run_of_the_root_only(results_root, tiny, tmp_path, cli, capsys):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "meta.json").write_text("{}")
+    before = sorted(p.name for p in outside.iterdir())
+    for target in (outside, "../../../../tmp", "/tmp", str(outside / ".." / "results" / "runs" / ".." / "..")):
+        assert cli("sweep", tiny, "--no-mlflow", "--resume", target) == 2
+        assert "--resume takes the id of a run in" in one_line(capsys.readouterr().err)
+    assert sorted(p.name for p in outside.iterdir()) == before
+    assert not (results_root / "runs").exists() or not any((results_root / "runs").iterdir())
+
+
+def test_a_busy_run_is_refused_in_one_line(results_root, tiny, cli, capsys):
+    from harness.locks import run_lock
+
+    run = results_root / "runs" / "busy"
+    run.mkdir(parents=True)
+    (run / "meta.json").write_text("{}")
+    with run_lock(run).acquire(purpose="kvbench sweep tiny"):
+        assert cli("sweep", tiny, "--no-mlflow", "--resume", "busy") == 2
+    line = one_line(capsys.readouterr().err)
+    assert f"run busy is in use by pid {os.getpid()} on {socket.gethostname()} (kvbench sweep tiny)" in line
+    assert not (run / "results.jsonl").exists()
+
+
+@pytest.fixture
+def read_only_root(tmp_path: Path):
+    root = tmp_path / "ro"
+    root.mkdir()
+    if os.geteuid() == 0:  # root ignores permission bits: a read-only mount is read-only for root too
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(root)],
+                          capture_output=True).returncode != 0:
+            pytest.skip("running as root without the right to mount a read-only tmpfs")
+        yield root
+        subprocess.run(["umount", str(root)], capture_output=True)
+    else:
+        root.chmod(0o555)
+        yield root
+        root.chmod(0o755)
+
+
+def test_a_read_only_results_root_is_one_line(read_only_root, tiny, cli, capsys, monkeypatch):
+    monkeypatch.setenv("KVBENCH_RESULTS", str(read_only_root))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert cli("sweep", tiny, "--no-mlflow") == 2
+    assert "cannot create the run directory" in one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("name", ["a?b", "a%41b", "a#b"])
+def test_a_store_path_with_uri_syntax_is_refused(tmp_path, tiny, cli, capsys, monkeypatch, name):
+    root = tmp_path / name
+    monkeypatch.setenv("KVBENCH_RESULTS", str(root))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert cli("sweep", tiny) == 2
+    assert "which the MLflow sqlite URI would misread" in one_line(capsys.readouterr().err)
+    assert not root.exists()  # refused before anything was created
