@@ -173,11 +173,11 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     if not opts.no_mlflow and not (opts.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI")):
         check_store_root(root)  # before the run directory exists: a refusal leaves nothing behind
     hw = hardware.detect()
-    check_jobs(opts.jobs, hw.gpu_count)
     if suite.needs_gpu and hw.profile == "cpu":
         raise SuiteError(f"suite {suite.name} needs a CUDA GPU (marks {', '.join(suite.marks)}); this machine has none (profile cpu)")
     suite = load_suite(suite.path)  # validate every config now that the machine can run them
     plan = devices.plan_workers(opts.jobs, hw.gpu_ids, uses_gpu=suite.needs_gpu, oversubscribe=opts.oversubscribe)
+    check_jobs(opts.jobs, hw.gpu_count)  # after the GPU plan: its refusal names --oversubscribe
     jobs = plan.jobs
     note = lambda m: err_console.print(m, markup=False)  # noqa: E731
     if opts.resume:
