@@ -25,8 +25,8 @@ class MissingExtra(HarnessError):
 # install problem, any other ImportError is a bug and keeps its traceback.
 EXTRA_PACKAGES = frozenset({
     "torch", "numpy", "safetensors",  # engine
-    "mlflow", "psutil", "pynvml", "matplotlib", "scipy", "rich", "pytest", "xdist",  # harness
-    "yaml",  # ci
+    "mlflow", "psutil", "pynvml", "matplotlib", "scipy", "rich", "xdist",  # harness
+    "yaml", "pytest", "_pytest",  # ci
 })
 
 
@@ -35,5 +35,6 @@ def missing_extra(err: ImportError, command: str, extra: str) -> MissingExtra | 
     name = (err.name or "").partition(".")[0]
     if name not in EXTRA_PACKAGES:
         return None
+    name = name.lstrip("_")  # _pytest is pytest's
     return MissingExtra(f"kvbench {command} needs the {extra} extra ({name} is not installed): "
                         f"pip install 'kvbench[{extra}]' (from a checkout: pip install -e '.[{extra}]')")

@@ -74,11 +74,15 @@ def test_help_and_version_need_no_role(tmp_path):
     assert refused == refused2 == []
 
 
-def test_bot_plan_with_the_ci_role_only(tree, tmp_path):
-    proc, refused = kvbench(tmp_path, "bot", "plan", "/rerun-test suites/unit/test_alloc.py::TestPages.test_free",
-                            "--root", tree)
-    assert proc.returncode == 0, proc.stderr
-    assert "suites/unit/test_alloc.py::TestPages::test_free" in proc.stdout
+@pytest.mark.parametrize("comment, shown", [
+    ("/rerun-test suites/unit/test_alloc.py::TestPages.test_free", "suites/unit/test_alloc.py::TestPages::test_free"),
+    # The filter is checked with pytest's -k parser: the ci extra carries pytest, not torch.
+    ("/rerun-suite smoke --filter spec:dflash and not ps:1", "kvbench sweep smoke --run-id RUN_ID --filter"),
+])
+def test_bot_plan_with_the_ci_role_only(tree, tmp_path, comment, shown):
+    proc, refused = kvbench(tmp_path, "bot", "plan", comment, "--root", tree, "--association", "OWNER")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert shown in proc.stdout
     assert refused == []
 
 
