@@ -7,7 +7,8 @@ import importlib
 import os
 import sys
 
-from harness.commands import COMMANDS
+from harness.commands import COMMANDS, DEFAULT_EXTRA, EXTRA
+from harness.errors import HarnessError, missing_extra
 from mini_engine.errors import KVBenchError
 
 
@@ -46,8 +47,16 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         try:
             code = int(args.func(args) or 0)
-        except KVBenchError as err:
+        except (KVBenchError, HarnessError) as err:
             print(f"kvbench: error: {err}", file=sys.stderr)
+            code = 2
+        except ImportError as err:
+            # A role's packages are not installed (the bot's venv has no torch): say which
+            # extra to install. Any other ImportError is a bug and keeps its traceback.
+            missing = missing_extra(err, args.command, EXTRA.get(args.command, DEFAULT_EXTRA))
+            if missing is None:
+                raise
+            print(f"kvbench: error: {missing}", file=sys.stderr)
             code = 2
         # Flush here, not at interpreter exit, so a closed pipe is seen while we can still handle it.
         sys.stdout.flush()

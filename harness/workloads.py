@@ -18,8 +18,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.request import Request, check_context
 
@@ -73,6 +71,8 @@ class WorkloadConfig:
 def make_requests(wl: WorkloadConfig, seed: int, *, max_context: int | None = None) -> list[Request]:
     """The workload's requests; with max_context, a request longer than it is bad input,
     found before its prompt is drawn (a huge length must not be allocated first)."""
+    import numpy as np  # here, not at the top: the CLI imports WORKLOADS to build its parser
+
     if wl.prompts is not None:
         return load_prompts(wl.prompts, default_output_len=wl.output_len)
     rng = np.random.default_rng([seed, 0x3017])  # own stream: the engine's seed keys tokens
@@ -103,6 +103,8 @@ def make_requests(wl: WorkloadConfig, seed: int, *, max_context: int | None = No
 
 
 def _lognormal(rng: np.random.Generator, median: int, sigma: float, n: int) -> np.ndarray:
+    import numpy as np
+
     x = rng.lognormal(np.log(median), sigma, n)
     return np.clip(np.rint(x), 1, 8 * median).astype(np.int64)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.results import META, RESULTS
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
 
 MAX_BYTES = 64 << 20  # a real rerun writes a few MB at most
 MAX_ROWS = 20000
@@ -26,7 +26,7 @@ METRIC_RE = re.compile(r"[A-Za-z0-9_./-]{1,100}\Z", re.ASCII)
 WORD_RE = re.compile(r"[a-z_]{1,40}\Z", re.ASCII)  # status, verdict
 
 
-class ArtifactError(KVBenchError):
+class ArtifactError(HarnessError):
     """The results artifact cannot be read or holds something a run never writes."""
 
 

@@ -16,7 +16,7 @@ from harness.ci import specs
 from harness.ci.permissions import COMMANDS, Permissions
 from harness.ci.runners import Registry
 from harness.ci.specs import Refusal, show
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
 
 SLASHES = "/\uff0f\u2215\u2044\u29f8\u2571"  # '/' and the look-alikes someone may paste
 LOGIN_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})\Z", re.ASCII)
@@ -96,7 +96,7 @@ def _rerun_test(args: list[str], repo_tree: Path, registry: Registry, perms: Per
         seen.add(spec.node_id)
         try:
             label = registry.runner_for_test(repo_tree, spec.file, spec.test)
-        except KVBenchError as err:
+        except HarnessError as err:
             raise Refusal(str(err)) from None
         if not grant.allows("rerun-test", label):
             raise Refusal(f"no permission to run on runner `{label}` (needed by {spec.node_id})")

@@ -11,10 +11,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from mini_engine.errors import ConfigError, KVBenchError
+from harness.errors import ConfigError, HarnessError
 
 
-def read_config(path: str | Path, what: str, *, error: type[KVBenchError] = ConfigError) -> Any:
+def read_config(path: str | Path, what: str, *, error: type[HarnessError] = ConfigError) -> Any:
     """The parsed content of `path` (TOML if it ends in .toml, JSON otherwise); `what`
     names it in the message, e.g. 'runner registry' or '--event'."""
     path = Path(path)

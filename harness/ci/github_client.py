@@ -15,7 +15,7 @@ import urllib.parse
 import urllib.request
 from typing import Callable, Protocol
 
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
 
 REPO_RE = re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}\Z", re.ASCII)
 WORKFLOW_RE = re.compile(r"[A-Za-z0-9_.-]{1,100}\.ya?ml\Z", re.ASCII)
@@ -25,7 +25,7 @@ MAX_PAGES = 10
 Send = Callable[[str, str, "dict | None"], "tuple[int, object]"]
 
 
-class GitHubError(KVBenchError):
+class GitHubError(HarnessError):
     """A GitHub API call failed (one line: the call and GitHub's message)."""
 
 
@@ -47,7 +47,7 @@ class Client(Protocol):
 
 def check_repo(repo: str) -> str:
     if not REPO_RE.match(repo or "") or ".." in repo:
-        raise KVBenchError(f"--github must be OWNER/NAME of a repository (got {repo!r})")
+        raise HarnessError(f"--github must be OWNER/NAME of a repository (got {repo!r})")
     return repo
 
 
@@ -93,7 +93,7 @@ class GitHubClient:
         if send is None:
             token = token or os.environ.get("GITHUB_TOKEN", "")
             if not token:
-                raise KVBenchError("GITHUB_TOKEN is not set (needed with --github; --dry-run prints instead)")
+                raise HarnessError("GITHUB_TOKEN is not set (needed with --github; --dry-run prints instead)")
             send = _urllib_send(token, api_url.rstrip("/"))
         self._send = send
 

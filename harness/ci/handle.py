@@ -18,7 +18,7 @@ from harness.ci.permissions import Permissions
 from harness.ci.rerun import check_sha
 from harness.ci.runners import Registry
 from harness.ci.specs import show
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
 
 WORKFLOW = "rerun-test.yml"
 MAX_TABLE = 20000  # characters of a compare table in a reply (a comment holds 65536)
@@ -26,7 +26,7 @@ UPDATE_TRIES = 3
 SETTLE_S = 3.0  # long enough for a concurrent reporter's write to land before we read back
 
 
-class EventError(KVBenchError):
+class EventError(HarnessError):
     """The event file is not an issue_comment payload."""
 
 
@@ -85,7 +85,7 @@ def handle_event(event: dict, client: Client, root: Path, tree: Path, registry: 
     if plan.groups:
         try:
             plan.head = check_sha(head_sha or client.pull_head_sha(plan.pr), "the pull request's head")
-        except KVBenchError as err:
+        except HarnessError as err:
             plan.refusal, plan.groups = f"cannot tell which commit to run: {err}", []
     if plan.refusal or plan.command != "tag-and-rerun-ci":
         reply_id = client.post_comment(plan.pr, reply.render(plan))

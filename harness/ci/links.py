@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from harness.ci.artifact import read_meta
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
 
 RUN_UUID_RE = re.compile(r"[0-9a-f]{32}\Z")
 
@@ -17,7 +17,7 @@ def mlflow_link(run_dir: Path, ui_url: str) -> str:
         return ""
     try:  # the run dir is the pull request's artifact: an odd meta.json means no link
         parent = str(read_meta(Path(run_dir)).get("mlflow_parent") or "")
-    except KVBenchError:
+    except HarnessError:
         return ""
     # MLflow routes /#/runs/<id> to the run's page in whatever experiment holds it.
     return f"{ui_url.rstrip('/')}/#/runs/{parent}" if RUN_UUID_RE.match(parent) else ""

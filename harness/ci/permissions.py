@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.ci.config_file import read_config
-from mini_engine.errors import ConfigError
+from harness.errors import ConfigError
 
 COMMANDS = ("rerun-test", "rerun-suite", "tag-and-rerun-ci")
 ASSOCIATIONS = (

@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict
 
 from harness.ci.bot import Group, Plan, USAGE
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
 
 STATE_RE = re.compile(r"<!-- kvbench-bot (\{.*?\}) -->", re.S)
 STATUSES = ("queued", "running", "passed", "failed", "cancelled", "error")
@@ -32,7 +32,7 @@ SPAN = re.compile(r"(`[^`\n]*`)")
 URL_RE = re.compile(r"https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]{1,500}\Z", re.ASCII)
 
 
-class ReplyError(KVBenchError):
+class ReplyError(HarnessError):
     """The comment to update is not a kvbench bot reply, or names no such group."""
 
 

@@ -16,7 +16,7 @@ from harness.ci import specs
 from harness.ci.bot import Group, known_suites
 from harness.ci.runners import Registry
 from harness.ci.specs import Refusal, show
-from mini_engine.errors import ConfigError
+from harness.errors import ConfigError
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z", re.ASCII)
 SHA_RE = re.compile(r"[0-9a-f]{40}\Z", re.ASCII)

@@ -14,7 +14,7 @@ from pathlib import Path
 from harness.ci import testfiles
 from harness.ci.config_file import read_config
 from harness.ci.specs import SUITE_RE, show
-from mini_engine.errors import ConfigError
+from harness.errors import ConfigError
 
 PROFILES = ("cpu", "rtx5090", "h100", "h200")
 LABEL_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z", re.ASCII)

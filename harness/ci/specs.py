@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.ci.testfiles import scan
 from harness.ci.text import show  # noqa: F401  (re-exported: callers import it from here)
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
 
 MAX_LINE = 1000  # characters of the first comment line
 MAX_TOKEN = 200  # characters of one spec
@@ -32,7 +32,7 @@ FILTER_WORD_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_:.+-]{0,63}\Z", re.ASCII)
 FILTER_KEYWORDS = ("and", "or", "not")
 
 
-class Refusal(KVBenchError):
+class Refusal(HarnessError):
     """A comment the bot will not act on; the message is the reason shown in the reply."""
 
 
@@ -125,7 +125,7 @@ def parse_test_spec(token: str, root: Path) -> TestSpec:
     test = test.replace(".", "::")
     try:
         info = scan(full)
-    except KVBenchError as err:
+    except HarnessError as err:
         raise Refusal(str(err)) from None
     if not info.has(test):
         raise Refusal(f"no test {show(test)} in {path}")

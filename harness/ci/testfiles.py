@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.ci.text import show
-from mini_engine.errors import ConfigError
+from harness.errors import ConfigError
 
 MAX_FILE_BYTES = 1 << 20  # a test file larger than this is not a test file we will parse
 

@@ -25,7 +25,7 @@ from harness.ci.github_client import Client
 from harness.ci.links import mlflow_link
 from harness.compare import compare_rows
 from harness.results import RunDir, load_rows
-from mini_engine.errors import ConfigError
+from harness.errors import ConfigError
 
 LABEL = "kvbench-regression"
 MAX_KEY_IN_TITLE = 180

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from harness.ci.runners import Registry
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
 
 EXPR_RE = re.compile(r"^\$\{\{(.*)\}\}$", re.S)
 TOKEN_RE = re.compile(r"\s*(?:('[^']*')|(==|!=|&&|\|\||\(|\)|!)|([A-Za-z_][A-Za-z0-9_.-]*))")
@@ -40,7 +40,7 @@ PR_HEAD_RE = re.compile(r"github\.(?:event\.pull_request\.head\.(?:sha|ref)|head
 SHELL_OPS = {"|", "||", "&&", ";", ">", ">>", "<", "2>", "&", ")", "then", "do"}
 
 
-class WorkflowError(KVBenchError):
+class WorkflowError(HarnessError):
     """A workflow file cannot be read as YAML."""
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mini_engine.errors import ConfigError, KVBenchError
+from harness.errors import ConfigError, HarnessError
+from mini_engine.errors import KVBenchError
 
 
 def _setup(args: argparse.Namespace):
@@ -81,7 +82,7 @@ def _table(args: argparse.Namespace, root: Path) -> tuple[str | None, bool]:
         report = compare_rows(rows, load_baseline(path))
     except ArtifactError as err:
         return f"_failed: artifact unreadable: {show(str(err), 200)}_", True
-    except KVBenchError as err:
+    except (HarnessError, KVBenchError) as err:  # the baseline and compare code raise the engine's
         return f"_the results could not be compared: {show(str(err), 300)}_", True
     return report.table(fmt="markdown"), bool(report.regressed)
 

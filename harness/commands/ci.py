@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from mini_engine.errors import ConfigError
+from harness.errors import ConfigError
 
 
 def _root(args: argparse.Namespace) -> Path:

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         raise MlflowUnavailable(f"--port must be in 1..65535 (got {args.port})")
     exe = shutil.which("mlflow", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     if exe is None:
-        raise MlflowUnavailable("the mlflow executable is not installed (pip install mlflow)")
+        raise MlflowUnavailable("the mlflow executable is not installed (pip install 'kvbench[harness]')")
     uri = default_uri(root)
     base = f"http://{args.host}:{args.port}"
     cmd = [exe, "ui", "--backend-store-uri", uri, "--default-artifact-root",

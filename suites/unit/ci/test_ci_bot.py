@@ -257,7 +257,7 @@ def test_dispatch_pins_the_commit_the_bot_checked(setup, load_event):
 
 
 def test_bad_head_sha_is_an_error(setup, load_event):
-    from mini_engine.errors import ConfigError
+    from harness.errors import ConfigError
 
     tree, registry, perms = setup
     client = RecordingClient()

@@ -11,7 +11,7 @@ import pytest
 from harness.ci.github_client import GitHubClient, GitHubError, check_repo
 from harness.ci.permissions import load_permissions, parse_permissions
 from harness.ci.runners import load_registry
-from mini_engine.errors import ConfigError, KVBenchError
+from harness.errors import ConfigError, HarnessError
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -75,10 +75,10 @@ def test_errors_are_one_line(monkeypatch):
     with pytest.raises(GitHubError, match="workflow must be a file name"):
         gh.dispatch_workflow("../x.yml", "main", {})
     for bad in ("example", "a/b/c", "../x", "a b/c"):
-        with pytest.raises(KVBenchError, match="OWNER/NAME"):
+        with pytest.raises(HarnessError, match="OWNER/NAME"):
             check_repo(bad)
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
-    with pytest.raises(KVBenchError, match="GITHUB_TOKEN is not set"):
+    with pytest.raises(HarnessError, match="GITHUB_TOKEN is not set"):
         GitHubClient("example/kvbench")
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from harness.ci import testfiles
 from harness.ci.runners import load_registry, parse_registry
-from mini_engine.errors import ConfigError
+from harness.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from harness.baseline import load_baseline
 from harness.ci import triage
 from harness.ci.recording import RecordingClient
-from mini_engine.errors import ConfigError
+from harness.errors import ConfigError
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 NIGHTS = FIX / "nights"
