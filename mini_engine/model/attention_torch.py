@@ -1,13 +1,20 @@
 """Paged attention in plain torch: the reference backend that runs anywhere.
 
-The batch is padded to [B, max_q] queries x [B, max_kv] keys; keys are gathered from
-the paged cache through each sequence's slot row. The mask (causal by position,
-window, tree) is built once per metadata and window and reused by every layer.
+General path (build_meta): the batch is padded to [B, max_q] queries x [B, max_kv]
+keys; keys are gathered from the paged cache through each sequence's slot row. The
+mask (causal by position, window, tree) is built once per metadata and window and
+reused by every layer.
+
+Decode path (decode_meta, one query per sequence): whole pages are gathered through
+the page table into [B, KV heads, pages x ps, D] and handed to
+scaled_dot_product_attention with the G query heads of a KV head as its query rows;
+the only mask is [B, 1, 1, keys]: key validity (length) and the window.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from mini_engine.model.attn_meta import AttnMeta
 
@@ -113,7 +120,10 @@ def paged_attention(
     window: int,
     scale: float,
 ) -> torch.Tensor:
-    """q: [T, H, D]; caches: [S, KVH, D]; kv_slots: the flat slot rows. Returns [T, H, D]."""
+    """q: [T, H, D]; caches: [S, KVH, D]; kv_slots: the flat slot rows (or, with a
+    decode_meta, its page table). Returns [T, H, D]."""
+    if meta.page_size:
+        return _decode(q, k_cache, v_cache, meta, kv_slots, window, scale)
     groups = _groups(meta)
     if len(groups) == 1:
         return _attend(q, k_cache, v_cache, meta, kv_slots, window, scale)
@@ -150,3 +160,42 @@ def _attend(
     probs = torch.softmax(scores, dim=-1)
     out = torch.einsum("bkgql,blkd->bqkgd", probs, v).reshape(meta.batch, meta.max_q, H, D)
     return out[q_valid].to(q.dtype)
+
+
+def _decode_mask(meta: AttnMeta, keys: int, window: int, dtype: torch.dtype) -> torch.Tensor:
+    """[B, 1, 1, keys] additive mask of a decode step: 0 where the key is visible."""
+    key = ("decode_mask", window, keys, dtype)
+    if key not in meta._cache:
+        lens = meta.kv_lens_device
+        j = torch.arange(keys, device=lens.device)
+        vis = j[None, :] < lens[:, None]
+        if window > 0:
+            vis &= j[None, :] > (lens[:, None] - 1 - window)
+        mask = torch.zeros(vis.shape, dtype=dtype, device=lens.device).masked_fill_(~vis, float("-inf"))
+        meta._cache[key] = mask[:, None, None, :]
+    return meta._cache[key]
+
+
+def _decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttnMeta,
+    pages: torch.Tensor,
+    window: int,
+    scale: float,
+) -> torch.Tensor:
+    """One query per sequence, keys gathered a page at a time."""
+    B, H, D = q.shape
+    KVH = k_cache.shape[1]
+    ps = meta.page_size
+    keys = pages.shape[1] * ps
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    flat = pages.reshape(-1)
+    # A cache of (pages + 1) x ps slots viewed as pages: one row per page, one copy per page.
+    k = k_cache.view(-1, ps * KVH * D).index_select(0, flat).view(B, keys, KVH, D).transpose(1, 2)
+    v = v_cache.view(-1, ps * KVH * D).index_select(0, flat).view(B, keys, KVH, D).transpose(1, 2)
+    qg = q.view(B, KVH, H // KVH, D)  # the G heads sharing a KV head are its query rows
+    mask = _decode_mask(meta, keys, window, acc)
+    out = F.scaled_dot_product_attention(qg.to(acc), k.to(acc), v.to(acc), attn_mask=mask, scale=scale)
+    return out.reshape(B, H, D).to(q.dtype)

@@ -14,7 +14,7 @@ import torch
 
 from mini_engine.errors import ConfigError
 from mini_engine.model.attention_torch import paged_attention
-from mini_engine.model.attn_meta import build_meta
+from mini_engine.model.attn_meta import build_meta, decode_meta
 from mini_engine.model.draft import DraftModel
 from mini_engine.model.draft_io import DraftJob, DraftTree, rows_upto
 from mini_engine.model.feature_store import FeatureStore
@@ -163,15 +163,26 @@ class ModelBackend:
             self.drafter.extend(jobs)
 
     def decode(self, reqs) -> list[int]:
-        for r in reqs:
-            _writes_from(r, r.seq_len - 1)
+        n = len(reqs)
+        # Host columns of the batch, one pass each; every check runs on the whole batch.
+        lens = np.fromiter((r.seq_len for r in reqs), dtype=np.int64, count=n)
+        final = np.fromiter((r.kv.committed for r in reqs), dtype=np.int64, count=n)
+        for k in np.flatnonzero(final != lens - 1)[:1]:
+            _writes_from(reqs[k], int(lens[k]) - 1)
         if self.graphs is not None:
             got = self.graphs.decode(reqs)
             if got is not None:
                 return got
-        ids = [self._checked(r, [r.last_token()])[0] for r in reqs]
-        rows = [self.manager.slots(r.kv, 0, r.seq_len) for r in reqs]
-        h = self._target(ids, rows, [1] * len(reqs), None, None)
+        ids = np.fromiter((r.last_token() for r in reqs), dtype=np.int64, count=n)
+        self._check_ids(reqs, ids)
+        if self.attend is not paged_attention:  # the Triton kernels read the flat layout
+            rows = [self.manager.slots(r.kv, 0, int(e)) for r, e in zip(reqs, lens)]
+            return self._next(self._target(ids.tolist(), rows, [1] * n, None, None))
+        mgr = self.manager
+        rows = np.fromiter((r.kv.row for r in reqs), dtype=np.int64, count=n)
+        meta = decode_meta(mgr.req_to_token.device, rows, lens, mgr.mem.page_size,
+                           mgr.swa.map_device if mgr.swa is not None else None)
+        h = self.model(torch.from_numpy(ids).to(self.device), meta.q_pos, meta, self.cache, self.attend)
         return self._next(h)
 
     def spec_step(self, reqs) -> list[list[int]]:
@@ -280,6 +291,12 @@ class ModelBackend:
         if st is None:
             st = self.feats[r.rid] = FeatureStore(self.mcfg.hidden_size, self.device, self.mcfg.torch_dtype)
         return st
+
+    def _check_ids(self, reqs, ids: np.ndarray) -> None:
+        """_checked for one token per request, on the whole batch at once."""
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.mcfg.vocab_size):
+            k = int(np.flatnonzero((ids < 0) | (ids >= self.mcfg.vocab_size))[0])
+            self._checked(reqs[k], [int(ids[k])])
 
     def _checked(self, r, toks: list[int]) -> list[int]:
         vocab = self.mcfg.vocab_size

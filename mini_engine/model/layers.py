@@ -62,14 +62,38 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (xf * cos[:, None, :] + rot * sin[:, None, :]).to(x.dtype)
 
 
+def rope_signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    """sin with its first half negated: rotate-half times sin is then swapped halves times
+    this, the same products (a sign flip is exact) with one copy instead of a neg and a cat."""
+    half = sin.shape[-1] // 2
+    return torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
+
+
+def apply_rope_signed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """apply_rope with rope_signed_sin's sin: bitwise the same result, fewer ops per call."""
+    acc = cos.dtype
+    xf = x.to(acc)
+    T, n, d = x.shape
+    swapped = xf.view(T, n, 2, d // 2).flip(2).view(T, n, d)
+    return (xf * cos[:, None, :] + swapped * signed_sin[:, None, :]).to(x.dtype)
+
+
 class MLP(nn.Module):
     def __init__(self, hidden: int, inter: int):
         super().__init__()
         self.gate_proj = nn.Linear(hidden, inter, bias=False)
         self.up_proj = nn.Linear(hidden, inter, bias=False)
         self.down_proj = nn.Linear(inter, hidden, bias=False)
+        self.gate_up: torch.Tensor | None = None
+
+    def fuse(self) -> None:
+        """gate_proj and up_proj become views of one [gate; up] weight (see fuse_rows)."""
+        self.gate_up = fuse_rows(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if fused(self.gate_up, self.gate_proj, self.up_proj):
+            gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -86,15 +110,60 @@ class SelfAttention(nn.Module):
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_eps)
         else:
             self.q_norm = self.k_norm = None
+        self.qkv_weight: torch.Tensor | None = None
 
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def fuse(self) -> None:
+        """q, k and v projections become views of one [q; k; v] weight (see fuse_rows)."""
+        self.qkv_weight = fuse_rows(self.q_proj, self.k_proj, self.v_proj)
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, signed_sin: torch.Tensor | None = None):
+        """q [T, H, D], k and v [T, KVH, D], RoPE applied. With `signed_sin` (rope_signed_sin)
+        and a fused weight, one matmul and, without q/k norms, one RoPE for q and k together."""
         T = x.shape[0]
-        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
+        if signed_sin is None or not fused(self.qkv_weight, self.q_proj, self.k_proj, self.v_proj):
+            q = self.q_proj(x).view(T, H, D)
+            k = self.k_proj(x).view(T, KVH, D)
+            v = self.v_proj(x).view(T, KVH, D)
+            if self.q_norm is not None:
+                q, k = self.q_norm(q), self.k_norm(k)
+            return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        qkv = F.linear(x, self.qkv_weight).view(T, H + 2 * KVH, D)
+        v = qkv[:, H + KVH :]
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+            q, k = self.q_norm(qkv[:, :H]), self.k_norm(qkv[:, H : H + KVH])
+            return apply_rope_signed(q, cos, signed_sin), apply_rope_signed(k, cos, signed_sin), v
+        qk = apply_rope_signed(qkv[:, : H + KVH], cos, signed_sin)
+        return qk[:, :H], qk[:, H:], v
+
+
+def fuse_rows(*linears: nn.Linear) -> torch.Tensor:
+    """Stack the linears' weights into one tensor and make each weight a view of its rows.
+
+    One matmul then serves them all (the same products: the rows of a weight are
+    independent dot products). The parameters keep their names and stay what a
+    checkpoint loads into; nothing is stored twice.
+    """
+    w = torch.cat([lin.weight.detach() for lin in linears])
+    off = 0
+    for lin in linears:
+        n = lin.weight.shape[0]
+        lin.weight = nn.Parameter(w[off : off + n], requires_grad=False)
+        off += n
+    return w
+
+
+def fused(weight: torch.Tensor | None, *linears: nn.Linear) -> bool:
+    """The fused weight still backs every parameter (a .to() or a replaced weight splits them)."""
+    if weight is None:
+        return False
+    row = weight.stride(0) * weight.element_size()
+    ptr, off = weight.data_ptr(), 0
+    for lin in linears:
+        if lin.weight.data_ptr() != ptr + off * row:
+            return False
+        off += lin.weight.shape[0]
+    return True
 
 
 class DecoderLayer(nn.Module):
@@ -106,6 +175,10 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.sliding = sliding
         self.window = cfg.window if sliding else 0
+
+    def fuse(self) -> None:
+        self.self_attn.fuse()
+        self.mlp.fuse()
 
 
 @torch.no_grad()

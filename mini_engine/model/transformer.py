@@ -17,7 +17,7 @@ from torch import nn
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
 from mini_engine.model.config import ModelConfig
-from mini_engine.model.layers import DecoderLayer, RMSNorm, rope_cos_sin, seeded_init
+from mini_engine.model.layers import DecoderLayer, RMSNorm, rope_cos_sin, rope_signed_sin, seeded_init
 
 Attend = Callable[..., torch.Tensor]
 
@@ -62,22 +62,25 @@ def layer_step(
     attend: Attend,
     window: int | None = None,
     swa_pool: bool | None = None,
+    signed_sin: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One decoder layer over the paged cache.
 
     A drafter reuses target layers with its own full-slot cache: it passes
     `swa_pool=False` and its own `window` (the layer's window by default).
+    `signed_sin` (rope_signed_sin of sin, once per forward) takes the fused projections.
     """
     attn = layer.self_attn
     window = layer.window if window is None else window
     swa_pool = layer.sliding if swa_pool is None else swa_pool
-    q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin)
+    q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin, signed_sin)
     if swa_pool:
         out_slots, kv_slots = meta.swa_out_slots, meta.swa_kv_slots
     else:
         out_slots, kv_slots = meta.out_slots, meta.kv_slots
-    k_cache[out_slots] = k
-    v_cache[out_slots] = v
+    # index_copy_, not k_cache[out_slots] = k: the indexed assignment is several times slower on a CPU.
+    k_cache.index_copy_(0, out_slots, k)
+    v_cache.index_copy_(0, out_slots, v)
     o = attend(q, k_cache, v_cache, meta, kv_slots, window, attn.head_dim**-0.5)
     x = x + attn.o_proj(o.reshape(x.shape[0], -1))
     return x + layer.mlp(layer.post_attention_layernorm(x))
@@ -124,6 +127,8 @@ class Transformer(nn.Module):
         self.to(dtype=cfg.torch_dtype)
         self.to_empty(device=device)
         self.requires_grad_(False)
+        for layer in self.model.layers:
+            layer.fuse()  # before any weight is written: init and the loader write through the views
         if init:
             seeded_init(self, cfg.seed)
         self._head_acc: torch.Tensor | None = None  # set on first use, after any checkpoint load
@@ -164,8 +169,9 @@ class Transformer(nn.Module):
         """Hidden states after the last layer (before the final norm), one row per token."""
         x = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(positions, self.cfg, x.dtype)
+        signed = rope_signed_sin(sin)
         for i, layer in enumerate(self.model.layers):
-            x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend)
+            x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend, signed_sin=signed)
         return x
 
     def dense_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
