@@ -25,7 +25,7 @@ from torch import nn
 from mini_engine.errors import ConfigError
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
-from mini_engine.model.layers import DecoderLayer, rope_cos_sin, rope_signed_sin, seeded_init
+from mini_engine.model.layers import DecoderLayer, rope_cos_sin, rope_tables, seeded_init
 from mini_engine.model.transformer import Attend, KVCache, Transformer, layer_step
 
 
@@ -91,13 +91,13 @@ class DraftModel(nn.Module):
         every draft layer sees (DFLASH's draft_window); else shared layers keep their window."""
         x = self.fc(torch.cat([embeds, feats.to(embeds.dtype)], dim=-1))
         cos, sin = rope_cos_sin(positions, self.cfg, x.dtype)
-        signed = rope_signed_sin(sin)
+        rope = rope_tables(cos, sin)
         for i, layer in enumerate(self.layers):
             w = layer.window
             if context_window:
                 w = min(w, context_window) if w else context_window
             x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend, window=w, swa_pool=False,
-                           signed_sin=signed)
+                           rope=rope)
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

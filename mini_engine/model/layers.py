@@ -6,6 +6,7 @@ input_layernorm, ...) so that a checkpoint's state dict loads without renaming.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -22,21 +23,24 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in at least float32: bf16 variance loses too much.
-        acc = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
-        acc = acc * torch.rsqrt(acc.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (acc * self.weight.to(acc.dtype)).to(x.dtype)
+        # torch's rms_norm is these same ops in one call (x * rsqrt(mean(x^2) + eps) * weight,
+        # in float32 at least: bf16 variance loses too much), without the Python per op.
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
 def rope_cos_sin(positions: torch.Tensor, cfg: ModelConfig, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     acc = torch.float64 if dtype == torch.float64 else torch.float32
-    d = cfg.head_dim
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, device=positions.device, dtype=acc) / d))
-    if cfg.rope_scaling is not None:
-        inv_freq = llama3_scaled(inv_freq, *cfg.rope_scaling)
+    inv_freq = _inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, positions.device, acc)
     freqs = positions.to(acc)[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
+
+
+@functools.lru_cache(maxsize=16)
+def _inv_freq(d: int, theta: float, scaling: tuple | None, device: torch.device, acc: torch.dtype) -> torch.Tensor:
+    """RoPE frequencies of a shape: computed once, not on every forward."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, device=device, dtype=acc) / d))
+    return inv_freq if scaling is None else llama3_scaled(inv_freq, *scaling)
 
 
 def llama3_scaled(inv_freq: torch.Tensor, factor: float, low_freq_factor: float, high_freq_factor: float,
@@ -62,20 +66,24 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (xf * cos[:, None, :] + rot * sin[:, None, :]).to(x.dtype)
 
 
-def rope_signed_sin(sin: torch.Tensor) -> torch.Tensor:
-    """sin with its first half negated: rotate-half times sin is then swapped halves times
-    this, the same products (a sign flip is exact) with one copy instead of a neg and a cat."""
+def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, signed sin) as [T, 1, D], once per forward, for apply_rope_signed.
+
+    The signed sin has its first half negated: rotate-half times sin is then the swapped
+    halves times it, the same products (a sign flip is exact) with one copy instead of
+    a neg and a cat per call.
+    """
     half = sin.shape[-1] // 2
-    return torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
+    return cos[:, None, :], torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)[:, None, :]
 
 
-def apply_rope_signed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """apply_rope with rope_signed_sin's sin: bitwise the same result, fewer ops per call."""
-    acc = cos.dtype
-    xf = x.to(acc)
+def apply_rope_signed(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """apply_rope with rope_tables: bitwise the same result, fewer ops per call."""
+    cos, signed_sin = rope
+    xf = x.to(cos.dtype)
     T, n, d = x.shape
     swapped = xf.view(T, n, 2, d // 2).flip(2).view(T, n, d)
-    return (xf * cos[:, None, :] + swapped * signed_sin[:, None, :]).to(x.dtype)
+    return (xf * cos + swapped * signed_sin).to(x.dtype)
 
 
 class MLP(nn.Module):
@@ -116,12 +124,12 @@ class SelfAttention(nn.Module):
         """q, k and v projections become views of one [q; k; v] weight (see fuse_rows)."""
         self.qkv_weight = fuse_rows(self.q_proj, self.k_proj, self.v_proj)
 
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, signed_sin: torch.Tensor | None = None):
-        """q [T, H, D], k and v [T, KVH, D], RoPE applied. With `signed_sin` (rope_signed_sin)
-        and a fused weight, one matmul and, without q/k norms, one RoPE for q and k together."""
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: tuple | None = None):
+        """q [T, H, D], k and v [T, KVH, D], RoPE applied. With `rope` (rope_tables) and a
+        fused weight: one matmul and, without q/k norms, one RoPE for q and k together."""
         T = x.shape[0]
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
-        if signed_sin is None or not fused(self.qkv_weight, self.q_proj, self.k_proj, self.v_proj):
+        if rope is None or not fused(self.qkv_weight, self.q_proj, self.k_proj, self.v_proj):
             q = self.q_proj(x).view(T, H, D)
             k = self.k_proj(x).view(T, KVH, D)
             v = self.v_proj(x).view(T, KVH, D)
@@ -132,8 +140,8 @@ class SelfAttention(nn.Module):
         v = qkv[:, H + KVH :]
         if self.q_norm is not None:
             q, k = self.q_norm(qkv[:, :H]), self.k_norm(qkv[:, H : H + KVH])
-            return apply_rope_signed(q, cos, signed_sin), apply_rope_signed(k, cos, signed_sin), v
-        qk = apply_rope_signed(qkv[:, : H + KVH], cos, signed_sin)
+            return apply_rope_signed(q, rope), apply_rope_signed(k, rope), v
+        qk = apply_rope_signed(qkv[:, : H + KVH], rope)
         return qk[:, :H], qk[:, H:], v
 
 

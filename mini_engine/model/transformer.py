@@ -17,7 +17,7 @@ from torch import nn
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
 from mini_engine.model.config import ModelConfig
-from mini_engine.model.layers import DecoderLayer, RMSNorm, rope_cos_sin, rope_signed_sin, seeded_init
+from mini_engine.model.layers import DecoderLayer, RMSNorm, rope_cos_sin, rope_tables, seeded_init
 
 Attend = Callable[..., torch.Tensor]
 
@@ -62,18 +62,18 @@ def layer_step(
     attend: Attend,
     window: int | None = None,
     swa_pool: bool | None = None,
-    signed_sin: torch.Tensor | None = None,
+    rope: tuple | None = None,
 ) -> torch.Tensor:
     """One decoder layer over the paged cache.
 
     A drafter reuses target layers with its own full-slot cache: it passes
     `swa_pool=False` and its own `window` (the layer's window by default).
-    `signed_sin` (rope_signed_sin of sin, once per forward) takes the fused projections.
+    `rope` (rope_tables, once per forward) takes the fused projections.
     """
     attn = layer.self_attn
     window = layer.window if window is None else window
     swa_pool = layer.sliding if swa_pool is None else swa_pool
-    q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin, signed_sin)
+    q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin, rope)
     if swa_pool:
         out_slots, kv_slots = meta.swa_out_slots, meta.swa_kv_slots
     else:
@@ -169,9 +169,9 @@ class Transformer(nn.Module):
         """Hidden states after the last layer (before the final norm), one row per token."""
         x = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(positions, self.cfg, x.dtype)
-        signed = rope_signed_sin(sin)
+        rope = rope_tables(cos, sin)
         for i, layer in enumerate(self.model.layers):
-            x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend, signed_sin=signed)
+            x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend, rope=rope)
         return x
 
     def dense_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
