@@ -205,20 +205,21 @@ class ModelBackend:
             masks.append(None if chain else _ancestor_mask(t))
         h = self._target(ids, rows, lens, pos, masks)
         logits = self.model.logits(h)
-        results = []
+        results, paths = [], []
         off = 0
         greedy = self.temperature <= 0
         argmax = logits.argmax(-1).tolist() if greedy else None
-        for r, j, t, n in zip(reqs, jobs, trees, lens):
+        for j, t, n in zip(jobs, trees, lens):
             if greedy:
                 v = verify.greedy(t.tokens, t.parents, argmax[off : off + n])
             else:
                 p = torch.softmax(logits[off : off + n].double() / self.temperature, -1).cpu()
                 q = t.q.cpu() if t.q is not None else torch.zeros_like(p)
                 v = verify.sample(t.tokens, t.parents, p, q, self.gen)
-            self._settle(r, j, v.path, h[off : off + n])
             off += n
             results.append(v.tokens)
+            paths.append(v.path)
+        self._settle(reqs, jobs, paths, lens, h)
         return results
 
     def transfer(self, reqs) -> list[int]:
@@ -267,24 +268,35 @@ class ModelBackend:
         p = torch.softmax(logits.double() / self.temperature, -1).cpu()
         return torch.multinomial(p, 1, generator=self.gen).squeeze(-1).tolist()
 
-    def _settle(self, r, job: DraftJob, path: list[int], h: torch.Tensor) -> None:
-        """Make the accepted branch contiguous in the target KV and keep its features."""
-        root = job.root
-        moves = [(root + node, root + k) for k, node in enumerate(path) if node != k]
-        if moves:
-            src = np.array([job.slots[a] for a, _ in moves])
-            dst = np.array([job.slots[b] for _, b in moves])
+    def _settle(self, reqs, jobs: list[DraftJob], paths: list[list[int]], lens: list[int], h: torch.Tensor) -> None:
+        """Make each accepted branch contiguous in the target KV and keep its features: one
+        KV move and one feature gather for the whole batch."""
+        src, dst, keep = [], [], []
+        off = 0
+        for j, path, n in zip(jobs, paths, lens):
+            root = j.root
+            for k, node in enumerate(path):
+                if node != k:  # a tree branch: node's KV goes to position root + k
+                    src.append(j.slots[root + node])
+                    dst.append(j.slots[root + k])
+            keep += [off + node for node in path]
+            off += n
+        if src:
+            src_a, dst_a = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
             swa_src = swa_dst = None
             if self.manager.swa is not None:
-                swa_src = torch.from_numpy(self.manager.swa.translate(src)).to(self.device)
-                swa_dst = torch.from_numpy(self.manager.swa.translate(dst)).to(self.device)
-            self.cache.move(torch.from_numpy(src).to(self.device), torch.from_numpy(dst).to(self.device),
+                swa_src = torch.from_numpy(self.manager.swa.translate(src_a)).to(self.device)
+                swa_dst = torch.from_numpy(self.manager.swa.translate(dst_a)).to(self.device)
+            self.cache.move(torch.from_numpy(src_a).to(self.device), torch.from_numpy(dst_a).to(self.device),
                             swa_src, swa_dst)
-        st = self._store(r)
-        st.put(root, h[torch.tensor(path, device=h.device)])
+        kept = h.index_select(0, torch.tensor(keep, device=h.device)).split([len(p) for p in paths])
         # EAGLE's root KV is final after its draft forward; DFLASH's block overwrote it.
-        st.draft_done = root + 1 if self.cfg.spec == "eagle" else root
-        st.trim()
+        done = 1 if self.cfg.spec == "eagle" else 0
+        for r, j, feats in zip(reqs, jobs, kept):
+            st = self._store(r)
+            st.put(j.root, feats)
+            st.draft_done = j.root + done
+            st.trim()
 
     def _store(self, r) -> FeatureStore:
         st = self.feats.get(r.rid)
