@@ -25,7 +25,7 @@ from torch import nn
 from mini_engine.errors import ConfigError
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
-from mini_engine.model.layers import DecoderLayer, rope_cos_sin, rope_tables, seeded_init
+from mini_engine.model.layers import DecoderLayer, materialize, rope_cos_sin, rope_tables, seeded_init
 from mini_engine.model.transformer import Attend, KVCache, Transformer, layer_step
 
 
@@ -46,9 +46,7 @@ class DraftModel(nn.Module):
             self.layer = DecoderLayer(own_cfg, sliding=False)
             # DFLASH's mask token: one learned embedding for every undrafted block position.
             self.mask_embed = nn.Parameter(torch.zeros(cfg.hidden_size))
-        self.to(dtype=cfg.torch_dtype)
-        self.to_empty(device=target.device)
-        self.requires_grad_(False)
+        materialize(self, cfg.torch_dtype, target.device)
         self.layer.fuse()
         seeded_init(self, seed, scale_out=noise)
         with torch.no_grad():

@@ -189,6 +189,20 @@ class DecoderLayer(nn.Module):
         self.mlp.fuse()
 
 
+def materialize(module: nn.Module, dtype: torch.dtype, device) -> None:
+    """Give every parameter built on the meta device real, uninitialised storage.
+
+    What module.to(dtype).to_empty(device) does, with torch.empty: their meta-tensor path
+    runs torch's Python decompositions, whose first use imports sympy (seconds of startup).
+    Every tensor is then written by seeded_init or the checkpoint loader.
+    """
+    for m in module.modules():
+        for name, p in m._parameters.items():
+            if p is not None:
+                m._parameters[name] = nn.Parameter(torch.empty(p.shape, dtype=dtype, device=device),
+                                                   requires_grad=False)
+
+
 @torch.no_grad()
 def seeded_init(module: nn.Module, seed: int, scale_out: float = 1.0) -> None:
     """Deterministic random weights: N(0, 1/fan_in) for projections, N(0, 1) for embeddings.

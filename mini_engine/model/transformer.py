@@ -17,7 +17,7 @@ from torch import nn
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
 from mini_engine.model.config import ModelConfig
-from mini_engine.model.layers import DecoderLayer, RMSNorm, rope_cos_sin, rope_tables, seeded_init
+from mini_engine.model.layers import DecoderLayer, RMSNorm, materialize, rope_cos_sin, rope_tables, seeded_init
 
 Attend = Callable[..., torch.Tensor]
 
@@ -109,7 +109,12 @@ def dense_layer_step(layer: DecoderLayer, x: torch.Tensor, cos: torch.Tensor, si
 class _Body(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # Given its weight, Embedding skips its own random init: on the meta device that init
+        # (normal_) runs through torch's Python decompositions, whose first use imports
+        # torch._dynamo, seconds of startup for a weight that is overwritten anyway.
+        # (Linear's init has a native meta kernel.)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size,
+                                         _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(cfg, t == "sliding") for t in cfg.layer_types)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
 
@@ -124,9 +129,7 @@ class Transformer(nn.Module):
         with torch.device("meta"):
             self.model = _Body(cfg)
             self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.to(dtype=cfg.torch_dtype)
-        self.to_empty(device=device)
-        self.requires_grad_(False)
+        materialize(self, cfg.torch_dtype, device)
         for layer in self.model.layers:
             layer.fuse()  # before any weight is written: init and the loader write through the views
         if init:
