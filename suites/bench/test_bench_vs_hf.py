@@ -66,7 +66,7 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hf_model(checkpoint):
-    model = transformers.LlamaForCausalLM.from_pretrained(checkpoint[0], dtype=torch.float32).eval()
+    model = transformers.LlamaForCausalLM.from_pretrained(checkpoint[0]).to(torch.float32).eval()
     model.generation_config.eos_token_id = None  # kvbench never stops early: neither may HF
     return model
 
