@@ -70,7 +70,7 @@ def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, tor
     """(cos, signed sin) as [T, 1, D], once per forward, for apply_rope_signed.
 
     The signed sin has its first half negated: rotate-half times sin is then the swapped
-    halves times it, the same products (a sign flip is exact) with one copy instead of
+    halves times it, the same products (a sign flip is exact) with one roll instead of
     a neg and a cat per call.
     """
     half = sin.shape[-1] // 2
@@ -81,8 +81,7 @@ def apply_rope_signed(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) 
     """apply_rope with rope_tables: bitwise the same result, fewer ops per call."""
     cos, signed_sin = rope
     xf = x.to(cos.dtype)
-    T, n, d = x.shape
-    swapped = xf.view(T, n, 2, d // 2).flip(2).view(T, n, d)
+    swapped = xf.roll(x.shape[-1] // 2, -1)  # [x2, x1]: one copy (flip is several times slower)
     return (xf * cos + swapped * signed_sin).to(x.dtype)
 
 
