@@ -122,6 +122,7 @@ class ModelBackend:
 
             self.graphs = DecodeGraphs(self)
 
+    @torch.inference_mode()  # no autograd bookkeeping on any of a step's ops
     def prefill(self, reqs, starts, ends) -> list[int | None]:
         ids, rows, lens = [], [], []
         for r, s, e in zip(reqs, starts, ends):
@@ -162,6 +163,7 @@ class ModelBackend:
         if jobs:
             self.drafter.extend(jobs)
 
+    @torch.inference_mode()
     def decode(self, reqs) -> list[int]:
         n = len(reqs)
         # Host columns of the batch, one pass each; every check runs on the whole batch.
@@ -185,6 +187,7 @@ class ModelBackend:
         h = self.model(torch.from_numpy(ids).to(self.device), meta.q_pos, meta, self.cache, self.attend)
         return self._next(h)
 
+    @torch.inference_mode()
     def spec_step(self, reqs) -> list[list[int]]:
         jobs = []
         for r in reqs:
@@ -222,6 +225,7 @@ class ModelBackend:
         self._settle(reqs, jobs, paths, lens, h)
         return results
 
+    @torch.inference_mode()
     def transfer(self, reqs) -> list[int]:
         """PD arrival: compute the prompt's KV as the prefill node would, then receive it."""
         out = []
