@@ -1,19 +1,27 @@
 """Paged attention in plain torch: the reference backend that runs anywhere.
 
-The batch is padded to [B, max_q] queries x [B, max_kv] keys; keys are gathered from
-the paged cache through each sequence's slot row. The mask (causal by position,
-window, tree) is built once per metadata and window and reused by every layer.
+General path (build_meta): the batch is padded to [B, max_q] queries x [B, max_kv]
+keys; keys are gathered from the paged cache through each sequence's slot row. The
+mask (causal by position, window, tree) is built once per metadata and window and
+reused by every layer.
+
+Decode path (decode_meta, one query per sequence): whole pages are gathered through
+the page table into [B, KV heads, pages x ps, D] and handed to
+scaled_dot_product_attention with the G query heads of a KV head as its query rows;
+the only mask is [B, 1, 1, keys]: key validity (length) and the window.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from mini_engine.model.attn_meta import AttnMeta
 
 
 def _padded_index(meta: AttnMeta) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """[B, max_q] query rows into the flat batch, [B, max_kv] key offsets, query and key validity."""
+    """[B, max_q] query rows into the flat batch, [B, max_kv] key offsets, query validity,
+    and the valid rows of the padded [B x max_q] queries (the flat batch, in order)."""
     if "index" not in meta._cache:
         dev = meta.q_indptr.device
         qi = torch.arange(meta.max_q, device=dev)
@@ -24,7 +32,8 @@ def _padded_index(meta: AttnMeta) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
         k_valid = ki[None, :] < kv_lens[:, None]
         q_rows = torch.where(q_valid, meta.q_indptr[:-1, None] + qi[None, :], 0)
         k_rows = torch.where(k_valid, meta.kv_indptr[:-1, None] + ki[None, :], 0)
-        meta._cache["index"] = (q_rows, k_rows, q_valid, k_valid)
+        meta._cache["index"] = (q_rows, k_rows, q_valid, torch.nonzero(q_valid.view(-1)).squeeze(1))
+        meta._cache["k_valid"] = k_valid
     return meta._cache["index"]
 
 
@@ -33,7 +42,8 @@ def _mask(meta: AttnMeta, window: int) -> torch.Tensor:
     key = ("mask", window)
     if key in meta._cache:
         return meta._cache[key]
-    q_rows, _, q_valid, k_valid = _padded_index(meta)
+    q_rows, _, q_valid, _ = _padded_index(meta)
+    k_valid = meta._cache["k_valid"]
     dev = q_rows.device
     ki = torch.arange(meta.max_kv, device=dev)
     prefix = meta.prefix_lens
@@ -113,7 +123,10 @@ def paged_attention(
     window: int,
     scale: float,
 ) -> torch.Tensor:
-    """q: [T, H, D]; caches: [S, KVH, D]; kv_slots: the flat slot rows. Returns [T, H, D]."""
+    """q: [T, H, D]; caches: [S, KVH, D]; kv_slots: the flat slot rows (or, with a
+    decode_meta, its page table). Returns [T, H, D]."""
+    if meta.page_size:
+        return _decode(q, k_cache, v_cache, meta, kv_slots, window, scale)
     groups = _groups(meta)
     if len(groups) == 1:
         return _attend(q, k_cache, v_cache, meta, kv_slots, window, scale)
@@ -138,15 +151,65 @@ def _attend(
     T, H, D = q.shape
     KVH = k_cache.shape[1]
     G = H // KVH
-    q_rows, k_rows, q_valid, _ = _padded_index(meta)
-    mask = _mask(meta, window)
+    B, Q, L = meta.batch, meta.max_q, meta.max_kv
+    q_rows, k_rows, _, valid_rows = _padded_index(meta)
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    slots = kv_slots[k_rows]  # [B, L]
-    k = k_cache[slots].to(acc)  # [B, L, KVH, D]
-    v = v_cache[slots].to(acc)
-    qp = q[q_rows].to(acc).view(meta.batch, meta.max_q, KVH, G, D)
-    scores = torch.einsum("bqkgd,blkd->bkgql", qp, k) * scale
-    scores = scores.masked_fill(~mask[:, None, None, :, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    out = torch.einsum("bkgql,blkd->bqkgd", probs, v).reshape(meta.batch, meta.max_q, H, D)
-    return out[q_valid].to(q.dtype)
+    mask = _sdpa_mask(meta, window, G, acc)
+    slots = kv_slots.index_select(0, k_rows.view(-1))
+    k = k_cache.index_select(0, slots).view(B, L, KVH, D).transpose(1, 2)
+    v = v_cache.index_select(0, slots).view(B, L, KVH, D).transpose(1, 2)
+    # Query rows of KV head j: its G heads x the Q padded queries, so K/V are not repeated.
+    qp = q.index_select(0, q_rows.view(-1)).view(B, Q, KVH, G, D).permute(0, 2, 3, 1, 4).reshape(B, KVH, G * Q, D)
+    out = F.scaled_dot_product_attention(qp.to(acc), k.to(acc), v.to(acc), attn_mask=mask, scale=scale)
+    out = out.view(B, KVH, G, Q, D).permute(0, 3, 1, 2, 4).reshape(B * Q, H, D)
+    return out.index_select(0, valid_rows).to(q.dtype)
+
+
+def _sdpa_mask(meta: AttnMeta, window: int, groups: int, dtype: torch.dtype) -> torch.Tensor:
+    """_mask as SDPA's additive [B, 1, G x max_q, max_kv], the same rows for each of the G heads."""
+    key = ("sdpa_mask", window, groups, dtype)
+    if key not in meta._cache:
+        m = _mask(meta, window)
+        add = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(~m, float("-inf"))
+        B, Q, L = m.shape
+        meta._cache[key] = add[:, None, None].expand(B, 1, groups, Q, L).reshape(B, 1, groups * Q, L)
+    return meta._cache[key]
+
+
+def _decode_mask(meta: AttnMeta, keys: int, window: int, dtype: torch.dtype) -> torch.Tensor:
+    """[B, 1, 1, keys] additive mask of a decode step: 0 where the key is visible."""
+    key = ("decode_mask", window, keys, dtype)
+    if key not in meta._cache:
+        lens = meta.kv_lens_device
+        j = torch.arange(keys, device=lens.device)
+        vis = j[None, :] < lens[:, None]
+        if window > 0:
+            vis &= j[None, :] > (lens[:, None] - 1 - window)
+        mask = torch.zeros(vis.shape, dtype=dtype, device=lens.device).masked_fill_(~vis, float("-inf"))
+        meta._cache[key] = mask[:, None, None, :]
+    return meta._cache[key]
+
+
+def _decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttnMeta,
+    pages: torch.Tensor,
+    window: int,
+    scale: float,
+) -> torch.Tensor:
+    """One query per sequence, keys gathered a page at a time."""
+    B, H, D = q.shape
+    KVH = k_cache.shape[1]
+    ps = meta.page_size
+    keys = pages.shape[1] * ps
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    flat = pages.reshape(-1)
+    # A cache of (pages + 1) x ps slots viewed as pages: one row per page, one copy per page.
+    k = k_cache.view(-1, ps * KVH * D).index_select(0, flat).view(B, keys, KVH, D).transpose(1, 2)
+    v = v_cache.view(-1, ps * KVH * D).index_select(0, flat).view(B, keys, KVH, D).transpose(1, 2)
+    qg = q.view(B, KVH, H // KVH, D)  # the G heads sharing a KV head are its query rows
+    mask = _decode_mask(meta, keys, window, acc)
+    out = F.scaled_dot_product_attention(qg.to(acc), k.to(acc), v.to(acc), attn_mask=mask, scale=scale)
+    return out.reshape(B, H, D).to(q.dtype)

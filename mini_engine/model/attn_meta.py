@@ -10,6 +10,13 @@ its position is not later than the query's (causal); an extend key is visible wh
 it is causal or, if a custom mask is given, when the mask says so (an ancestor in a
 tree, anything in a non-causal DFLASH block). On sliding layers the key must also
 lie inside the window: `q_pos - k_pos < window`.
+
+Two layouts. `build_meta` packs every sequence's slots flat (kv_indptr), from host
+rows: the general path (prefill chunks, verify, Triton). `decode_meta` is plain
+decode (one query per sequence, the last position) read straight from the device
+request-to-token table: `kv_slots` is then a page table [B, pages] (`page_size` > 0),
+the page of each `page_size` positions, which is how the torch backend gathers whole
+pages (a page's slots are consecutive: slot % ps == position % ps).
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ class AttnMeta:
     swa_out_slots: torch.Tensor | None = None
     custom_mask: torch.Tensor | None = None  # flattened per sequence [q_len, q_len] (int8)
     mask_indptr: torch.Tensor | None = None
+    page_size: int = 0  # > 0: kv_slots / swa_kv_slots are page tables [B, pages] (decode_meta)
+    kv_lens_device: torch.Tensor | None = None  # [B], decode_meta only
     _cache: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -92,4 +101,42 @@ def build_meta(
             flat.append(m.reshape(-1))
         meta.custom_mask = torch.from_numpy(np.concatenate(flat)).to(device)
         meta.mask_indptr = t(np.concatenate([[0], np.cumsum(ql * ql)]))
+    return meta
+
+
+def decode_meta(
+    table: torch.Tensor,
+    rows: np.ndarray,
+    kv_lens: np.ndarray,
+    page_size: int,
+    swa_map: torch.Tensor | None = None,
+) -> AttnMeta:
+    """Plain decode metadata from the device request-to-token `table` [max_reqs, width].
+
+    `rows[b]` is sequence b's table row and `kv_lens[b]` its length; its one query is
+    position kv_lens[b] - 1. Built once per step with a handful of device ops and no
+    per-sequence work; every layer reuses it. `swa_map` (full slot -> SWA slot) gives
+    the SWA page table of sliding layers: a page evicted below the window maps to the
+    dummy page 0, which the window masks anyway.
+    """
+    dev = table.device
+    B = len(kv_lens)
+    lens = np.ascontiguousarray(kv_lens, dtype=np.int64)
+    max_kv = int(lens.max())
+    ps = page_size
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)  # noqa: E731
+    lens_d, rows_d = t(lens), t(rows)
+    # Only the columns a page starts at, up to the longest sequence: a view, so the
+    # gather copies B x pages entries, not B whole rows.
+    starts = table[:, :max_kv:ps].index_select(0, rows_d)
+    out = table.view(-1)[rows_d * table.shape[1] + lens_d - 1]  # the query's own slot
+    arange = torch.arange(B + 1, device=dev)
+    meta = AttnMeta(
+        batch=B, max_q=1, max_kv=max_kv, q_lens=np.ones(B, dtype=np.int64), kv_lens=lens,
+        q_indptr=arange, kv_indptr=t(np.concatenate([[0], np.cumsum(lens)])), q_pos=lens_d - 1,
+        tok_seq=arange[:B], kv_slots=starts // ps, out_slots=out, page_size=ps, kv_lens_device=lens_d,
+    )
+    if swa_map is not None:
+        meta.swa_kv_slots = swa_map[starts] // ps
+        meta.swa_out_slots = swa_map[out]
     return meta

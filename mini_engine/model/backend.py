@@ -14,7 +14,7 @@ import torch
 
 from mini_engine.errors import ConfigError
 from mini_engine.model.attention_torch import paged_attention
-from mini_engine.model.attn_meta import build_meta
+from mini_engine.model.attn_meta import build_meta, decode_meta
 from mini_engine.model.draft import DraftModel
 from mini_engine.model.draft_io import DraftJob, DraftTree, rows_upto
 from mini_engine.model.feature_store import FeatureStore
@@ -122,6 +122,7 @@ class ModelBackend:
 
             self.graphs = DecodeGraphs(self)
 
+    @torch.inference_mode()  # no autograd bookkeeping on any of a step's ops
     def prefill(self, reqs, starts, ends) -> list[int | None]:
         ids, rows, lens = [], [], []
         for r, s, e in zip(reqs, starts, ends):
@@ -162,18 +163,31 @@ class ModelBackend:
         if jobs:
             self.drafter.extend(jobs)
 
+    @torch.inference_mode()
     def decode(self, reqs) -> list[int]:
-        for r in reqs:
-            _writes_from(r, r.seq_len - 1)
+        n = len(reqs)
+        # Host columns of the batch, one pass each; every check runs on the whole batch.
+        lens = np.fromiter((r.seq_len for r in reqs), dtype=np.int64, count=n)
+        final = np.fromiter((r.kv.committed for r in reqs), dtype=np.int64, count=n)
+        for k in np.flatnonzero(final != lens - 1)[:1]:
+            _writes_from(reqs[k], int(lens[k]) - 1)
         if self.graphs is not None:
             got = self.graphs.decode(reqs)
             if got is not None:
                 return got
-        ids = [self._checked(r, [r.last_token()])[0] for r in reqs]
-        rows = [self.manager.slots(r.kv, 0, r.seq_len) for r in reqs]
-        h = self._target(ids, rows, [1] * len(reqs), None, None)
+        ids = np.fromiter((r.last_token() for r in reqs), dtype=np.int64, count=n)
+        self._check_ids(reqs, ids)
+        if self.attend is not paged_attention:  # the Triton kernels read the flat layout
+            rows = [self.manager.slots(r.kv, 0, int(e)) for r, e in zip(reqs, lens)]
+            return self._next(self._target(ids.tolist(), rows, [1] * n, None, None))
+        mgr = self.manager
+        rows = np.fromiter((r.kv.row for r in reqs), dtype=np.int64, count=n)
+        meta = decode_meta(mgr.req_to_token.device, rows, lens, mgr.mem.page_size,
+                           mgr.swa.map_device if mgr.swa is not None else None)
+        h = self.model(torch.from_numpy(ids).to(self.device), meta.q_pos, meta, self.cache, self.attend)
         return self._next(h)
 
+    @torch.inference_mode()
     def spec_step(self, reqs) -> list[list[int]]:
         jobs = []
         for r in reqs:
@@ -194,22 +208,24 @@ class ModelBackend:
             masks.append(None if chain else _ancestor_mask(t))
         h = self._target(ids, rows, lens, pos, masks)
         logits = self.model.logits(h)
-        results = []
+        results, paths = [], []
         off = 0
         greedy = self.temperature <= 0
         argmax = logits.argmax(-1).tolist() if greedy else None
-        for r, j, t, n in zip(reqs, jobs, trees, lens):
+        for j, t, n in zip(jobs, trees, lens):
             if greedy:
                 v = verify.greedy(t.tokens, t.parents, argmax[off : off + n])
             else:
                 p = torch.softmax(logits[off : off + n].double() / self.temperature, -1).cpu()
                 q = t.q.cpu() if t.q is not None else torch.zeros_like(p)
                 v = verify.sample(t.tokens, t.parents, p, q, self.gen)
-            self._settle(r, j, v.path, h[off : off + n])
             off += n
             results.append(v.tokens)
+            paths.append(v.path)
+        self._settle(reqs, jobs, paths, lens, h)
         return results
 
+    @torch.inference_mode()
     def transfer(self, reqs) -> list[int]:
         """PD arrival: compute the prompt's KV as the prefill node would, then receive it."""
         out = []
@@ -256,30 +272,47 @@ class ModelBackend:
         p = torch.softmax(logits.double() / self.temperature, -1).cpu()
         return torch.multinomial(p, 1, generator=self.gen).squeeze(-1).tolist()
 
-    def _settle(self, r, job: DraftJob, path: list[int], h: torch.Tensor) -> None:
-        """Make the accepted branch contiguous in the target KV and keep its features."""
-        root = job.root
-        moves = [(root + node, root + k) for k, node in enumerate(path) if node != k]
-        if moves:
-            src = np.array([job.slots[a] for a, _ in moves])
-            dst = np.array([job.slots[b] for _, b in moves])
+    def _settle(self, reqs, jobs: list[DraftJob], paths: list[list[int]], lens: list[int], h: torch.Tensor) -> None:
+        """Make each accepted branch contiguous in the target KV and keep its features: one
+        KV move and one feature gather for the whole batch."""
+        src, dst, keep = [], [], []
+        off = 0
+        for j, path, n in zip(jobs, paths, lens):
+            root = j.root
+            for k, node in enumerate(path):
+                if node != k:  # a tree branch: node's KV goes to position root + k
+                    src.append(j.slots[root + node])
+                    dst.append(j.slots[root + k])
+            keep += [off + node for node in path]
+            off += n
+        if src:
+            src_a, dst_a = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
             swa_src = swa_dst = None
             if self.manager.swa is not None:
-                swa_src = torch.from_numpy(self.manager.swa.translate(src)).to(self.device)
-                swa_dst = torch.from_numpy(self.manager.swa.translate(dst)).to(self.device)
-            self.cache.move(torch.from_numpy(src).to(self.device), torch.from_numpy(dst).to(self.device),
+                swa_src = torch.from_numpy(self.manager.swa.translate(src_a)).to(self.device)
+                swa_dst = torch.from_numpy(self.manager.swa.translate(dst_a)).to(self.device)
+            self.cache.move(torch.from_numpy(src_a).to(self.device), torch.from_numpy(dst_a).to(self.device),
                             swa_src, swa_dst)
-        st = self._store(r)
-        st.put(root, h[torch.tensor(path, device=h.device)])
+        kept = h.index_select(0, torch.tensor(keep, device=h.device)).split([len(p) for p in paths])
         # EAGLE's root KV is final after its draft forward; DFLASH's block overwrote it.
-        st.draft_done = root + 1 if self.cfg.spec == "eagle" else root
-        st.trim()
+        done = 1 if self.cfg.spec == "eagle" else 0
+        for r, j, feats in zip(reqs, jobs, kept):
+            st = self._store(r)
+            st.put(j.root, feats)
+            st.draft_done = j.root + done
+            st.trim()
 
     def _store(self, r) -> FeatureStore:
         st = self.feats.get(r.rid)
         if st is None:
             st = self.feats[r.rid] = FeatureStore(self.mcfg.hidden_size, self.device, self.mcfg.torch_dtype)
         return st
+
+    def _check_ids(self, reqs, ids: np.ndarray) -> None:
+        """_checked for one token per request, on the whole batch at once."""
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.mcfg.vocab_size):
+            k = int(np.flatnonzero((ids < 0) | (ids >= self.mcfg.vocab_size))[0])
+            self._checked(reqs[k], [int(ids[k])])
 
     def _checked(self, r, toks: list[int]) -> list[int]:
         vocab = self.mcfg.vocab_size

@@ -25,7 +25,7 @@ from torch import nn
 from mini_engine.errors import ConfigError
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
-from mini_engine.model.layers import DecoderLayer, rope_cos_sin, seeded_init
+from mini_engine.model.layers import DecoderLayer, materialize, rope_cos_sin, rope_tables, seeded_init
 from mini_engine.model.transformer import Attend, KVCache, Transformer, layer_step
 
 
@@ -46,9 +46,8 @@ class DraftModel(nn.Module):
             self.layer = DecoderLayer(own_cfg, sliding=False)
             # DFLASH's mask token: one learned embedding for every undrafted block position.
             self.mask_embed = nn.Parameter(torch.zeros(cfg.hidden_size))
-        self.to(dtype=cfg.torch_dtype)
-        self.to_empty(device=target.device)
-        self.requires_grad_(False)
+        materialize(self, cfg.torch_dtype, target.device)
+        self.layer.fuse()
         seeded_init(self, seed, scale_out=noise)
         with torch.no_grad():
             h = cfg.hidden_size
@@ -90,11 +89,13 @@ class DraftModel(nn.Module):
         every draft layer sees (DFLASH's draft_window); else shared layers keep their window."""
         x = self.fc(torch.cat([embeds, feats.to(embeds.dtype)], dim=-1))
         cos, sin = rope_cos_sin(positions, self.cfg, x.dtype)
+        rope = rope_tables(cos, sin)
         for i, layer in enumerate(self.layers):
             w = layer.window
             if context_window:
                 w = min(w, context_window) if w else context_window
-            x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend, window=w, swa_pool=False)
+            x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend, window=w, swa_pool=False,
+                           rope=rope)
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

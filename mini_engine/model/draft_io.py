@@ -47,8 +47,8 @@ class DraftTree:
 class Piece:
     """One sequence of a batched draft forward."""
 
-    embeds: torch.Tensor  # [q, H]
-    feats: torch.Tensor  # [q, H]
+    embeds: torch.Tensor | None  # [q, H]; None when draft_forward gets the whole batch's
+    feats: torch.Tensor | None  # [q, H]; likewise
     positions: np.ndarray  # [q]
     rows: np.ndarray  # slots of row positions [0, prefix + q)
     mask: np.ndarray | None = None  # [q, q] custom mask of the extend part
@@ -63,9 +63,14 @@ def rows_upto(job: DraftJob, end: int) -> np.ndarray:
 
 
 def draft_forward(
-    model: DraftModel, cache: KVCache, pieces: list[Piece], attend: Attend, context_window: int = 0
+    model: DraftModel, cache: KVCache, pieces: list[Piece], attend: Attend, context_window: int = 0,
+    embeds: torch.Tensor | None = None, feats: torch.Tensor | None = None,
 ) -> list[torch.Tensor]:
-    """Run the drafter over all pieces at once; returns each piece's hidden states."""
+    """Run the drafter over all pieces at once; returns each piece's hidden states.
+
+    `embeds` / `feats`: the whole batch's rows, pieces in order (one embedding lookup
+    and one copy for the batch, not one per piece); else each piece's are concatenated.
+    """
     dev = model.target.device
     meta = build_meta(
         [p.rows for p in pieces],
@@ -74,8 +79,10 @@ def draft_forward(
         dev,
         tree_masks=[p.mask for p in pieces] if any(p.mask is not None for p in pieces) else None,
     )
-    embeds = torch.cat([p.embeds for p in pieces])
-    feats = torch.cat([p.feats for p in pieces])
+    if embeds is None:
+        embeds = torch.cat([p.embeds for p in pieces])
+    if feats is None:
+        feats = torch.cat([p.feats for p in pieces])
     h = model(embeds, feats, meta.q_pos, meta, cache, attend, context_window)
     return list(torch.split(h, [len(p.positions) for p in pieces]))
 
@@ -92,6 +99,7 @@ def context_update(model: DraftModel, cache: KVCache, jobs: list[DraftJob], atte
                    context_window: int = 0) -> list[torch.Tensor]:
     """Causal draft forward over each job's positions [start, root]: final draft KV there."""
     dev = model.target.device
-    pieces = [Piece(model.embed(torch.tensor(j.tokens, device=dev)), j.feats, np.arange(j.start, j.root + 1),
-                    rows_upto(j, j.root + 1)) for j in jobs]
-    return draft_forward(model, cache, pieces, attend, context_window)
+    pieces = [Piece(None, None, np.arange(j.start, j.root + 1), rows_upto(j, j.root + 1)) for j in jobs]
+    ids = torch.tensor([t for j in jobs for t in j.tokens], device=dev)
+    feats = jobs[0].feats if len(jobs) == 1 else torch.cat([j.feats for j in jobs])
+    return draft_forward(model, cache, pieces, attend, context_window, model.embed(ids), feats)

@@ -6,6 +6,7 @@ input_layernorm, ...) so that a checkpoint's state dict loads without renaming.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -22,21 +23,24 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in at least float32: bf16 variance loses too much.
-        acc = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
-        acc = acc * torch.rsqrt(acc.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (acc * self.weight.to(acc.dtype)).to(x.dtype)
+        # torch's rms_norm is these same ops in one call (x * rsqrt(mean(x^2) + eps) * weight,
+        # in float32 at least: bf16 variance loses too much), without the Python per op.
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
 def rope_cos_sin(positions: torch.Tensor, cfg: ModelConfig, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     acc = torch.float64 if dtype == torch.float64 else torch.float32
-    d = cfg.head_dim
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, device=positions.device, dtype=acc) / d))
-    if cfg.rope_scaling is not None:
-        inv_freq = llama3_scaled(inv_freq, *cfg.rope_scaling)
+    inv_freq = _inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, positions.device, acc)
     freqs = positions.to(acc)[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
+
+
+@functools.lru_cache(maxsize=16)
+def _inv_freq(d: int, theta: float, scaling: tuple | None, device: torch.device, acc: torch.dtype) -> torch.Tensor:
+    """RoPE frequencies of a shape: computed once, not on every forward."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, device=device, dtype=acc) / d))
+    return inv_freq if scaling is None else llama3_scaled(inv_freq, *scaling)
 
 
 def llama3_scaled(inv_freq: torch.Tensor, factor: float, low_freq_factor: float, high_freq_factor: float,
@@ -62,14 +66,41 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (xf * cos[:, None, :] + rot * sin[:, None, :]).to(x.dtype)
 
 
+def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, signed sin) as [T, 1, D], once per forward, for apply_rope_signed.
+
+    The signed sin has its first half negated: rotate-half times sin is then the swapped
+    halves times it, the same products (a sign flip is exact) with one roll instead of
+    a neg and a cat per call.
+    """
+    half = sin.shape[-1] // 2
+    return cos[:, None, :], torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)[:, None, :]
+
+
+def apply_rope_signed(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """apply_rope with rope_tables: bitwise the same result, fewer ops per call."""
+    cos, signed_sin = rope
+    xf = x.to(cos.dtype)
+    swapped = xf.roll(x.shape[-1] // 2, -1)  # [x2, x1]: one copy (flip is several times slower)
+    return (xf * cos + swapped * signed_sin).to(x.dtype)
+
+
 class MLP(nn.Module):
     def __init__(self, hidden: int, inter: int):
         super().__init__()
         self.gate_proj = nn.Linear(hidden, inter, bias=False)
         self.up_proj = nn.Linear(hidden, inter, bias=False)
         self.down_proj = nn.Linear(inter, hidden, bias=False)
+        self.gate_up: torch.Tensor | None = None
+
+    def fuse(self) -> None:
+        """gate_proj and up_proj become views of one [gate; up] weight (see fuse_rows)."""
+        self.gate_up = fuse_rows(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if fused(self.gate_up, self.gate_proj, self.up_proj):
+            gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -86,15 +117,60 @@ class SelfAttention(nn.Module):
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_eps)
         else:
             self.q_norm = self.k_norm = None
+        self.qkv_weight: torch.Tensor | None = None
 
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def fuse(self) -> None:
+        """q, k and v projections become views of one [q; k; v] weight (see fuse_rows)."""
+        self.qkv_weight = fuse_rows(self.q_proj, self.k_proj, self.v_proj)
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: tuple | None = None):
+        """q [T, H, D], k and v [T, KVH, D], RoPE applied. With `rope` (rope_tables) and a
+        fused weight: one matmul and, without q/k norms, one RoPE for q and k together."""
         T = x.shape[0]
-        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
+        if rope is None or not fused(self.qkv_weight, self.q_proj, self.k_proj, self.v_proj):
+            q = self.q_proj(x).view(T, H, D)
+            k = self.k_proj(x).view(T, KVH, D)
+            v = self.v_proj(x).view(T, KVH, D)
+            if self.q_norm is not None:
+                q, k = self.q_norm(q), self.k_norm(k)
+            return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        qkv = F.linear(x, self.qkv_weight).view(T, H + 2 * KVH, D)
+        v = qkv[:, H + KVH :]
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+            q, k = self.q_norm(qkv[:, :H]), self.k_norm(qkv[:, H : H + KVH])
+            return apply_rope_signed(q, rope), apply_rope_signed(k, rope), v
+        qk = apply_rope_signed(qkv[:, : H + KVH], rope)
+        return qk[:, :H], qk[:, H:], v
+
+
+def fuse_rows(*linears: nn.Linear) -> torch.Tensor:
+    """Stack the linears' weights into one tensor and make each weight a view of its rows.
+
+    One matmul then serves them all (the same products: the rows of a weight are
+    independent dot products). The parameters keep their names and stay what a
+    checkpoint loads into; nothing is stored twice.
+    """
+    w = torch.cat([lin.weight.detach() for lin in linears])
+    off = 0
+    for lin in linears:
+        n = lin.weight.shape[0]
+        lin.weight = nn.Parameter(w[off : off + n], requires_grad=False)
+        off += n
+    return w
+
+
+def fused(weight: torch.Tensor | None, *linears: nn.Linear) -> bool:
+    """The fused weight still backs every parameter (a .to() or a replaced weight splits them)."""
+    if weight is None:
+        return False
+    row = weight.stride(0) * weight.element_size()
+    ptr, off = weight.data_ptr(), 0
+    for lin in linears:
+        if lin.weight.data_ptr() != ptr + off * row:
+            return False
+        off += lin.weight.shape[0]
+    return True
 
 
 class DecoderLayer(nn.Module):
@@ -106,6 +182,24 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.sliding = sliding
         self.window = cfg.window if sliding else 0
+
+    def fuse(self) -> None:
+        self.self_attn.fuse()
+        self.mlp.fuse()
+
+
+def materialize(module: nn.Module, dtype: torch.dtype, device) -> None:
+    """Give every parameter built on the meta device real, uninitialised storage.
+
+    What module.to(dtype).to_empty(device) does, with torch.empty: their meta-tensor path
+    runs torch's Python decompositions, whose first use imports sympy (seconds of startup).
+    Every tensor is then written by seeded_init or the checkpoint loader.
+    """
+    for m in module.modules():
+        for name, p in m._parameters.items():
+            if p is not None:
+                m._parameters[name] = nn.Parameter(torch.empty(p.shape, dtype=dtype, device=device),
+                                                   requires_grad=False)
 
 
 @torch.no_grad()

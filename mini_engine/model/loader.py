@@ -97,6 +97,7 @@ def config_from_hf(data: dict, path: Path, dtype: str | None) -> ModelConfig:
     tie = data.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
         raise CheckpointError(f"checkpoint {str(path)!r}: tie_word_embeddings must be true or false (got {tie!r})")
+    data = _rope_parameters(data, path)
     rope_scaling = _rope_scaling(data.get("rope_scaling"), path)
     if dtype is None:
         dtype = "float32"  # exact on CPU; bf16 checkpoints are upcast on load
@@ -120,6 +121,23 @@ def _number(data: dict, key: str, path: Path, kind: type, default=None):
         what = "positive integer" if kind is int else "positive number"
         raise CheckpointError(f"checkpoint {str(path)!r}: config.json needs a {what} {key!r} (got {value!r})")
     return kind(value)
+
+
+def _rope_parameters(data: dict, path: Path) -> dict:
+    """transformers 5 writes RoPE as rope_parameters {rope_theta, rope_type, ...} in place of
+    the top-level rope_theta and rope_scaling: read it as those (the top level wins)."""
+    params = data.get("rope_parameters")
+    if params is None:
+        return data
+    if not isinstance(params, dict) or ("rope_theta" not in params and "rope_type" not in params):
+        raise CheckpointError(f"checkpoint {str(path)!r}: rope_parameters must be one JSON object with rope_theta "
+                              "(per-layer-type RoPE is not supported)")
+    out = dict(data)
+    if out.get("rope_theta") is None and "rope_theta" in params:
+        out["rope_theta"] = params["rope_theta"]
+    if not out.get("rope_scaling"):
+        out["rope_scaling"] = params
+    return out
 
 
 def _rope_scaling(scaling, path: Path) -> tuple[float, float, float, int] | None:

@@ -17,7 +17,7 @@ from torch import nn
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
 from mini_engine.model.config import ModelConfig
-from mini_engine.model.layers import DecoderLayer, RMSNorm, rope_cos_sin, seeded_init
+from mini_engine.model.layers import DecoderLayer, RMSNorm, materialize, rope_cos_sin, rope_tables, seeded_init
 
 Attend = Callable[..., torch.Tensor]
 
@@ -62,22 +62,25 @@ def layer_step(
     attend: Attend,
     window: int | None = None,
     swa_pool: bool | None = None,
+    rope: tuple | None = None,
 ) -> torch.Tensor:
     """One decoder layer over the paged cache.
 
     A drafter reuses target layers with its own full-slot cache: it passes
     `swa_pool=False` and its own `window` (the layer's window by default).
+    `rope` (rope_tables, once per forward) takes the fused projections.
     """
     attn = layer.self_attn
     window = layer.window if window is None else window
     swa_pool = layer.sliding if swa_pool is None else swa_pool
-    q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin)
+    q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin, rope)
     if swa_pool:
         out_slots, kv_slots = meta.swa_out_slots, meta.swa_kv_slots
     else:
         out_slots, kv_slots = meta.out_slots, meta.kv_slots
-    k_cache[out_slots] = k
-    v_cache[out_slots] = v
+    # index_copy_, not k_cache[out_slots] = k: the indexed assignment is several times slower on a CPU.
+    k_cache.index_copy_(0, out_slots, k)
+    v_cache.index_copy_(0, out_slots, v)
     o = attend(q, k_cache, v_cache, meta, kv_slots, window, attn.head_dim**-0.5)
     x = x + attn.o_proj(o.reshape(x.shape[0], -1))
     return x + layer.mlp(layer.post_attention_layernorm(x))
@@ -106,7 +109,12 @@ def dense_layer_step(layer: DecoderLayer, x: torch.Tensor, cos: torch.Tensor, si
 class _Body(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # Given its weight, Embedding skips its own random init: on the meta device that init
+        # (normal_) runs through torch's Python decompositions, whose first use imports
+        # torch._dynamo, seconds of startup for a weight that is overwritten anyway.
+        # (Linear's init has a native meta kernel.)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size,
+                                         _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(cfg, t == "sliding") for t in cfg.layer_types)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
 
@@ -121,9 +129,9 @@ class Transformer(nn.Module):
         with torch.device("meta"):
             self.model = _Body(cfg)
             self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.to(dtype=cfg.torch_dtype)
-        self.to_empty(device=device)
-        self.requires_grad_(False)
+        materialize(self, cfg.torch_dtype, device)
+        for layer in self.model.layers:
+            layer.fuse()  # before any weight is written: init and the loader write through the views
         if init:
             seeded_init(self, cfg.seed)
         self._head_acc: torch.Tensor | None = None  # set on first use, after any checkpoint load
@@ -164,8 +172,9 @@ class Transformer(nn.Module):
         """Hidden states after the last layer (before the final norm), one row per token."""
         x = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(positions, self.cfg, x.dtype)
+        rope = rope_tables(cos, sin)
         for i, layer in enumerate(self.model.layers):
-            x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend)
+            x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend, rope=rope)
         return x
 
     def dense_forward(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -44,15 +44,15 @@ class DFlashDrafter:
             self.extend(pending)
         if bs == 1:  # nothing to draft: verify the root alone
             return [DraftTree([j.tokens[-1]], [-1], [0]) for j in jobs]
-        pieces = []
-        is_mask = torch.arange(bs, device=dev) > 0
+        # The whole batch's blocks in one embedding lookup: [root, mask, ..., mask] per job,
+        # each block fed its root's feature.
         full = np.ones((bs, bs), dtype=np.int8)
-        for j in jobs:
-            ids = torch.full((bs,), j.tokens[-1], device=dev)
-            feats = j.feats[-1:].expand(bs, -1)
-            pieces.append(Piece(m.embed(ids, is_mask), feats, np.arange(j.root, j.root + bs),
-                                rows_upto(j, j.root + bs), full))
-        hs = draft_forward(m, self.cache, pieces, self.attend, self.draft_window)
+        pieces = [Piece(None, None, np.arange(j.root, j.root + bs), rows_upto(j, j.root + bs), full) for j in jobs]
+        roots = torch.tensor([j.tokens[-1] for j in jobs], device=dev)
+        is_mask = (torch.arange(bs, device=dev) > 0).repeat(len(jobs))
+        embeds = m.embed(roots.repeat_interleave(bs), is_mask)
+        feats = torch.cat([j.feats[-1:] for j in jobs]).repeat_interleave(bs, dim=0)
+        hs = draft_forward(m, self.cache, pieces, self.attend, self.draft_window, embeds, feats)
         logits = m.logits(torch.cat([h[:-1] for h in hs]))
         toks, q = pick(logits, self.temperature, self.gen)
         toks = toks.view(len(jobs), bs - 1).tolist()

@@ -97,16 +97,18 @@ class EagleDrafter:
             t.hidden[0] = h[-1]
         self._expand(trees, [[0] for _ in trees], torch.stack([h[-1] for h in hs]))
         for _ in range(self.steps - 1):
-            pieces = []
+            # One embedding lookup and one feature stack for the batch, not one per request.
+            pieces, ids, feats = [], [], []
             for t, j in zip(trees, jobs):
                 t.forwarded += t.frontier
                 nodes = t.forwarded
-                ids = torch.tensor([t.tokens[n] for n in nodes], device=dev)
-                feats = torch.stack([t.hidden[t.parents[n]] for n in nodes])
+                ids += [t.tokens[n] for n in nodes]
+                feats += [t.hidden[t.parents[n]] for n in nodes]
                 pos = np.array([j.root + t.depths[n] for n in nodes], dtype=np.int64)
                 rows = rows_upto(j, j.root + 1 + len(nodes))
-                pieces.append(Piece(m.embed(ids), feats, pos, rows, t.ancestors_mask(nodes)))
-            hs = draft_forward(m, self.cache, pieces, self.attend)
+                pieces.append(Piece(None, None, pos, rows, t.ancestors_mask(nodes)))
+            hs = draft_forward(m, self.cache, pieces, self.attend, embeds=m.embed(torch.tensor(ids, device=dev)),
+                               feats=torch.stack(feats))
             for t, h in zip(trees, hs):
                 for n, row in zip(t.forwarded, h):
                     t.hidden[n] = row

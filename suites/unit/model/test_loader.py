@@ -119,6 +119,18 @@ def test_optional_config_values_take_their_defaults(tiny_checkpoint, tmp_path):
     assert (mcfg.rope_theta, mcfg.rms_eps, mcfg.architecture) == (10000.0, 1e-6, "llama")
 
 
+def test_transformers_5_rope_parameters_are_read(tiny_checkpoint, tmp_path):
+    d = _copy(tiny_checkpoint, tmp_path / "c")
+    _edit_config(d, rope_theta=None, rope_parameters={"rope_theta": 50000.0, "rope_type": "llama3", "factor": 8.0,
+                                                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                      "original_max_position_embeddings": 64})
+    mcfg, _ = resolve_model(str(d))
+    assert (mcfg.rope_theta, mcfg.rope_scaling) == (50000.0, (8.0, 1.0, 4.0, 64))
+    _edit_config(d, rope_parameters={"full_attention": {"rope_theta": 1.0}})
+    with pytest.raises(CheckpointError, match="rope_parameters must be one JSON object"):
+        resolve_model(str(d))
+
+
 @pytest.mark.parametrize("change, needle", [
     (dict(intermediate_size=96), r"mlp\.\w+_proj\.weight has shape \(\d+, \d+\), config.json implies"),
     (dict(num_hidden_layers=5), "missing parameter 'model.layers.4"),

@@ -6,7 +6,8 @@ model's argmax), batched together in random subsets, retracted (released, then
 re-admitted and re-prefilled from position 0 into whatever pages come next) and
 finished. After every forward the hidden states of the positions it wrote must
 equal a dense forward (contiguous KV, full recompute, separate attention code)
-over the same tokens, for ps in {1, 16, 64}, with sliding-window layers whose KV
+over the same tokens (a batch of one position each takes the decode fast path,
+pages read through the device request-to-token table), for ps in {1, 16, 64}, with sliding-window layers whose KV
 lives in the SWA pool and is evicted by the window rule.
 """
 
@@ -18,7 +19,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from mini_engine.model.attn_meta import build_meta
+from mini_engine.model.attn_meta import build_meta, decode_meta
 from mini_engine.model.transformer import KVCache
 
 from .conftest import MACHINE_SETTINGS, manager, tiny
@@ -80,6 +81,18 @@ def machine(ps: int):
             if batch:
                 self._forward(batch)
 
+        @precondition(lambda self: any(r["state"] is not None and r["done"] < len(r["tokens"])
+                                       for r in self.reqs.values()))
+        @rule(data=st.data())
+        def decode(self, data):
+            """One position for each of a subset of the live requests: the decode fast path."""
+            live = sorted(rid for rid, r in self.reqs.items() if r["state"] is not None and r["done"] < len(r["tokens"]))
+            rids = data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=4, unique=True))
+            batch = [(self.reqs[rid], 1) for rid in rids if self.mgr.extend(self.reqs[rid]["state"],
+                                                                            self.reqs[rid]["done"] + 1)]
+            if batch:
+                self._forward(batch)
+
         @precondition(lambda self: any(r["state"] is not None for r in self.reqs.values()))
         @rule(data=st.data())
         def retract(self, data):
@@ -104,7 +117,12 @@ def machine(ps: int):
                 lens.append(n)
                 ids += r["tokens"][r["done"] : end]
             swa = [self.mgr.swa.translate(x) for x in rows] if self.mgr.swa is not None else None
-            meta = build_meta(rows, lens, None, "cpu", swa_rows=swa)
+            if all(n == 1 for _, n in batch):  # plain decode: pages read from the device table
+                meta = decode_meta(self.mgr.req_to_token.device, np.array([r["state"].row for r, _ in batch]),
+                                   np.array([len(x) for x in rows]), self.mgr.mem.page_size,
+                                   self.mgr.swa.map_device if self.mgr.swa is not None else None)
+            else:
+                meta = build_meta(rows, lens, None, "cpu", swa_rows=swa)
             h = self.model(torch.tensor(ids), meta.q_pos, meta, self.cache)
             off = 0
             for (r, n) in batch:
