@@ -21,9 +21,10 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from mini_engine import algos
+from mini_engine.algos import SPECS
 from mini_engine.errors import ConfigError, check_choice, check_positive
-
-SPECS = ("none", "eagle", "dflash")
+from mini_engine.profiles import Profile, legacy
 POLICIES = ("aligned", "unaligned")
 FREE_POLICIES = ("host_pages", "dedup")
 AUDIT_MODES = ("record", "raise", "off")
@@ -45,9 +46,6 @@ NOMINAL_HEAD_DIM = 128
 NOMINAL_DTYPE_BYTES = 2
 
 DEFAULT_POOL_TOKENS = 1 << 18
-DEFAULT_BLOCK_SIZE = 16
-DEFAULT_TOPK = 1
-DEFAULT_STEPS = 3
 
 
 @dataclass
@@ -109,30 +107,9 @@ class EngineConfig:
     # -- validation pieces -------------------------------------------------
 
     def _resolve_spec(self) -> None:
-        for name in ("block_size", "draft_window"):
-            if getattr(self, name) is not None and self.spec != "dflash":
-                raise ConfigError(f"{name} applies to spec=dflash only (spec is {self.spec!r}); drop {name} or set spec=dflash")
-        for name in ("topk", "steps", "num_draft_tokens"):
-            if getattr(self, name) is not None and self.spec != "eagle":
-                raise ConfigError(f"{name} applies to spec=eagle only (spec is {self.spec!r}); drop {name} or set spec=eagle")
-        if self.spec == "dflash":
-            if self.block_size is None:
-                self.block_size = DEFAULT_BLOCK_SIZE
-            check_positive("block_size", self.block_size)
-            if self.draft_window is not None:
-                check_positive("draft_window", self.draft_window)
-        if self.spec == "eagle":
-            self.topk = check_positive("topk", DEFAULT_TOPK if self.topk is None else self.topk)
-            self.steps = check_positive("steps", DEFAULT_STEPS if self.steps is None else self.steps)
-            most = self.steps * self.topk + 1  # every tree node plus the root
-            if self.num_draft_tokens is None:
-                self.num_draft_tokens = self.steps + 1 if self.topk == 1 else most
-            check_positive("num_draft_tokens", self.num_draft_tokens, minimum=2)
-            if self.num_draft_tokens > most:
-                raise ConfigError(
-                    f"num_draft_tokens must be <= steps * topk + 1 = {most} "
-                    f"(got {self.num_draft_tokens} with steps={self.steps}, topk={self.topk})"
-                )
+        algo = self.algo
+        algo.check_foreign(self, [a for a in algos.ALGORITHMS.values() if a is not algo])
+        algo.resolve(self)
 
     def _resolve_swa(self) -> None:
         if self.window is not None:
@@ -152,7 +129,7 @@ class EngineConfig:
     def _resolve_acceptance(self) -> None:
         if self.accept_len is not None and self.accept_mean is not None:
             raise ConfigError("accept_len and accept_mean are exclusive: give a fixed length or a mean, not both")
-        if self.spec == "none":
+        if not self.speculative:
             for name in ("accept_len", "accept_mean"):
                 if getattr(self, name) is not None:
                     raise ConfigError(f"{name} applies to speculative decoding only (spec is 'none')")
@@ -171,7 +148,7 @@ class EngineConfig:
         for name in ("draft_layers", "draft_noise"):
             if getattr(self, name) is None:
                 continue
-            if self.model == "none" or self.spec == "none":
+            if self.model == "none" or not self.speculative:
                 raise ConfigError(f"{name} applies to a real model's drafter only (model={self.model!r}, spec={self.spec!r})")
         if self.draft_layers is not None:
             check_positive("draft_layers", self.draft_layers, minimum=0)
@@ -208,17 +185,26 @@ class EngineConfig:
     # -- derived quantities ------------------------------------------------
 
     @property
+    def algo(self) -> algos.Algorithm:
+        return algos.get(self.spec)
+
+    @property
+    def profile(self) -> Profile:
+        return legacy(self.policy, self.free_policy)
+
+    @property
     def speculative(self) -> bool:
-        return self.spec != "none"
+        return self.algo.speculative
 
     @property
     def max_accept(self) -> int:
         """Most tokens one verify can accept, the bonus token included."""
-        if self.spec == "dflash":
-            return self.block_size  # last verified token + block_size - 1 drafts
-        if self.spec == "eagle":
-            return min(self.steps + 1, self.num_draft_tokens)
-        return 1
+        return self.algo.max_accept(self)
+
+    @property
+    def step_reserve(self) -> int:
+        """Slots one decode step reserves ahead of committed (plain decode: 1)."""
+        return self.algo.step_reserve(self)
 
     @property
     def has_swa(self) -> bool:

@@ -33,6 +33,7 @@ from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.invariants import Auditor, Violation
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
+from mini_engine.profiles import WRITERS
 from mini_engine.request import Request, Status, check_context
 from mini_engine.scheduler import Scheduler
 from mini_engine.stats import Stats, reset_rss_peak
@@ -53,36 +54,38 @@ class RunResult:
 
 
 def decode_reserve(cfg: EngineConfig) -> int:
-    if cfg.spec == "dflash":
-        return sizing.dflash_reserve(cfg.block_size)
-    if cfg.spec == "eagle":
-        return sizing.eagle_reserve(cfg.page_size, cfg.topk, cfg.steps, cfg.num_draft_tokens)
-    return 0
+    """The speculative reservation ahead of committed (0 for plain decode)."""
+    return cfg.step_reserve if cfg.speculative else 0
 
 
 def memory_config(cfg: EngineConfig) -> MemoryConfig:
-    reserve = decode_reserve(cfg)
+    profile = cfg.profile
     return MemoryConfig(
         page_size=cfg.page_size,
         num_pages=cfg.num_pages,
         max_reqs=cfg.max_running,
-        row_width=sizing.row_width(cfg.max_context, reserve, cfg.page_size, cfg.speculative),
+        row_width=cfg.max_context + cfg.algo.row_headroom(cfg, profile.row_headroom),
         policy=cfg.policy,
         free_policy=cfg.free_policy,
-        # The SWA pool gets as many pages as the full pool: SWA KV of a request never
-        # exceeds its full KV, so the full pool is what limits admission.
-        swa_num_pages=cfg.num_pages if cfg.has_swa else None,
+        swa_num_pages=swa_pages(cfg.num_pages, profile.swa_ratio) if cfg.has_swa else None,
         window=cfg.window if cfg.has_swa else None,
         device=cfg.device,
         draft_window=cfg.draft_window,
-        algo=None if cfg.spec == "none" else cfg.spec,
+        algo=cfg.spec if cfg.speculative else None,
+        profile=profile,
     ).validate()
+
+
+def swa_pages(full_pages: int, ratio: float) -> int:
+    """SWA pool pages: the profile's share of the full pool (at least one page)."""
+    return max(1, int(full_pages * ratio))
 
 
 def request_pages(cfg: EngineConfig, prompt_len: int, max_new: int) -> int:
     """Pages one request may hold at its peak: full context plus the decode reservation."""
     tokens = prompt_len + max_new + decode_reserve(cfg)
-    return -(-tokens // cfg.page_size) + (1 if cfg.policy == "unaligned" else 0)
+    # An unaligned writer may leave the tail of a page stranded: one page more.
+    return -(-tokens // cfg.page_size) + (0 if cfg.profile.align >= set(WRITERS) else 1)
 
 
 class Engine:
@@ -308,7 +311,7 @@ class Engine:
         if joined:
             b.merge(BatchArrays.from_states(joined, self.mem.device))
             pos = {rid: i for i, rid in enumerate(b.rids)}  # read back: a missed merge shows as K10
-        b.set_allocated(b.plan_extents(self.sched.step_reserve, self.cfg.page_size, self.manager.aligned,
+        b.set_allocated(b.plan_extents(self.sched.step_reserve, self.cfg.page_size, self.manager.step_aligned,
                                        self.mem.row_width))
         where = np.fromiter((pos.get(r.rid, -1) for r in batch), dtype=np.int64, count=len(batch))
         if (where < 0).any():
@@ -339,7 +342,7 @@ class Engine:
     # -- bookkeeping -------------------------------------------------------------
 
     def _on_release(self, r: Request, retracted: bool) -> None:
-        self.stats.on_release(int(r.kv.allocated), self.cfg.free_policy)
+        self.stats.on_release(int(r.kv.allocated), self.mem.profile.free)
         self._left.add(r.rid)
         self.backend.release(r)
 

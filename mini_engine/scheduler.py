@@ -41,7 +41,7 @@ class Scheduler:
         # prepare(states, 1) gives max(cur, ceil_ps(seq_len)) (aligned) or seq_len
         # (unaligned), exactly what extend(state, seq_len) records, but as one
         # batched allocation per step.
-        self.step_reserve = reserve if cfg.speculative else 1
+        self.step_reserve = cfg.step_reserve
         self.on_release = on_release  # engine callback(req, retracted: bool) before the row is freed
         self.future: list[Request] = []  # not arrived yet, sorted by arrival_step
         self.waiting: deque[Request] = deque()

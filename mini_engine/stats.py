@@ -59,11 +59,11 @@ class Stats:
     peak_compact_draft: int = 0
     series: dict[str, list[int]] = field(default_factory=lambda: {"stranded": [], "reserved": [], "held": []})
 
-    def on_release(self, extent: int, free_policy: str) -> None:
-        # DESIGN.md: a host_pages free returns extent // ps pages; an unaligned
+    def on_release(self, extent: int, free_rule: str) -> None:
+        # DESIGN.md: a floor free returns extent // ps pages; an unaligned
         # extent leaves its last page behind, one leaked page per such release.
         self.releases += 1
-        if free_policy == "host_pages" and extent % self.page_size:
+        if free_rule == "floor" and extent % self.page_size:
             self.predicted_leaked_pages += 1
             # The SWA cursor is page-floored below the extent, so the SWA pool holds
             # a copy of that last page too and drops it the same way.

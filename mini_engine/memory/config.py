@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.memory.sizing import POLICIES
+from mini_engine.profiles import Profile, legacy
 
 FREE_POLICIES = ("host_pages", "dedup")
 
@@ -23,14 +24,18 @@ class MemoryConfig:
     device: str = "cpu"  # where the device twins live
     draft_window: int | None = None  # DFLASH compact draft cache (K9); None = not used
     algo: str | None = None  # label written in the trace's prepare records
+    # The accounting rules; None: the profile of policy and free_policy.
+    profile: Profile | None = None
 
     def validate(self) -> MemoryConfig:
         check_positive("page_size", self.page_size)
         check_positive("num_pages", self.num_pages)
         check_positive("max_reqs", self.max_reqs)
         check_positive("row_width", self.row_width)
-        check_choice("policy", self.policy, POLICIES)
-        check_choice("free_policy", self.free_policy, FREE_POLICIES)
+        if self.profile is None:
+            check_choice("policy", self.policy, POLICIES)
+            check_choice("free_policy", self.free_policy, FREE_POLICIES)
+            self.profile = legacy(self.policy, self.free_policy)
         if (self.swa_num_pages is None) != (self.window is None):
             raise ConfigError(
                 "swa_num_pages and window must be given together (SWA on) or both left unset "

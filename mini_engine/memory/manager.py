@@ -25,7 +25,9 @@ class KVManager:
     def __init__(self, mem: MemoryConfig, auditor: Auditor | None = None, trace: TraceWriter | None = None):
         self.mem = mem.validate()
         self.ps = mem.page_size
-        self.aligned = mem.policy == "aligned"
+        self.profile = mem.profile
+        # Whether a decode step's reservation page-ceils (the algorithm's writer, or plain decode's).
+        self.step_aligned = self.profile.aligns(mem.algo or "decode")
         self.auditor = auditor
         self.trace = trace
         self.full = PagedAllocator(mem.num_pages, mem.page_size, "full", trace, auditor)
@@ -100,7 +102,7 @@ class KVManager:
     def extend(self, state: ReqKVState, new_len: int) -> bool:
         """Cover positions < new_len (a prefill chunk or a plain decode token)."""
         new_len = check_positive("new_len", new_len, minimum=0)
-        target = self._extent_for(state, new_len)
+        target = self._extent_for(state, new_len, "extend")
         if target <= state.allocated:
             return True
         return self._grow([state], np.array([target], dtype=np.int64))
@@ -111,9 +113,10 @@ class KVManager:
         if not states:
             return True
         ps, width = self.ps, self.mem.row_width
+        aligned = self.profile.aligns(algo or self.mem.algo or "decode")
         cur = np.fromiter((s.allocated for s in states), dtype=np.int64, count=len(states))
         com = np.fromiter((s.committed for s in states), dtype=np.int64, count=len(states))
-        nxt = next_extents(cur, com, reserve, ps, self.aligned)
+        nxt = next_extents(cur, com, reserve, ps, aligned)
         # K4: the row must have headroom for the reservation plus the page round-up.
         short = (width - com < reserve + ps - 1) | (nxt > width)
         if short.any():
@@ -124,8 +127,8 @@ class KVManager:
             nxt = np.minimum(nxt, width)
         if self.trace is not None:
             self.trace.write({
-                "op": "prepare", "algo": algo or self.mem.algo or "none", "policy": self.mem.policy,
-                "reserve": reserve,
+                "op": "prepare", "algo": algo or self.mem.algo or "none",
+                "policy": "aligned" if aligned else "unaligned", "aligned": aligned, "reserve": reserve,
                 "reqs": [{"rid": _jsonable(s.rid), "committed": int(c), "cur": int(x), "nxt": int(y)}
                          for s, c, x, y in zip(states, com, cur, nxt)],
             })
@@ -169,7 +172,7 @@ class KVManager:
         fill_len = check_positive("fill_len", fill_len)
         if state.allocated or state.committed:
             raise ValueError(f"pd_prealloc needs a fresh request; {state.rid} already has extent {state.allocated}")
-        target = self._extent_for(state, fill_len)
+        target = self._extent_for(state, fill_len, "pd")
         if self.swa is not None:
             window = self.mem.window
             tail = swa_tail_len(fill_len, window, self.ps)
@@ -186,23 +189,22 @@ class KVManager:
         return True
 
     def release(self, state: ReqKVState) -> int:
-        """Free the request's pages under the free policy and return its row."""
+        """Free the request's pages under the profile's free rule and return its row."""
         row, extent, ps = state.row, state.allocated, self.ps
         if self.states.get(row) is not state:
             # A stale state's row may already belong to another request: freeing it would free theirs.
             raise ValueError(f"release of request {state.rid}: it is not live (released already?)")
         host_row = self.req_to_token.host[row]
         if extent:
-            if self.mem.free_policy == "dedup":
+            if self.profile.free == "dedup":
                 freed = self.full.free(host_row[:extent])
             else:
-                # Host pages by stride over the recorded extent, no dedup: an unaligned
-                # extent drops its last page (the leak the aligned policy prevents).
-                freed = self.full.free_segment(host_row, 0, extent // ps * ps)
+                freed = self.full.free_segment(host_row, 0, self._free_end(extent))
             self._give_back("full", state, freed)
         self.ledger.drop_row("full", row)
         if self.swa is not None:
-            freed = self.swa.release(host_row, state.swa_evicted, extent, self.mem.free_policy)
+            freed = self.swa.release(host_row, state.swa_evicted, extent, self._free_end(extent),
+                                     dedup=self.profile.free == "dedup")
             self._give_back("swa", state, freed)
             self.ledger.drop_row("swa", row)
         self._sum_extent -= extent
@@ -235,9 +237,17 @@ class KVManager:
         return found
 
     # -- internals ----------------------------------------------------------------
-    def _extent_for(self, state: ReqKVState, n: int) -> int:
-        """The extent a writer records to cover positions < n under the policy."""
-        target = -(-n // self.ps) * self.ps if self.aligned else n
+    def _free_end(self, extent: int) -> int:
+        """End of the pages a host free takes, by stride over the recorded extent.
+
+        floor: whole pages of the extent only, so an unaligned extent drops its
+        last page (one leaked page per such release).
+        """
+        return extent // self.ps * self.ps
+
+    def _extent_for(self, state: ReqKVState, n: int, writer: str) -> int:
+        """The extent a writer records to cover positions < n: page-ceiled if the profile aligns it."""
+        target = -(-n // self.ps) * self.ps if self.profile.aligns(writer) else n
         if target > self.mem.row_width:
             raise ConfigError(
                 f"row_width={self.mem.row_width} is too small for {n} positions of request "

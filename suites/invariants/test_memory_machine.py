@@ -151,7 +151,7 @@ def machine(ps: int, algo: str, policy: str, free_policy: str):
             # extents of the rows that moved from its own arrays, records them, then
             # adds the accepted counts; K10 compares the result with the manager.
             extents = self.batch.allocated.copy()
-            plan = self.batch.plan_extents(reserve, ps, self.m.aligned, self.mem.row_width)
+            plan = self.batch.plan_extents(reserve, ps, self.m.step_aligned, self.mem.row_width)
             extents[moved] = plan[moved]
             self.batch.set_allocated(extents)
             self.batch.commit(counts)
