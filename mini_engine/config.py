@@ -24,9 +24,10 @@ except ModuleNotFoundError:  # Python 3.10
 from mini_engine import algos
 from mini_engine.algos import SPECS
 from mini_engine.errors import ConfigError, check_choice, check_positive
-from mini_engine.profiles import Profile, legacy
-POLICIES = ("aligned", "unaligned")
-FREE_POLICIES = ("host_pages", "dedup")
+from mini_engine.profiles import DEFAULT_PROFILE, FREE_RULES, POLICIES, PREFIX_CACHES, PROFILES, Profile, resolve
+PROFILE_NAMES = tuple(PROFILES)
+FREE_POLICIES = FREE_RULES
+__all__ = ["POLICIES", "PREFIX_CACHES", "PROFILE_NAMES", "FREE_POLICIES", "SPECS", "EngineConfig", "load_toml"]
 AUDIT_MODES = ("record", "raise", "off")
 DEVICES = ("cpu", "cuda")
 # local:global layer ratios; "all-global" means no SWA layer at all.
@@ -64,8 +65,16 @@ class EngineConfig:
     num_draft_tokens: int | None = None
     window: int | None = None
     layer_pattern: str | None = None
-    policy: str = "aligned"
-    free_policy: str = "host_pages"
+    # The accounting profile and its knobs (mini_engine.profiles); None: the profile's value.
+    profile: str = DEFAULT_PROFILE
+    policy: str | None = None
+    align: str | None = None
+    free_policy: str | None = None
+    swa_eviction_interval: int | None = None
+    prefix_cache: str | None = None
+    swa_ratio: float | None = None
+    pd_radix: bool | None = None
+    row_headroom: str | None = None
     audit: str = "record"
     seed: int = 0
     model: str = "none"
@@ -81,6 +90,7 @@ class EngineConfig:
     # Pages of the pool, computed on first use: sizing by mem_fraction reads the
     # device, which a config validated on another machine may not have.
     _num_pages: int | None = field(init=False, default=None, repr=False, compare=False)
+    _profile: Profile | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_positive("page_size", self.page_size)
@@ -89,8 +99,7 @@ class EngineConfig:
         check_positive("chunked_prefill", self.chunked_prefill)
         check_positive("vocab_size", self.vocab_size, minimum=2)
         check_choice("spec", self.spec, SPECS)
-        check_choice("policy", self.policy, POLICIES)
-        check_choice("free_policy", self.free_policy, FREE_POLICIES)
+        self._resolve_profile()
         check_choice("audit", self.audit, AUDIT_MODES)
         check_choice("device", self.device, DEVICES)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
@@ -110,6 +119,21 @@ class EngineConfig:
         algo = self.algo
         algo.check_foreign(self, [a for a in algos.ALGORITHMS.values() if a is not algo])
         algo.resolve(self)
+
+    def _resolve_profile(self) -> None:
+        check_choice("profile", self.profile, PROFILE_NAMES)
+        if self.policy is not None:
+            check_choice("policy", self.policy, POLICIES)
+        if self.free_policy is not None:
+            check_choice("free_policy", self.free_policy, FREE_RULES)
+        if self.prefix_cache is not None:
+            check_choice("prefix_cache", self.prefix_cache, PREFIX_CACHES)
+        if self.swa_ratio is not None:
+            self.swa_ratio = _check_float("swa_ratio", self.swa_ratio, low=0.0)
+        self._profile = resolve(
+            self.profile, policy=self.policy, align=self.align, free=self.free_policy,
+            swa_eviction_interval=self.swa_eviction_interval, prefix_cache=self.prefix_cache,
+            swa_ratio=self.swa_ratio, pd_radix=self.pd_radix, row_headroom=self.row_headroom)
 
     def _resolve_swa(self) -> None:
         if self.window is not None:
@@ -189,8 +213,9 @@ class EngineConfig:
         return algos.get(self.spec)
 
     @property
-    def profile(self) -> Profile:
-        return legacy(self.policy, self.free_policy)
+    def rules(self) -> Profile:
+        """The resolved accounting profile (the named one with its overridden knobs)."""
+        return self._profile
 
     @property
     def speculative(self) -> bool:

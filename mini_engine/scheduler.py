@@ -48,6 +48,7 @@ class Scheduler:
         self.running: list[Request] = []  # admission order, oldest first
         self.ratio = INIT_RATIO
         self.retractions = 0
+        self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
         self.pd_skip_floor = False  # test hook: PD prealloc that bypasses the evict floor
 
     # -- queues ------------------------------------------------------------
@@ -100,7 +101,7 @@ class Scheduler:
         pd: list[Request] = []
         if not self.waiting:
             return chunks, pd
-        free = self.manager.num_free_pages - self._headroom()
+        free = self._free_pages() - self._headroom()
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_running:
             r = self.waiting[0]
             need = self._need(r)
@@ -141,8 +142,18 @@ class Scheduler:
         r.status = Status.RUNNING
         self.running.append(r)  # in admission order: the last one is the newest
 
+    def _free_pages(self) -> int:
+        """Free pages admission sees: with SWA, the smaller of the two pools (SGLang's min(full, swa))."""
+        m = self.manager
+        free = m.num_free_pages
+        return min(free, m.swa.allocator.num_free_pages) if m.swa is not None else free
+
     def _chunk(self, r: Request, budget: int) -> PrefillChunk | None:
         end = min(r.prefill_target, r.prefilled + budget)
+        if r.prefilled and self.manager.profile.prefix_cache == "chunk":
+            # The chunk cache shares no prefix: a chunked prefill evicts the window
+            # below what is already prefilled, every chunk (interval 1).
+            self.manager.evict_swa(r.kv, r.prefilled, interval=1)
         if not self.manager.extend(r.kv, end):
             return None
         return PrefillChunk(r, r.prefilled, end)
@@ -162,8 +173,10 @@ class Scheduler:
         while batch:
             if self.manager.prepare([r.kv for r in batch], self.step_reserve):
                 return batch
+            swa_short = self.manager.short_pool == "swa"
             if not self._retract_for(batch):
                 return None
+            self.swa_retractions += swa_short
         return batch
 
     def _retract_for(self, batch: list[Request]) -> bool:
