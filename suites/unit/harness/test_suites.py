@@ -33,7 +33,7 @@ def test_shipped_suites_load_and_have_unique_ids():
 def test_smoke_covers_what_the_issue_asks():
     configs = [c.config for c in load_suite("smoke").configs]
     assert {c.get("spec") for c in configs} >= {"eagle", "dflash"}
-    assert {c.get("policy") for c in configs} >= {"aligned", "unaligned"}
+    assert {c.get("profile") for c in configs} >= {"sglang-0.5.23", "sglang-pre-35265", "host-aligned", "floor-free"}
     assert {c.get("page_size") for c in configs} >= {1, 16, 64}
     assert any(c.get("window") for c in configs) and any(c.get("window") is None for c in configs)
     assert any(c.get("model") == "tiny" for c in configs)
@@ -45,7 +45,8 @@ def test_nightly_gpu_covers_the_axes():
     assert {c.get("block_size") for c in configs} >= {4, 8, 16}
     assert {c.get("window") for c in configs} == {None, 128, 512, 1024, 4096}
     assert {c["model"] for c in configs} == {"qwen3-0.6b", "llama-3.1-8b"}
-    assert {c.get("policy", "aligned") for c in configs} == {"aligned", "unaligned"}
+    assert {c.get("profile", "sglang-0.5.23") for c in configs} == {"sglang-0.5.23", "sglang-pre-35265",
+                                                                    "host-aligned", "floor-free"}
     assert max(c["max_running"] for c in configs) >= 128
 
 
