@@ -75,6 +75,7 @@ class EngineConfig:
     swa_ratio: float | None = None
     pd_radix: bool | None = None
     row_headroom: str | None = None
+    retraction: str | None = None
     audit: str = "record"
     seed: int = 0
     model: str = "none"
@@ -133,7 +134,8 @@ class EngineConfig:
         self._profile = resolve(
             self.profile, policy=self.policy, align=self.align, free=self.free_policy,
             swa_eviction_interval=self.swa_eviction_interval, prefix_cache=self.prefix_cache,
-            swa_ratio=self.swa_ratio, pd_radix=self.pd_radix, row_headroom=self.row_headroom)
+            swa_ratio=self.swa_ratio, pd_radix=self.pd_radix, row_headroom=self.row_headroom,
+            retraction=self.retraction)
 
     def _resolve_swa(self) -> None:
         if self.window is not None:

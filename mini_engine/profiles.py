@@ -29,6 +29,9 @@ Knobs, with SGLang 0.5.23's values first:
   row_headroom           "sglang": 4 + num_draft_tokens beyond the context, raised
                          to reserve + ps - 1 only when ps > 1; "generous": always
                          room for the reservation plus the page round-up.
+  retraction             "sglang": fewest output tokens first, then the longest
+                         prompt, with SGLang's new-token ratio constants; "newest":
+                         the newest request (mini_engine.retraction).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any
 
 from mini_engine.algos import ROW_HEADROOM_RULES
 from mini_engine.errors import ConfigError, check_choice, check_positive
+from mini_engine.retraction import RULES as RETRACTIONS
 
 WRITERS = ("extend", "decode", "pd", "eagle", "dflash")
 FREE_RULES = ("segment", "floor", "dedup")
@@ -56,6 +60,7 @@ class Profile:
     swa_ratio: float = 0.8
     pd_radix: bool = False
     row_headroom: str = "sglang"
+    retraction: str = "sglang"
     # Knobs an override may not change: what the profile is named for.
     fixed: tuple[str, ...] = ()
     what_if: bool = False  # no shipped version behaves like this
@@ -70,6 +75,7 @@ class Profile:
         check_positive("swa_eviction_interval", self.swa_eviction_interval)
         check_choice("prefix_cache", self.prefix_cache, PREFIX_CACHES)
         check_choice("row_headroom", self.row_headroom, ROW_HEADROOM_RULES)
+        check_choice("retraction", self.retraction, RETRACTIONS)
         if not isinstance(self.pd_radix, bool):
             raise ConfigError(f"pd_radix must be true or false (got {self.pd_radix!r})")
         r = self.swa_ratio
@@ -91,7 +97,7 @@ class Profile:
 
 
 _SGLANG = dict(free="segment", swa_eviction_interval=128, prefix_cache="radix", swa_ratio=0.8,
-               pd_radix=False, row_headroom="sglang")
+               pd_radix=False, row_headroom="sglang", retraction="sglang")
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("sglang-0.5.23", align=frozenset({"eagle", "dflash"}), **_SGLANG,

@@ -3,9 +3,10 @@
 The scheduler decides who runs and asks the memory layer for the slots; it never
 touches token ids or the backend. Admission is estimated in whole pages against
 the free list; when the estimate was too optimistic and a decode reservation
-fails, the newest request is retracted (freed and requeued to recompute later).
-Retracting the newest means the oldest always progresses, so a pool that holds
-any single request finishes every request.
+fails, a request is retracted (freed and requeued to recompute later) by the
+profile's retraction rule (mini_engine.retraction): SGLang's fewest-outputs-first,
+or the newest. Either way the request furthest along keeps progressing, so a pool
+that holds any single request finishes every request.
 """
 
 from __future__ import annotations
@@ -14,15 +15,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from mini_engine.config import EngineConfig
+from mini_engine.retraction import Retraction
 from mini_engine.request import Request, Status
 
-# Share of its remaining output a running request is expected to still need
-# (SGLang's new_token_ratio): starts optimistic, decays each decode step, and
-# jumps back up after a retraction so admission turns cautious.
-INIT_RATIO = 0.7
-MIN_RATIO = 0.1
-RATIO_DECAY = 0.002
-RATIO_BUMP = 0.3
 
 
 @dataclass
@@ -46,7 +41,10 @@ class Scheduler:
         self.future: list[Request] = []  # not arrived yet, sorted by arrival_step
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admission order, oldest first
-        self.ratio = INIT_RATIO
+        # Share of its remaining output a running request is expected to still need
+        # (SGLang's new_token_ratio): decays each decode step, re-estimated after a retraction.
+        self.rules = Retraction(manager.profile.retraction)
+        self.ratio = self.rules.init
         self.retractions = 0
         self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
         self.pd_skip_floor = False  # test hook: PD prealloc that bypasses the evict floor
@@ -169,7 +167,7 @@ class Scheduler:
         Returns the batch that got its slots (possibly smaller), or None when even
         a lone request cannot get them: the pool is exhausted.
         """
-        self.ratio = max(MIN_RATIO, self.ratio - RATIO_DECAY)
+        self.ratio = self.rules.decay_step(self.ratio)
         while batch:
             if self.manager.prepare([r.kv for r in batch], self.step_reserve):
                 return batch
@@ -180,12 +178,17 @@ class Scheduler:
         return batch
 
     def _retract_for(self, batch: list[Request]) -> bool:
-        """retract_stuck, and the victim leaves the batch being reserved too."""
-        victim = self.running[-1]  # a batch to reserve means something runs
-        if not self.retract_stuck():
+        """Retract the retraction rule's victim; it leaves the batch being reserved too.
+
+        False when only one request runs (nothing to gain).
+        """
+        if len(self.running) <= 1:
             return False
+        victim = self.rules.victim(self.running, batch)
+        self.retract(victim)
         if victim in batch:
             batch.remove(victim)
+        self.ratio = self.rules.ratio_after(self.ratio, batch)
         return True
 
     def retract(self, r: Request) -> None:
@@ -196,7 +199,6 @@ class Scheduler:
         self.retractions += 1
         # Front of the queue: retracted requests are older than anything waiting.
         self.waiting.appendleft(r)
-        self.ratio = min(1.0, self.ratio + RATIO_BUMP)
 
     def finish(self, r: Request) -> None:
         self._leave(r, retracted=False)
@@ -216,4 +218,5 @@ class Scheduler:
         if len(self.running) <= 1:
             return False
         self.retract(self.running[-1])
+        self.ratio = self.rules.ratio_after(self.ratio, self.decode_batch())
         return True

@@ -113,3 +113,29 @@ def test_swa_ratio_sizes_the_swa_pool_and_admission_sees_the_smaller():
     eng = Engine(cfg)
     assert eng.mem.swa_num_pages == 50 and eng.mem.num_pages == 100
     assert eng.sched._free_pages() == 50
+
+
+def test_sglang_retraction_order_and_ratio():
+    """SGLang retracts the request with the fewest outputs (longest prompt on a tie) and
+    re-estimates the ratio as (decoded + 20 n) / (max_new + 1) over the batch that stays."""
+    from mini_engine.retraction import Retraction
+
+    rules = Retraction("sglang")
+    a, b, c = Request(0, [1] * 10, 50), Request(1, [1] * 30, 50), Request(2, [1] * 20, 50)
+    a.outputs, b.outputs, c.outputs = [1] * 9, [1] * 3, [1] * 3
+    assert rules.victim([a, b, c], [a, b, c]) is b  # 3 outputs, the longer prompt
+    assert rules.ratio_after(0.5, [a, c]) == pytest.approx((12 + 40) / 101)
+    assert rules.init == 0.7 and rules.min == pytest.approx(0.098)
+    r = 0.7
+    for _ in range(600):
+        r = rules.decay_step(r)
+    assert r == pytest.approx(0.098)
+    assert Retraction("newest").victim([a, b, c], [a, b, c]) is c
+
+
+def test_sglang_retraction_under_pressure_finishes_everything():
+    cfg = EngineConfig(spec="dflash", block_size=16, page_size=16, accept_len=8, pool_tokens=1024,
+                       max_context=512)
+    res = Engine(cfg).run([Request(i, list(range(1, 21 + i)), 400) for i in range(6)])
+    assert res.verdict == "ok" and res.stats["retractions"] > 0 and res.stats["leaked_pages"] == 0
+    assert all(len(o) == 400 for o in res.outputs.values())

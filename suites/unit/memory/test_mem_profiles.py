@@ -171,3 +171,27 @@ def test_profiles_say_what_they_are():
     assert p["floor-free"].what_if and p["floor-free"].free == "floor"
     assert [n for n, q in p.items() if q.what_if] == ["floor-free"]
     assert resolve("sglang-0.5.23", swa_eviction_interval=1, prefix_cache="chunk").swa_eviction_interval == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(ps=st.sampled_from([1, 2, 16, 64, 256]), reqs=st.lists(st.tuples(st.integers(1, 900), st.integers(0, 64)),
+                                                          min_size=1, max_size=4),
+       reserve=st.integers(1, 64))
+def test_aligned_reservation_equals_sglang_side_by_side(ps, reqs, reserve):
+    """The page-aligned reservation of sglang-0.5.23 against SGLang's own
+    page_aligned_decode_alloc_lens on the same lengths (skipped where SGLang is absent)."""
+    sizing = pytest.importorskip("sglang.srt.mem_cache.allocation_sizing")
+    from types import SimpleNamespace
+
+    m, _ = make("sglang-0.5.23", ps, num_pages=8192 // ps + 64)
+    states, fakes = [], []
+    for i, (committed, ahead) in enumerate(reqs):
+        s = m.admit(i)
+        assert m.extend(s, committed + ahead)
+        m.commit(s, committed)
+        states.append(s)
+        fakes.append(SimpleNamespace(kv=SimpleNamespace(kv_allocated_len=s.allocated, kv_committed_len=committed)))
+    cur, nxt, need = sizing.page_aligned_decode_alloc_lens(fakes, reserve=reserve, page_size=ps)
+    assert m.prepare(states, reserve, algo="dflash")
+    assert [s.allocated for s in states] == nxt
+    assert sum(n - c for n, c in zip(nxt, cur)) == need
