@@ -127,7 +127,7 @@ def test_filter_counts_the_configs_it_selects():
     from harness.sweep import check_filter
 
     smoke = load_suite("smoke")
-    assert check_filter("ps:16 and not model", smoke) == 9  # both algorithms x policies x windows, + 1 dedup
+    assert check_filter("ps:16 and not model", smoke) == 17  # both algorithms x 4 profiles x windows, + 1 dedup
     assert check_filter(None, smoke) is None
 
 
