@@ -33,7 +33,23 @@ DEFAULTS = {"policy": "aligned", "free_policy": "host_pages", "spec": "none", "p
 
 
 def _opt(row: dict[str, Any], key: str) -> Any:
+    if key == "policy":
+        return _variant(row)
     return (row.get("config") or {}).get(key, DEFAULTS.get(key))
+
+
+def _variant(row: dict[str, Any]) -> Any:
+    """What the accounting follows: the profile (a run of older code names its policy)."""
+    cfg = row.get("config") or {}
+    if cfg.get("profile") is not None:
+        name = cfg["profile"] + (" (what-if)" if cfg["profile"] == "floor-free" else "")
+        return name if cfg.get("policy") is None else f"{name} {cfg['policy']}"
+    return cfg.get("policy", DEFAULTS["policy"])
+
+
+# Pairs whose reserved slots differ by what alignment costs: the aligned writer first.
+# sglang-0.5.23 vs sglang-pre-35265 is what PR 35265 costs.
+ALIGNMENT_PAIRS = (("aligned", "unaligned"), ("sglang-0.5.23", "sglang-pre-35265"))
 
 
 def _measured(rows: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
@@ -76,13 +92,14 @@ def alignment_overhead(rows: list[dict[str, Any]]) -> dict[tuple, list[tuple[flo
     pair of configs identical but for the policy."""
     twins: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for row in _measured(rows, "peak_reserved_slots"):
-        rest = {k: v for k, v in (row.get("config") or {}).items() if k != "policy"}
+        rest = {k: v for k, v in (row.get("config") or {}).items() if k not in ("policy", "profile")}
         twins[json.dumps(rest, sort_keys=True, default=str)][_opt(row, "policy")] = row
     out: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     for pair in twins.values():
-        if "aligned" not in pair or "unaligned" not in pair:
+        names = next((p for p in ALIGNMENT_PAIRS if p[0] in pair and p[1] in pair), None)
+        if names is None:
             continue
-        a, u = pair["aligned"], pair["unaligned"]
+        a, u = pair[names[0]], pair[names[1]]
         ps = _opt(a, "page_size")
         running = a["metrics"].get("peak_running") or _opt(a, "num_requests") or 1
         extra = float(a["metrics"]["peak_reserved_slots"] - u["metrics"]["peak_reserved_slots"])
@@ -127,7 +144,7 @@ def _heatmap(rows: list[dict[str, Any]], metric: str, label: str, path: Path) ->
             ax.set_yticks(range(len(ys)), [str(y) for y in ys])
             ax.set_xlabel("page_size (slots)")
             ax.set_ylabel(f"{spec} {DRAFT_AXIS[spec]}")
-            ax.set_title(f"{spec}: {policy} reservation, {free} free", fontsize=9)
+            ax.set_title(f"{spec}: {policy}" + ("" if free is None else f", {free} free"), fontsize=9)
             for (i, j), v in np.ndenumerate(grid):
                 if not np.isnan(v):
                     ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=9,
@@ -160,7 +177,8 @@ def _overhead(rows: list[dict[str, Any]], path: Path) -> Path | None:
     ax.set_ylabel("extra reserved slots\nper running request (pages)")
     ax.set_ylim(min(0.0, *pages) - 0.05, max(1.2, *pages) * 1.1)
     ax.set_title("what alignment costs: peak reserved-but-unwritten slots, aligned - unaligned\n"
-                 f"(mean over {sum(len(g) for g in groups.values())} pairs of configs that differ only in the policy)",
+                 f"(mean over {sum(len(g) for g in groups.values())} pairs of configs that differ only in the "
+                 "profile: sglang-0.5.23 - sglang-pre-35265)",
                  fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
