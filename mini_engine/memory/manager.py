@@ -51,6 +51,11 @@ class KVManager:
         self._seen: dict[int, tuple[object, int, int]] = {}
         self._seen_leaked: dict[str, int] = {}
 
+    @property
+    def aligned(self) -> bool:
+        """Every writer page-ceils its extent (the host-aligned rules): no slot is ever stranded."""
+        return self.profile.all_aligned
+
     # -- counters the engine reads every step (O(1), host only) -------------------
     @property
     def syncs(self) -> int:
@@ -160,8 +165,8 @@ class KVManager:
         self._sum_committed += new - state.committed
         state.committed = new
 
-    def evict_swa(self, state: ReqKVState, pre_len: int, *, interval: int | None = None) -> int:
-        """SGLang's window rule once pre_len positions are final; returns SWA pages freed.
+    def evict_swa(self, state: ReqKVState, pre_len: int | None = None, *, interval: int | None = None) -> int:
+        """SGLang's window rule once pre_len (default: committed) positions are final; returns SWA pages freed.
 
         interval: the eviction interval (the profile's in decode, 1 within chunked
         prefill); the threshold follows the profile's prefix cache (sizing.swa_evict_target).
@@ -170,6 +175,8 @@ class KVManager:
             return 0
         p = self.profile
         old = state.swa_evicted
+        if pre_len is None:
+            pre_len = state.committed
         new = swa_evict_target(pre_len, old, self.mem.window, self.ps,
                                p.swa_eviction_interval if interval is None else interval, p.prefix_cache)
         if new <= old:

@@ -139,3 +139,16 @@ def test_sglang_retraction_under_pressure_finishes_everything():
     res = Engine(cfg).run([Request(i, list(range(1, 21 + i)), 400) for i in range(6)])
     assert res.verdict == "ok" and res.stats["retractions"] > 0 and res.stats["leaked_pages"] == 0
     assert all(len(o) == 400 for o in res.outputs.values())
+
+
+def test_draft_window_does_not_widen_the_swa_window():
+    def cursors(**opts):
+        eng = one_dflash_request(**opts)
+        out = []
+        while eng.sched.has_work():
+            eng.tick()
+            r = eng.requests[0]
+            out.append(None if r.kv is None else r.kv.swa_evicted)
+        return out
+
+    assert cursors(draft_window=96) == cursors()
