@@ -1,9 +1,10 @@
 """Plots of a sweep, written beside its results and logged to the parent run.
 
 * stranded slots and leaked pages over page_size x draft shape (DFLASH block_size,
-  EAGLE topk), one panel per reservation policy and free policy
+  EAGLE topk), one panel per accounting profile (and free rule where overridden)
 * what alignment costs in reserved-but-unwritten slots, from pairs of configs that
-  differ only in the policy, per running request in pages (DESIGN: under one page)
+  differ only in the profile (sglang-0.5.23 vs sglang-pre-35265: what PR 35265
+  costs), per running request in pages (DESIGN: under one page)
 * memory (peak pages held, reserved, stranded, SWA pages held) against page_size,
   block_size and window
 * timings (throughput, host planning time) against page_size: the median of the
@@ -41,6 +42,29 @@ MEMORY_AXES = {("page_size",): SHAPE + POLICIES, ("block_size",): ("page_size",)
 TIMINGS = ("output_tokens_per_s", "plan_us_per_decode_step", "mem_torch_peak_bytes")
 
 
+# Pairs of configs whose reserved slots differ by what alignment costs, the aligned
+# writer first: sglang-0.5.23 vs sglang-pre-35265 is what PR 35265 costs.
+ALIGNMENT_PAIRS = (("sglang-0.5.23", "sglang-pre-35265"), ("aligned", "unaligned"))
+
+
+def variant(row: dict[str, Any]) -> Any:
+    """What the accounting follows: the profile (floor-free named a what-if: no shipped
+    version frees that way); a row of older code names its policy."""
+    cfg = row.get("config") or {}
+    if cfg.get("profile") is not None:
+        name = cfg["profile"] + (" (what-if)" if cfg["profile"] == "floor-free" else "")
+        return name if cfg.get("policy") is None else f"{name} {cfg['policy']}"
+    return opt(row, "policy")
+
+
+def free_rule(row: dict[str, Any]) -> Any:
+    """The free rule when a config overrides its profile's (or an older row's policy)."""
+    cfg = row.get("config") or {}
+    if cfg.get("profile") is not None:
+        return cfg.get("free_policy")
+    return opt(row, "free_policy")
+
+
 def _folded(rows: list[dict[str, Any]], shown: tuple[str, ...]) -> str:
     """The options that differ between configs drawn as one cell or point."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
@@ -52,7 +76,7 @@ def _folded(rows: list[dict[str, Any]], shown: tuple[str, ...]) -> str:
 
 
 def heatmap_cells(rows: list[dict[str, Any]], metric: str) -> dict[tuple, dict[tuple, float]]:
-    """(spec, policy, free_policy) -> {(draft size, page_size): worst value}.
+    """(spec, profile, free rule) -> {(draft size, page_size): worst value}.
 
     The worst (max) config, not the mean: one config that reproduces the bug must
     show, and an aligned panel of zeros then says no config stranded or leaked."""
@@ -62,7 +86,7 @@ def heatmap_cells(rows: list[dict[str, Any]], metric: str) -> dict[tuple, dict[t
         if spec not in DRAFT_AXIS:
             continue
         cell = (opt(row, DRAFT_AXIS[spec]), opt(row, "page_size"))
-        panel = panels[(spec, opt(row, "policy"), opt(row, "free_policy"))]
+        panel = panels[(spec, variant(row), free_rule(row))]
         panel[cell] = max(panel.get(cell, 0.0), float(row["metrics"][metric]))
     return dict(panels)
 
@@ -72,13 +96,14 @@ def alignment_overhead(rows: list[dict[str, Any]]) -> dict[tuple, list[tuple[flo
     pair of configs identical but for the policy."""
     twins: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for row in measured(rows, "peak_reserved_slots"):
-        rest = {k: v for k, v in (row.get("config") or {}).items() if k != "policy"}
-        twins[json.dumps(rest, sort_keys=True, default=str)][opt(row, "policy")] = row
+        rest = {k: v for k, v in (row.get("config") or {}).items() if k not in ("policy", "profile")}
+        twins[json.dumps(rest, sort_keys=True, default=str)][variant(row)] = row
     out: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     for pair in twins.values():
-        if "aligned" not in pair or "unaligned" not in pair:
+        names = next((p for p in ALIGNMENT_PAIRS if p[0] in pair and p[1] in pair), None)
+        if names is None:
             continue
-        a, u = pair["aligned"], pair["unaligned"]
+        a, u = pair[names[0]], pair[names[1]]
         ps = opt(a, "page_size")
         running = a["metrics"].get("peak_running") or opt(a, "num_requests") or 1
         extra = float(a["metrics"]["peak_reserved_slots"] - u["metrics"]["peak_reserved_slots"])
@@ -125,14 +150,14 @@ def _heatmap(rows: list[dict[str, Any]], metric: str, label: str, path: Path) ->
             ax.set_yticks(range(len(ys)), [str(y) for y in ys])
             ax.set_xlabel("page_size (slots)")
             ax.set_ylabel(f"{spec} {DRAFT_AXIS[spec]}")
-            ax.set_title(f"{spec}: {policy} reservation, {free} free", fontsize=9)
+            ax.set_title(f"{spec}: {policy}" + (f", {free} free" if free else ""), fontsize=9)
             for (i, j), v in np.ndenumerate(grid):
                 if not np.isnan(v):
                     ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=9,
                             color="white" if v > 0.6 * top else "black")
             fig.colorbar(im, ax=ax)
     drawn = [r for r in measured(rows, metric) if opt(r, "spec") in DRAFT_AXIS]
-    folded = _folded(drawn, ("spec", "policy", "free_policy", "page_size", *DRAFT_AXIS.values()))
+    folded = _folded(drawn, ("spec", "profile", "policy", "free_policy", "page_size", *DRAFT_AXIS.values()))
     _suptitle(fig, f"{label} (a cell is the worst config over: {folded})")
     fig.tight_layout()
     return _save(fig, path)
@@ -157,8 +182,8 @@ def _overhead(rows: list[dict[str, Any]], path: Path) -> Path | None:
     ax.set_xticks(range(len(keys)), [f"{s}\nps={ps}" for s, ps in keys], fontsize=8)
     ax.set_ylabel("extra reserved slots\nper running request (pages)")
     ax.set_ylim(min(0.0, *pages) - 0.05, max(1.2, *pages) * 1.1)
-    ax.set_title("what alignment costs: peak reserved-but-unwritten slots, aligned - unaligned\n"
-                 f"(mean over {sum(len(g) for g in groups.values())} pairs of configs that differ only in the policy)",
+    ax.set_title("what alignment costs: peak reserved-but-unwritten slots, aligned - unaligned writer\n"
+                 f"(mean over {sum(len(g) for g in groups.values())} pairs of configs that differ only in the profile)",
                  fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()

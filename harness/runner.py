@@ -25,7 +25,7 @@ _SPEC = {
     "eagle": (("topk", "topk"), ("steps", "steps"), ("num_draft_tokens", "ndt")),
     "none": (),
 }
-_POLICY = (("policy", "policy"), ("free_policy", "free"))
+_POLICY = (("profile", "profile"), ("policy", "policy"), ("free_policy", "free"))
 _SWA = (("window", "window"), ("layer_pattern", "layers"))
 _WORKLOAD = (("workload", "workload"), ("num_requests", "n"))
 _SHORT = {"pool_tokens": "pool", "max_running": "max_running", "accept_len": "acc",

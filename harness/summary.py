@@ -66,7 +66,9 @@ def group_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         cfg = row.get("config") or {}
-        groups.setdefault(tuple(str(cfg.get(k)) for k in GROUP_BY), []).append(row)
+        # A run of older code names its policy where a profile is now.
+        key = {k: cfg.get("profile") if k == "policy" and cfg.get("profile") else cfg.get(k) for k in GROUP_BY}
+        groups.setdefault(tuple(str(key[k]) for k in GROUP_BY), []).append(row)
     out = []
     for key, members in sorted(groups.items()):
         c = counts(members)

@@ -21,12 +21,14 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from mini_engine import algos
+from mini_engine.algos import SPECS
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.pool_budget import footprint, pool_tokens
-
-SPECS = ("none", "eagle", "dflash")
-POLICIES = ("aligned", "unaligned")
-FREE_POLICIES = ("host_pages", "dedup")
+from mini_engine.profiles import DEFAULT_PROFILE, FREE_RULES, POLICIES, PREFIX_CACHES, PROFILES, Profile, resolve
+PROFILE_NAMES = tuple(PROFILES)
+FREE_POLICIES = FREE_RULES
+__all__ = ["POLICIES", "PREFIX_CACHES", "PROFILE_NAMES", "FREE_POLICIES", "SPECS", "EngineConfig", "load_toml"]
 AUDIT_MODES = ("record", "raise", "off")
 DEVICES = ("cpu", "cuda")
 # local:global layer ratios; "all-global" means no SWA layer at all.
@@ -46,9 +48,6 @@ NOMINAL_HEAD_DIM = 128
 NOMINAL_DTYPE_BYTES = 2
 
 DEFAULT_POOL_TOKENS = 1 << 18
-DEFAULT_BLOCK_SIZE = 16
-DEFAULT_TOPK = 1
-DEFAULT_STEPS = 3
 
 
 @dataclass
@@ -67,8 +66,17 @@ class EngineConfig:
     num_draft_tokens: int | None = None
     window: int | None = None
     layer_pattern: str | None = None
-    policy: str = "aligned"
-    free_policy: str = "host_pages"
+    # The accounting profile and its knobs (mini_engine.profiles); None: the profile's value.
+    profile: str = DEFAULT_PROFILE
+    policy: str | None = None
+    align: str | None = None
+    free_policy: str | None = None
+    swa_eviction_interval: int | None = None
+    prefix_cache: str | None = None
+    swa_ratio: float | None = None
+    pd_radix: bool | None = None
+    row_headroom: str | None = None
+    retraction: str | None = None
     audit: str = "record"
     seed: int = 0
     model: str = "none"
@@ -84,6 +92,7 @@ class EngineConfig:
     # Pages of the pool, computed on first use: sizing by mem_fraction reads the
     # device, which a config validated on another machine may not have.
     _num_pages: int | None = field(init=False, default=None, repr=False, compare=False)
+    _profile: Profile | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_positive("page_size", self.page_size)
@@ -92,8 +101,7 @@ class EngineConfig:
         check_positive("chunked_prefill", self.chunked_prefill)
         check_positive("vocab_size", self.vocab_size, minimum=2)
         check_choice("spec", self.spec, SPECS)
-        check_choice("policy", self.policy, POLICIES)
-        check_choice("free_policy", self.free_policy, FREE_POLICIES)
+        self._resolve_profile()
         check_choice("audit", self.audit, AUDIT_MODES)
         check_choice("device", self.device, DEVICES)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
@@ -110,30 +118,25 @@ class EngineConfig:
     # -- validation pieces -------------------------------------------------
 
     def _resolve_spec(self) -> None:
-        for name in ("block_size", "draft_window"):
-            if getattr(self, name) is not None and self.spec != "dflash":
-                raise ConfigError(f"{name} applies to spec=dflash only (spec is {self.spec!r}); drop {name} or set spec=dflash")
-        for name in ("topk", "steps", "num_draft_tokens"):
-            if getattr(self, name) is not None and self.spec != "eagle":
-                raise ConfigError(f"{name} applies to spec=eagle only (spec is {self.spec!r}); drop {name} or set spec=eagle")
-        if self.spec == "dflash":
-            if self.block_size is None:
-                self.block_size = DEFAULT_BLOCK_SIZE
-            check_positive("block_size", self.block_size)
-            if self.draft_window is not None:
-                check_positive("draft_window", self.draft_window)
-        if self.spec == "eagle":
-            self.topk = check_positive("topk", DEFAULT_TOPK if self.topk is None else self.topk)
-            self.steps = check_positive("steps", DEFAULT_STEPS if self.steps is None else self.steps)
-            most = self.steps * self.topk + 1  # every tree node plus the root
-            if self.num_draft_tokens is None:
-                self.num_draft_tokens = self.steps + 1 if self.topk == 1 else most
-            check_positive("num_draft_tokens", self.num_draft_tokens, minimum=2)
-            if self.num_draft_tokens > most:
-                raise ConfigError(
-                    f"num_draft_tokens must be <= steps * topk + 1 = {most} "
-                    f"(got {self.num_draft_tokens} with steps={self.steps}, topk={self.topk})"
-                )
+        algo = self.algo
+        algo.check_foreign(self, [a for a in algos.ALGORITHMS.values() if a is not algo])
+        algo.resolve(self)
+
+    def _resolve_profile(self) -> None:
+        check_choice("profile", self.profile, PROFILE_NAMES)
+        if self.policy is not None:
+            check_choice("policy", self.policy, POLICIES)
+        if self.free_policy is not None:
+            check_choice("free_policy", self.free_policy, FREE_RULES)
+        if self.prefix_cache is not None:
+            check_choice("prefix_cache", self.prefix_cache, PREFIX_CACHES)
+        if self.swa_ratio is not None:
+            self.swa_ratio = _check_float("swa_ratio", self.swa_ratio, low=0.0)
+        self._profile = resolve(
+            self.profile, policy=self.policy, align=self.align, free=self.free_policy,
+            swa_eviction_interval=self.swa_eviction_interval, prefix_cache=self.prefix_cache,
+            swa_ratio=self.swa_ratio, pd_radix=self.pd_radix, row_headroom=self.row_headroom,
+            retraction=self.retraction)
 
     def _resolve_swa(self) -> None:
         if self.window is not None:
@@ -153,7 +156,7 @@ class EngineConfig:
     def _resolve_acceptance(self) -> None:
         if self.accept_len is not None and self.accept_mean is not None:
             raise ConfigError("accept_len and accept_mean are exclusive: give a fixed length or a mean, not both")
-        if self.spec == "none":
+        if not self.speculative:
             for name in ("accept_len", "accept_mean"):
                 if getattr(self, name) is not None:
                     raise ConfigError(f"{name} applies to speculative decoding only (spec is 'none')")
@@ -172,7 +175,7 @@ class EngineConfig:
         for name in ("draft_layers", "draft_noise"):
             if getattr(self, name) is None:
                 continue
-            if self.model == "none" or self.spec == "none":
+            if self.model == "none" or not self.speculative:
                 raise ConfigError(f"{name} applies to a real model's drafter only (model={self.model!r}, spec={self.spec!r})")
         if self.draft_layers is not None:
             check_positive("draft_layers", self.draft_layers, minimum=0)
@@ -209,17 +212,27 @@ class EngineConfig:
     # -- derived quantities ------------------------------------------------
 
     @property
+    def algo(self) -> algos.Algorithm:
+        return algos.get(self.spec)
+
+    @property
+    def rules(self) -> Profile:
+        """The resolved accounting profile (the named one with its overridden knobs)."""
+        return self._profile
+
+    @property
     def speculative(self) -> bool:
-        return self.spec != "none"
+        return self.algo.speculative
 
     @property
     def max_accept(self) -> int:
         """Most tokens one verify can accept, the bonus token included."""
-        if self.spec == "dflash":
-            return self.block_size  # last verified token + block_size - 1 drafts
-        if self.spec == "eagle":
-            return min(self.steps + 1, self.num_draft_tokens)
-        return 1
+        return self.algo.max_accept(self)
+
+    @property
+    def step_reserve(self) -> int:
+        """Slots one decode step reserves ahead of committed (plain decode: 1)."""
+        return self.algo.step_reserve(self)
 
     @property
     def has_swa(self) -> bool:

@@ -53,36 +53,43 @@ class RunResult:
 
 
 def decode_reserve(cfg: EngineConfig) -> int:
-    if cfg.spec == "dflash":
-        return sizing.dflash_reserve(cfg.block_size)
-    if cfg.spec == "eagle":
-        return sizing.eagle_reserve(cfg.page_size, cfg.topk, cfg.steps, cfg.num_draft_tokens)
-    return 0
+    """The speculative reservation ahead of committed (0 for plain decode)."""
+    return cfg.step_reserve if cfg.speculative else 0
 
 
 def memory_config(cfg: EngineConfig) -> MemoryConfig:
-    reserve = decode_reserve(cfg)
+    profile = cfg.rules
     return MemoryConfig(
         page_size=cfg.page_size,
         num_pages=cfg.num_pages,
         max_reqs=cfg.max_running,
-        row_width=sizing.row_width(cfg.max_context, reserve, cfg.page_size, cfg.speculative),
+        row_width=cfg.max_context + cfg.algo.row_headroom(cfg, profile.row_headroom),
         policy=cfg.policy,
         free_policy=cfg.free_policy,
-        # The SWA pool gets as many pages as the full pool: SWA KV of a request never
-        # exceeds its full KV, so the full pool is what limits admission.
-        swa_num_pages=cfg.num_pages if cfg.has_swa else None,
+        swa_num_pages=swa_pages(cfg.num_pages, profile.swa_ratio) if cfg.has_swa else None,
         window=cfg.window if cfg.has_swa else None,
         device=cfg.device,
         draft_window=cfg.draft_window,
-        algo=None if cfg.spec == "none" else cfg.spec,
+        algo=cfg.spec if cfg.speculative else None,
+        profile=profile,
     ).validate()
+
+
+def swa_pages(full_pages: int, ratio: float) -> int:
+    """SWA pool pages: the profile's share of the full pool (at least one page)."""
+    return max(1, int(full_pages * ratio))
 
 
 def request_pages(cfg: EngineConfig, prompt_len: int, max_new: int) -> int:
     """Pages one request may hold at its peak: full context plus the decode reservation."""
     tokens = prompt_len + max_new + decode_reserve(cfg)
-    return -(-tokens // cfg.page_size) + (1 if cfg.policy == "unaligned" else 0)
+    # An unaligned writer may leave the tail of a page stranded: one page more.
+    return -(-tokens // cfg.page_size) + (0 if cfg.rules.all_aligned else 1)
+
+
+def admission_pages(cfg: EngineConfig) -> int:
+    """Pages admission can count on: the smaller of the two pools (SGLang's min(full, swa))."""
+    return min(cfg.num_pages, swa_pages(cfg.num_pages, cfg.rules.swa_ratio)) if cfg.has_swa else cfg.num_pages
 
 
 class Engine:
@@ -134,12 +141,14 @@ class Engine:
                                   f"(got {r.fill_len})")
             check_context(r.rid, len(r.prompt), r.max_new_tokens, cfg.max_context)
             need = request_pages(cfg, len(r.prompt), r.max_new_tokens)
-            if need > cfg.num_pages:
+            have = admission_pages(cfg)
+            if need > have:
                 total = len(r.prompt) + r.max_new_tokens
+                pool = "" if have == cfg.num_pages else f" (its SWA pool {have} pages at swa_ratio={cfg.rules.swa_ratio})"
                 raise ConfigError(
-                    f"pool_tokens={cfg.num_pages * cfg.page_size} is too small for one request of the workload: "
+                    f"pool_tokens={cfg.num_pages * cfg.page_size}{pool} is too small for one request of the workload: "
                     f"request {r.rid} needs {need} pages of {cfg.page_size} ({total} tokens + reserve "
-                    f"{self.reserve}); raise pool_tokens to >= {need * cfg.page_size}"
+                    f"{self.reserve}); raise pool_tokens to >= {-(-need * cfg.num_pages // have) * cfg.page_size}"
                 )
 
     def submit(self, reqs: list[Request]) -> None:
@@ -244,6 +253,14 @@ class Engine:
 
     def _decode(self, batch: list[Request]) -> bool | None:
         t0 = time.perf_counter()
+        if self.cfg.has_swa:
+            # SGLang's prepare_for_decode: the window eviction comes before the reservation,
+            # from a request's second decode batch on (the first may overlap its prefill).
+            for r in batch:
+                if r.decode_batches:
+                    self.manager.evict_swa(r.kv, r.kv.committed)
+        for r in batch:
+            r.decode_batches += 1
         batch = self.sched.reserve_decode(batch)
         if batch is None:
             return None
@@ -257,7 +274,7 @@ class Engine:
             results = [[t] for t in _results(self.backend.decode(batch), len(batch))]
         t1 = time.perf_counter()
         cfg, stats = self.cfg, self.stats
-        spec, swa, dw, most = cfg.speculative, cfg.has_swa, cfg.draft_window, cfg.max_accept
+        spec, dw, most = cfg.speculative, cfg.draft_window, cfg.max_accept
         accepted = out = 0
         counts = np.zeros(len(self.batch), dtype=np.int64)  # committed per batch position
         for r, toks, at in zip(batch, results, where.tolist()):
@@ -282,8 +299,6 @@ class Engine:
                                                sizing.compact_draft_len(r.kv.committed, dw, cfg.page_size))
             if n == left:
                 self.sched.finish(r)
-            elif swa:
-                self.manager.evict_swa(r.kv)
         self.batch.commit(counts)
         if spec:
             stats.spec_verifies += len(batch)
@@ -308,7 +323,7 @@ class Engine:
         if joined:
             b.merge(BatchArrays.from_states(joined, self.mem.device))
             pos = {rid: i for i, rid in enumerate(b.rids)}  # read back: a missed merge shows as K10
-        b.set_allocated(b.plan_extents(self.sched.step_reserve, self.cfg.page_size, self.manager.aligned,
+        b.set_allocated(b.plan_extents(self.sched.step_reserve, self.cfg.page_size, self.manager.step_aligned,
                                        self.mem.row_width))
         where = np.fromiter((pos.get(r.rid, -1) for r in batch), dtype=np.int64, count=len(batch))
         if (where < 0).any():
@@ -339,7 +354,8 @@ class Engine:
     # -- bookkeeping -------------------------------------------------------------
 
     def _on_release(self, r: Request, retracted: bool) -> None:
-        self.stats.on_release(int(r.kv.allocated), self.cfg.free_policy)
+        self.stats.on_release(int(r.kv.allocated), self.mem.profile.free)
+        r.decode_batches = 0  # a retracted request starts over
         self._left.add(r.rid)
         self.backend.release(r)
 
@@ -357,6 +373,8 @@ class Engine:
 
     def _result(self, reqs: list[Request], verdict: str, wall: float) -> RunResult:
         self.stats.retractions = self.sched.retractions
+        self.stats.swa_retractions = self.sched.swa_retractions
+        self.stats.row_overflow_slots = self.manager.row_overflow_slots
         counts = dict(self.auditor.counts)
         total = sum(counts.values())
         if verdict == "ok" and total:

@@ -36,6 +36,9 @@ class Request:
     prefill_target: int = 0
     prefilled: int = 0
     retractions: int = 0
+    # Decode batches this request has been in since it (re)started: SGLang evicts SWA
+    # only from the second one (the first may still overlap the prefill).
+    decode_batches: int = 0
     spec_steps: int = 0
     accepted: int = 0  # tokens accepted over all spec steps, bonus included
 

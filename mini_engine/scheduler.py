@@ -3,9 +3,10 @@
 The scheduler decides who runs and asks the memory layer for the slots; it never
 touches token ids or the backend. Admission is estimated in whole pages against
 the free list; when the estimate was too optimistic and a decode reservation
-fails, the newest request is retracted (freed and requeued to recompute later).
-Retracting the newest means the oldest always progresses, so a pool that holds
-any single request finishes every request.
+fails, a request is retracted (freed and requeued to recompute later) by the
+profile's retraction rule (mini_engine.retraction): SGLang's fewest-outputs-first,
+or the newest. Either way the request furthest along keeps progressing, so a pool
+that holds any single request finishes every request.
 """
 
 from __future__ import annotations
@@ -14,15 +15,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from mini_engine.config import EngineConfig
+from mini_engine.retraction import Retraction
 from mini_engine.request import Request, Status
 
-# Share of its remaining output a running request is expected to still need
-# (SGLang's new_token_ratio): starts optimistic, decays each decode step, and
-# jumps back up after a retraction so admission turns cautious.
-INIT_RATIO = 0.7
-MIN_RATIO = 0.1
-RATIO_DECAY = 0.002
-RATIO_BUMP = 0.3
 
 
 @dataclass
@@ -41,13 +36,17 @@ class Scheduler:
         # prepare(states, 1) gives max(cur, ceil_ps(seq_len)) (aligned) or seq_len
         # (unaligned), exactly what extend(state, seq_len) records, but as one
         # batched allocation per step.
-        self.step_reserve = reserve if cfg.speculative else 1
+        self.step_reserve = cfg.step_reserve
         self.on_release = on_release  # engine callback(req, retracted: bool) before the row is freed
         self.future: list[Request] = []  # not arrived yet, sorted by arrival_step
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admission order, oldest first
-        self.ratio = INIT_RATIO
+        # Share of its remaining output a running request is expected to still need
+        # (SGLang's new_token_ratio): decays each decode step, re-estimated after a retraction.
+        self.rules = Retraction(manager.profile.retraction)
+        self.ratio = self.rules.init
         self.retractions = 0
+        self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
         self.pd_skip_floor = False  # test hook: PD prealloc that bypasses the evict floor
 
     # -- queues ------------------------------------------------------------
@@ -100,7 +99,7 @@ class Scheduler:
         pd: list[Request] = []
         if not self.waiting:
             return chunks, pd
-        free = self.manager.num_free_pages - self._headroom()
+        free = self._free_pages() - self._headroom()
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_running:
             r = self.waiting[0]
             need = self._need(r)
@@ -141,8 +140,18 @@ class Scheduler:
         r.status = Status.RUNNING
         self.running.append(r)  # in admission order: the last one is the newest
 
+    def _free_pages(self) -> int:
+        """Free pages admission sees: with SWA, the smaller of the two pools (SGLang's min(full, swa))."""
+        m = self.manager
+        free = m.num_free_pages
+        return min(free, m.swa.allocator.num_free_pages) if m.swa is not None else free
+
     def _chunk(self, r: Request, budget: int) -> PrefillChunk | None:
         end = min(r.prefill_target, r.prefilled + budget)
+        if r.prefilled and self.manager.profile.prefix_cache == "chunk":
+            # The chunk cache shares no prefix: a chunked prefill evicts the window
+            # below what is already prefilled, every chunk (interval 1).
+            self.manager.evict_swa(r.kv, r.prefilled, interval=1)
         if not self.manager.extend(r.kv, end):
             return None
         return PrefillChunk(r, r.prefilled, end)
@@ -158,21 +167,28 @@ class Scheduler:
         Returns the batch that got its slots (possibly smaller), or None when even
         a lone request cannot get them: the pool is exhausted.
         """
-        self.ratio = max(MIN_RATIO, self.ratio - RATIO_DECAY)
+        self.ratio = self.rules.decay_step(self.ratio)
         while batch:
             if self.manager.prepare([r.kv for r in batch], self.step_reserve):
                 return batch
+            swa_short = self.manager.short_pool == "swa"
             if not self._retract_for(batch):
                 return None
+            self.swa_retractions += swa_short
         return batch
 
     def _retract_for(self, batch: list[Request]) -> bool:
-        """retract_stuck, and the victim leaves the batch being reserved too."""
-        victim = self.running[-1]  # a batch to reserve means something runs
-        if not self.retract_stuck():
+        """Retract the retraction rule's victim; it leaves the batch being reserved too.
+
+        False when only one request runs (nothing to gain).
+        """
+        if len(self.running) <= 1:
             return False
+        victim = self.rules.victim(self.running, batch)
+        self.retract(victim)
         if victim in batch:
             batch.remove(victim)
+        self.ratio = self.rules.ratio_after(self.ratio, batch)
         return True
 
     def retract(self, r: Request) -> None:
@@ -183,7 +199,6 @@ class Scheduler:
         self.retractions += 1
         # Front of the queue: retracted requests are older than anything waiting.
         self.waiting.appendleft(r)
-        self.ratio = min(1.0, self.ratio + RATIO_BUMP)
 
     def finish(self, r: Request) -> None:
         self._leave(r, retracted=False)
@@ -203,4 +218,5 @@ class Scheduler:
         if len(self.running) <= 1:
             return False
         self.retract(self.running[-1])
+        self.ratio = self.rules.ratio_after(self.ratio, self.decode_batch())
         return True

@@ -10,6 +10,8 @@ import resource
 import sys
 from dataclasses import dataclass, field
 
+from mini_engine.memory.manager import WRITER_KINDS
+
 
 def reset_rss_peak() -> None:
     """Start a new RSS peak, so a run in a long process (a sweep) reports its own peak."""
@@ -52,18 +54,23 @@ class Stats:
     stranded_sum: int = 0
     peak_running: int = 0
     retractions: int = 0
+    swa_retractions: int = 0
+    row_overflow_slots: int = 0
+    peak_swa_held: int = 0
+    peak_stranded_by: dict[str, int] = field(default_factory=lambda: {k: 0 for k in WRITER_KINDS})
     releases: int = 0
     predicted_leaked_pages: int = 0
     predicted_leaked_swa_pages: int = 0
     pd_arrivals: int = 0
     peak_compact_draft: int = 0
-    series: dict[str, list[int]] = field(default_factory=lambda: {"stranded": [], "reserved": [], "held": []})
+    series: dict[str, list[int]] = field(default_factory=lambda: {"stranded": [], "reserved": [], "held": [],
+                                                                  "swa_held": []})
 
-    def on_release(self, extent: int, free_policy: str) -> None:
-        # DESIGN.md: a host_pages free returns extent // ps pages; an unaligned
+    def on_release(self, extent: int, free_rule: str) -> None:
+        # DESIGN.md: a floor free returns extent // ps pages; an unaligned
         # extent leaves its last page behind, one leaked page per such release.
         self.releases += 1
-        if free_policy == "host_pages" and extent % self.page_size:
+        if free_rule == "floor" and extent % self.page_size:
             self.predicted_leaked_pages += 1
             # The SWA cursor is page-floored below the extent, so the SWA pool holds
             # a copy of that last page too and drops it the same way.
@@ -76,6 +83,12 @@ class Stats:
         self.series["stranded"].append(stranded)
         self.series["reserved"].append(reserved)
         self.series["held"].append(held)
+        swa_held = int(manager.swa_pages_held)
+        self.series["swa_held"].append(swa_held)
+        self.peak_swa_held = max(self.peak_swa_held, swa_held)
+        for k, v in manager.stranded_by_writer.items():
+            if v > self.peak_stranded_by[k]:
+                self.peak_stranded_by[k] = v
         self.stranded_sum += stranded
         self.peak_stranded = max(self.peak_stranded, stranded)
         self.peak_reserved = max(self.peak_reserved, reserved)
@@ -109,12 +122,16 @@ class Stats:
             "peak_reserved_slots": self.peak_reserved,
             "peak_stranded_slots": self.peak_stranded,
             "stranded_slots_sum": self.stranded_sum,
+            **{f"peak_stranded_slots_{k}": v for k, v in self.peak_stranded_by.items()},
+            "peak_swa_pages_held": self.peak_swa_held,
             "leaked_pages": leaked_pages,
             "predicted_leaked_pages": self.predicted_leaked_pages,
             "leaked_swa_pages": leaked_swa_pages,
             "predicted_leaked_swa_pages": self.predicted_leaked_swa_pages,
             "peak_running": self.peak_running,
             "retractions": self.retractions,
+            "swa_retractions": self.swa_retractions,
+            "row_overflow_slots": self.row_overflow_slots,
             "releases": self.releases,
             "pd_arrivals": self.pd_arrivals,
             "peak_compact_draft_len": self.peak_compact_draft,

@@ -13,9 +13,11 @@ import os
 from typing import Any
 
 from harness.workloads import WORKLOADS
-from mini_engine.config import (AUDIT_MODES, DEVICES, FREE_POLICIES, LAYER_PATTERNS, POLICIES, SPECS,
-                                load_toml)
+from mini_engine.algos import ROW_HEADROOM_RULES
+from mini_engine.config import (AUDIT_MODES, DEVICES, FREE_POLICIES, LAYER_PATTERNS, POLICIES, PREFIX_CACHES,
+                                PROFILE_NAMES, SPECS, load_toml)
 from mini_engine.errors import ConfigError
+from mini_engine.retraction import RULES as RETRACTIONS
 
 # (flag, option, type, choices, help); the choices are the validators' own tuples.
 _ENGINE_FLAGS = (
@@ -33,8 +35,22 @@ _ENGINE_FLAGS = (
     ("--num-draft-tokens", "num_draft_tokens", int, None, "EAGLE tokens verified per step"),
     ("--window", "window", int, None, "SWA window in positions (default: no SWA)"),
     ("--layer-pattern", "layer_pattern", str, tuple(LAYER_PATTERNS), "local:global layer pattern"),
-    ("--policy", "policy", str, POLICIES, "extent policy of every writer"),
-    ("--free", "free_policy", str, FREE_POLICIES, "how release frees pages"),
+    ("--profile", "profile", str, PROFILE_NAMES,
+     "accounting profile (default sglang-0.5.23; floor-free is a what-if, no shipped version)"),
+    ("--align", "align", str, None, "knob: writers that page-ceil their extent: all, none or a comma list "
+     "of extend,decode,pd,eagle,dflash"),
+    ("--policy", "policy", str, POLICIES, "knob shorthand: aligned = --align all, unaligned = --align none"),
+    ("--free", "free_policy", str, FREE_POLICIES, "knob: how release frees pages (segment = SGLang's)"),
+    ("--swa-eviction-interval", "swa_eviction_interval", int, None,
+     "knob: SGLANG_SWA_EVICTION_INTERVAL, positions past the window before a decode step evicts (128)"),
+    ("--prefix-cache", "prefix_cache", str, PREFIX_CACHES,
+     "knob: SGLang's SWA eviction threshold of a prefix-sharing (radix) or chunk cache; chunk also "
+     "evicts during chunked prefill (kvbench models no prefix tree, only these two rules)"),
+    ("--swa-ratio", "swa_ratio", float, None, "knob: SWA pool size as a share of the full pool (0.8)"),
+    ("--row-headroom", "row_headroom", str, ROW_HEADROOM_RULES,
+     "knob: req_to_token row headroom, SGLang's (DFLASH at ps 1 can overflow: K4) or generous"),
+    ("--retraction", "retraction", str, RETRACTIONS,
+     "knob: who is retracted on a short pool: SGLang's fewest-outputs-first (its ratio constants) or the newest"),
     ("--audit", "audit", str, AUDIT_MODES, "invariant checks after each step"),
     ("--seed", "seed", int, None, "seed of the workload and the simulated tokens (default 0)"),
     ("--model", "model", str, None, "'none' (accounting only), a built-in model, or a checkpoint dir"),
@@ -67,6 +83,8 @@ def register(subparsers) -> None:
     eng = p.add_argument_group("engine")
     for flag, dest, typ, choices, help_ in _ENGINE_FLAGS:
         eng.add_argument(flag, dest=dest, type=typ, choices=choices, default=None, help=help_)
+    eng.add_argument("--pd-radix", dest="pd_radix", action="store_const", const=True, default=None,
+                     help="knob: the decode side's radix cache sets the PD SWA tail")
     wl = p.add_argument_group("workload")
     for flag, dest, typ, choices, help_ in _WORKLOAD_FLAGS:
         wl.add_argument(flag, dest=dest, type=typ, choices=choices, default=None, help=help_)
@@ -79,7 +97,7 @@ def register(subparsers) -> None:
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = load_toml(args.config) if args.config else {}
-    for _, dest, *_ in _ENGINE_FLAGS + _WORKLOAD_FLAGS:
+    for _, dest, *_ in _ENGINE_FLAGS + _WORKLOAD_FLAGS + (("--pd-radix", "pd_radix"),):
         value = getattr(args, dest)
         if value is not None:
             options[dest] = value
@@ -151,8 +169,12 @@ def print_summary(row: dict[str, Any]) -> None:
         ("leaked pages (measured / predicted)", f"{m.get('leaked_pages', '-')} / {m.get('predicted_leaked_pages', '-')}"),
         ("leaked SWA pages (measured / predicted)",
          f"{m.get('leaked_swa_pages', '-')} / {m.get('predicted_leaked_swa_pages', '-')}"),
+        ("stranded slots peak by writer (prefill / decode / spec / pd)",
+         " / ".join(str(m.get(f"peak_stranded_slots_{k}", "-")) for k in ("prefill", "decode", "spec", "pd"))),
+        ("peak SWA pages held", m.get("peak_swa_pages_held")),
+        ("row overflow slots (K4)", m.get("row_overflow_slots")),
         ("peak running requests", m.get("peak_running")),
-        ("retractions", m.get("retractions")),
+        ("retractions (SWA-driven)", f"{m.get('retractions', '-')} ({m.get('swa_retractions', '-')})"),
         ("RSS peak MiB", _num(m["rss_peak_bytes"] / 2**20, 1) if "rss_peak_bytes" in m else "-"),
         ("violations", ", ".join(f"{k}: {v}" for k, v in sorted(row["violations"].items())) or "0"),
     )

@@ -76,13 +76,20 @@ def _live(m: KVManager):
 
 
 def check_k1(m: KVManager, step: int) -> list[Violation]:
-    """K1: extents are page multiples and pages held == extent / ps (0 stranded slots)."""
+    """K1: an extent a page-ceiling writer recorded is a page multiple with pages held == extent / ps
+    (0 stranded slots); any extent holds exactly the pages it touches, ceil(extent / ps).
+
+    Which writers page-ceil is the profile's align knob: under host-aligned every
+    extent is held to 0 stranded slots; an exact writer's tail is stranded, not a breach.
+    """
     states, rows, alloc, _ = _live(m)
     held = m.ledger.held["full"][rows]
-    bad = (alloc % m.ps != 0) | (held * m.ps != alloc)
+    aligned = np.fromiter((s.aligned for s in states), dtype=bool, count=len(states))
+    touched = -(-alloc // m.ps)
+    bad = (aligned & (alloc % m.ps != 0)) | (held != touched)
     return [Violation("K1", states[i].rid, step, {
         "allocated": int(alloc[i]), "pages_held": int(held[i]), "page_size": m.ps,
-        "stranded": int(held[i] * m.ps - alloc[i])}) for i in np.flatnonzero(bad)]
+        "writer": states[i].writer, "stranded": int(held[i] * m.ps - alloc[i])}) for i in np.flatnonzero(bad)]
 
 
 def check_k2(m: KVManager, step: int) -> list[Violation]:

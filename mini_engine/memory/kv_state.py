@@ -22,6 +22,10 @@ class ReqKVState:
     # The last reservation, so K4 can be re-checked after the fact.
     reserve_base: int = 0
     reserve: int = 0
+    # Who wrote the extent last (prefill | decode | spec | pd) and whether it page-ceiled it:
+    # stranded slots are counted per writer kind, K1 holds the aligned writers to 0.
+    writer: str = ""
+    aligned: bool = False
 
     def set_extent(self, new: int) -> int:
         """The one writer of the extent. Returns the old extent; refuses to go back (K2)."""

@@ -16,7 +16,9 @@ from mini_engine.memory.invariants import Auditor, Violation, check_all
 from mini_engine.memory.kv_state import ExtentDecrease, ReqKVState
 from mini_engine.memory.ledger import PageLedger
 from mini_engine.memory.req_to_token import ReqToTokenPool
-from mini_engine.memory.sizing import next_extents, swa_tail_len
+from mini_engine.memory.sizing import next_extents, pd_swa_tail_len, swa_evict_target
+
+WRITER_KINDS = ("prefill", "decode", "spec", "pd")
 from mini_engine.memory.swa import SWAPool
 from mini_engine.memory.trace import TraceWriter
 
@@ -25,7 +27,9 @@ class KVManager:
     def __init__(self, mem: MemoryConfig, auditor: Auditor | None = None, trace: TraceWriter | None = None):
         self.mem = mem.validate()
         self.ps = mem.page_size
-        self.aligned = mem.policy == "aligned"
+        self.profile = mem.profile
+        # Whether a decode step's reservation page-ceils (the algorithm's writer, or plain decode's).
+        self.step_aligned = self.profile.aligns(mem.algo or "decode")
         self.auditor = auditor
         self.trace = trace
         self.full = PagedAllocator(mem.num_pages, mem.page_size, "full", trace, auditor)
@@ -39,9 +43,18 @@ class KVManager:
         # Running sums over live requests, so the per-step counters are O(1).
         self._sum_extent = 0
         self._sum_committed = 0
+        # Stranded slots (ceil_ps(extent) - extent) of live requests, by who wrote the extent.
+        self.stranded_by_writer = {k: 0 for k in WRITER_KINDS}
+        self.short_pool: str | None = None  # the pool that refused the last failed allocation
+        self.row_overflow_slots = 0  # reservations cut at the row's end (K4), summed
         # What state checks saw last time, for K2/K6 as state properties.
         self._seen: dict[int, tuple[object, int, int]] = {}
         self._seen_leaked: dict[str, int] = {}
+
+    @property
+    def aligned(self) -> bool:
+        """Every writer page-ceils its extent (the host-aligned rules): no slot is ever stranded."""
+        return self.profile.all_aligned
 
     # -- counters the engine reads every step (O(1), host only) -------------------
     @property
@@ -100,10 +113,11 @@ class KVManager:
     def extend(self, state: ReqKVState, new_len: int) -> bool:
         """Cover positions < new_len (a prefill chunk or a plain decode token)."""
         new_len = check_positive("new_len", new_len, minimum=0)
-        target = self._extent_for(state, new_len)
+        target = self._extent_for(state, new_len, "extend")
         if target <= state.allocated:
             return True
-        return self._grow([state], np.array([target], dtype=np.int64))
+        return self._grow([state], np.array([target], dtype=np.int64), writer="prefill",
+                          aligned=self.profile.aligns("extend"))
 
     def prepare(self, states: list[ReqKVState], reserve: int, *, algo: str | None = None) -> bool:
         """Speculative decode reservation for a batch: one allocation, all-or-nothing."""
@@ -111,12 +125,15 @@ class KVManager:
         if not states:
             return True
         ps, width = self.ps, self.mem.row_width
+        aligned = self.profile.aligns(algo or self.mem.algo or "decode")
         cur = np.fromiter((s.allocated for s in states), dtype=np.int64, count=len(states))
         com = np.fromiter((s.committed for s in states), dtype=np.int64, count=len(states))
-        nxt = next_extents(cur, com, reserve, ps, self.aligned)
-        # K4: the row must have headroom for the reservation plus the page round-up.
-        short = (width - com < reserve + ps - 1) | (nxt > width)
+        nxt = next_extents(cur, com, reserve, ps, aligned)
+        # K4: the row must have headroom for the reservation, plus the page round-up
+        # when the reservation page-ceils.
+        short = (width - com < reserve + (ps - 1 if aligned else 0)) | (nxt > width)
         if short.any():
+            self.row_overflow_slots += int(np.maximum(nxt - width, 0).sum())
             for i in np.flatnonzero(short):
                 self._report(Violation("K4", states[i].rid, self.step, {
                     "committed": int(com[i]), "reserve": reserve, "nxt": int(nxt[i]),
@@ -124,12 +141,13 @@ class KVManager:
             nxt = np.minimum(nxt, width)
         if self.trace is not None:
             self.trace.write({
-                "op": "prepare", "algo": algo or self.mem.algo or "none", "policy": self.mem.policy,
-                "reserve": reserve,
+                "op": "prepare", "algo": algo or self.mem.algo or "none",
+                "policy": "aligned" if aligned else "unaligned", "aligned": aligned, "reserve": reserve,
                 "reqs": [{"rid": _jsonable(s.rid), "committed": int(c), "cur": int(x), "nxt": int(y)}
                          for s, c, x, y in zip(states, com, cur, nxt)],
             })
-        if not self._grow(states, nxt, cur):
+        if not self._grow(states, nxt, cur, writer="spec" if algo or self.mem.algo else "decode",
+                          aligned=aligned):
             return False
         for s, c, cut in zip(states, com.tolist(), short.tolist()):
             s.reserve_base = c
@@ -147,13 +165,21 @@ class KVManager:
         self._sum_committed += new - state.committed
         state.committed = new
 
-    def evict_swa(self, state: ReqKVState) -> int:
-        """Window rule: cursor -> max(cursor, floor_ps(committed - window)); returns SWA pages freed."""
+    def evict_swa(self, state: ReqKVState, pre_len: int | None = None, *, interval: int | None = None) -> int:
+        """SGLang's window rule once pre_len (default: committed) positions are final; returns SWA pages freed.
+
+        interval: the eviction interval (the profile's in decode, 1 within chunked
+        prefill); the threshold follows the profile's prefix cache (sizing.swa_evict_target).
+        """
         if self.swa is None:
             return 0
+        p = self.profile
         old = state.swa_evicted
-        new = max(old, max(0, state.committed - self.mem.window) // self.ps * self.ps)
-        if new == old:
+        if pre_len is None:
+            pre_len = state.committed
+        new = swa_evict_target(pre_len, old, self.mem.window, self.ps,
+                               p.swa_eviction_interval if interval is None else interval, p.prefix_cache)
+        if new <= old:
             return 0
         new = self._write_cursor(state, new)
         freed = self.swa.evict(self.req_to_token.host[state.row], old, new)
@@ -169,16 +195,17 @@ class KVManager:
         fill_len = check_positive("fill_len", fill_len)
         if state.allocated or state.committed:
             raise ValueError(f"pd_prealloc needs a fresh request; {state.rid} already has extent {state.allocated}")
-        target = self._extent_for(state, fill_len)
-        if self.swa is not None:
+        target = self._extent_for(state, fill_len, "pd")
+        if self.swa is not None and self.ps > 1:  # SGLang takes the tail path only when ps > 1
             window = self.mem.window
-            tail = swa_tail_len(fill_len, window, self.ps)
+            tail = pd_swa_tail_len(fill_len, window, self.ps, self.profile.pd_radix)
             value = max(0, fill_len - window) if skip_floor else fill_len - tail
             if self.trace is not None:
                 self.trace.write({"op": "swa_prealloc", "fill_len": fill_len, "window": window,
                                   "tail": fill_len - value, "evicted": value})
             self._write_cursor(state, value, fill_len=fill_len, window=window)
-        if not self._grow([state], np.array([target], dtype=np.int64)):
+        if not self._grow([state], np.array([target], dtype=np.int64), writer="pd",
+                          aligned=self.profile.aligns("pd")):
             state.swa_evicted = 0  # the prealloc did not happen: the fresh state is restored whole
             return False
         self._sum_committed += fill_len
@@ -186,27 +213,28 @@ class KVManager:
         return True
 
     def release(self, state: ReqKVState) -> int:
-        """Free the request's pages under the free policy and return its row."""
+        """Free the request's pages under the profile's free rule and return its row."""
         row, extent, ps = state.row, state.allocated, self.ps
         if self.states.get(row) is not state:
             # A stale state's row may already belong to another request: freeing it would free theirs.
             raise ValueError(f"release of request {state.rid}: it is not live (released already?)")
         host_row = self.req_to_token.host[row]
         if extent:
-            if self.mem.free_policy == "dedup":
+            if self.profile.free == "dedup":
                 freed = self.full.free(host_row[:extent])
             else:
-                # Host pages by stride over the recorded extent, no dedup: an unaligned
-                # extent drops its last page (the leak the aligned policy prevents).
-                freed = self.full.free_segment(host_row, 0, extent // ps * ps)
+                freed = self.full.free_segment(host_row, 0, self._free_end(extent))
             self._give_back("full", state, freed)
         self.ledger.drop_row("full", row)
         if self.swa is not None:
-            freed = self.swa.release(host_row, state.swa_evicted, extent, self.mem.free_policy)
+            freed = self.swa.release(host_row, state.swa_evicted, extent, self._free_end(extent),
+                                     dedup=self.profile.free == "dedup")
             self._give_back("swa", state, freed)
             self.ledger.drop_row("swa", row)
         self._sum_extent -= extent
         self._sum_committed -= state.committed
+        if state.writer:
+            self.stranded_by_writer[state.writer] -= -(-extent // ps) * ps - extent
         self.req_to_token.free(row)
         del self.states[row]
         self._seen.pop(row, None)
@@ -235,19 +263,33 @@ class KVManager:
         return found
 
     # -- internals ----------------------------------------------------------------
-    def _extent_for(self, state: ReqKVState, n: int) -> int:
-        """The extent a writer records to cover positions < n under the policy."""
-        target = -(-n // self.ps) * self.ps if self.aligned else n
+    def _free_end(self, extent: int) -> int:
+        """End of the pages a host free takes, by stride over the recorded extent.
+
+        segment (SGLang): every page the extent touches, the row's segment
+        [0, owned) plus the over-allocation [ceil_ps(owned), extent), so nothing
+        leaks. floor: whole pages of the extent only, so an unaligned extent drops
+        its last page (one leaked page per such release).
+        """
+        if self.profile.free == "floor":
+            return extent // self.ps * self.ps
+        return -(-extent // self.ps) * self.ps
+
+    def _extent_for(self, state: ReqKVState, n: int, writer: str) -> int:
+        """The extent a writer records to cover positions < n: page-ceiled if the profile aligns it."""
+        target = -(-n // self.ps) * self.ps if self.profile.aligns(writer) else n
         if target > self.mem.row_width:
             raise ConfigError(
                 f"row_width={self.mem.row_width} is too small for {n} positions of request "
                 f"{state.rid} (extent {target}); size rows with sizing.row_width")
         return target
 
-    def _grow(self, states: list[ReqKVState], targets: np.ndarray, cur: np.ndarray | None = None) -> bool:
+    def _grow(self, states: list[ReqKVState], targets: np.ndarray, cur: np.ndarray | None = None, *,
+              writer: str, aligned: bool) -> bool:
         """Allocate positions [allocated, target) of each state in both pools, all-or-nothing.
 
-        cur: the states' extents, when the caller has already gathered them.
+        cur: the states' extents, when the caller has already gathered them;
+        writer / aligned: who records the new extents and whether they are page-ceiled.
         """
         if cur is None:
             cur = np.fromiter((s.allocated for s in states), dtype=np.int64, count=len(states))
@@ -263,6 +305,7 @@ class KVManager:
         last = np.where(cur > 0, host[rows, np.maximum(cur - 1, 0)], -1)
         need = int(self.full.pages_needed(cur, targets).sum())
         if need > self.full.num_free_pages:
+            self.short_pool = "full"
             return False
         if self.swa is not None:
             # SWA pages start at the cursor: a fresh PD request holds none below it.
@@ -270,6 +313,7 @@ class KVManager:
             swa_prefix = np.maximum(cur, base)
             if int(self.swa.allocator.pages_needed(swa_prefix, np.maximum(targets, swa_prefix)).sum()) \
                     > self.swa.allocator.num_free_pages:
+                self.short_pool = "swa"
                 return False
         got = self.full.traced_allocate(cur, targets, last)
         row_rep = np.repeat(rows, got.lens)
@@ -282,16 +326,21 @@ class KVManager:
             self.swa.set_map(host[np.repeat(rows, sg.lens), sg.positions], sg.slots)
             self.ledger.take("swa", np.repeat(rows, sg.pages_per_req), sg.pages)
         for s, t in zip(states, targets.tolist()):
-            self._set_extent(s, t)
+            self._set_extent(s, t, writer, aligned)
         return True
 
-    def _set_extent(self, state: ReqKVState, new: int) -> None:
+    def _set_extent(self, state: ReqKVState, new: int, writer: str, aligned: bool) -> None:
         try:
             old = state.set_extent(new)
         except ExtentDecrease as err:
             self._report(Violation("K2", state.rid, self.step, {"old": err.old, "new": err.new}))
             return
         self._sum_extent += new - old
+        ps, by = self.ps, self.stranded_by_writer
+        if state.writer:
+            by[state.writer] -= -(-old // ps) * ps - old
+        by[writer] += -(-new // ps) * ps - new
+        state.writer, state.aligned = writer, aligned
 
     def _write_cursor(self, state: ReqKVState, value: int, **context: int) -> int:
         """The one writer of swa_evicted_seqlen; K6 fires here, at the write."""

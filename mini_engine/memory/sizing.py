@@ -108,3 +108,38 @@ def row_width(max_context: int, reserve: int, page_size: int, speculative: bool)
         return ctx + ps - 1
     reserve = check_positive("reserve", reserve, minimum=1)
     return ctx + reserve + ps - 1
+
+
+def pd_swa_tail_len(fill_len: int, window: int, page_size: int, radix: bool = False) -> int:
+    """SWA positions SGLang 0.5.23's decode side preallocates for a transferred request.
+
+    It takes the tail path only when ps > 1: at ps 1 the whole fill gets SWA slots
+    (the cursor stays 0). With the decode-side radix cache the window starts below
+    the last committed position, max(window, ps) back, page-floored.
+    """
+    fill_len = check_positive("fill_len", fill_len, minimum=0)
+    window = check_positive("window", window, minimum=1)
+    ps = check_positive("page_size", page_size, minimum=1)
+    if ps == 1:
+        return fill_len
+    if radix:
+        return fill_len - max(0, fill_len - 1 - max(window, ps)) // ps * ps
+    return _window_tail(fill_len, window, ps)
+
+
+def swa_evict_target(pre_len: int, cursor: int, window: int, page_size: int, interval: int,
+                     prefix_cache: str) -> int:
+    """Where SGLang 0.5.23 moves the SWA cursor when pre_len positions are final.
+
+    Nothing moves until pre_len - window >= cursor + interval (the eviction
+    interval; 1 within chunked prefill). The prefix-sharing (radix) cache then
+    keeps max(window, ps) rounded up to whole pages below pre_len; the chunk cache
+    keeps the window. The cursor lands on a page boundary and never moves back.
+    """
+    if pre_len - window < cursor + interval:
+        return cursor
+    if prefix_cache == "chunk":
+        threshold = pre_len - window
+    else:
+        threshold = pre_len - -(-max(window, page_size) // page_size) * page_size
+    return max(cursor, threshold) // page_size * page_size

@@ -54,18 +54,24 @@ class SWAPool:
         self.clear_map(full)
         return freed
 
-    def release(self, full_row: np.ndarray, cursor: int, extent: int, free_policy: str) -> np.ndarray:
-        """Free the SWA pages above the cursor, under the same free policy as the full pool."""
+    def release(self, full_row: np.ndarray, cursor: int, extent: int, end: int, *,
+                dedup: bool = False) -> np.ndarray:
+        """Free the SWA pages of the request: positions [cursor, end), the full pool's rule.
+
+        dedup: the unique pages of the SWA slots of [cursor, extent) go back (a
+        device sync); else whole pages by stride up to end, which the caller's free
+        rule computed. The map is cleared for every position of the extent, so a
+        page that did not come back leaves no stale copy behind.
+        """
         if extent <= cursor:
             return np.empty(0, dtype=np.int64)
         full = full_row[cursor:extent]
         swa = self.map_host[full]
-        if free_policy == "dedup":
+        if dedup:
             freed = self.allocator.free(swa)
+        elif end > cursor:
+            freed = self.allocator.free_segment(self.map_host[full_row[cursor:end]], cursor, end, offset=cursor)
         else:
-            # Stride over whole pages of the recorded extent, as the full pool does:
-            # an unaligned extent drops its last SWA page too.
-            end = extent // self.page_size * self.page_size
-            freed = self.allocator.free_segment(swa, cursor, end, offset=cursor)
+            freed = np.empty(0, dtype=np.int64)
         self.clear_map(full)
         return freed

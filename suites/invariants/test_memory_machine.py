@@ -56,7 +56,7 @@ def machine(ps: int, algo: str, policy: str, free_policy: str):
             num_pages = data.draw(st.integers(per_req, per_req * MAX_REQS), label="num_pages")
             swa = data.draw(st.booleans(), label="swa")
             window = data.draw(st.integers(1, 64), label="window") if swa else None
-            self.mem = MemoryConfig(ps, num_pages, MAX_REQS, width, policy=policy, free_policy=free_policy,
+            self.mem = MemoryConfig(ps, num_pages, MAX_REQS, width, policy=policy, free_policy=free_policy, prefix_cache="chunk",
                                     swa_num_pages=num_pages if swa else None, window=window,
                                     draft_window=data.draw(st.integers(1, 48), label="draft_window"))
             self.auditor = Auditor("record")
@@ -112,7 +112,7 @@ def machine(ps: int, algo: str, policy: str, free_policy: str):
             for i in ready:
                 counts[i] = data.draw(st.integers(1, self.max_accept), label="accepted")
                 self.m.commit(self.decoding[i], int(counts[i]))
-                self.m.evict_swa(self.decoding[i])
+                self.m.evict_swa(self.decoding[i], self.decoding[i].committed, interval=1)
             self._batch_step(ready, self.reserve, counts)
 
         @rule()
@@ -121,7 +121,7 @@ def machine(ps: int, algo: str, policy: str, free_policy: str):
             for i, s in enumerate(self.decoding):
                 if s.committed < MAX_CTX and self.m.extend(s, s.committed + 1):
                     self.m.commit(s, 1)
-                    self.m.evict_swa(s)
+                    self.m.evict_swa(s, s.committed, interval=1)
                     moved.append(i)
             counts = np.zeros(len(self.decoding), dtype=np.int64)
             counts[moved] = 1
@@ -151,7 +151,7 @@ def machine(ps: int, algo: str, policy: str, free_policy: str):
             # extents of the rows that moved from its own arrays, records them, then
             # adds the accepted counts; K10 compares the result with the manager.
             extents = self.batch.allocated.copy()
-            plan = self.batch.plan_extents(reserve, ps, self.m.aligned, self.mem.row_width)
+            plan = self.batch.plan_extents(reserve, ps, self.m.step_aligned, self.mem.row_width)
             extents[moved] = plan[moved]
             self.batch.set_allocated(extents)
             self.batch.commit(counts)
@@ -162,7 +162,7 @@ def machine(ps: int, algo: str, policy: str, free_policy: str):
 
         def _release(self, s):
             # The oracle: from lengths only, pages the free policy cannot find again.
-            if free_policy == "host_pages" and s.allocated % ps:
+            if free_policy == "floor" and s.allocated % ps:
                 self.expected_leaks += 1  # full pool: the page holding the unaligned tail
                 if self.m.swa is not None and s.allocated > s.swa_evicted:
                     self.expected_leaks += 1
@@ -181,8 +181,8 @@ def machine(ps: int, algo: str, policy: str, free_policy: str):
                 assert found == [], [str(v) for v in found]
                 assert self.auditor.total == 0
                 return
-            stranded = {s.rid for s in self.m.states.values() if s.allocated % ps}
-            assert {v.rid for v in found if v.id == "K1"} == stranded
+            # Exact writers strand the tail of a page: capacity lost, not a K1 breach.
+            assert not [v for v in found if v.id == "K1"], [str(v) for v in found]
             k8 = [v for v in found if v.id == "K8"]
             new = self.auditor.counts.get("K8", 0) - before.get("K8", 0)
             assert new == len(k8)
@@ -212,30 +212,33 @@ def machine(ps: int, algo: str, policy: str, free_policy: str):
 PAGE_SIZES = [1, 2, 16, 64, 256]
 
 
-@pytest.mark.parametrize("free_policy", ["host_pages", "dedup"])
+@pytest.mark.parametrize("free_policy", ["segment", "floor", "dedup"])
 @pytest.mark.parametrize("algo", ["dflash", "eagle"])
 @pytest.mark.parametrize("ps", PAGE_SIZES)
 def test_aligned_policy_never_violates_and_drains_full(ps, algo, free_policy):
     run_state_machine_as_test(machine(ps, algo, "aligned", free_policy), settings=SETTINGS)
 
 
-@pytest.mark.parametrize("free_policy", ["host_pages", "dedup"])
+@pytest.mark.parametrize("free_policy", ["segment", "floor", "dedup"])
 @pytest.mark.parametrize("algo", ["dflash", "eagle"])
 @pytest.mark.parametrize("ps", [p for p in PAGE_SIZES if p > 1])
 def test_unaligned_policy_is_caught_exactly(ps, algo, free_policy):
     run_state_machine_as_test(machine(ps, algo, "unaligned", free_policy), settings=SETTINGS)
 
 
+@pytest.mark.parametrize("free_policy", ["segment", "floor"])
 @pytest.mark.parametrize("algo", ["dflash", "eagle"])
 @pytest.mark.parametrize("ps", [p for p in PAGE_SIZES if p > 1])
-def test_unaligned_random_run_is_flagged(ps, algo):
-    """A fixed random run under the old code: the checks must report stranded slots and leaks."""
+def test_unaligned_random_run_is_flagged(ps, algo, free_policy):
+    """A fixed random run of exact extents: SGLang's segment free loses nothing; a floor
+    free (the floor-free what-if) must be reported as leaks (K8), and K1 stays quiet."""
     import random
 
     rng = random.Random(ps)
     reserve = dflash_reserve(4) if algo == "dflash" else eagle_reserve(ps, 2, 3, 4)
     width = row_width(MAX_CTX, reserve, ps, True)
-    mem = MemoryConfig(ps, -(-width // ps) * MAX_REQS, MAX_REQS, width, policy="unaligned")
+    mem = MemoryConfig(ps, -(-width // ps) * MAX_REQS, MAX_REQS, width, policy="unaligned",
+                       free_policy=free_policy)
     aud = Auditor("record")
     m = KVManager(mem, aud)
     live = []
@@ -256,6 +259,9 @@ def test_unaligned_random_run_is_flagged(ps, algo):
         elif live:
             m.release(live.pop(rng.randrange(len(live))))
         m.check(step)
-    assert aud.counts.get("K1", 0) > 0
-    assert aud.counts.get("K8", 0) > 0 and m.leaked_pages() > 0
-    assert set(aud.counts) <= {"K1", "K8"}
+    assert m.stranded_slots > 0 or any(s.allocated % ps for s in live) or not live
+    if free_policy == "segment":
+        assert aud.counts == {} and m.leaked_pages() == 0
+    else:
+        assert aud.counts.get("K8", 0) > 0 and m.leaked_pages() > 0
+        assert set(aud.counts) == {"K8"}

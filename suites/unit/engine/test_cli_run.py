@@ -18,21 +18,45 @@ def test_clean_run_exit_0_and_json(tmp_path, capsys):
     assert rc == 0
     row = json.loads(out.read_text())
     assert row["status"] == "ok" and row["metrics"]["output_tokens"] == 44
-    assert row["key"].startswith("spec=dflash,ps=16,bs=16,policy=aligned,free=host_pages")
+    assert row["key"].startswith("spec=dflash,ps=16,bs=16,profile=sglang-0.5.23,")
     assert [len(o["output"]) for o in row["outputs"]] == [11] * 4 and len(row["outputs"][0]["prompt"]) == 37
     shown = capsys.readouterr().out
     assert "leaked pages (measured / predicted)" in shown and "256" not in row["key"]
 
 
-def test_unaligned_shows_leak_and_exits_1(tmp_path, capsys):
+def test_floor_free_shows_leak_and_exits_1(tmp_path, capsys):
     out = tmp_path / "r.json"
-    rc = main(["run", "--spec", "dflash", "--accept-len", "5", "--policy", "unaligned", *SMALL, "--json", str(out)])
+    rc = main(["run", "--spec", "dflash", "--accept-len", "5", "--profile", "floor-free", *SMALL, "--json", str(out)])
     assert rc == 1
     shown = capsys.readouterr().out
     assert "4 / 4" in shown  # leaked pages measured / predicted
     assert "44 / 88" in shown  # stranded slots peak / sum
     row = json.loads(out.read_text())
     assert row["status"] == "violated" and row["metrics"]["leaked_pages"] == 4
+
+
+def test_pre_35265_strands_without_leaking(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    rc = main(["run", "--spec", "dflash", "--accept-len", "5", "--profile", "sglang-pre-35265", *SMALL,
+               "--json", str(out)])
+    assert rc == 0
+    row = json.loads(out.read_text())
+    assert row["metrics"]["leaked_pages"] == 0 and row["metrics"]["peak_stranded_slots_spec"] == 44
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--profile", "sglang-9"], "--profile: invalid choice"),
+    (["--profile", "floor-free", "--free", "segment"], "free contradicts profile floor-free"),
+    (["--profile", "host-aligned", "--policy", "unaligned"], "align contradicts profile host-aligned"),
+    (["--swa-ratio", "0"], "swa_ratio must be a number in (0, 1]"),
+])
+def test_bad_profile_input_is_one_line_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        rc = main(["run", *argv, *SMALL])
+        raise SystemExit(rc)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) <= 2 and message in err[-1]
 
 
 def test_config_file_and_flags_override(tmp_path):

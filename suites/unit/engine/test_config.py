@@ -37,7 +37,7 @@ def test_max_accept():
     ({"window": 0}, "window must be an integer >= 1"),
     ({"layer_pattern": "2:1", "window": 8}, "layer_pattern must be one of"),
     ({"policy": "exact"}, "policy must be one of aligned, unaligned"),
-    ({"free_policy": "gc"}, "free_policy must be one of host_pages, dedup"),
+    ({"free_policy": "gc"}, "free_policy must be one of segment, floor, dedup"),
     ({"audit": "loud"}, "audit must be one of record, raise, off"),
     ({"pool_tokens": 8, "page_size": 16}, "pool_tokens must hold at least one page"),
     ({"pool_tokens": 1000, "mem_fraction": 0.5}, "exclusive"),

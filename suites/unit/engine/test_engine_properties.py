@@ -1,10 +1,12 @@
-"""The aligned policy under random configurations and memory pressure.
+"""The profiles under random configurations and memory pressure.
 
 Property: for any page size, either algorithm, with or without SWA and PD
 arrivals, and a pool barely larger than one request, every request finishes with
-its full output, no invariant is violated and the pool is full after the drain.
-A state machine adds requests while the engine runs, checking conservation after
-every step.
+its full output, no invariant is violated and the pool is full after the drain,
+under host-aligned (0 stranded slots too) and under both SGLang profiles (their
+segment free returns every page). Only a floor free leaks, exactly the formula's
+count. A state machine adds requests while the engine runs, checking
+conservation after every step.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from hypothesis import HealthCheck, assume, event, given, settings, strategies a
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from mini_engine.config import EngineConfig
-from mini_engine.engine import Engine, request_pages
+from mini_engine.engine import Engine, admission_pages, request_pages
 from mini_engine.request import Request, Status
 from mini_engine.spec.simulated import SimulatedBackend
 
@@ -29,7 +31,6 @@ def engine_options(draw) -> dict:
     ps = draw(st.sampled_from([1, 2, 16, 64]))
     spec = draw(st.sampled_from(["none", "eagle", "dflash"]))
     opts: dict = dict(page_size=ps, spec=spec, seed=draw(st.integers(0, 2**16)),
-                      free_policy=draw(st.sampled_from(["host_pages", "dedup"])),
                       chunked_prefill=draw(st.sampled_from([16, 100, 8192])),
                       max_running=draw(st.sampled_from([2, 5, 64])), max_context=512)
     if spec == "dflash":
@@ -46,6 +47,8 @@ def engine_options(draw) -> dict:
     if draw(st.booleans()):
         opts["window"] = draw(st.integers(1, 200))
         opts["layer_pattern"] = draw(st.sampled_from(["all-local", "1:1", "3:1", "5:1"]))
+        opts["swa_eviction_interval"] = draw(st.sampled_from([1, 16, 128]))
+        opts["prefix_cache"] = draw(st.sampled_from(["radix", "chunk"]))
     return opts
 
 
@@ -63,7 +66,10 @@ def make_reqs(draw, n: int, pd: bool) -> list[Request]:
 def pressured(opts: dict, reqs: list[Request], factor: int) -> EngineConfig:
     probe = EngineConfig.from_dict(dict(opts, pool_tokens=1 << 20))
     biggest = max(request_pages(probe, len(r.prompt), r.max_new_tokens) for r in reqs)
-    return EngineConfig.from_dict(dict(opts, pool_tokens=biggest * factor * probe.page_size))
+    pages = biggest * factor
+    if probe.has_swa:  # the SWA pool (swa_ratio of the full one) must hold the biggest request too
+        pages = int(pages / probe.rules.swa_ratio) + 1
+    return EngineConfig.from_dict(dict(opts, pool_tokens=pages * probe.page_size))
 
 
 def expected_outputs(cfg: EngineConfig, reqs: list[Request]) -> dict[int, list[int]]:
@@ -75,7 +81,7 @@ def expected_outputs(cfg: EngineConfig, reqs: list[Request]) -> dict[int, list[i
 @given(opts=engine_options(), data=st.data(), factor=st.sampled_from([1, 2, 6]), pd=st.booleans())
 def test_aligned_finishes_everything_clean(opts, data, factor, pd):
     reqs = make_reqs(data.draw, data.draw(st.integers(1, 8)), pd)
-    cfg = pressured(opts, reqs, factor)
+    cfg = pressured(dict(opts, profile="host-aligned"), reqs, factor)
     result = Engine(cfg).run(reqs)
     assert result.violations == {}, result.violation_samples[:3]
     assert result.verdict == "ok", result.error
@@ -86,8 +92,23 @@ def test_aligned_finishes_everything_clean(opts, data, factor, pd):
     assert s["leaked_swa_pages"] == 0
     assert s["peak_stranded_slots"] == 0
     assert s["peak_pages_held"] <= cfg.num_pages
-    if cfg.free_policy == "host_pages":
-        assert s["syncs"] == 0  # host planning reads no device state
+    assert s["syncs"] == 0  # host planning reads no device state
+
+
+@LOCAL
+@given(opts=engine_options(), data=st.data(), factor=st.sampled_from([1, 2, 6]), pd=st.booleans(),
+       profile=st.sampled_from(["sglang-0.5.23", "sglang-pre-35265"]), free=st.sampled_from([None, "dedup"]))
+def test_sglang_profiles_finish_everything_and_leak_nothing(opts, data, factor, pd, profile, free):
+    reqs = make_reqs(data.draw, data.draw(st.integers(1, 8)), pd)
+    cfg = pressured(dict(opts, profile=profile, free_policy=free), reqs, factor)
+    result = Engine(cfg).run(reqs)
+    assert result.violations == {}, result.violation_samples[:3]
+    assert result.verdict == "ok", result.error
+    assert result.outputs == expected_outputs(cfg, reqs)
+    s = result.stats
+    assert s["leaked_pages"] == 0 == s["leaked_swa_pages"] == s["predicted_leaked_pages"]
+    if cfg.page_size == 1:
+        assert s["stranded_slots_sum"] == 0
 
 
 class EngineMachine(RuleBasedStateMachine):
@@ -108,10 +129,10 @@ class EngineMachine(RuleBasedStateMachine):
             if r.fill_len:
                 r.arrival_step = 0
         if self.engine is None:
-            self.engine = Engine(pressured(self.opts, reqs, self.factor))
+            self.engine = Engine(pressured(dict(self.opts, profile="host-aligned"), reqs, self.factor))
         cfg = self.engine.cfg
         # The pool was sized on the first requests: later ones must fit it too.
-        assume(all(request_pages(cfg, len(r.prompt), r.max_new_tokens) <= cfg.num_pages for r in reqs))
+        assume(all(request_pages(cfg, len(r.prompt), r.max_new_tokens) <= admission_pages(cfg) for r in reqs))
         self.engine.submit(reqs)
         self.reqs += reqs
 
@@ -151,16 +172,17 @@ TestEngineMachine = EngineMachine.TestCase
 
 
 @LOCAL
-@given(opts=engine_options(), data=st.data(), factor=st.sampled_from([1, 2, 6]), pd=st.booleans())
-def test_unaligned_leaks_exactly_the_formula_and_never_hangs(opts, data, factor, pd):
+@given(opts=engine_options(), data=st.data(), factor=st.sampled_from([1, 2, 6]), pd=st.booleans(),
+       free=st.sampled_from(["segment", "floor", "dedup"]))
+def test_unaligned_leaks_exactly_the_formula_and_never_hangs(opts, data, factor, pd, free):
     reqs = make_reqs(data.draw, data.draw(st.integers(1, 8)), pd)
-    cfg = pressured(dict(opts, policy="unaligned"), reqs, factor)
+    cfg = pressured(dict(opts, profile="sglang-pre-35265", policy="unaligned", free_policy=free), reqs, factor)
     result = Engine(cfg).run(reqs)
     event(f"verdict {result.verdict}")
     s = result.stats
     assert s["leaked_pages"] == s["predicted_leaked_pages"]
     assert s["leaked_swa_pages"] == s["predicted_leaked_swa_pages"]
-    if cfg.free_policy == "dedup" or cfg.page_size == 1:
+    if cfg.rules.free != "floor" or cfg.page_size == 1:
         assert s["leaked_pages"] == 0 and result.verdict != "pool_exhausted"
     if cfg.page_size == 1:
         assert result.verdict == "ok" and s["stranded_slots_sum"] == 0
@@ -168,4 +190,4 @@ def test_unaligned_leaks_exactly_the_formula_and_never_hangs(opts, data, factor,
         assert s["leaked_pages"] > 0 and s["finished_requests"] < len(reqs)
     else:
         assert result.outputs == expected_outputs(cfg, reqs)
-    assert set(result.violations) <= {"K1", "K8"}  # what unaligned extents break, nothing else
+    assert set(result.violations) <= {"K8"}  # what a floor free of unaligned extents breaks, nothing else

@@ -73,9 +73,9 @@ def test_pd_bypass_raise_mode_stops_at_the_write():
 
 def test_raise_mode_stops_at_the_first_violation():
     row = run_config(dict(spec="dflash", page_size=16, accept_len=5, workload="fixed", num_requests=4,
-                          input_len=37, output_len=11, pool_tokens=4096, policy="unaligned", audit="raise"))
-    assert row["status"] == "violated" and row["violations"] == {"K1": 1}
-    assert row["error"].startswith("InvariantViolation: K1 violated at step 0")
+                          input_len=37, output_len=11, pool_tokens=4096, profile="floor-free", audit="raise"))
+    assert row["status"] == "violated" and row["violations"] == {"K8": 1}
+    assert row["error"].startswith("InvariantViolation: K8 violated at step 2")
     assert row["metrics"]["leaked_pages"] == row["metrics"]["predicted_leaked_pages"]
 
 
@@ -93,7 +93,7 @@ def test_leaks_exhaust_the_pool_and_the_run_stops():
     # 20 pages cannot serve 40 requests.
     row = run_config(dict(spec="dflash", page_size=64, block_size=16, accept_len=5, workload="fixed",
                           num_requests=40, input_len=37, output_len=11, pool_tokens=64 * 20,
-                          policy="unaligned", free_policy="host_pages", max_running=4))
+                          policy="unaligned", free_policy="floor", max_running=4))
     m = row["metrics"]
     assert row["status"] == "pool_exhausted"
     assert "pool exhausted" in row["error"]

@@ -19,13 +19,14 @@ num_requests = 6
 input_len = 64
 output_len = 32
 pool_tokens = 4096
+profile = "floor-free"
 [axes]
 policy = ["aligned", "unaligned"]
 page_size = [16]
 [[expect]]
 when = { policy = "unaligned" }
 status = ["violated", "pool_exhausted"]
-violations = { K1 = { min = 1 }, K8 = { min = 1 } }
+violations = { K8 = { min = 1 } }
 metrics = { leaked_pages = { min = 1 } }
 """
 

@@ -34,7 +34,7 @@ def test_shipped_suites_load_and_have_unique_ids():
 def test_smoke_covers_what_the_issue_asks():
     configs = [c.config for c in load_suite("smoke").configs]
     assert {c.get("spec") for c in configs} >= {"eagle", "dflash"}
-    assert {c.get("policy") for c in configs} >= {"aligned", "unaligned"}
+    assert {c.get("profile") for c in configs} >= {"sglang-0.5.23", "sglang-pre-35265", "host-aligned", "floor-free"}
     assert {c.get("page_size") for c in configs} >= {1, 16, 64}
     assert any(c.get("window") for c in configs) and any(c.get("window") is None for c in configs)
     assert any(c.get("model") == "tiny" for c in configs)
@@ -46,7 +46,8 @@ def test_nightly_gpu_covers_the_axes():
     assert {c.get("block_size") for c in configs} >= {4, 8, 16}
     assert {c.get("window") for c in configs} == {None, 128, 512, 1024, 4096}
     assert {c["model"] for c in configs} == {"qwen3-0.6b", "llama-3.1-8b"}
-    assert {c.get("policy", "aligned") for c in configs} == {"aligned", "unaligned"}
+    assert {c.get("profile", "sglang-0.5.23") for c in configs} == {"sglang-0.5.23", "sglang-pre-35265",
+                                                                    "host-aligned", "floor-free"}
     assert max(c["max_running"] for c in configs) >= 128
 
 
@@ -138,7 +139,7 @@ def test_filter_counts_the_configs_it_selects():
     from harness.sweep import check_filter
 
     smoke = load_suite("smoke")
-    assert check_filter("ps:16 and not model", smoke) == 9  # both algorithms x policies x windows, + 1 dedup
+    assert check_filter("ps:16 and not model", smoke) == 17  # both algorithms x 4 profiles x windows, + 1 dedup
     assert check_filter(None, smoke) is None
     # name:value and name=value match an option exactly: ps:1 is not ps:16, ps:3 is not steps:3
     assert check_filter("ps=1", smoke) == check_filter("ps:1", smoke) == check_filter("page_size=1", smoke) == 8

@@ -34,6 +34,7 @@ num_requests = 24
 input_len = 256
 output_len = 128
 pool_tokens = 65536
+profile = "floor-free"
 [axes]
 policy = ["aligned", "unaligned"]
 page_size = [1, 16]
@@ -43,7 +44,7 @@ name = "unaligned strands and leaks"
 when = { policy = "unaligned", page_size = { min = 2 } }
 status = ["violated", "pool_exhausted"]
 metrics = { peak_stranded_slots = { min = 1 }, leaked_pages = { equals = "predicted_leaked_pages" } }
-violations = { K1 = { min = 1 }, K8 = { min = 1 } }
+violations = { K8 = { min = 1 } }
 """
 N_CONFIGS = 8
 
@@ -75,7 +76,7 @@ def test_sweep_smoke_slice_matches_results_and_mlflow(results_root, cli, capsys)
     out = capsys.readouterr().out
     rows = load_rows(results_root / "runs" / "s1")
     assert rc == 0, out
-    assert len(rows) == 9 and all(r["verdict"] in ("ok", "as_expected") for r in rows)
+    assert len(rows) == 17 and all(r["verdict"] in ("ok", "as_expected") for r in rows)
     assert {r["verdict"] for r in rows} == {"ok", "as_expected"}  # the fix and the bug, both proven
     # Every figure printed is the row's figure.
     printed = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
@@ -83,7 +84,7 @@ def test_sweep_smoke_slice_matches_results_and_mlflow(results_root, cli, capsys)
     for cells in summary_rows(rows):
         assert printed[cells[0]] == cells[1:]
     assert f"{len(rows)} configs:" in out
-    assert "27 configs (9 selected by --filter)" in out
+    assert "51 configs (17 selected by --filter)" in out
     # MLflow: one parent, one child per config with its params and metrics.
     run_dir = RunDir(results_root / "runs" / "s1")
     assert sorted(run_dir.collected_ids()) == sorted(r["test_id"] for r in rows)  # the progress total
@@ -167,7 +168,7 @@ def test_unreachable_mlflow_keeps_every_row_and_sync_uploads_them(results_root, 
 
 
 def test_one_config_reruns_by_its_test_id(tmp_path):
-    test_id = "spec:dflash-bs:16-policy:unaligned-ps:16-free:dedup"
+    test_id = "spec:dflash-bs:16-profile:floor-free-ps:16-win:none"
     node = f"suites/grid/test_grid.py::test_config[{test_id}]"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVBENCH_GRID_")}
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node, "--kvbench-suite", "smoke",

@@ -42,7 +42,7 @@ def test_plan_and_commit_follow_a_step_without_reading_the_states(mgr):
     batch = BatchArrays.from_states(states)
     assert m.prepare(states, 32)
     assert check_k10(m, 0, batch)  # the reservation moved the extents: the batch must follow
-    batch.set_allocated(batch.plan_extents(32, m.ps, m.aligned, m.mem.row_width))
+    batch.set_allocated(batch.plan_extents(32, m.ps, m.step_aligned, m.mem.row_width))
     assert check_k10(m, 1, batch) == []
     counts = np.array([3, 1, 4, 1, 5, 9])
     for s, n in zip(states, counts.tolist()):
@@ -104,7 +104,7 @@ def test_plan_extents_equal_the_managers_reservation(ps, policy, reserve, lens, 
         m.commit(s, n)
         states.append(s)
     batch = BatchArrays.from_states(states)
-    plan = batch.plan_extents(reserve, ps, m.aligned, m.mem.row_width)
+    plan = batch.plan_extents(reserve, ps, m.step_aligned, m.mem.row_width)
     expect = [min(sizing.plan_extent(s.allocated, s.committed, reserve, ps, policy), 300) for s in states]
     assert plan.tolist() == expect
     assert m.prepare(states, reserve)

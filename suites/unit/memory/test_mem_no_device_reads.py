@@ -2,7 +2,7 @@
 
 A meta tensor has no data; any read back to the host (.cpu(), .item(), .numpy())
 raises. Writes are accepted. So if planning completes on 'meta', it wrote the twins
-and never read them; syncs stays 0 under host_pages.
+and never read them; syncs stays 0 under floor.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def test_meta_tensors_cannot_be_read():
 
 @pytest.mark.parametrize("ps", [1, 16])
 def test_planning_runs_on_meta_twins_without_syncs(ps):
-    mem = MemoryConfig(ps, 4096 // ps, 8, 400, swa_num_pages=4096 // ps, window=24, device="meta")
+    mem = MemoryConfig(ps, 4096 // ps, 8, 400, swa_num_pages=4096 // ps, window=24, device="meta", prefix_cache="chunk")
     m = KVManager(mem, Auditor("raise"))
     rng = random.Random(ps)
     live = []
@@ -41,7 +41,7 @@ def test_planning_runs_on_meta_twins_without_syncs(ps):
             if ready and m.prepare(ready, 32):
                 for s in ready:
                     m.commit(s, rng.randint(1, 16))
-                    m.evict_swa(s)
+                    m.evict_swa(s, s.committed, interval=1)
                 batch = BatchArrays.from_states(ready, device="meta")
                 batch.filter(list(range(0, len(ready), 2)))
         elif live:

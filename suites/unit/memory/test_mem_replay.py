@@ -14,8 +14,8 @@ from mini_engine.memory import Auditor, KVManager, MemoryConfig, TraceWriter
 from mini_engine.memory.replay import replay
 
 
-def record(path, seed=0, steps=150, ps=16, swa=True, free_policy="host_pages", policy="aligned"):
-    mem = MemoryConfig(ps, 48, 6, 600, policy=policy, free_policy=free_policy,
+def record(path, seed=0, steps=150, ps=16, swa=True, free_policy="floor", policy="aligned"):
+    mem = MemoryConfig(ps, 48, 6, 600, policy=policy, free_policy=free_policy, prefix_cache="chunk",
                        swa_num_pages=48 if swa else None, window=40 if swa else None)
     rng = random.Random(seed)
     with TraceWriter.for_memory(path, mem, {"seed": seed}) as trace:
@@ -36,7 +36,7 @@ def record(path, seed=0, steps=150, ps=16, swa=True, free_policy="host_pages", p
                 if m.prepare(live, 24, algo="dflash"):
                     for s in live:
                         m.commit(s, rng.randint(1, 12))
-                        m.evict_swa(s)
+                        m.evict_swa(s, s.committed, interval=1)
             elif live:
                 m.release(live.pop(rng.randrange(len(live))))
         for s in live:
@@ -44,7 +44,7 @@ def record(path, seed=0, steps=150, ps=16, swa=True, free_policy="host_pages", p
     return m
 
 
-@pytest.mark.parametrize("free_policy", ["host_pages", "dedup"])
+@pytest.mark.parametrize("free_policy", ["floor", "dedup"])
 @pytest.mark.parametrize("ps, swa", [(1, False), (16, True), (64, True)])
 def test_random_trace_replays_clean(tmp_path, ps, swa, free_policy):
     path = tmp_path / "t.jsonl"
@@ -171,7 +171,7 @@ def test_unwritable_trace_path_is_one_line(tmp_path):
 def test_numpy_lengths_are_accepted(tmp_path):
     import numpy as np
 
-    m = KVManager(MemoryConfig(16, 8, 2, 64), Auditor("raise"))
+    m = KVManager(MemoryConfig(16, 8, 2, 64, policy="aligned"), Auditor("raise"))
     s = m.admit(0)
     assert m.extend(s, np.int64(20)) and s.allocated == 32
     assert m.prepare([s], np.int64(8))

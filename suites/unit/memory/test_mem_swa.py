@@ -9,8 +9,8 @@ from mini_engine.errors import EvictFloorError
 from mini_engine.memory import Auditor, KVManager, MemoryConfig
 
 
-def make(mode="record", ps=16, window=32, policy="aligned", free_policy="host_pages"):
-    mem = MemoryConfig(ps, 64, 4, 400, policy=policy, free_policy=free_policy,
+def make(mode="record", ps=16, window=32, policy="aligned", free_policy="floor"):
+    mem = MemoryConfig(ps, 64, 4, 400, policy=policy, free_policy=free_policy, prefix_cache="chunk",
                        swa_num_pages=64, window=window)
     aud = Auditor(mode)
     return KVManager(mem, aud), aud
@@ -60,7 +60,7 @@ def test_bypass_in_record_mode_records_and_floors():
 
 
 def test_bypass_without_auditor_raises():
-    mem = MemoryConfig(16, 64, 4, 400, swa_num_pages=64, window=32)
+    mem = MemoryConfig(16, 64, 4, 400, swa_num_pages=64, window=32, prefix_cache="chunk")
     m = KVManager(mem)
     with pytest.raises(EvictFloorError):
         m.pd_prealloc(m.admit(0), 50, skip_floor=True)
@@ -71,32 +71,32 @@ def test_window_eviction_moves_by_whole_pages_and_never_back():
     s = m.admit(0)
     assert m.extend(s, 40)
     m.commit(s, 40)
-    assert m.evict_swa(s) == 0 and s.swa_evicted == 0  # floor(8) = 0
+    assert m.evict_swa(s, s.committed, interval=1) == 0 and s.swa_evicted == 0  # floor(8) = 0
     assert m.extend(s, 70)
     m.commit(s, 30)  # committed 70: floor_ps(38) = 32
-    assert m.evict_swa(s) == 2 and s.swa_evicted == 32
+    assert m.evict_swa(s, s.committed, interval=1) == 2 and s.swa_evicted == 32
     assert m.swa_pages_held == 3
-    assert m.evict_swa(s) == 0
+    assert m.evict_swa(s, s.committed, interval=1) == 0
     assert m.check(0) == []
     m.release(s)
     assert m.leaked_pages() == 0 and m.check(1) == []
 
 
-@pytest.mark.parametrize("free_policy", ["host_pages", "dedup"])
+@pytest.mark.parametrize("free_policy", ["floor", "dedup"])
 def test_release_frees_swa_above_the_cursor(free_policy):
     m, aud = make(free_policy=free_policy)
     s = m.admit(0)
     assert m.pd_prealloc(s, 100)
     assert m.prepare([s], 32)
     m.commit(s, 20)
-    m.evict_swa(s)
+    m.evict_swa(s, s.committed, interval=1)
     m.release(s)
     assert m.num_free_pages == 64 and m.swa.allocator.num_free_pages == 64
     assert not m.swa.map_host.any()
     assert m.check(0) == [] and aud.total == 0
 
 
-def test_unaligned_swa_leaks_under_host_pages():
+def test_unaligned_swa_leaks_under_floor():
     m, aud = make(policy="unaligned")
     s = m.admit(0)
     assert m.pd_prealloc(s, 50)
@@ -109,7 +109,7 @@ def test_unaligned_swa_leaks_under_host_pages():
 def test_k7_catches_a_stale_mapping():
     m, aud = make()
     s = prefilled(m, 64)
-    m.evict_swa(s)
+    m.evict_swa(s, s.committed, interval=1)
     row = m.req_to_token.host[s.row]
     m.swa.map_host[row[0]] = 99  # a stale SWA copy below the cursor
     assert [v.id for v in m.check(0)] == ["K7"]
@@ -122,7 +122,7 @@ def test_k7_catches_swa_pages_kept_below_the_cursor(monkeypatch):
     # An eviction that moves the cursor and clears the map but frees nothing: the pages
     # stay held with no position above the cursor using them.
     monkeypatch.setattr(m.swa.allocator, "free_segment", lambda *a, **k: np.empty(0, dtype=np.int64))
-    m.evict_swa(s)
+    m.evict_swa(s, s.committed, interval=1)
     assert s.swa_evicted == 48
     found = m.check(0)
     assert [v.id for v in found] == ["K7"] and "held" in found[0].values["reason"]

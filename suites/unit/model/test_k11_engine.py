@@ -51,7 +51,7 @@ def test_k11_tiny(algo, policy, ps):
     base = plain("tiny", ps)
     res = run("tiny", ps, policy=policy, free_policy="dedup", **ALGOS[algo])
     assert base.verdict == "ok"
-    assert res.verdict == ("ok" if policy == "aligned" or ps == 1 else "violated")
+    assert res.verdict == "ok"  # exact extents strand slots but break no invariant (dedup free: no leak)
     assert res.outputs == base.outputs
     assert sum(map(len, res.outputs.values())) == sum(r.max_new_tokens for r in requests(4, seed=ps))
     # Real drafts are accepted (tau > 1) but not always (tau below the most).

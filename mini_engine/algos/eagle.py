@@ -1,0 +1,41 @@
+"""EAGLE: a draft tree of `steps` levels and `topk` branches, verified in one pass."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mini_engine.algos.speculative import Speculative
+from mini_engine.errors import ConfigError, check_positive
+from mini_engine.memory import sizing
+
+if TYPE_CHECKING:
+    from mini_engine.config import EngineConfig
+
+DEFAULT_TOPK = 1
+DEFAULT_STEPS = 3
+
+
+class Eagle(Speculative):
+    name = "eagle"
+    options = {"topk": DEFAULT_TOPK, "steps": DEFAULT_STEPS, "num_draft_tokens": None}
+    key_fields = (("topk", "topk"), ("steps", "steps"), ("num_draft_tokens", "ndt"))
+
+    def resolve(self, cfg: EngineConfig) -> None:
+        cfg.topk = check_positive("topk", DEFAULT_TOPK if cfg.topk is None else cfg.topk)
+        cfg.steps = check_positive("steps", DEFAULT_STEPS if cfg.steps is None else cfg.steps)
+        most = cfg.steps * cfg.topk + 1  # every tree node plus the root
+        if cfg.num_draft_tokens is None:
+            cfg.num_draft_tokens = cfg.steps + 1 if cfg.topk == 1 else most
+        check_positive("num_draft_tokens", cfg.num_draft_tokens, minimum=2)
+        if cfg.num_draft_tokens > most:
+            raise ConfigError(f"num_draft_tokens must be <= steps * topk + 1 = {most} "
+                              f"(got {cfg.num_draft_tokens} with steps={cfg.steps}, topk={cfg.topk})")
+
+    def step_reserve(self, cfg: EngineConfig) -> int:
+        return sizing.eagle_reserve(cfg.page_size, cfg.topk, cfg.steps, cfg.num_draft_tokens)
+
+    def max_accept(self, cfg: EngineConfig) -> int:
+        return min(cfg.steps + 1, cfg.num_draft_tokens)
+
+    def num_draft_tokens(self, cfg: EngineConfig) -> int:
+        return cfg.num_draft_tokens

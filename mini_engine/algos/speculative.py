@@ -1,0 +1,24 @@
+"""What EAGLE and DFLASH share: a double-buffered reservation of drafted slots."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mini_engine.algos.base import Algorithm
+
+if TYPE_CHECKING:
+    from mini_engine.config import EngineConfig
+
+
+class Speculative(Algorithm):
+    speculative = True
+
+    def step_reserve(self, cfg: EngineConfig) -> int:
+        raise NotImplementedError
+
+    def row_headroom(self, cfg: EngineConfig, rule: str) -> int:
+        ps, reserve = cfg.page_size, self.step_reserve(cfg)
+        if rule == "generous":
+            return reserve + ps - 1  # an aligned reservation overshoots committed + reserve by < ps
+        extra = 4 + self.num_draft_tokens(cfg)
+        return max(extra, reserve + ps - 1) if ps > 1 else extra

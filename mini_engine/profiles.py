@@ -1,0 +1,159 @@
+"""Accounting profiles: the knobs that make the engine count as one production version does.
+
+A profile is a small declarative object. Each knob names one rule of the KV
+accounting that differs between versions of the system under study (DESIGN.md
+section 1); the engine reads the knobs, never the profile's name. Each knob can be
+overridden on its own (``resolve``); a knob that would break what a profile is
+named for (host-aligned's aligned writers, floor-free's floor free) is refused.
+
+Knobs, with SGLang 0.5.23's values first:
+  align                  writers that page-ceil the extent they record: "extend"
+                         (prefill and extend chunks), "decode" (plain decode),
+                         "pd" (PD prealloc) and each speculative algorithm's
+                         reservation ("eagle", "dflash"). 0.5.23: eagle, dflash.
+  free                   how release computes the pages to free. "segment": every
+                         page the extent touches, [0, ceil_ps(extent)), in both
+                         pools (SGLang's free_kv_row plus the over-allocation free).
+                         "floor": whole pages of the extent only, so an unaligned
+                         extent drops its last page (a what-if). "dedup": unique
+                         pages of the row's slots (the device-truth path, a sync).
+  swa_eviction_interval  SGLANG_SWA_EVICTION_INTERVAL: a decode step evicts only
+                         once committed - window >= cursor + interval (128).
+  prefix_cache           "radix": the prefix-sharing cache's eviction threshold,
+                         pre_len - ceil_ps(max(window, ps)); "chunk": pre_len -
+                         window, and chunked prefill evicts too. kvbench has no
+                         prefix tree: nothing else of the radix cache is modelled.
+  swa_ratio              SWA pool size as a share of the full pool (0.8).
+  pd_radix               the decode side's radix cache: the PD tail keeps
+                         fill - floor_ps(max(0, fill - 1 - max(window, ps))).
+  row_headroom           "sglang": 4 + num_draft_tokens beyond the context, raised
+                         to reserve + ps - 1 only when ps > 1; "generous": always
+                         room for the reservation plus the page round-up.
+  retraction             "sglang": fewest output tokens first, then the longest
+                         prompt, with SGLang's new-token ratio constants; "newest":
+                         the newest request (mini_engine.retraction).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from mini_engine.algos import ROW_HEADROOM_RULES
+from mini_engine.errors import ConfigError, check_choice, check_positive
+from mini_engine.retraction import RULES as RETRACTIONS
+
+WRITERS = ("extend", "decode", "pd", "eagle", "dflash")
+FREE_RULES = ("segment", "floor", "dedup")
+PREFIX_CACHES = ("radix", "chunk")
+POLICIES = ("aligned", "unaligned")  # shorthand for align: every writer or none
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    align: frozenset[str]
+    free: str
+    swa_eviction_interval: int = 128
+    prefix_cache: str = "radix"
+    swa_ratio: float = 0.8
+    pd_radix: bool = False
+    row_headroom: str = "sglang"
+    retraction: str = "sglang"
+    # Knobs an override may not change: what the profile is named for.
+    fixed: tuple[str, ...] = ()
+    what_if: bool = False  # no shipped version behaves like this
+    about: str = ""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.align) - set(WRITERS)
+        if unknown:
+            raise ConfigError(f"align must name writers among {', '.join(WRITERS)}, or all / none "
+                              f"(got {', '.join(sorted(unknown))})")
+        check_choice("free", self.free, FREE_RULES)
+        check_positive("swa_eviction_interval", self.swa_eviction_interval)
+        check_choice("prefix_cache", self.prefix_cache, PREFIX_CACHES)
+        check_choice("row_headroom", self.row_headroom, ROW_HEADROOM_RULES)
+        check_choice("retraction", self.retraction, RETRACTIONS)
+        if not isinstance(self.pd_radix, bool):
+            raise ConfigError(f"pd_radix must be true or false (got {self.pd_radix!r})")
+        r = self.swa_ratio
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or not 0 < r <= 1:
+            raise ConfigError(f"swa_ratio must be a number in (0, 1] (got {r!r})")
+
+    def aligns(self, writer: str) -> bool:
+        return writer in self.align
+
+    @property
+    def all_aligned(self) -> bool:
+        return self.align >= set(WRITERS)
+
+    def knobs(self) -> dict[str, Any]:
+        """The knobs as plain JSON values (the trace header, a result row)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about")}
+        out["align"] = [w for w in WRITERS if w in self.align]
+        return out
+
+
+_SGLANG = dict(free="segment", swa_eviction_interval=128, prefix_cache="radix", swa_ratio=0.8,
+               pd_radix=False, row_headroom="sglang", retraction="sglang")
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (
+    Profile("sglang-0.5.23", align=frozenset({"eagle", "dflash"}), **_SGLANG,
+            about="SGLang 0.5.23: only the speculative reservation is page-aligned; segment free"),
+    Profile("sglang-pre-35265", align=frozenset({"eagle"}), **_SGLANG,
+            about="SGLang before PR 35265: the DFLASH reservation is unaligned (EAGLE stays aligned)"),
+    Profile("host-aligned", align=frozenset(WRITERS), **{**_SGLANG, "free": "floor", "row_headroom": "generous"},
+            fixed=("align", "free"),
+            about="tracking issue 35223's target: every writer page-ceiled, whole-page host free"),
+    Profile("floor-free", align=frozenset({"eagle"}), **{**_SGLANG, "free": "floor"}, fixed=("free",),
+            what_if=True,
+            about="what-if: pre-35265 writers with a floor host free; the only profile that leaks"),
+)}
+DEFAULT_PROFILE = "sglang-0.5.23"
+
+
+def parse_align(value: object) -> frozenset[str]:
+    """align as a set of writers, from "all", "none", a comma list or a list."""
+    if isinstance(value, (list, tuple, set, frozenset)):
+        names = [str(v) for v in value]
+    elif isinstance(value, str):
+        if value == "all":
+            return frozenset(WRITERS)
+        names = [] if value in ("none", "") else [v.strip() for v in value.split(",")]
+    else:
+        raise ConfigError(f"align must be all, none or a comma list of {', '.join(WRITERS)} (got {value!r})")
+    bad = [n for n in names if n not in WRITERS]
+    if bad:
+        raise ConfigError(f"align must be all, none or a comma list of {', '.join(WRITERS)} (got {bad[0]!r})")
+    return frozenset(names)
+
+
+def resolve(name: str, *, policy: str | None = None, **overrides: Any) -> Profile:
+    """The named profile with its knobs overridden (None: keep the profile's value).
+
+    policy is the shorthand of the engine's first two switches: "aligned" aligns
+    every writer (and gives rows the room an aligned writer needs), "unaligned"
+    none. A knob the profile is named for cannot be changed: one line, bad input.
+    """
+    base = PROFILES[check_choice("profile", name, tuple(PROFILES))]
+    knobs = {k: v for k, v in overrides.items() if v is not None}
+    if policy is not None:
+        check_choice("policy", policy, POLICIES)
+        if "align" in knobs:
+            raise ConfigError("policy and align both say which writers page-ceil; give one of them")
+        knobs["align"] = "all" if policy == "aligned" else "none"
+        if policy == "aligned":
+            knobs.setdefault("row_headroom", "generous")
+    if "align" in knobs:
+        knobs["align"] = parse_align(knobs["align"])
+    if "free" in knobs:
+        check_choice("free", knobs["free"], FREE_RULES)
+    for k in base.fixed:
+        if k in knobs and knobs[k] != getattr(base, k):
+            was = getattr(base, k)
+            was = ",".join(w for w in WRITERS if w in was) if k == "align" else was
+            raise ConfigError(f"{k} contradicts profile {name} (it is named for {k}={was}); "
+                              f"drop {k} or choose another profile")
+    return replace(base, **knobs) if knobs else base

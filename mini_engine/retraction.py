@@ -1,0 +1,50 @@
+"""Retraction rules: which decoding request gives its memory back, and how cautious
+admission turns afterwards (the new-token ratio: the share of its remaining output
+a running request is still expected to need).
+
+"sglang" is SGLang 0.5.23's (ScheduleBatch._get_decode_retraction_order and
+NewTokenRatioTracker): the request with the fewest output tokens goes first, the
+longest prompt breaking ties; the ratio starts at 0.7, decays linearly to 0.7 x 0.14
+over 600 decode steps, and after a retraction is re-estimated from the batch that
+stays as (decoded + 20 n) / (max_new + 1), capped at 1. "newest" is kvbench's first
+rule: the newest request goes, so the oldest always progresses.
+"""
+
+from __future__ import annotations
+
+from mini_engine.request import Request
+
+RULES = ("sglang", "newest")
+
+SGLANG_INIT_RATIO = 0.7
+SGLANG_MIN_RATIO_FACTOR = 0.14
+SGLANG_DECAY_STEPS = 600
+SGLANG_RETRACT_DECODE_STEPS = 20
+
+
+class Retraction:
+    def __init__(self, rule: str):
+        self.rule = rule
+        if rule == "sglang":
+            self.init = SGLANG_INIT_RATIO
+            self.min = SGLANG_INIT_RATIO * SGLANG_MIN_RATIO_FACTOR
+            self.decay = (self.init - self.min) / SGLANG_DECAY_STEPS
+        else:
+            self.init, self.min, self.decay = 0.7, 0.1, 0.002
+
+    def decay_step(self, ratio: float) -> float:
+        return max(self.min, ratio - self.decay)
+
+    def victim(self, running: list[Request], batch: list[Request]) -> Request:
+        """The request to retract; running is in admission order, batch the decode batch."""
+        if self.rule == "sglang" and len(batch) > 1:
+            return min(batch, key=lambda r: (len(r.outputs), -len(r.prompt)))
+        return running[-1]
+
+    def ratio_after(self, ratio: float, staying: list[Request]) -> float:
+        """The new-token ratio after a retraction, given the requests still decoding."""
+        if self.rule == "sglang":
+            decoded = sum(len(r.outputs) for r in staying)
+            most = sum(r.max_new_tokens for r in staying)
+            return min(1.0, (decoded + SGLANG_RETRACT_DECODE_STEPS * len(staying)) / (most + 1))
+        return min(1.0, ratio + 0.3)

@@ -1,0 +1,154 @@
+"""The profiles through the whole engine: SWA cadence, PD, row headroom (K4), metrics, trace."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mini_engine.config import EngineConfig
+from mini_engine.engine import Engine
+from mini_engine.request import Request
+
+
+def one_dflash_request(tmp_path=None, **opts):
+    base = dict(spec="dflash", block_size=16, page_size=16, window=32, layer_pattern="1:1", accept_len=8,
+                pool_tokens=1 << 14, max_context=512)
+    cfg = EngineConfig(**{**base, **opts})
+    eng = Engine(cfg, trace=str(tmp_path / "t.jsonl") if tmp_path else None)
+    eng.submit([Request(0, list(range(1, 38)), 200)])  # prompt 37
+    return eng
+
+
+def test_swa_worked_example_first_eviction_at_decode_step_16():
+    """DFLASH block 16, prompt 37, 8 accepted per step, ps 16, window 32, interval 128.
+
+    SGLang evicts in prepare_for_decode when seqlen - 1 - window >= cursor + 128
+    (seqlen - 1 = committed): committed 165 = 37 + 16 * 8 at decode step 16 (0-based),
+    to floor16(165 - ceil16(max(32, 16))) = 128. Before that the SWA pool holds the
+    whole extent: ceil16(157 + 32) = 192 slots = 12 pages, the peak.
+    """
+    eng = one_dflash_request()
+    m = eng.manager
+    cursors, held = [], []
+    while eng.sched.has_work():
+        eng.tick()
+        r = eng.requests[0]
+        if r.kv is not None and r.decode_batches:
+            cursors.append((r.decode_batches - 1, r.kv.committed, r.kv.swa_evicted))
+        held.append(m.swa_pages_held)
+    first = next((step, c) for step, c, cur in cursors if cur > 0)
+    # the cursor moves in the prepare of decode step 16, where committed was 165 before its verify
+    assert first == (16, 165 + 8)
+    assert [cur for step, _, cur in cursors if step == 16] == [128]
+    assert all(cur == 0 for step, _, cur in cursors if step < 16)
+    assert max(held[:18]) == 12
+    res = eng._result(eng.requests, "ok", 1.0)
+    assert res.stats["peak_swa_pages_held"] == 12
+
+
+def test_no_eviction_in_the_first_decode_batch_even_at_interval_1():
+    eng = one_dflash_request(swa_eviction_interval=1, prefix_cache="chunk")
+    eng.submit([Request(1, list(range(1, 101)), 40)])
+    seen = []
+    while eng.sched.has_work():
+        eng.tick()
+        for r in eng.requests:
+            if r.kv is not None and r.decode_batches == 1:
+                seen.append(r.kv.swa_evicted)
+    assert seen and all(c == 0 for c in seen)  # a 100-token prompt is past the window, yet no eviction
+
+
+def test_chunk_cache_evicts_during_chunked_prefill():
+    eng = one_dflash_request(prefix_cache="chunk", chunked_prefill=64)
+    eng.requests.clear()
+    eng.sched.future.clear()
+    eng.submit([Request(7, list(range(1, 301)), 8)])
+    cursors = []
+    while eng.sched.has_work():
+        eng.tick()
+        r = eng.requests[0]
+        if r.kv is not None and r.prefilling:
+            cursors.append((r.prefilled, r.kv.swa_evicted))
+    # the chunk that starts at 128 evicts to floor16(128 - 32) = 96
+    assert (192, 96) in cursors
+
+
+@pytest.mark.parametrize("ps, profile, fires", [(1, "sglang-0.5.23", True), (16, "sglang-0.5.23", False),
+                                                (1, "host-aligned", False), (1, "sglang-pre-35265", True)])
+def test_dflash_block_16_row_overflow_k4(ps, profile, fires):
+    """SGLang sizes rows 4 + num_draft_tokens = 20 beyond the context at ps 1, where the
+    DFLASH reservation needs 2 * 16 = 32: a request that runs up to max_context overflows."""
+    cfg = EngineConfig(spec="dflash", block_size=16, page_size=ps, profile=profile, accept_len=8,
+                       max_context=160, pool_tokens=1 << 14)
+    eng = Engine(cfg)
+    res = eng.run([Request(i, list(range(1, 61)), 100) for i in range(3)])  # 60 + 100 = max_context
+    assert (res.violations.get("K4", 0) > 0) == fires
+    assert (res.stats["row_overflow_slots"] > 0) == fires
+    assert res.stats["leaked_pages"] == 0
+
+
+def test_pd_ps1_fill_50_window_32_through_the_engine():
+    cfg = EngineConfig(page_size=1, window=32, layer_pattern="1:1", pool_tokens=4096, max_context=256)
+    eng = Engine(cfg)
+    r = Request(0, list(range(1, 51)), 5, fill_len=50)
+    eng.submit([r])
+    eng.tick()
+    assert r.kv.swa_evicted == 0 and eng.manager.swa_pages_held >= 50
+
+
+def test_trace_header_records_the_profile_and_prepare_says_aligned(tmp_path):
+    eng = one_dflash_request(tmp_path, profile="sglang-pre-35265")
+    eng.run()
+    lines = [json.loads(x) for x in open(tmp_path / "t.jsonl")]
+    head = lines[0]
+    assert head["profile"]["name"] == "sglang-pre-35265" and head["profile"]["align"] == ["eagle"]
+    assert head["profile"]["free"] == "segment" and head["profile"]["swa_eviction_interval"] == 128
+    prepares = [x for x in lines[1:] if x["op"] == "prepare"]
+    assert prepares and all(x["aligned"] is False and x["policy"] == "unaligned" for x in prepares)
+
+
+def test_swa_ratio_sizes_the_swa_pool_and_admission_sees_the_smaller():
+    cfg = EngineConfig(page_size=16, window=32, layer_pattern="1:1", pool_tokens=1600, swa_ratio=0.5)
+    eng = Engine(cfg)
+    assert eng.mem.swa_num_pages == 50 and eng.mem.num_pages == 100
+    assert eng.sched._free_pages() == 50
+
+
+def test_sglang_retraction_order_and_ratio():
+    """SGLang retracts the request with the fewest outputs (longest prompt on a tie) and
+    re-estimates the ratio as (decoded + 20 n) / (max_new + 1) over the batch that stays."""
+    from mini_engine.retraction import Retraction
+
+    rules = Retraction("sglang")
+    a, b, c = Request(0, [1] * 10, 50), Request(1, [1] * 30, 50), Request(2, [1] * 20, 50)
+    a.outputs, b.outputs, c.outputs = [1] * 9, [1] * 3, [1] * 3
+    assert rules.victim([a, b, c], [a, b, c]) is b  # 3 outputs, the longer prompt
+    assert rules.ratio_after(0.5, [a, c]) == pytest.approx((12 + 40) / 101)
+    assert rules.init == 0.7 and rules.min == pytest.approx(0.098)
+    r = 0.7
+    for _ in range(600):
+        r = rules.decay_step(r)
+    assert r == pytest.approx(0.098)
+    assert Retraction("newest").victim([a, b, c], [a, b, c]) is c
+
+
+def test_sglang_retraction_under_pressure_finishes_everything():
+    cfg = EngineConfig(spec="dflash", block_size=16, page_size=16, accept_len=8, pool_tokens=1024,
+                       max_context=512)
+    res = Engine(cfg).run([Request(i, list(range(1, 21 + i)), 400) for i in range(6)])
+    assert res.verdict == "ok" and res.stats["retractions"] > 0 and res.stats["leaked_pages"] == 0
+    assert all(len(o) == 400 for o in res.outputs.values())
+
+
+def test_draft_window_does_not_widen_the_swa_window():
+    def cursors(**opts):
+        eng = one_dflash_request(**opts)
+        out = []
+        while eng.sched.has_work():
+            eng.tick()
+            r = eng.requests[0]
+            out.append(None if r.kv is None else r.kv.swa_evicted)
+        return out
+
+    assert cursors(draft_window=96) == cursors()
