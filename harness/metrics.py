@@ -115,12 +115,8 @@ _DECLARED = [
     # the accounting profiles' figures (issue 9): SWA pages, writer kinds, row overflows
     _m("peak_swa_pages_held", "counter", "pages", "swa", "most SWA-pool pages held by requests at once"),
     _m("swa_retractions", "counter", "requests", "swa", "retractions forced by the SWA pool"),
-    _m("k4_row_overflows", "counter", "events", "memory", "reservations that ran past the req_to_token row (K4)"),
-    _m("peak_reserved_ahead_slots", "counter", "slots", "memory",
-       "most slots reserved past the true committed length (overlap's lag included)"),
+    _m("row_overflow_slots", "counter", "slots", "memory", "slots of reservations that ran past the req_to_token row (K4)"),
     *(_m(f"peak_stranded_slots_{w}", "counter", "slots", "memory", f"most slots stranded by {w} writes at once")
-      for w in WRITERS),
-    *(_m(f"stranded_slots_sum_{w}", "counter", "slot-steps", "memory", f"slots stranded by {w} writes, summed over steps")
       for w in WRITERS),
     # retired: no longer emitted, still in recorded nights and baselines that compare and triage read
     _m("mem_peak_rss_bytes", "info", "bytes", "process", "retired: the process's lifetime RSS peak (test order, not the config)"),

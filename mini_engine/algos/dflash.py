@@ -6,8 +6,6 @@ from typing import TYPE_CHECKING
 
 from mini_engine.algos.speculative import Speculative
 from mini_engine.errors import check_positive
-from mini_engine.memory import sizing
-
 if TYPE_CHECKING:
     from mini_engine.config import EngineConfig
 
@@ -27,6 +25,8 @@ class DFlash(Speculative):
             check_positive("draft_window", cfg.draft_window)
 
     def step_reserve(self, cfg: EngineConfig) -> int:
+        from mini_engine.memory import sizing  # numpy: not needed to build the CLI parser
+
         return sizing.dflash_reserve(cfg.block_size)
 
     def max_accept(self, cfg: EngineConfig) -> int:

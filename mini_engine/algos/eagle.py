@@ -6,8 +6,6 @@ from typing import TYPE_CHECKING
 
 from mini_engine.algos.speculative import Speculative
 from mini_engine.errors import ConfigError, check_positive
-from mini_engine.memory import sizing
-
 if TYPE_CHECKING:
     from mini_engine.config import EngineConfig
 
@@ -32,6 +30,8 @@ class Eagle(Speculative):
                               f"(got {cfg.num_draft_tokens} with steps={cfg.steps}, topk={cfg.topk})")
 
     def step_reserve(self, cfg: EngineConfig) -> int:
+        from mini_engine.memory import sizing  # numpy: not needed to build the CLI parser
+
         return sizing.eagle_reserve(cfg.page_size, cfg.topk, cfg.steps, cfg.num_draft_tokens)
 
     def max_accept(self, cfg: EngineConfig) -> int:

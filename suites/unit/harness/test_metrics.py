@@ -95,7 +95,7 @@ def test_mlflow_names_are_grouped_unique_and_valid():
 
 
 def test_the_profiles_new_figures_are_declared_as_counters():
-    for name in ("peak_swa_pages_held", "swa_retractions", "k4_row_overflows", "peak_stranded_slots_spec",
-                 "stranded_slots_sum_pd"):
+    for name in ("peak_swa_pages_held", "swa_retractions", "row_overflow_slots", "peak_stranded_slots_spec",
+                 "peak_stranded_slots_pd"):
         assert kind(name) == "counter" and lookup(name).group in ("swa", "memory")
     assert SERIES["swa_held"].group == "swa"
