@@ -58,10 +58,10 @@ class Plan:
     step_timeout_s: int
 
 
-GPU = Plan("cuda", "nightly-gpu", "qwen3 and ps:16 and not win and not unaligned and not run and (bs:16 or topk:1)",
+GPU = Plan("cuda", "nightly-gpu", "qwen3 and ps:16 and not win and not profile and not run and (bs:16 or topk:1)",
            "tiny", 8, 32, ("triton-token", "triton-auto"), "qwen3-0.6b", (1, 64, 256), 512, 64,
            "qwen3-0.6b", (1, 64, 256), 1024, 50, 240)
-DRY = Plan("cpu", "smoke", "dflash and policy:aligned and ps:16 and win:none",
+DRY = Plan("cpu", "smoke", "dflash and profile:sglang-0.5.23 and ps:16 and win:none and not model",
            "tiny", 2, 4, ("torch",), "tiny", (1, 2), 16, 4,
            "tiny", (1, 2), 32, 1, 120)
 # The dry run's K11 uses torch attention: Triton's interpreter would take minutes over a

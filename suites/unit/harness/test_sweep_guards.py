@@ -83,7 +83,7 @@ def test_eta_at_the_pace_so_far():
 def test_leaked_pages_fail_the_run_in_every_audit_mode(audit):
     from harness.runner import run_config
 
-    row = leak_verdict(run_config({"spec": "dflash", "block_size": 16, "policy": "unaligned", "audit": audit,
+    row = leak_verdict(run_config({"spec": "dflash", "block_size": 16, "profile": "floor-free", "audit": audit,
                                    "num_requests": 4, "input_len": 40, "output_len": 24, "min_len": 20}))
     assert row["metrics"]["leaked_pages"] > 0
     assert row["status"] == "violated"
@@ -92,7 +92,7 @@ def test_leaked_pages_fail_the_run_in_every_audit_mode(audit):
 
 
 def test_kvbench_run_audit_off_with_a_leak_exits_1(tmp_path, cli, capsys):
-    code = cli("run", "--spec", "dflash", "--block-size", "16", "--policy", "unaligned", "--audit", "off",
+    code = cli("run", "--spec", "dflash", "--block-size", "16", "--profile", "floor-free", "--audit", "off",
                "--num-requests", "4", "--input-len", "40", "--output-len", "24", "--min-len", "20")
     assert code == 1 and "leaked pages after the run drained" in capsys.readouterr().out
 

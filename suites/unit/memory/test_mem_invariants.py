@@ -79,6 +79,12 @@ def test_k5_state_check_sees_a_corrupt_free_list():
     assert "K5" in [v.id for v in m.check(0)]
 
 
+def test_k5_state_check_sees_a_page_twice_on_the_free_list():
+    m, _ = prefilled()
+    m.full._released.append(m.full.free_page_ids()[:1].copy())  # a free page freed again, behind the allocator
+    assert "K5" in [v.id for v in m.check(0)]
+
+
 def test_k6_state_check_sees_a_cursor_written_behind_the_writer():
     mem = MemoryConfig(16, 16, 2, 128, swa_num_pages=16, window=16)
     m = KVManager(mem, Auditor("record"))
