@@ -252,8 +252,20 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
     if not meta:
         raise KVBenchError(f"{run_dir.path} has no meta.json: not a sweep run directory")
     uri = uri or meta.get("mlflow_uri") or tracking_uri(None, root)
-    cl = client(uri)
-    exp = ensure_experiment(cl, experiment_name(meta["suite"]), uri, root)
+    from harness.locks import store_lock
+
+    # A sync may be the first to open a local store (the sweep ran without MLflow):
+    # create and migrate it under the same lock as a sweep does.
+    lock = store_lock(uri)
+    try:
+        try:
+            cl = client(uri)
+        except Exception as err:  # a damaged or unreadable sqlite file fails here, not on a call
+            raise MlflowUnavailable(f"MLflow store at {uri} cannot be opened: {_first_line(err)}") from None
+        exp = ensure_experiment(cl, experiment_name(meta["suite"]), uri, root)
+    finally:
+        if lock is not None:
+            lock.release()
     try:
         parent = ensure_parent(cl, exp, run_dir.run_id, meta)
     except Exception as err:

@@ -147,3 +147,14 @@ def test_a_store_path_with_uri_syntax_is_refused(tmp_path, tiny, cli, capsys, mo
     assert cli("sweep", tiny) == 2
     assert "which the MLflow sqlite URI would misread" in one_line(capsys.readouterr().err)
     assert not root.exists()  # refused before anything was created
+
+
+def test_sync_to_a_damaged_store_is_one_line_and_keeps_the_rows(results_root, tiny, cli, capsys):
+    assert cli("sweep", tiny, "--no-mlflow", "--run-id", "nostore") == 0
+    run = results_root / "runs" / "nostore"
+    rows = rows_of(run)
+    (results_root / "mlflow.db").write_bytes(b"\x00garbage, not sqlite" * 200)
+    capsys.readouterr()
+    assert cli("sync", "nostore") == 2
+    assert "cannot be opened" in one_line(capsys.readouterr().err)
+    assert rows_of(run) == rows and rows  # nothing produced is lost
