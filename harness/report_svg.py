@@ -83,7 +83,8 @@ def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str,
         for i, sp in enumerate(s.get("spread") or []):
             if sp and sp[1] > sp[0]:
                 out.append(f'<line x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(sp[0]):.1f}" y2="{y(sp[1]):.1f}" '
-                           f'stroke="{color}" class="err"/>')
+                           f'stroke="{color}" class="err"><title>{escape(s["label"])}\n{escape(xlabels[i])}: '
+                           f'{fmt(sp[0])} .. {fmt(sp[1])} over the repeats</title></line>')
         if len(pts) > 1:
             path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in pts)
             out.append(f'<polyline points="{path}" stroke="{color}" class="line"/>')

@@ -134,3 +134,25 @@ def test_report_renders_in_a_real_browser(page, tmp_path):
             tab.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         finally:
             browser.close()
+
+
+def test_one_config_run_five_times_lies_within_the_spread_the_report_draws(results_root, cli, tmp_path):
+    """The suite's repeats reach the report: each of the five timed runs of one config
+    lies inside the error bar drawn for it (the bar is what a reader takes as the noise)."""
+    import json
+
+    suite = tmp_path / "five.toml"
+    suite.write_text('repeat = 5\n[defaults]\nspec = "dflash"\nblock_size = 16\nnum_requests = 8\n'
+                     'input_len = 64\noutput_len = 32\nmin_len = 16\n[axes]\npage_size = [16]\n')
+    assert cli("sweep", suite, "--no-mlflow", "--run-id", "five") == 0
+    run = results_root / "runs" / "five"
+    [row] = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    samples = row["samples"]["output_tokens_per_s"]
+    assert len(samples) == 5  # the warmup is not one of them
+    assert cli("report", run, "--metric", "output_tokens_per_s", "--out", tmp_path / "r.html") == 0
+    bars = re.findall(r'class="err"><title>[^<]*: ([^ <]+) \.\. ([^ <]+) over the repeats</title>',
+                      (tmp_path / "r.html").read_text())
+    assert len(bars) == 1
+    low, high = (float(b) for b in bars[0])
+    for s in samples:  # the bar's ends are printed to 4 significant digits
+        assert low * (1 - 5e-4) <= s <= high * (1 + 5e-4)
