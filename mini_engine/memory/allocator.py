@@ -68,6 +68,7 @@ class PagedAllocator:
         self._released: list[np.ndarray] = []  # staged frees (need_sort only)
         self._group: _FreeGroup | None = None
         self._num_released = 0
+        self._freed_any = False  # need_sort can only be chosen before the first free
         self._is_free = np.ones(num_pages + 1, dtype=bool)
         self._is_free[0] = False
 
@@ -86,6 +87,20 @@ class PagedAllocator:
 
     def is_free(self, pages: np.ndarray) -> np.ndarray:
         return self._is_free[pages]
+
+    @property
+    def has_freed(self) -> bool:
+        """Whether any free was made (held in an open group included)."""
+        return self._freed_any or (self._group is not None and bool(self._group.entries))
+
+    def stage_frees(self) -> None:
+        """Turn on need_sort (SGLang's PD pools), which must hold from the first free on."""
+        if self.need_sort:
+            return
+        if self.has_freed:
+            raise RuntimeError(f"need_sort on pool {self.pool} after it freed pages: "
+                               "a pool has one free-list order for its whole life")
+        self.need_sort = True
 
     # -- allocation ------------------------------------------------------------
     def pages_needed(self, prefix_lens: np.ndarray, seq_lens: np.ndarray) -> np.ndarray:
@@ -176,12 +191,16 @@ class PagedAllocator:
         On a device, unique has a data-dependent output shape, so the host must wait
         for it: one sync.
         """
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        # A copy: the caller's array may be a view of a row that is rewritten while
+        # these pages are still held (a free group, need_sort's staging list).
+        idx = np.array(indices, dtype=np.int64).reshape(-1)
         # ps 1: SGLang's token allocator frees the slots as given, no unique.
         pages = idx if self.page_size == 1 else np.unique(idx // self.page_size)
+        # Counted per call, held or not: kvbench's dedup release rule pays a unique per
+        # release (SGLang itself frees rows by segment, without one).
+        self.syncs += 1
         if self._group is not None:
             return self._group.add("free", idx, self._check(pages))
-        self.syncs += 1
         freed = self._put(self._check(pages))
         if self.trace is not None:
             self._trace_free({"op": "free", "pool": self.pool, "indices": idx.tolist(),
@@ -190,7 +209,7 @@ class PagedAllocator:
 
     def free_pages(self, page_ids) -> np.ndarray:
         """Host whole-page free: the caller computed the pages, no dedup, no sync."""
-        pages = np.asarray(page_ids, dtype=np.int64).reshape(-1)
+        pages = np.array(page_ids, dtype=np.int64).reshape(-1)  # a copy, as in free()
         if self._group is not None:
             return self._group.add("free_pages", pages, self._check(pages))
         freed = self._put(self._check(pages))
@@ -220,7 +239,7 @@ class PagedAllocator:
         """Hold every free until free_group_end, as SGLang does around one batch's releases.
 
         Each free is checked (K5) when it is called; its pages reach the free list at
-        the end, in SGLang's order: at ps > 1 the dedup frees as one unique (one sync)
+        the end, in SGLang's order: at ps > 1 the dedup frees as one unique
         and the page-id frees as one list in call order, the full pool's unique first
         and the SWA pool's page ids first (which of the two lands in front differs:
         SGLang's SWA allocator ends its page-id group before its slot group); at ps 1
@@ -247,8 +266,7 @@ class PagedAllocator:
         given = np.concatenate([e[1] for e in entries])
         pages = np.concatenate([e[2] for e in entries])
         if op == "free" and self.page_size > 1:
-            self.syncs += 1
-            pages = np.unique(pages)
+            pages = np.unique(pages)  # its sync was counted at each held free
         self._put(pages)
         if self.trace is not None:
             key = "indices" if op == "free" else "page_ids"
@@ -286,6 +304,7 @@ class PagedAllocator:
         """Put checked pages on the free list, where SGLang's allocator puts them."""
         if len(pages) == 0:
             return pages
+        self._freed_any = True
         if self.need_sort:
             self._released.append(pages)
             self._num_released += len(pages)
