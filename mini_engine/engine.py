@@ -17,6 +17,7 @@ K10 checks the engine's bookkeeping against the request states.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -154,6 +155,11 @@ class Engine:
     def submit(self, reqs: list[Request]) -> None:
         """Queue requests (validated first); they join at their arrival_step."""
         self.validate(reqs)
+        if any(r.is_pd for r in reqs):
+            # A node that receives PD transfers is SGLang's decode side, whose pools stage
+            # their frees and merge them sorted (need_sort). A node's role is fixed once it
+            # has freed pages: PD arrivals after that keep the order it started with.
+            self.manager.stage_frees()
         self.sched.add(reqs)
         self.requests.extend(reqs)
 
@@ -229,36 +235,40 @@ class Engine:
 
     def _transfer(self, reqs: list[Request]) -> None:
         firsts = _results(self.backend.transfer(reqs), len(reqs))  # pd_prealloc committed the fill_len tokens
-        for r, tok in zip(reqs, firsts):
-            r.outputs.append(int(tok))
-            self.stats.output_tokens += 1
-            self.stats.pd_arrivals += 1
-            if r.remaining <= 0:
-                self.sched.finish(r)
+        # SGLang groups the frees of this batch only with the decode-side radix cache.
+        with self.manager.free_group() if self.mem.profile.pd_radix else nullcontext():
+            for r, tok in zip(reqs, firsts):
+                r.outputs.append(int(tok))
+                self.stats.output_tokens += 1
+                self.stats.pd_arrivals += 1
+                if r.remaining <= 0:
+                    self.sched.finish(r)
 
     def _prefill(self, chunks) -> None:
         reqs = [c.req for c in chunks]
         toks = _results(self.backend.prefill(reqs, [c.start for c in chunks], [c.end for c in chunks]), len(reqs))
         self.stats.prefill_steps += 1
-        for c, tok in zip(chunks, toks):
-            r = c.req
-            self.manager.commit(r.kv, c.end - c.start)
-            r.prefilled = c.end
-            self.stats.prefill_tokens += c.end - c.start
-            if tok is not None:
-                r.outputs.append(int(tok))
-                self.stats.output_tokens += 1
-                if r.remaining <= 0:
-                    self.sched.finish(r)
+        with self.manager.free_group():  # SGLang's prefill result processing: one free group
+            for c, tok in zip(chunks, toks):
+                r = c.req
+                self.manager.commit(r.kv, c.end - c.start)
+                r.prefilled = c.end
+                self.stats.prefill_tokens += c.end - c.start
+                if tok is not None:
+                    r.outputs.append(int(tok))
+                    self.stats.output_tokens += 1
+                    if r.remaining <= 0:
+                        self.sched.finish(r)
 
     def _decode(self, batch: list[Request]) -> bool | None:
         t0 = time.perf_counter()
         if self.cfg.has_swa:
             # SGLang's prepare_for_decode: the window eviction comes before the reservation,
             # from a request's second decode batch on (the first may overlap its prefill).
-            for r in batch:
-                if r.decode_batches:
-                    self.manager.evict_swa(r.kv, r.kv.committed)
+            with self.manager.free_group():  # SGLang's maybe_evict_swa: one free group
+                for r in batch:
+                    if r.decode_batches:
+                        self.manager.evict_swa(r.kv, r.kv.committed)
         for r in batch:
             r.decode_batches += 1
         batch = self.sched.reserve_decode(batch)
@@ -277,28 +287,30 @@ class Engine:
         spec, dw, most = cfg.speculative, cfg.draft_window, cfg.max_accept
         accepted = out = 0
         counts = np.zeros(len(self.batch), dtype=np.int64)  # committed per batch position
-        for r, toks, at in zip(batch, results, where.tolist()):
-            n = len(toks)
-            if not 1 <= n <= most:
-                raise RuntimeError(f"backend returned {n} tokens for request {r.rid} (allowed 1..{most})")
-            if spec:
-                accepted += n  # tau counts what the verify accepted, even past the output limit
-                r.spec_steps += 1
-                r.accepted += n
-            left = r.remaining
-            if n > left:
-                toks, n = toks[:left], left
-            self.manager.commit(r.kv, n)
-            if at >= 0:
-                counts[at] = n
-            r.outputs.extend(toks)
-            out += n
-            if dw is not None:
-                # K9 itself is an audit check (memory.invariants); the loop only counts the peak.
-                stats.peak_compact_draft = max(stats.peak_compact_draft,
-                                               sizing.compact_draft_len(r.kv.committed, dw, cfg.page_size))
-            if n == left:
-                self.sched.finish(r)
+        # SGLang's decode result processing: the finished requests' frees form one group.
+        with self.manager.free_group():
+            for r, toks, at in zip(batch, results, where.tolist()):
+                n = len(toks)
+                if not 1 <= n <= most:
+                    raise RuntimeError(f"backend returned {n} tokens for request {r.rid} (allowed 1..{most})")
+                if spec:
+                    accepted += n  # tau counts what the verify accepted, even past the output limit
+                    r.spec_steps += 1
+                    r.accepted += n
+                left = r.remaining
+                if n > left:
+                    toks, n = toks[:left], left
+                self.manager.commit(r.kv, n)
+                if at >= 0:
+                    counts[at] = n
+                r.outputs.extend(toks)
+                out += n
+                if dw is not None:
+                    # K9 itself is an audit check (memory.invariants); the loop only counts the peak.
+                    stats.peak_compact_draft = max(stats.peak_compact_draft,
+                                                   sizing.compact_draft_len(r.kv.committed, dw, cfg.page_size))
+                if n == left:
+                    self.sched.finish(r)
         self.batch.commit(counts)
         if spec:
             stats.spec_verifies += len(batch)

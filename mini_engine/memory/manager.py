@@ -7,6 +7,8 @@ legacy dedup free, which counts its sync.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation, check_positive
@@ -101,6 +103,34 @@ class KVManager:
     def num_free_rows(self) -> int:
         return self.req_to_token.num_free_rows
 
+    # -- the free-list order SGLang's scheduler gives its allocator ------------------
+    def stage_frees(self) -> bool:
+        """Both pools stage their frees and merge them sorted (SGLang's need_sort, set on
+        the decode side of PD disaggregation). Only before the first free: a pool keeps
+        one order for its life. Returns whether the pools stage their frees."""
+        pools = self._allocators()
+        if not all(a.need_sort for a in pools) and not any(a.has_freed for a in pools):
+            for a in pools:
+                a.stage_frees()
+        return all(a.need_sort for a in pools)
+
+    @contextmanager
+    def free_group(self):
+        """Hold every free of both pools to the end of the block, then release them in
+        SGLang's group order (the allocator's free_group_begin), as SGLang does around
+        one batch's result processing and its SWA eviction."""
+        pools = self._allocators()
+        for a in pools:
+            a.free_group_begin()
+        try:
+            yield
+        finally:
+            for a in pools:
+                a.free_group_end()
+
+    def _allocators(self) -> list[PagedAllocator]:
+        return [self.full] + ([self.swa.allocator] if self.swa is not None else [])
+
     # -- request lifecycle --------------------------------------------------------
     def admit(self, rid: object) -> ReqKVState | None:
         row = self.req_to_token.alloc()
@@ -146,8 +176,10 @@ class KVManager:
                 "reqs": [{"rid": _jsonable(s.rid), "committed": int(c), "cur": int(x), "nxt": int(y)}
                          for s, c, x, y in zip(states, com, cur, nxt)],
             })
-        if not self._grow(states, nxt, cur, writer="spec" if algo or self.mem.algo else "decode",
-                          aligned=aligned):
+        writer = "spec" if algo or self.mem.algo else "decode"
+        # Plain decode that grows every request by one slot is SGLang's alloc_decode.
+        decode = writer == "decode" and bool((nxt - cur == 1).all())
+        if not self._grow(states, nxt, cur, writer=writer, aligned=aligned, decode=decode):
             return False
         for s, c, cut in zip(states, com.tolist(), short.tolist()):
             s.reserve_base = c
@@ -219,17 +251,21 @@ class KVManager:
             # A stale state's row may already belong to another request: freeing it would free theirs.
             raise ValueError(f"release of request {state.rid}: it is not live (released already?)")
         host_row = self.req_to_token.host[row]
-        if extent:
-            if self.profile.free == "dedup":
-                freed = self.full.free(host_row[:extent])
-            else:
-                freed = self.full.free_segment(host_row, 0, self._free_end(extent))
-            self._give_back("full", state, freed)
+        cursor = state.swa_evicted
+        if self.profile.free == "dedup":
+            if extent:
+                self._give_back("full", state, self.full.free(host_row[:extent]))
+            if self.swa is not None:
+                self._give_back("swa", state, self.swa.release_dedup(host_row, cursor, extent))
+        else:
+            for start, end, swa in self._release_pieces(state.committed, extent, cursor):
+                if swa:  # SGLang frees the SWA copy first, then the full page
+                    self._give_back("swa", state, self.swa.free_positions(host_row, start, end))
+                self._give_back("full", state, self.full.free_segment(host_row, start, end))
+            if self.swa is not None:
+                self.swa.clear_row(host_row, cursor, extent)
         self.ledger.drop_row("full", row)
         if self.swa is not None:
-            freed = self.swa.release(host_row, state.swa_evicted, extent, self._free_end(extent),
-                                     dedup=self.profile.free == "dedup")
-            self._give_back("swa", state, freed)
             self.ledger.drop_row("swa", row)
         self._sum_extent -= extent
         self._sum_committed -= state.committed
@@ -263,6 +299,30 @@ class KVManager:
         return found
 
     # -- internals ----------------------------------------------------------------
+    def _release_pieces(self, owned: int, extent: int, cursor: int) -> list[tuple[int, int, bool]]:
+        """The (start, end, with_swa) position ranges a release frees, in SGLang's order.
+
+        SGLang's release_kv_cache frees the row [protected, owned) (protected is 0:
+        kvbench has no prefix tree), then the over-allocation [ceil_ps(owned),
+        allocated); within each, the part below the SWA cursor goes back full-side
+        only, first. Each range is one page-id free per pool, and which pages land
+        in front of the free list depends on that order. The ranges are clipped at
+        the free rule's end (_free_end), so together they free exactly its pages.
+        """
+        ps, end = self.ps, self._free_end(extent)
+        owned = min(owned, extent)
+        top = -(-owned // ps) * ps
+        out = []
+        for a, b in ((0, min(top, end)), (top, end)):
+            if b <= a:
+                continue
+            dead = min(max(cursor, a), b) if self.swa is not None else a
+            if dead > a:
+                out.append((a, dead, False))
+            if b > dead:
+                out.append((dead, b, self.swa is not None))
+        return out
+
     def _free_end(self, extent: int) -> int:
         """End of the pages a host free takes, by stride over the recorded extent.
 
@@ -285,21 +345,21 @@ class KVManager:
         return target
 
     def _grow(self, states: list[ReqKVState], targets: np.ndarray, cur: np.ndarray | None = None, *,
-              writer: str, aligned: bool) -> bool:
+              writer: str, aligned: bool, decode: bool = False) -> bool:
         """Allocate positions [allocated, target) of each state in both pools, all-or-nothing.
 
         cur: the states' extents, when the caller has already gathered them;
-        writer / aligned: who records the new extents and whether they are page-ceiled.
+        writer / aligned: who records the new extents and whether they are page-ceiled;
+        decode: the call is SGLang's alloc_decode (one slot per request).
+        The allocator gets the whole batch, requests that do not grow included, as
+        SGLang's does: under need_sort its merge test counts them.
         """
         if cur is None:
             cur = np.fromiter((s.allocated for s in states), dtype=np.int64, count=len(states))
+        targets = np.maximum(targets, cur)
         grow = targets > cur
         if not grow.any():
-            return True
-        if not grow.all():
-            idx = np.flatnonzero(grow)
-            states = [states[i] for i in idx]
-            cur, targets = cur[idx], targets[idx]
+            return True  # SGLang makes no call when nothing is needed
         rows = np.fromiter((s.row for s in states), dtype=np.int64, count=len(states))
         host = self.req_to_token.host
         last = np.where(cur > 0, host[rows, np.maximum(cur - 1, 0)], -1)
@@ -311,22 +371,24 @@ class KVManager:
             # SWA pages start at the cursor: a fresh PD request holds none below it.
             base = np.fromiter((s.swa_evicted for s in states), dtype=np.int64, count=len(states))
             swa_prefix = np.maximum(cur, base)
-            if int(self.swa.allocator.pages_needed(swa_prefix, np.maximum(targets, swa_prefix)).sum()) \
+            swa_target = np.maximum(targets, swa_prefix)
+            if int(self.swa.allocator.pages_needed(swa_prefix, swa_target).sum()) \
                     > self.swa.allocator.num_free_pages:
                 self.short_pool = "swa"
                 return False
-        got = self.full.traced_allocate(cur, targets, last)
+        got = self.full.traced_allocate(cur, targets, last, decode=decode)
         row_rep = np.repeat(rows, got.lens)
         self.req_to_token.write_flat(row_rep, got.positions, got.slots)
         self.ledger.take("full", np.repeat(rows, got.pages_per_req), got.pages)
         if self.swa is not None:
             # Continue the SWA copy of the last page only where growth continues the row.
             swa_last = np.where((swa_prefix == cur) & (cur > 0), self.swa.translate(np.maximum(last, 0)), -1)
-            sg = self.swa.allocator.traced_allocate(swa_prefix, np.maximum(targets, swa_prefix), swa_last)
+            sg = self.swa.allocator.traced_allocate(swa_prefix, swa_target, swa_last,
+                                                    decode=decode and bool((swa_target - swa_prefix == 1).all()))
             self.swa.set_map(host[np.repeat(rows, sg.lens), sg.positions], sg.slots)
             self.ledger.take("swa", np.repeat(rows, sg.pages_per_req), sg.pages)
-        for s, t in zip(states, targets.tolist()):
-            self._set_extent(s, t, writer, aligned)
+        for i in np.flatnonzero(grow).tolist():
+            self._set_extent(states[i], int(targets[i]), writer, aligned)
         return True
 
     def _set_extent(self, state: ReqKVState, new: int, writer: str, aligned: bool) -> None:

@@ -54,24 +54,26 @@ class SWAPool:
         self.clear_map(full)
         return freed
 
-    def release(self, full_row: np.ndarray, cursor: int, extent: int, end: int, *,
-                dedup: bool = False) -> np.ndarray:
-        """Free the SWA pages of the request: positions [cursor, end), the full pool's rule.
+    def free_positions(self, full_row: np.ndarray, start: int, end: int) -> np.ndarray:
+        """Free the SWA pages of positions [start, end) (start page aligned), one page per stride.
 
-        dedup: the unique pages of the SWA slots of [cursor, extent) go back (a
-        device sync); else whole pages by stride up to end, which the caller's free
-        rule computed. The map is cleared for every position of the extent, so a
-        page that did not come back leaves no stale copy behind.
+        The map is left as it is: a release frees its row in pieces, then clears
+        the map once (clear_row).
         """
+        if end <= start:
+            return np.empty(0, dtype=np.int64)
+        return self.allocator.free_segment(self.map_host[full_row[start:end]], start, end, offset=start)
+
+    def clear_row(self, full_row: np.ndarray, cursor: int, extent: int) -> None:
+        """Clear the map for every position of [cursor, extent), so a page that did not
+        come back leaves no stale copy behind."""
+        if extent > cursor:
+            self.clear_map(full_row[cursor:extent])
+
+    def release_dedup(self, full_row: np.ndarray, cursor: int, extent: int) -> np.ndarray:
+        """The dedup rule: the unique pages of the SWA slots of [cursor, extent) go back (a sync)."""
         if extent <= cursor:
             return np.empty(0, dtype=np.int64)
-        full = full_row[cursor:extent]
-        swa = self.map_host[full]
-        if dedup:
-            freed = self.allocator.free(swa)
-        elif end > cursor:
-            freed = self.allocator.free_segment(self.map_host[full_row[cursor:end]], cursor, end, offset=cursor)
-        else:
-            freed = np.empty(0, dtype=np.int64)
-        self.clear_map(full)
+        freed = self.allocator.free(self.map_host[full_row[cursor:extent]])
+        self.clear_row(full_row, cursor, extent)
         return freed
