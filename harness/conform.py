@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from mini_engine.errors import KVBenchError, TraceError
-from mini_engine.memory.replay import Divergence, _short, pool_need_sort, prepare_aligned, read_trace
+from mini_engine.memory.replay import (Divergence, _short, header_pd_radix, pool_need_sort, prepare_aligned,
+                                       read_trace)
 
 SGLANG_VERSION = "0.5.23"
 INSTALL = (f"pip install --no-deps sglang=={SGLANG_VERSION} && pip install 'kvbench[conform]' "
@@ -80,18 +81,13 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
     head, records = read_trace(path)
     ps = head["page_size"]
     need_sort = pool_need_sort(path, records)
-    profile = head.get("profile") or {}
-    if not isinstance(profile, dict):
-        raise TraceError(f"{path}: header profile must be an object (got {profile!r})")
+    # The decode-side radix cache widens the PD SWA tail: a profile knob (or a config key).
+    pd_radix = header_pd_radix(path, head)
     pools = {"full": _allocator(sg, head["num_pages"], ps, need_sort.get("full", False))}
     if head.get("swa_num_pages"):
         pools["swa"] = _allocator(sg, head["swa_num_pages"], ps, need_sort.get("swa", False))
     config = head.get("config") or {}
     spec_reserve = _spec_reserve(sg, config, ps)
-    # The decode-side radix cache widens the PD SWA tail: a profile knob (or a config key).
-    pd_radix = profile.get("pd_radix", config.get("pd_radix", False))
-    if not isinstance(pd_radix, bool):
-        raise TraceError(f"{path}: header pd_radix must be true or false (got {pd_radix!r})")
 
     report = ConformReport(path)
     for lineno, rec in records:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from mini_engine.errors import KVBenchError, TraceError
 from mini_engine.memory.allocator import PagedAllocator
-from mini_engine.memory.sizing import next_extents, swa_tail_len
+from mini_engine.memory.sizing import next_extents, pd_swa_tail_len
 from mini_engine.memory.trace import FORMAT, VERSION
 
 REQUIRED = {
@@ -155,6 +155,19 @@ def pool_need_sort(path: str, records: list[tuple[int, dict]]) -> dict[str, bool
     return {pool: flag for pool, (flag, _) in seen.items()}
 
 
+def header_pd_radix(path: str, head: dict) -> bool:
+    """Whether the trace's decode side had the radix cache (the PD SWA tail rule):
+    the header profile's pd_radix, else its config's, else false."""
+    profile = head.get("profile") or {}
+    if not isinstance(profile, dict):
+        raise TraceError(f"{path}: header profile must be an object (got {profile!r})")
+    config = head.get("config") or {}
+    pd_radix = profile.get("pd_radix", config.get("pd_radix", False) if isinstance(config, dict) else False)
+    if not isinstance(pd_radix, bool):
+        raise TraceError(f"{path}: header pd_radix must be true or false (got {pd_radix!r})")
+    return pd_radix
+
+
 def _is_int(x: object) -> bool:
     # int64 range: the allocator works in numpy int64, a larger number cannot be replayed.
     return isinstance(x, int) and not isinstance(x, bool) and -2**63 <= x < 2**63
@@ -169,6 +182,7 @@ def replay(path: str | os.PathLike) -> ReplayReport:
     head, records = read_trace(path)
     ps = head["page_size"]
     need_sort = pool_need_sort(path, records)
+    pd_radix = header_pd_radix(path, head)
     pools = {"full": PagedAllocator(head["num_pages"], ps, "full", need_sort=need_sort.get("full", False))}
     if head.get("swa_num_pages"):
         pools["swa"] = PagedAllocator(head["swa_num_pages"], ps, "swa", need_sort=need_sort.get("swa", False))
@@ -195,7 +209,7 @@ def replay(path: str | os.PathLike) -> ReplayReport:
         report.calls += 1
         n, op = report.calls, rec["op"]
         if op in ("prepare", "swa_prealloc"):
-            _check_plan(rec, ps, lambda f, e, g: diverge(n, lineno, op, f, e, g), path, lineno)
+            _check_plan(rec, ps, pd_radix, lambda f, e, g: diverge(n, lineno, op, f, e, g), path, lineno)
             continue
         alloc = pools[rec.get("pool", "full")]
         t0 = time.perf_counter()
@@ -223,7 +237,7 @@ def replay(path: str | os.PathLike) -> ReplayReport:
     return report
 
 
-def _check_plan(rec: dict, ps: int, diverge, path: str, lineno: int) -> None:
+def _check_plan(rec: dict, ps: int, pd_radix: bool, diverge, path: str, lineno: int) -> None:
     try:
         if rec["op"] == "prepare":
             for i, r in enumerate(rec["reqs"]):
@@ -234,7 +248,7 @@ def _check_plan(rec: dict, ps: int, diverge, path: str, lineno: int) -> None:
                 if nxt != r["nxt"]:
                     diverge(f"reqs[{i}].nxt", r["nxt"], nxt)
         else:
-            tail = swa_tail_len(rec["fill_len"], rec["window"], ps)
+            tail = pd_swa_tail_len(rec["fill_len"], rec["window"], ps, pd_radix)
             if tail != rec["tail"]:
                 diverge("tail", rec["tail"], tail)
             if rec["fill_len"] - tail != rec["evicted"]:

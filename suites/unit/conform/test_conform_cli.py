@@ -57,8 +57,6 @@ def conform_cli(capsys, *paths) -> tuple[int, str, str]:
     return rc, out, err
 
 
-@pytest.mark.xfail(strict=True, reason="examples/ was recorded before the allocator took SGLang's "
-                   "free-list order; re-record it (examples/README.md) and drop this mark")
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_committed_examples_conform(sg, capsys, path):
     rc, out, _ = conform_cli(capsys, path)
@@ -98,12 +96,12 @@ def test_pd_traces_with_need_sort_conform(sg, tmp_path, capsys, monkeypatch, ps)
     assert rc == 0, out
 
 
-@pytest.mark.xfail(strict=True, reason="kvbench's PD prealloc keeps a window tail at ps 1; SGLang 0.5.23 "
-                   "takes no tail path at ps 1 (the whole fill gets SWA slots): engine side of issue 9")
 def test_pd_trace_at_page_size_1_conforms(sg, tmp_path, capsys):
+    # SGLang 0.5.23 takes no SWA tail path at ps 1 (the whole fill gets SWA slots): no swa_prealloc record.
     path = tmp_path / "pd1.jsonl"
     main(["run", *SMALL, *PD, "--page-size", "1", "--trace", str(path)])
     capsys.readouterr()
+    assert '"op":"swa_prealloc"' not in path.read_text()
     rc, out, _ = conform_cli(capsys, path)
     assert rc == 0, out
 
@@ -264,7 +262,7 @@ def grouped_trace(path, ps: int, seed: int) -> None:
 
     from mini_engine.memory import Auditor, KVManager, MemoryConfig, TraceWriter
 
-    mem = MemoryConfig(ps, 48, 6, 600, policy="unaligned", free_policy="host_pages",
+    mem = MemoryConfig(ps, 48, 6, 600, policy="unaligned", free_policy="segment",
                        swa_num_pages=48, window=40)
     rng = random.Random(seed)
     with TraceWriter.for_memory(path, mem, {"seed": seed}) as trace:
