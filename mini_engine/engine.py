@@ -17,6 +17,7 @@ K10 checks the engine's bookkeeping against the request states.
 from __future__ import annotations
 
 import time
+import weakref
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -115,7 +116,7 @@ class Engine:
         self.backend = backend if backend is not None else create_backend(cfg)
         self.backend.attach(self.manager)
         self.stats = Stats(cfg.page_size, cfg.max_accept, swa=cfg.has_swa)
-        self.sched = Scheduler(cfg, self.manager, self.reserve, self._on_release)
+        self.sched = Scheduler(cfg, self.manager, self.reserve, _weak_callback(self._on_release))
         # Test hook: a PD caller that bypasses the evict floor (K6 must fire).
         self.sched.pd_skip_floor = pd_skip_floor
         self.batch: BatchArrays | None = None
@@ -420,3 +421,11 @@ def _plain(values: dict) -> dict:
             v = v.tolist()
         out[str(k)] = v if isinstance(v, (int, float, str, bool, list, type(None))) else str(v)
     return out
+
+
+def _weak_callback(method):
+    """The scheduler's release callback without a reference cycle: an engine and its
+    scheduler holding each other kept every run's KV pools (up to gigabytes) alive
+    until a full garbage collection, so a worker running config after config grew."""
+    ref = weakref.WeakMethod(method)
+    return lambda *args: ref()(*args)

@@ -163,3 +163,23 @@ def test_backend_short_of_results_is_a_failed_row(monkeypatch, call):
     row = run_config(dict(workload="pd", pd_fraction=0.5, num_requests=4, input_len=8, output_len=4, min_len=2,
                           spec="dflash" if call == "spec_step" else "none"))
     assert row["status"] == "failed" and "results for a batch of" in row["error"]
+
+
+@pytest.mark.parametrize("spec", ["none", "dflash"])
+def test_a_finished_engine_is_freed_without_a_garbage_collection(spec):
+    """No reference cycle keeps a run's pools alive: a sweep worker runs config after
+    config, and pools held until a full collection grew it by each run's KV."""
+    import gc
+    import weakref
+
+    cfg = EngineConfig(spec=spec, window=64)
+    wl = WorkloadConfig(workload="pd", num_requests=4, input_len=32, output_len=8, min_len=8)
+    engine = Engine(cfg)
+    engine.run(make_requests(wl, cfg.seed, max_context=cfg.max_context))
+    alive = [weakref.ref(engine), weakref.ref(engine.manager), weakref.ref(engine.sched)]
+    gc.disable()
+    try:
+        del engine
+        assert [r() is None for r in alive] == [True, True, True]
+    finally:
+        gc.enable()
