@@ -40,3 +40,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def results_root(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """An isolated results root: KVBENCH_RESULTS points at it, and nothing a sweep
+    hands its grid workers through the environment leaks in from the caller."""
+    root = tmp_path / "results"
+    root.mkdir()
+    monkeypatch.setenv("KVBENCH_RESULTS", str(root))
+    for name in ("MLFLOW_TRACKING_URI", "KVBENCH_GRID_RUN_DIR", "KVBENCH_GRID_SUITE", "KVBENCH_GRID_MLFLOW_URI",
+                 "KVBENCH_GRID_PARENT", "KVBENCH_GRID_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    return root
+
+
+@pytest.fixture
+def cli():
+    """The kvbench CLI in-process: cli("sweep", "smoke") -> exit code."""
+    from harness.cli import main
+
+    return lambda *argv: main([str(a) for a in argv])

@@ -32,26 +32,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def results_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "results"
-    root.mkdir()
-    monkeypatch.setenv("KVBENCH_RESULTS", str(root))
-    for name in ("MLFLOW_TRACKING_URI", "KVBENCH_GRID_RUN_DIR", "KVBENCH_GRID_SUITE", "KVBENCH_GRID_MLFLOW_URI",
-                 "KVBENCH_GRID_PARENT", "KVBENCH_GRID_ROOT", "KVBENCH_GRID_FILTER"):
-        monkeypatch.delenv(name, raising=False)
-    return root
-
-
-@pytest.fixture
 def tiny(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.toml"
     path.write_text(TINY)
     return path
-
-
-@pytest.fixture
-def cli():
-    """The kvbench CLI in-process: cli("sweep", ...) -> exit code."""
-    from harness.cli import main
-
-    return lambda *argv: main([str(a) for a in argv])
