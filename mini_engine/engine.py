@@ -116,7 +116,7 @@ class Engine:
         self.backend = backend if backend is not None else create_backend(cfg)
         self.backend.attach(self.manager)
         self.stats = Stats(cfg.page_size, cfg.max_accept, swa=cfg.has_swa)
-        self.sched = Scheduler(cfg, self.manager, self.reserve, _weak_callback(self._on_release))
+        self.sched = Scheduler(cfg, self.manager, _weak_callback(self._on_release))
         # Test hook: a PD caller that bypasses the evict floor (K6 must fire).
         self.sched.pd_skip_floor = pd_skip_floor
         self.batch: BatchArrays | None = None

@@ -28,11 +28,11 @@ class PrefillChunk:
 
 
 class Scheduler:
-    def __init__(self, cfg: EngineConfig, manager, reserve: int, on_release):
+    def __init__(self, cfg: EngineConfig, manager, on_release):
         self.cfg = cfg
         self.manager = manager
-        # What one decode step prepares (reserve: the speculative algorithm's slots
-        # ahead of committed). Plain decode is a reservation of one slot:
+        # What one decode step prepares (the speculative algorithm's slots ahead of
+        # committed). Plain decode is a reservation of one slot:
         # prepare(states, 1) gives max(cur, ceil_ps(seq_len)) (aligned) or seq_len
         # (unaligned), exactly what extend(state, seq_len) records, but as one
         # batched allocation per step.

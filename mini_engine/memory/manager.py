@@ -155,7 +155,7 @@ class KVManager:
         if not states:
             return True
         ps, width = self.ps, self.mem.row_width
-        aligned = self.profile.aligns(algo or self.mem.algo or "decode")
+        aligned = self.step_aligned if algo is None else self.profile.aligns(algo)
         cur = np.fromiter((s.allocated for s in states), dtype=np.int64, count=len(states))
         com = np.fromiter((s.committed for s in states), dtype=np.int64, count=len(states))
         nxt = next_extents(cur, com, reserve, ps, aligned)
