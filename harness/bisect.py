@@ -193,24 +193,6 @@ class WorktreeRunner:
                 self.log(f"     cannot run here: {(proc.stderr.strip().splitlines() or ['exit ' + str(proc.returncode)])[-1]}")
                 return None
             rows.append(json.loads(out.read_text()))
+        from harness.execute import merge_repeats  # the sweep's rule: median timings, counters must agree
+
         return merge_repeats(rows)
-
-
-def merge_repeats(rows: list[Row]) -> Row:
-    """One row of repeated runs: counters of the first, each timing as the median with
-    its samples (what compare's significance rule reads)."""
-    from statistics import median
-
-    from harness.metric_kinds import kind
-
-    row = dict(rows[0])
-    if len(rows) > 1:
-        metrics = dict(row.get("metrics") or {})
-        samples = {}
-        for name, value in metrics.items():
-            if kind(name) in ("timing", "memory") and isinstance(value, (int, float)):
-                s = [float(r["metrics"][name]) for r in rows if isinstance((r.get("metrics") or {}).get(name), (int, float))]
-                samples[name] = s
-                metrics[name] = median(s)
-        row["metrics"], row["samples"] = metrics, samples
-    return row

@@ -107,7 +107,7 @@ def run_once(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge_repeats(runs: list[dict[str, Any]], warmup: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One row from repeated runs: counters from the first (they must agree, the
+    """One row from repeated runs: counters from the last (they must agree, the
     warmup's included), timings as the median of the timed runs with every sample
     kept for the noise test of compare and the error bars of the plots."""
     checked = [warmup, *runs] if warmup is not None and warmup is not runs[0] else runs
