@@ -23,6 +23,7 @@ from pathlib import Path
 
 from harness.ci.github_client import Client
 from harness.ci.links import mlflow_link
+from harness.ci.text import code, plain
 from harness.compare import compare_rows
 from harness.results import RunDir, load_rows
 from harness.errors import ConfigError
@@ -31,7 +32,6 @@ LABEL = "kvbench-regression"
 MAX_KEY_IN_TITLE = 180
 MARKER = "<!-- kvbench-triage -->"
 SHA_RE = re.compile(r"[0-9a-f]{7,40}\Z")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 @dataclass
@@ -67,25 +67,6 @@ class TriagePlan:
     track: list[Tracking] = field(default_factory=list)
     blips: list[tuple[str, list[str]]] = field(default_factory=list)  # configs regressed on the newest night only
     recovered: list[str] = field(default_factory=list)  # configs regressed before, measured fine now
-
-
-def code(text: object, limit: int = 200) -> str:
-    """``text`` as one inline code span that no content can break out of: control and
-    direction characters dropped, a fence longer than any backtick run inside, and
-    ``|`` escaped (GitHub splits table cells before it reads code spans)."""
-    s = " ".join(_CONTROL.sub(" ", str(text)).split())
-    if len(s) > limit:
-        s = s[: limit - 1] + "…"
-    s = s.replace("|", "\\|")
-    fence = "`" * (max((len(m) for m in re.findall(r"`+", s)), default=0) + 1)
-    pad = " " if s.startswith("`") or s.endswith("`") or not s else ""
-    return f"{fence}{pad}{s}{pad}{fence}"
-
-
-def plain(text: object, limit: int = 200) -> str:
-    """Text for an issue title (not Markdown): one line, no control characters."""
-    s = " ".join(_CONTROL.sub(" ", str(text)).split())
-    return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
 def title_for(key: str, where: str) -> str:

@@ -81,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def summary(name: str, good: str, bad: str, result, line: str, why: str) -> str:
-    def code(text: str) -> str:
-        return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
+    from harness.ci.text import code  # one code span no commit text or reason can break out of
 
     rows = [f"| {code(s.commit[:12])} | {s.state} | {code(s.reason) if s.reason else ''} |" for s in result.steps]
     return "\n".join([f"### kvbench bisect {code(name)}", "", f"{code(good[:12])}..{code(bad[:12])}: "
