@@ -51,10 +51,6 @@ def profile_for(gpu_name: str | None) -> str:
     return "gpu-" + "".join(c if c.isalnum() else "-" for c in gpu_name.lower()).strip("-")
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def detect() -> Hardware:
     """The machine as this process sees it: the GPUs CUDA_VISIBLE_DEVICES leaves visible,
     the profile of the first of them (a worker pinned to one GPU reads its own)."""
@@ -68,7 +64,7 @@ def detect() -> Hardware:
         first = gpus[0]
         hw.gpu_count, hw.gpu_ids = len(gpus), [g.uuid for g in gpus]
         hw.gpu_name = first.name
-        hw.driver = _text(nv.nvmlSystemGetDriverVersion())
+        hw.driver = devices._text(nv.nvmlSystemGetDriverVersion())
         mem = nv.nvmlDeviceGetMemoryInfo(first.handle)
         hw.memory_total_bytes, hw.memory_used_bytes = int(mem.total), int(mem.used)
         hw.profile = profile_for(hw.gpu_name)
