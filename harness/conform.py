@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from harness.causes import one_line
 from mini_engine.errors import KVBenchError, TraceError
 from mini_engine.memory.replay import (Divergence, _short, header_pd_radix, pool_need_sort, prepare_aligned,
                                        read_trace)
@@ -67,7 +68,7 @@ def load_sglang() -> SimpleNamespace:
         try:
             mods[key] = importlib.import_module(name)
         except Exception as err:  # an ImportError, or a dependency failing at import time
-            what = f"{type(err).__name__}: {err}".splitlines()[0]
+            what = one_line(err)
             raise SGLangMissing(f"conform needs SGLang {SGLANG_VERSION} ({name} does not import: {what}); "
                                 f"install it with: {INSTALL}") from None
     import sglang
@@ -104,7 +105,7 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
                 try:
                     found = _check_call(sg, pools[pool], rec, ps)
                 except (RuntimeError, AssertionError, IndexError) as err:  # SGLang refused the call itself
-                    found = ("result", "a result", f"{type(err).__name__}: {err}".splitlines()[0])
+                    found = ("result", "a result", one_line(err))
                 if found is not None:
                     found = (f"pool {pool} {found[0]}",) + found[1:]
         except (KeyError, TypeError, ValueError) as err:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.causes import one_line
 from harness.expect import expectation, judge, leak_verdict
 from harness.hardware import MemoryProbe
 from harness.metric_kinds import kind
@@ -98,7 +99,7 @@ def run_once(config: dict[str, Any]) -> dict[str, Any]:
             key = repr(sorted(config.items()))
         return {"key": key, "config": dict(config), "metrics": {}, "series": {}, "violations": {},
                 "violation_samples": [], "status": "failed",
-                "error": f"{type(err).__name__}: {err}".splitlines()[0],
+                "error": one_line(err),
                 "traceback": traceback.format_exc(limit=8)}
     metrics = row.setdefault("metrics", {})
     for name, value in mem.items():

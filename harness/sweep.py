@@ -23,6 +23,7 @@ from typing import Any
 
 from harness import devices, hardware
 from harness.bounds import check_jobs
+from harness.causes import one_line
 from harness.expect import PASSING
 from harness.grid_filter import compile_filter
 from harness.locks import hold_run, store_lock
@@ -107,7 +108,7 @@ def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: 
             meta["mlflow_experiment"] = exp
         except Exception as err:
             meta["mlflow_parent"] = None
-            warn(f"kvbench: warning: {str(err).splitlines()[0] if str(err) else type(err).__name__}; "
+            warn(f"kvbench: warning: {one_line(err)}; "
                  f"results stay in {run_dir.path}, upload them later with kvbench sync {run_dir.run_id}")
         finally:
             if lock is not None:
@@ -178,7 +179,6 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     suite = load_suite(suite.path)  # validate every config now that the machine can run them
     plan = devices.plan_workers(opts.jobs, hw.gpu_ids, uses_gpu=suite.needs_gpu, oversubscribe=opts.oversubscribe)
     check_jobs(opts.jobs, hw.gpu_count)  # after the GPU plan: its refusal names --oversubscribe
-    jobs = plan.jobs
     note = lambda m: err_console.print(m, markup=False)  # noqa: E731
     if opts.resume:
         run_dir = resume_run_dir(opts.resume, root=root)
@@ -390,7 +390,7 @@ def finish_mlflow(run_dir: RunDir, meta: dict[str, Any], rows: list[dict[str, An
         finish_parent(uri, meta["mlflow_parent"], rows, plots)
     except Exception as err:  # MLflow is a view: the rows are safe on disk whatever it says
         missing = len(run_dir.done_keys() - run_dir.logged_keys())
-        warn(f"kvbench: warning: MLflow at {uri}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+        warn(f"kvbench: warning: MLflow at {uri}: {one_line(err)}")
         return (f"MLflow: {missing} config(s) not uploaded yet; run kvbench sync {run_dir.run_id}" if missing
                 else f"MLflow: every config is uploaded but the parent run was not closed ({uri})")
     return f"MLflow: {uri} experiment {experiment_name(meta['suite'])}, parent run {meta['mlflow_parent']}"
