@@ -135,6 +135,8 @@ class Check:
         missing = [m for m in ("rich", "numpy") if not has(m)]
         if missing:
             return "skipped", {"reason": f"kvbench sweep needs {', '.join(missing)}"}
+        from harness.results import read_jsonl
+
         run_id = f"gpu-check-{time.strftime('%Y%m%d-%H%M%S')}"
         cmd = [sys.executable, "-m", "harness.cli", "sweep", self.plan.suite, "--filter", self.plan.suite_filter,
                "-j", "1", "--run-id", run_id]
@@ -143,7 +145,7 @@ class Check:
         env = dict(self._env(), KVBENCH_RESULTS=str(self.out / "results"))
         rc = self._run("nightly", cmd, env)
         rows_file = self.out / "results" / "runs" / run_id / "results.jsonl"
-        rows = [json.loads(x) for x in rows_file.read_text().splitlines() if x.strip()] if rows_file.exists() else []
+        rows = read_jsonl(rows_file)  # [] when the sweep wrote none; a torn last line is skipped
         configs = [{"id": r.get("test_id"), "verdict": r.get("verdict"), "status": r.get("status"),
                     "tau": (r.get("metrics") or {}).get("tau"),
                     "output_tokens_per_s": (r.get("metrics") or {}).get("output_tokens_per_s")} for r in rows]
