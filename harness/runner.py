@@ -10,6 +10,7 @@ ConfigError (bad input); anything that breaks inside the run becomes status
 from __future__ import annotations
 
 import traceback
+from contextlib import nullcontext
 from typing import Any
 
 from mini_engine.config import EngineConfig
@@ -101,7 +102,7 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
     allocation trace; ``pd_skip_floor`` is the test hook of a PD caller that
     bypasses the SWA evict floor.
     """
-    from mini_engine.engine import Engine  # the memory layer loads only when a run starts
+    from mini_engine.engine import Engine, open_trace  # the memory layer loads only when a run starts
 
     cfg, wl = split_config(config)
     full = {**cfg.to_dict(), **wl}
@@ -110,26 +111,21 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
         "violations": {}, "violation_samples": [], "status": "failed", "error": None,
     }
     reqs = make_requests(WorkloadConfig(**wl), cfg.seed, max_context=cfg.max_context)
-    try:
-        engine = Engine(cfg, trace=trace, pd_skip_floor=pd_skip_floor)
-    except OSError as err:
-        raise ConfigError(f"trace file {trace!r} cannot be written ({err.strerror})") from None
-    try:
+    # The trace is ours: the one ``with`` closes it, so a run that raises keeps every
+    # record written before the failing call.
+    with open_trace(cfg, trace) if trace else nullcontext() as writer:
+        engine = Engine(cfg, trace=writer, pd_skip_floor=pd_skip_floor)
         engine.validate(reqs)
-    except ConfigError:
-        if engine.trace is not None:
-            engine.trace.close()
-        raise
-    try:
-        result = engine.run(reqs)
-    except ConfigError:  # bad input found inside the run is still bad input, not a result
-        raise
-    except KVBenchError as err:
-        row["error"] = f"{type(err).__name__}: {err}"
-        return row
-    except Exception as err:  # a crash inside the run is a result, not a lost sweep
-        row["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=8)}"
-        return row
+        try:
+            result = engine.run(reqs)
+        except ConfigError:  # bad input found inside the run is still bad input, not a result
+            raise
+        except KVBenchError as err:
+            row["error"] = f"{type(err).__name__}: {err}"
+            return row
+        except Exception as err:  # a crash inside the run is a result, not a lost sweep
+            row["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=8)}"
+            return row
     row.update(
         metrics=result.stats, series=result.series, violations=result.violations,
         violation_samples=result.violation_samples, status=result.verdict, error=result.error,

@@ -77,6 +77,14 @@ def memory_config(cfg: EngineConfig) -> MemoryConfig:
     ).validate()
 
 
+def open_trace(cfg: EngineConfig, path_or_file) -> TraceWriter:
+    """The allocation trace writer of an engine built from ``cfg``: its header names
+    that engine's pools and options. The caller owns it: open it as a context manager
+    around the engine's run, so it is closed (and a crash keeps every line written
+    before it) in one place, the caller's ``with``."""
+    return TraceWriter.for_memory(path_or_file, memory_config(cfg), cfg.to_dict())
+
+
 def swa_pages(full_pages: int, ratio: float) -> int:
     """SWA pool pages: the profile's share of the full pool (at least one page)."""
     return max(1, int(full_pages * ratio))
@@ -96,7 +104,7 @@ def admission_pages(cfg: EngineConfig) -> int:
 
 class Engine:
     def __init__(self, cfg: EngineConfig, backend: Backend | None = None, *,
-                 trace: str | None = None, pd_skip_floor: bool = False):
+                 trace: TraceWriter | None = None, pd_skip_floor: bool = False):
         self.cfg = cfg
         if cfg.device == "cuda":
             require_cuda()
@@ -104,12 +112,11 @@ class Engine:
         self.reserve = decode_reserve(cfg)
         self.mem = memory_config(cfg)
         self.auditor = Auditor(cfg.audit)
-        self.trace = TraceWriter.for_memory(trace, self.mem, cfg.to_dict()) if trace else None
-        try:
-            self.manager = KVManager(self.mem, self.auditor, self.trace)
+        if trace is not None and not isinstance(trace, TraceWriter):
+            raise TypeError(f"trace must be a TraceWriter (open_trace(cfg, path)), got {type(trace).__name__}")
+        try:  # the trace is the caller's: written here, never closed here
+            self.manager = KVManager(self.mem, self.auditor, trace)
         except MemoryError:  # host arrays of the pool and the rows are sized by the config
-            if self.trace is not None:
-                self.trace.close()
             raise ConfigError(
                 f"pool_tokens={cfg.num_pages * cfg.page_size} with max_running={cfg.max_running} rows of "
                 f"max_context={cfg.max_context} does not fit in host memory; lower them") from None
@@ -197,10 +204,6 @@ class Engine:
             verdict = "violated"  # raise mode: stop at the first one, keep what was counted
             self.error = f"{type(err).__name__}: {err}"
             self.auditor.mode = "off"  # the drain below must not raise again
-        except BaseException:
-            if self.trace is not None:  # a crash keeps the trace up to the failing call
-                self.trace.close()
-            raise
         wall = time.perf_counter() - t0
         if verdict == "pool_exhausted" and self.error is None:
             self.error = (f"pool exhausted at step {self.step_no}: {self.manager.num_free_pages} free pages of "
@@ -377,8 +380,6 @@ class Engine:
         for r in list(self.sched.running):
             self.sched.finish(r)
             r.status = Status.WAITING  # freed, but not finished: the result counts it unfinished
-        if self.trace is not None:
-            self.trace.close()
 
     @staticmethod
     def _unfinished(reqs: list[Request]) -> int:
