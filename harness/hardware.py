@@ -90,10 +90,49 @@ def rss_bytes() -> int:
         return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
+def reset_rss_peak() -> None:
+    """Start a new RSS peak, so a run in a long process (a sweep) reports its own peak."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # Linux: reset the process's RSS high-water mark to the current RSS
+    except OSError:
+        pass  # elsewhere the peak stays the process's peak
+
+
+def rss_peak_bytes() -> int:
+    """RSS high-water mark since the last reset_rss_peak (Linux), else of the process."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB
+
+
+class RssPeak:
+    """The process RSS high-water mark over a block (``bytes``, read on exit).
+
+    run_config wraps the engine's construction and run in it, so ``rss_peak_bytes``
+    counts that run's pools and rows and not what an earlier config in the same
+    process (a sweep worker) touched."""
+
+    bytes: int = 0
+
+    def __enter__(self) -> RssPeak:
+        reset_rss_peak()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bytes = rss_peak_bytes()
+
+
 class MemoryProbe:
     """Memory of one run: reset the device peak before, read it after.
 
-    A run's RSS peak is the engine's own figure (``rss_peak_bytes``, reset per run);
+    A run's RSS peak is run_config's own figure (``rss_peak_bytes``, see RssPeak);
     the process's lifetime peak is left out: in a sweep it is whatever the biggest
     config before this one took, so it would tie a config's figure to test order."""
 

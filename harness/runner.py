@@ -15,6 +15,7 @@ from typing import Any
 
 from mini_engine.config import EngineConfig
 from mini_engine.errors import ConfigError, KVBenchError
+from harness.hardware import RssPeak
 from harness.workloads import WorkloadConfig, make_requests
 
 STATUSES = ("ok", "violated", "failed", "pool_exhausted")
@@ -112,8 +113,9 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
     }
     reqs = make_requests(WorkloadConfig(**wl), cfg.seed, max_context=cfg.max_context)
     # The trace is ours: the one ``with`` closes it, so a run that raises keeps every
-    # record written before the failing call.
-    with open_trace(cfg, trace) if trace else nullcontext() as writer:
+    # record written before the failing call. The RSS peak spans the engine's
+    # construction (its pools and rows) and its run.
+    with RssPeak() as rss, open_trace(cfg, trace) if trace else nullcontext() as writer:
         engine = Engine(cfg, trace=writer, pd_skip_floor=pd_skip_floor)
         engine.validate(reqs)
         try:
@@ -127,7 +129,7 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
             row["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=8)}"
             return row
     row.update(
-        metrics=result.stats, series=result.series, violations=result.violations,
+        metrics={**result.stats, "rss_peak_bytes": rss.bytes}, series=result.series, violations=result.violations,
         violation_samples=result.violation_samples, status=result.verdict, error=result.error,
     )
     if outputs:

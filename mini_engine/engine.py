@@ -37,7 +37,7 @@ from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
 from mini_engine.request import Request, Status, check_context
 from mini_engine.scheduler import Scheduler
-from mini_engine.stats import Stats, reset_rss_peak
+from mini_engine.stats import Stats
 
 MAX_SAMPLES = 20
 
@@ -108,7 +108,6 @@ class Engine:
         self.cfg = cfg
         if cfg.device == "cuda":
             require_cuda()
-        reset_rss_peak()  # the RSS peak of this engine: its pool and rows included
         self.reserve = decode_reserve(cfg)
         self.mem = memory_config(cfg)
         self.auditor = Auditor(cfg.audit)

@@ -6,33 +6,9 @@ sampling after each step costs a few attribute reads, never a device read.
 
 from __future__ import annotations
 
-import resource
-import sys
 from dataclasses import dataclass, field
 
 from mini_engine.memory.manager import WRITER_KINDS
-
-
-def reset_rss_peak() -> None:
-    """Start a new RSS peak, so a run in a long process (a sweep) reports its own peak."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")  # Linux: reset the process's RSS high-water mark to the current RSS
-    except OSError:
-        pass  # elsewhere the peak stays the process's peak
-
-
-def rss_peak_bytes() -> int:
-    """RSS high-water mark since the last reset_rss_peak (Linux), else of the process."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB
 
 
 @dataclass
@@ -135,6 +111,5 @@ class Stats:
             "releases": self.releases,
             "pd_arrivals": self.pd_arrivals,
             "peak_compact_draft_len": self.peak_compact_draft,
-            "rss_peak_bytes": rss_peak_bytes(),
             "violations": violations,
         }

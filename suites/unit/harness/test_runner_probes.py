@@ -1,0 +1,44 @@
+"""Memory probes are the harness's: run_config measures the RSS peak around the
+engine's construction and run; the engine itself reads no /proc."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness.runner import run_config
+
+OPTIONS = dict(workload="fixed", num_requests=1, input_len=3, output_len=4, pool_tokens=4096)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="per-run RSS peak needs Linux")
+def test_rss_peak_is_the_runs_own():
+    import numpy as np
+
+    from harness.hardware import rss_peak_bytes
+
+    big = np.ones(256 * 2**20 // 8)  # 256 MiB, touched, then freed before the run
+    earlier = rss_peak_bytes()
+    del big
+    row = run_config(OPTIONS)
+    assert row["status"] == "ok"
+    assert 0 < row["metrics"]["rss_peak_bytes"] < earlier - 128 * 2**20
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="per-run RSS peak needs Linux")
+def test_rss_peak_counts_the_engines_pools():
+    # A pool of 2**25 tokens at ps 1: host arrays the run touches, tens of MiB; the peak sees them.
+    small = run_config(OPTIONS)["metrics"]["rss_peak_bytes"]
+    big = run_config(dict(OPTIONS, pool_tokens=1 << 25))["metrics"]["rss_peak_bytes"]
+    assert big > small + 32 * 2**20
+
+
+def test_the_engine_reports_no_process_figure():
+    from mini_engine.config import EngineConfig
+    from mini_engine.engine import Engine
+    from mini_engine.request import Request
+
+    result = Engine(EngineConfig(pool_tokens=4096)).run([Request(rid=0, prompt=[1, 2, 3], max_new_tokens=4)])
+    assert "rss_peak_bytes" not in result.stats
+    assert result.stats["output_tokens"] == 4
