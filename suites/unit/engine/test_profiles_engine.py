@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 
 from mini_engine.config import EngineConfig
-from mini_engine.engine import Engine
+from mini_engine.engine import Engine, open_trace
 from mini_engine.request import Request
 
 
-def one_dflash_request(tmp_path=None, **opts):
+def one_dflash_request(trace_file=None, **opts):
     base = dict(spec="dflash", block_size=16, page_size=16, window=32, layer_pattern="1:1", accept_len=8,
                 pool_tokens=1 << 14, max_context=512)
     cfg = EngineConfig(**{**base, **opts})
-    eng = Engine(cfg, trace=str(tmp_path / "t.jsonl") if tmp_path else None)
+    eng = Engine(cfg, trace=open_trace(cfg, trace_file) if trace_file is not None else None)
     eng.submit([Request(0, list(range(1, 38)), 200)])  # prompt 37
     return eng
 
@@ -97,10 +98,11 @@ def test_pd_ps1_fill_50_window_32_through_the_engine():
     assert r.kv.swa_evicted == 0 and eng.manager.swa_pages_held >= 50
 
 
-def test_trace_header_records_the_profile_and_prepare_says_aligned(tmp_path):
-    eng = one_dflash_request(tmp_path, profile="sglang-pre-35265")
+def test_trace_header_records_the_profile_and_prepare_says_aligned():
+    buf = io.StringIO()
+    eng = one_dflash_request(buf, profile="sglang-pre-35265")
     eng.run()
-    lines = [json.loads(x) for x in open(tmp_path / "t.jsonl")]
+    lines = [json.loads(x) for x in buf.getvalue().splitlines()]
     head = lines[0]
     assert head["profile"]["name"] == "sglang-pre-35265" and head["profile"]["align"] == ["eagle"]
     assert head["profile"]["free"] == "segment" and head["profile"]["swa_eviction_interval"] == 128
