@@ -16,6 +16,7 @@ K10 checks the engine's bookkeeping against the request states.
 
 from __future__ import annotations
 
+import enum
 import time
 import weakref
 from contextlib import nullcontext
@@ -40,6 +41,15 @@ from mini_engine.scheduler import Scheduler
 from mini_engine.stats import Stats
 
 MAX_SAMPLES = 20
+
+
+class StepOutcome(enum.Enum):
+    """What one ``step`` (or ``tick``) did."""
+
+    RAN = "ran"  # work was done: tokens prefilled, decoded or transferred
+    STALLED = "stalled"  # a step ran without progress: the decode batch was all retracted, or a stuck prefill was
+    EXHAUSTED = "exhausted"  # nothing fits and nothing can be retracted: the pool is exhausted
+    IDLE = "idle"  # tick only: no request waits, runs or is still to arrive; no step ran
 
 
 @dataclass
@@ -170,13 +180,13 @@ class Engine:
         self.sched.add(reqs)
         self.requests.extend(reqs)
 
-    def tick(self) -> bool | None:
+    def tick(self) -> StepOutcome:
         """Let arrivals in and run one step (see ``step``); idle time jumps to the next arrival."""
         self.sched.arrive(self.step_no)
         if not (self.sched.waiting or self.sched.running):
             nxt = self.sched.next_arrival()
             if nxt is None:
-                return False
+                return StepOutcome.IDLE
             self.step_no = max(self.step_no, nxt)
             self.sched.arrive(self.step_no)
         return self.step()
@@ -190,11 +200,11 @@ class Engine:
         t0 = time.perf_counter()
         try:
             while self.sched.has_work():
-                progress = self.tick()
-                if progress is None:
+                outcome = self.tick()
+                if outcome is StepOutcome.EXHAUSTED:
                     verdict = "pool_exhausted"
                     break
-                stall = 0 if progress else stall + 1
+                stall = 0 if outcome is StepOutcome.RAN else stall + 1
                 if stall > 2 * self.cfg.max_running + 8:  # a safety net: never spin
                     verdict = "pool_exhausted"
                     self.error = f"no progress for {stall} steps"
@@ -213,8 +223,8 @@ class Engine:
 
     # -- one step --------------------------------------------------------------
 
-    def step(self) -> bool | None:
-        """Run one step. True: made progress; False: none; None: the pool is exhausted."""
+    def step(self) -> StepOutcome:
+        """Run one step: RAN, STALLED (no progress, the step still counts) or EXHAUSTED."""
         self.auditor.step = self.manager.step = self.step_no  # stamps event violations
         chunks, arrivals = self.sched.admit()
         progress = False
@@ -227,14 +237,14 @@ class Engine:
         elif batch := self.sched.decode_batch():
             got = self._decode(batch)
             if got is None:
-                return None
+                return StepOutcome.EXHAUSTED
             progress = progress or got
         elif not progress:
             # Nothing fits: running prefills are stuck on a short pool.
             if not self.sched.retract_stuck():
-                return None
+                return StepOutcome.EXHAUSTED
         self._end_step()
-        return progress
+        return StepOutcome.RAN if progress else StepOutcome.STALLED
 
     def _transfer(self, reqs: list[Request]) -> None:
         firsts = _results(self.backend.transfer(reqs), len(reqs))  # pd_prealloc committed the fill_len tokens

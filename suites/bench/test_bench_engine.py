@@ -15,7 +15,7 @@ import pytest
 
 from harness.workloads import WorkloadConfig, make_requests
 from mini_engine.config import EngineConfig
-from mini_engine.engine import Engine
+from mini_engine.engine import Engine, StepOutcome
 
 pytestmark = [pytest.mark.bench, pytest.mark.slow, pytest.mark.benchmark(group="engine")]
 
@@ -43,7 +43,7 @@ class Stepper:
         return (), {}
 
     def step(self) -> None:
-        assert self.engine.tick() is not None  # never an exhausted pool on this workload
+        assert self.engine.tick() is not StepOutcome.EXHAUSTED  # never an exhausted pool on this workload
 
 
 @pytest.mark.parametrize("audit", ["record", "off"])

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, assume, event, given, settings, strategies a
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from mini_engine.config import EngineConfig
-from mini_engine.engine import Engine, admission_pages, request_pages
+from mini_engine.engine import Engine, StepOutcome, admission_pages, request_pages
 from mini_engine.request import Request, Status
 from mini_engine.spec.simulated import SimulatedBackend
 
@@ -140,7 +140,7 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(k=st.integers(1, 30))
     def steps(self, k):
         for _ in range(k):
-            assert self.engine.tick() is not None, "pool exhausted under the aligned policy"
+            assert self.engine.tick() is not StepOutcome.EXHAUSTED, "pool exhausted under the aligned policy"
 
     @invariant()
     def conserved(self):

@@ -5,7 +5,7 @@ eviction follows the window on every decode step."""
 from __future__ import annotations
 
 from mini_engine.config import EngineConfig
-from mini_engine.engine import Engine
+from mini_engine.engine import Engine, StepOutcome
 from mini_engine.request import Request
 
 
@@ -56,7 +56,7 @@ def test_swa_cursor_follows_the_window_every_decode_step():
         before = engine.stats.decode_steps
         steps = {r.rid: r.spec_steps for r in engine.sched.running}
         committed = {r.rid: r.kv.committed for r in engine.sched.running if r.kv is not None}
-        assert engine.tick() is not None
+        assert engine.tick() is not StepOutcome.EXHAUSTED
         if engine.stats.decode_steps == before:
             continue
         for r in engine.sched.running:
