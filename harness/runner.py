@@ -95,13 +95,11 @@ def _key(full: dict[str, Any]) -> str:
     return ",".join(parts)
 
 
-def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: bool = False,
-               pd_skip_floor: bool = False) -> dict[str, Any]:
+def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: bool = False) -> dict[str, Any]:
     """Run one configuration and return its result row.
 
     ``outputs`` adds every request's prompt and output ids; ``trace`` writes the
-    allocation trace; ``pd_skip_floor`` is the test hook of a PD caller that
-    bypasses the SWA evict floor.
+    allocation trace to that file.
     """
     from mini_engine.engine import Engine, open_trace  # the memory layer loads only when a run starts
 
@@ -116,7 +114,7 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
     # record written before the failing call. The RSS peak spans the engine's
     # construction (its pools and rows) and its run.
     with RssPeak() as rss, open_trace(cfg, trace) if trace else nullcontext() as writer:
-        engine = Engine(cfg, trace=writer, pd_skip_floor=pd_skip_floor)
+        engine = Engine(cfg, trace=writer)
         engine.validate(reqs)
         try:
             result = engine.run(reqs)

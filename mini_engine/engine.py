@@ -114,7 +114,7 @@ def admission_pages(cfg: EngineConfig) -> int:
 
 class Engine:
     def __init__(self, cfg: EngineConfig, backend: Backend | None = None, *,
-                 trace: TraceWriter | None = None, pd_skip_floor: bool = False):
+                 trace: TraceWriter | None = None):
         self.cfg = cfg
         if cfg.device == "cuda":
             require_cuda()
@@ -133,8 +133,6 @@ class Engine:
         self.backend.attach(self.manager)
         self.stats = Stats(cfg.page_size, cfg.max_accept, swa=cfg.has_swa)
         self.sched = Scheduler(cfg, self.manager, _weak_callback(self._on_release))
-        # Test hook: a PD caller that bypasses the evict floor (K6 must fire).
-        self.sched.pd_skip_floor = pd_skip_floor
         self.batch: BatchArrays | None = None
         self._left: set = set()  # rids released since the batch arrays were last filtered
         self.step_no = 0

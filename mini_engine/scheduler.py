@@ -47,7 +47,6 @@ class Scheduler:
         self.ratio = self.rules.init
         self.retractions = 0
         self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
-        self.pd_skip_floor = False  # test hook: PD prealloc that bypasses the evict floor
 
     # -- queues ------------------------------------------------------------
 
@@ -112,7 +111,7 @@ class Scheduler:
                 break
             r.kv = state
             if r.is_pd and not r.outputs:
-                if not self.manager.pd_prealloc(r.kv, r.fill_len, skip_floor=self.pd_skip_floor):
+                if not self.manager.pd_prealloc(r.kv, r.fill_len):
                     self.manager.release(state)
                     r.kv = None
                     break

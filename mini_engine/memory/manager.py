@@ -218,11 +218,10 @@ class KVManager:
         self._give_back("swa", state, freed)
         return len(freed)
 
-    def pd_prealloc(self, state: ReqKVState, fill_len: int, *, skip_floor: bool = False) -> bool:
+    def pd_prealloc(self, state: ReqKVState, fill_len: int) -> bool:
         """Decode side of PD: full KV for fill_len transferred tokens, SWA only for the tail.
 
-        skip_floor is the test hook of a caller that bypasses the floor and writes
-        fill_len - window as is; the K6 check must fire at that write.
+        The cursor is checked (K6) at its write: a caller that skips the floor fails there.
         """
         fill_len = check_positive("fill_len", fill_len)
         if state.allocated or state.committed:
@@ -231,7 +230,7 @@ class KVManager:
         if self.swa is not None and self.ps > 1:  # SGLang takes the tail path only when ps > 1
             window = self.mem.window
             tail = pd_swa_tail_len(fill_len, window, self.ps, self.profile.pd_radix)
-            value = max(0, fill_len - window) if skip_floor else fill_len - tail
+            value = fill_len - tail
             if self.trace is not None:
                 self.trace.write({"op": "swa_prealloc", "fill_len": fill_len, "window": window,
                                   "tail": fill_len - value, "evicted": value})

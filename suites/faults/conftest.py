@@ -36,3 +36,16 @@ def tiny(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.toml"
     path.write_text(TINY)
     return path
+
+
+@pytest.fixture
+def bypass_evict_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode-side PD caller that skips the SWA evict floor (DESIGN.md section 1): it
+    keeps the last ``window`` positions as the tail instead of page-flooring where the
+    tail starts, so it writes ``fill_len - window`` as the cursor (18 for fill_len 50,
+    window 32, ps 16) and K6 must fire at that write. The fault is the formula the
+    memory layer's PD prealloc reads; replay and the harness keep the real one."""
+    from mini_engine.memory import manager
+
+    monkeypatch.setattr(manager, "pd_swa_tail_len",
+                        lambda fill_len, window, page_size, radix=False: min(fill_len, window))

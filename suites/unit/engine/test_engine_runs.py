@@ -46,29 +46,6 @@ def test_pd_arrivals_decode_clean():
     assert row["metrics"]["leaked_pages"] == 0
 
 
-def test_pd_bypass_fires_k6_with_values_and_run_goes_on():
-    # DESIGN.md: ps 16, window 32, fill_len 50 -> tail 34, cursor 16; a bypassing caller writes 18.
-    cfg = EngineConfig(spec="dflash", page_size=16, window=32, pool_tokens=8192, audit="record")
-    reqs = [Request(rid=i, prompt=list(range(50)), max_new_tokens=20, fill_len=50) for i in range(3)]
-    result = Engine(cfg, pd_skip_floor=True).run(reqs)
-    assert result.violations["K6"] == 3
-    k6 = [v for v in result.violation_samples if v["id"] == "K6"][0]
-    assert k6["values"]["value"] == 18 and k6["values"]["fill_len"] == 50 and k6["values"]["window"] == 32
-    assert result.verdict == "violated"
-    assert all(len(o) == 20 for o in result.outputs.values())  # record mode counts it and goes on
-    clean = Engine(cfg).run([Request(rid=0, prompt=list(range(50)), max_new_tokens=20, fill_len=50)])
-    assert clean.verdict == "ok" and clean.violations == {}
-
-
-def test_pd_bypass_raise_mode_stops_at_the_write():
-    cfg = EngineConfig(spec="dflash", page_size=16, window=32, pool_tokens=8192, audit="raise")
-    reqs = [Request(rid=7, prompt=list(range(50)), max_new_tokens=20, fill_len=50)]
-    result = Engine(cfg, pd_skip_floor=True).run(reqs)
-    assert result.verdict == "violated"
-    assert "swa_evicted_seqlen=18" in result.error and "request 7" in result.error
-    assert result.stats["leaked_pages"] == 0  # stopped runs are drained before measuring
-
-
 def test_raise_mode_stops_at_the_first_violation():
     row = run_config(dict(spec="dflash", page_size=16, accept_len=5, workload="fixed", num_requests=4,
                           input_len=37, output_len=11, pool_tokens=4096, profile="floor-free", audit="raise"))

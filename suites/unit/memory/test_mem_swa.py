@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mini_engine.errors import EvictFloorError
 from mini_engine.memory import Auditor, KVManager, MemoryConfig
 
 
@@ -32,38 +31,6 @@ def test_pd_prealloc_worked_example():
     row = m.req_to_token.host[s.row]
     assert not m.swa.map_host[row[:16]].any() and m.swa.map_host[row[16:64]].all()
     assert m.check(0) == []
-
-
-def test_bypassing_caller_fires_at_the_write():
-    m, aud = make("raise")
-    s = m.admit("pd")
-    free = (m.num_free_pages, m.swa.allocator.num_free_pages)
-    with pytest.raises(EvictFloorError) as err:
-        m.pd_prealloc(s, 50, skip_floor=True)
-    e = err.value
-    assert (e.value, e.previous, e.page_size) == (18, 0, 16)
-    assert e.context == {"fill_len": 50, "window": 32}
-    # It fired at the cursor write: nothing was allocated after it.
-    assert (m.num_free_pages, m.swa.allocator.num_free_pages) == free and s.allocated == 0
-    assert aud.counts == {"K6": 1}
-
-
-def test_bypass_in_record_mode_records_and_floors():
-    m, aud = make("record")
-    s = m.admit("pd")
-    assert m.pd_prealloc(s, 50, skip_floor=True)
-    assert aud.counts == {"K6": 1}
-    v = aud.records[0]
-    assert v.values["value"] == 18 and v.rid == "pd"
-    assert s.swa_evicted == 16
-    assert m.check(1) == []
-
-
-def test_bypass_without_auditor_raises():
-    mem = MemoryConfig(16, 64, 4, 400, swa_num_pages=64, window=32, prefix_cache="chunk")
-    m = KVManager(mem)
-    with pytest.raises(EvictFloorError):
-        m.pd_prealloc(m.admit(0), 50, skip_floor=True)
 
 
 def test_window_eviction_moves_by_whole_pages_and_never_back():
