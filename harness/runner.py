@@ -9,12 +9,15 @@ ConfigError (bad input); anything that breaks inside the run becomes status
 
 from __future__ import annotations
 
+import os
 import traceback
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
 from mini_engine.config import EngineConfig
 from mini_engine.errors import ConfigError, KVBenchError
+from harness.errors import ConfigError as HarnessConfigError
 from harness.hardware import RssPeak
 from harness.workloads import WorkloadConfig, make_requests
 
@@ -30,6 +33,8 @@ _SPEC = {
 _POLICY = (("profile", "profile"), ("policy", "policy"), ("free_policy", "free"))
 _SWA = (("window", "window"), ("layer_pattern", "layers"))
 _WORKLOAD = (("workload", "workload"), ("num_requests", "n"))
+_TABLES = ("engine", "workload")  # the tables of a run's config file
+_ALLOWED = "allowed: " + ", ".join(f"[{t}]" for t in _TABLES)
 _SHORT = {"pool_tokens": "pool", "max_running": "max_running", "accept_len": "acc",
           "accept_mean": "acc_mean", "input_len": "in", "output_len": "out"}
 
@@ -38,6 +43,26 @@ def _normalise(config: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise ConfigError(f"a configuration must be a table of options (got {type(config).__name__})")
     return {str(k).replace("-", "_"): v for k, v in config.items()}
+
+
+def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The options of a run's TOML file (``kvbench run --config``), flat: top-level keys
+    and the [engine] and [workload] tables merged in; split_config says whose each is."""
+    from mini_engine.config import read_toml
+
+    where = str(Path(path))
+    flat: dict[str, Any] = {}
+    for key, value in read_toml(path).items():  # a missing or malformed file: one line
+        if key in _TABLES and isinstance(value, dict):
+            for sub, v in value.items():
+                if isinstance(v, dict):
+                    raise HarnessConfigError(f"config file {where!r}: unknown table [{key}.{sub}] ({_ALLOWED})")
+            flat.update(value)
+        elif isinstance(value, dict):
+            raise HarnessConfigError(f"config file {where!r}: unknown table [{key}] ({_ALLOWED})")
+        else:
+            flat[key] = value
+    return flat
 
 
 def split_config(config: dict[str, Any]) -> tuple[EngineConfig, dict[str, Any]]:

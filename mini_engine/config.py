@@ -273,12 +273,12 @@ class EngineConfig:
         return cls.from_dict(load_toml(path))
 
 
-def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A flat dict of options from a TOML file; [engine] and [workload] tables are merged in."""
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The parsed TOML file, or a one-line ConfigError naming it."""
     p = Path(path)
     try:
         with p.open("rb") as fh:
-            data = tomllib.load(fh)
+            return tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"config file {str(p)!r} not found") from None
     except IsADirectoryError:
@@ -287,15 +287,20 @@ def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"config file {str(p)!r} is not valid TOML: not UTF-8 text") from None
     except ValueError as err:  # TOMLDecodeError, or an integer of more digits than Python converts
         raise ConfigError(f"config file {str(p)!r} is not valid TOML: {err}") from None
+
+
+def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Engine options from a TOML file: top-level keys, and an [engine] table merged in."""
     flat: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in ("engine", "workload") and isinstance(value, dict):
+    where = str(Path(path))
+    for key, value in read_toml(path).items():
+        if key == "engine" and isinstance(value, dict):
             for sub, v in value.items():
                 if isinstance(v, dict):
-                    raise ConfigError(f"config file {str(p)!r}: unknown table [{key}.{sub}] (allowed: [engine], [workload])")
+                    raise ConfigError(f"config file {where!r}: unknown table [{key}.{sub}] (allowed: [engine])")
             flat.update(value)
         elif isinstance(value, dict):
-            raise ConfigError(f"config file {str(p)!r}: unknown table [{key}] (allowed: [engine], [workload])")
+            raise ConfigError(f"config file {where!r}: unknown table [{key}] (allowed: [engine])")
         else:
             flat[key] = value
     return flat

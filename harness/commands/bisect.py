@@ -32,9 +32,9 @@ def config_of(ref: str, suite: str | None) -> tuple[dict, str]:
     from harness.suites import available, load_suite
 
     if ref.endswith(".toml") and Path(ref).is_file():
-        from mini_engine.config import load_toml
+        from harness.runner import load_config_file
 
-        return load_toml(ref), ref
+        return load_config_file(ref), ref
     names = [suite] if suite else available()
     found = [(name, load_suite(name).by_id().get(ref)) for name in names]
     found = [(name, gc) for name, gc in found if gc is not None]

@@ -15,7 +15,7 @@ from typing import Any
 from harness.workloads import WORKLOADS
 from mini_engine.algos import ROW_HEADROOM_RULES
 from mini_engine.config import (AUDIT_MODES, DEVICES, FREE_POLICIES, LAYER_PATTERNS, POLICIES, PREFIX_CACHES,
-                                PROFILE_NAMES, SPECS, load_toml)
+                                PROFILE_NAMES, SPECS)
 from mini_engine.errors import ConfigError
 from mini_engine.retraction import RULES as RETRACTIONS
 
@@ -96,7 +96,9 @@ def register(subparsers) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = load_toml(args.config) if args.config else {}
+    from harness.runner import load_config_file
+
+    options: dict[str, Any] = load_config_file(args.config) if args.config else {}
     for _, dest, *_ in _ENGINE_FLAGS + _WORKLOAD_FLAGS + (("--pd-radix", "pd_radix"),):
         value = getattr(args, dest)
         if value is not None:

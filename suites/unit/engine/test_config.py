@@ -99,8 +99,12 @@ def test_named_model_kv_bytes():
 
 def test_toml(tmp_path):
     p = tmp_path / "c.toml"
-    p.write_text('spec = "eagle"\n[engine]\npage_size = 1\n[workload]\nnum_requests = 4\n')
-    assert load_toml(p) == {"spec": "eagle", "page_size": 1, "num_requests": 4}
+    p.write_text('spec = "eagle"\n[engine]\npage_size = 1\n')
+    assert load_toml(p) == {"spec": "eagle", "page_size": 1}
+    assert EngineConfig.from_toml(p) == EngineConfig(spec="eagle", page_size=1)
+    p.write_text('spec = "eagle"\n[workload]\nnum_requests = 4\n')  # the harness's table, not the engine's
+    with pytest.raises(ConfigError, match=r"unknown table \[workload\] \(allowed: \[engine\]\)"):
+        load_toml(p)
     p.write_text("spec = \n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_toml(p)
