@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError
 from harness.metric_kinds import kind
-from mini_engine.errors import KVBenchError
 
 FORMAT_KEYS = ("profile", "created", "git_commit", "configs")
 
 
-class BaselineError(KVBenchError):
+class BaselineError(HarnessError):
     """A baseline file is missing, malformed, or of another hardware profile."""
 
 

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.causes import one_line
+from harness.errors import HarnessError
 from harness.expect import expectation, judge, leak_verdict
 from harness.hardware import MemoryProbe
 from harness.metric_kinds import kind
 from harness.mlflow_log import Logger
 from harness.results import RunDir, append_line, append_row
 from harness.suites import GridConfig, Suite
-from mini_engine.errors import KVBenchError
 
 
-class ResultWriteError(KVBenchError):
+class ResultWriteError(HarnessError):
     """A finished config's row could not be written: an error of the sweep (disk full,
     read-only), not of the config. The grid stops; --resume runs the config again."""
 

@@ -23,7 +23,7 @@ from harness.baseline import counters_of
 from harness.compare import compare_rows, reference_of_run
 from harness.metric_kinds import kind
 from harness.results import RESULTS, load_rows
-from mini_engine.errors import ConfigError
+from harness.errors import ConfigError
 
 MOVED = ("regression", "improvement")
 

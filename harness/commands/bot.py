@@ -82,7 +82,7 @@ def _table(args: argparse.Namespace, root: Path) -> tuple[str | None, bool]:
         report = compare_rows(rows, load_baseline(path))
     except ArtifactError as err:
         return f"_failed: artifact unreadable: {show(str(err), 200)}_", True
-    except (HarnessError, KVBenchError) as err:  # the baseline and compare code raise the engine's
+    except (HarnessError, KVBenchError) as err:  # an undeclared metric (UnknownMetric) is a KVBenchError
         return f"_the results could not be compared: {show(str(err), 300)}_", True
     return report.table(fmt="markdown"), bool(report.regressed)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mini_engine.errors import ConfigError
+from harness.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
