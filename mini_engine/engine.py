@@ -47,7 +47,7 @@ class StepOutcome(enum.Enum):
     """What one ``step`` (or ``tick``) did."""
 
     RAN = "ran"  # work was done: tokens prefilled, decoded or transferred
-    STALLED = "stalled"  # a step ran without progress: the decode batch was all retracted, or a stuck prefill was
+    STALLED = "stalled"  # a step without progress: its decode batch or a stuck prefill was retracted
     EXHAUSTED = "exhausted"  # nothing fits and nothing can be retracted: the pool is exhausted
     IDLE = "idle"  # tick only: no request waits, runs or is still to arrive; no step ran
 
