@@ -224,13 +224,13 @@ def _spec_reserve(sg, config: dict, ps: int) -> dict[str, int]:
     """{algo: SGLang's per-step reserve}: "none" (plain decode: one slot a step) always,
     plus the spec algorithm the header names when it names all of its options."""
     out = {"none": _sglang_reserve(sg, ps, None, 1, 1, None, doubled=False)}
-    algo = config.get("spec")
-    if algo == "dflash" and isinstance(config.get("block_size"), int):
-        # SGLang forces steps 1 and topk 1 for DFLASH; its draft tokens are the block.
-        out[algo] = _sglang_reserve(sg, ps, "DFLASH", 1, 1, config["block_size"])
-    elif algo == "eagle" and all(isinstance(config.get(k), int) for k in ("steps", "topk", "num_draft_tokens")):
-        out[algo] = _sglang_reserve(sg, ps, "EAGLE", config["steps"], config["topk"],
-                                    config["num_draft_tokens"])
+    from mini_engine import algos
+
+    name = config.get("spec")
+    args = algos.ALGORITHMS[name].sglang_spec(config) if name in algos.ALGORITHMS else None
+    if args is not None:
+        algo, steps, topk, ndt = args
+        out[name] = _sglang_reserve(sg, ps, algo, steps, topk, ndt)
     return out
 
 

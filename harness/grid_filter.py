@@ -28,9 +28,11 @@ class FilterError(KVBenchError):
 
 
 def _option_names() -> dict[str, str]:
+    from harness.options import ID_ALIASES
     from harness.suites import SHORT, option_names
 
     names = {n.lower(): n for n in option_names()}
+    names.update({old.lower(): full for old, full in ID_ALIASES.items()})  # the ids' older spellings
     names.update({short.lower(): full for full, short in SHORT.items()})
     return names
 
