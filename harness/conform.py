@@ -226,11 +226,11 @@ def _spec_reserve(sg, config: dict, ps: int) -> dict[str, int]:
     out = {"none": _sglang_reserve(sg, ps, None, 1, 1, None, doubled=False)}
     from mini_engine import algos
 
-    name = config.get("spec")
-    args = algos.ALGORITHMS[name].sglang_spec(config) if name in algos.ALGORITHMS else None
-    if args is not None:
-        algo, steps, topk, ndt = args
-        out[name] = _sglang_reserve(sg, ps, algo, steps, topk, ndt)
+    algo = algos.ALGORITHMS.get(config.get("spec"))
+    args = algo.sglang_spec(config) if algo is not None else None
+    if args is not None:  # keyed as the prepare records name it: the writer it plans as
+        name, steps, topk, ndt = args
+        out[algo.writer_name] = _sglang_reserve(sg, ps, name, steps, topk, ndt)
     return out
 
 

@@ -15,6 +15,7 @@ import os
 from mini_engine.algos.base import ROW_HEADROOM_RULES, Algorithm
 from mini_engine.algos.dflash import DFlash
 from mini_engine.algos.eagle import Eagle
+from mini_engine.algos.ngram import Ngram
 from mini_engine.algos.none import Plain
 from mini_engine.errors import ConfigError, check_choice
 
@@ -61,7 +62,7 @@ def load_plugins(names: str | None = None) -> None:
             raise ConfigError(f"{PLUGINS_ENV}: cannot import {name!r} ({err})") from None
 
 
-for _algo in (Plain(), Eagle(), DFlash()):
+for _algo in (Plain(), Eagle(), DFlash(), Ngram()):
     register(_algo)
 load_plugins()
 

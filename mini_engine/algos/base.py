@@ -35,8 +35,15 @@ class Algorithm:
     # Positions past the draft root whose draft KV is final after drafting (EAGLE's
     # root KV is; DFLASH's block forward overwrites it).
     draft_root_done = 0
+    # The profile writer whose alignment rule its reservation follows (--align); the
+    # trace's prepare records name it. None: the algorithm's own name.
+    writer: str | None = None
     # The option a heatmap puts on its y axis (what sizes one step's draft); None: no draft.
     draft_axis: str | None = None
+
+    @property
+    def writer_name(self) -> str:
+        return self.writer or self.name
 
     @property
     def key_fields(self) -> tuple[tuple[str, str], ...]:

@@ -62,7 +62,7 @@ def test_engine_fields_and_workload_fields_are_the_schema():
     assert by_name()["profile"].default == DEFAULT_PROFILE
     # An algorithm's options are its own schema entries, after spec.
     spec_at = [o.name for o in engine_options()].index("spec")
-    algo_opts = [o.name for a in algos.ALGORITHMS.values() for o in a.options]
+    algo_opts = list(dict.fromkeys(o.name for a in algos.ALGORITHMS.values() for o in a.options))
     assert [o.name for o in engine_options()][spec_at + 1: spec_at + 1 + len(algo_opts)] == algo_opts
     assert not set(algo_opts) & {o.name for o in CORE}
 
