@@ -1,5 +1,7 @@
 """EngineConfig: every knob of one engine run, validated up front.
 
+Its fields are the option schema (mini_engine/options.py, with the registered
+algorithms' own options), declared there once with type, default and bounds.
 Validation happens once, in ``__post_init__``, so the step loop can trust every
 field. Options that only make sense for one algorithm (``block_size`` for DFLASH,
 ``topk`` for EAGLE, ...) default to ``None`` and are filled in for that algorithm;
@@ -10,7 +12,6 @@ silently, because a sweep that sets it believes it is measuring something.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from mini_engine.algos import SPECS
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.options import Option, by_name, check_float as _check_float, engine_options
 from mini_engine.pool_budget import footprint, pool_tokens
-from mini_engine.profiles import DEFAULT_PROFILE, FREE_RULES, POLICIES, PREFIX_CACHES, PROFILES, Profile, resolve
+from mini_engine.profiles import FREE_RULES, POLICIES, PREFIX_CACHES, PROFILES, Profile, resolve
 PROFILE_NAMES = tuple(PROFILES)
 FREE_POLICIES = FREE_RULES
 __all__ = ["POLICIES", "PREFIX_CACHES", "PROFILE_NAMES", "FREE_POLICIES", "SPECS", "EngineConfig", "load_toml"]

@@ -18,10 +18,12 @@ DEFAULT_STEPS = 3
 class Eagle(Speculative):
     name = "eagle"
     options = (
-        Option("topk", int, None, "EAGLE branches per step (default 1; ngram: its BFS breadth, default 10)", minimum=1, group="eagle/ngram"),
-        Option("steps", int, None, "EAGLE draft steps (default 3; ngram: num_draft_tokens // topk)", minimum=1, group="eagle/ngram"),
-        Option("num_draft_tokens", int, None, "EAGLE/ngram tokens verified per step (ngram default 12)", short="ndt", minimum=2,
+        Option("topk", int, None, "EAGLE branches per step (default 1; ngram: its BFS breadth, default 10)",
+               minimum=1, group="eagle/ngram"),
+        Option("steps", int, None, "EAGLE draft steps (default 3; ngram: num_draft_tokens // topk)", minimum=1,
                group="eagle/ngram"),
+        Option("num_draft_tokens", int, None, "EAGLE/ngram tokens verified per step (ngram default 12)",
+               short="ndt", minimum=2, group="eagle/ngram"),
     )
     draft_root_done = 1  # the root's draft KV is final after its draft forward
     draft_axis = "topk"
