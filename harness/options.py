@@ -14,6 +14,9 @@ from typing import Any
 from mini_engine.options import Option, engine_options
 
 
+MOST = 2**31 - 1  # lengths and token ids stay int32-sized (harness/workloads.py)
+
+
 def _workloads() -> tuple[str, ...]:
     from harness.workloads import WORKLOADS
 
@@ -22,16 +25,18 @@ def _workloads() -> tuple[str, ...]:
 
 WORKLOAD = (
     Option("workload", str, "uniform", "synthetic workload", choices=_workloads, group="workload"),
-    Option("num_requests", int, 256, "requests", short="n", minimum=1, group="workload"),
+    Option("num_requests", int, 256, "requests", short="n", minimum=1, maximum=MOST, group="workload"),
     Option("input_len", int, 1024, "prompt length (fixed) or its upper bound / median", short="in", minimum=1,
-           group="workload"),
+           maximum=MOST, group="workload"),
     Option("output_len", int, 1024, "output length (fixed) or its upper bound / median", short="out", minimum=1,
+           maximum=MOST, group="workload"),
+    Option("min_len", int, 100, "lower bound of the uniform lengths", minimum=1, maximum=MOST, group="workload"),
+    Option("sigma", float, 1.0, "shape of the lognormal lengths", minimum=0.0, maximum=10.0, group="workload"),
+    Option("pd_fraction", float, 1.0, "share of pd requests that arrive prefilled", minimum=0.0, maximum=1.0,
            group="workload"),
-    Option("min_len", int, 100, "lower bound of the uniform lengths", minimum=1, group="workload"),
-    Option("sigma", float, 1.0, "shape of the lognormal lengths", minimum=0.0, group="workload"),
-    Option("pd_fraction", float, 1.0, "share of pd requests that arrive prefilled", minimum=0.0, group="workload"),
     Option("arrival_gap", int, 0, "steps between PD arrivals", minimum=0, group="workload"),
-    Option("prompt_vocab", int, 1024, "synthetic prompt ids are below this", minimum=2, group="workload"),
+    Option("prompt_vocab", int, 1024, "synthetic prompt ids are below this", minimum=2, maximum=MOST,
+           group="workload"),
     Option("prompts", str, None, "JSON-lines prompts file in place of a synthetic workload", group="workload"),
 )
 

@@ -31,6 +31,7 @@ class Option:
     short: str | None = None  # its spelling in test ids and result keys (default: the name)
     choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None  # a callable: a registry read late
     minimum: float | None = None
+    maximum: float | None = None
     group: str = "engine"
     flag: str | None = None  # default: --name-with-dashes
 
@@ -55,10 +56,18 @@ class Option:
         """The value, validated (and a float option's int made a float); None passes (unset)."""
         if value is None:
             return None
+        low = self.minimum if self.minimum is not None else -math.inf
         if self.type is int:
-            return check_positive(self.name, value, minimum=int(self.minimum if self.minimum is not None else 0))
+            value = check_positive(self.name, value, minimum=int(self.minimum if self.minimum is not None else 0))
+            if self.maximum is not None and value > self.maximum:
+                raise ConfigError(f"{self.name} must be an integer <= {int(self.maximum)} (got {value})")
+            return value
         if self.type is float:
-            return check_float(self.name, value, low=self.minimum if self.minimum is not None else -math.inf)
+            if self.maximum is None:
+                return check_float(self.name, value, low=low)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= value <= self.maximum:
+                raise ConfigError(f"{self.name} must be a number in [{low}, {self.maximum}] (got {value!r})")
+            return float(value)
         if self.type is bool:
             if not isinstance(value, bool):
                 raise ConfigError(f"{self.name} must be true or false (got {value!r})")
@@ -104,7 +113,7 @@ _KNOB = "knob of the profile: "
 CORE = (
     Option("page_size", int, 16, "slots per KV page", short="ps", minimum=1),
     Option("pool_tokens", int, None, "KV pool size in tokens (default 262144)", short="pool", minimum=1),
-    Option("mem_fraction", float, None, "device memory share for weights + KV pools", minimum=0.0),
+    Option("mem_fraction", float, None, "device memory share for weights + KV pools, in (0, 1]"),
     Option("max_running", int, 256, "most concurrent requests", minimum=1),
     Option("max_context", int, 4096, "longest prompt + output", minimum=1),
     Option("chunked_prefill", int, 8192, "prefill tokens per step", minimum=1),

@@ -144,3 +144,27 @@ def test_plots_defaults_and_legends_come_from_the_schema():
     from harness.plots import DRAFT_AXIS
 
     assert all(axis in {o.name for o in algos.get(name).options} for name, axis in DRAFT_AXIS.items())
+
+
+@pytest.mark.parametrize("option", [o for o in WORKLOAD if o.type in (int, float)], ids=lambda o: o.name)
+def test_workload_bounds_are_the_ones_the_workload_enforces(option):
+    """The schema's bounds and WorkloadConfig's checks accept and refuse the same values."""
+    low = option.minimum
+    values = [low, low - 1, low - 0.5, 1e12]
+    if option.maximum is not None:
+        values += [option.maximum, option.maximum + 1]
+    for value in values:
+        if option.type is int and value != int(value):
+            continue
+        value = option.type(value)
+        try:
+            option.check(value)
+            schema_ok = True
+        except ConfigError:
+            schema_ok = False
+        try:
+            WorkloadConfig(**{option.name: value})
+            workload_ok = True
+        except ConfigError:
+            workload_ok = False
+        assert schema_ok == workload_ok, (option.name, value)
