@@ -18,11 +18,10 @@ from mini_engine.errors import ConfigError
 
 
 def add_option_flags(p: argparse.ArgumentParser) -> None:
-    """One flag per option of the schema (harness/options.py), grouped as the schema groups them."""
-    engine = p.add_argument_group("engine")
-    groups = {"engine": engine, "workload": p.add_argument_group("workload")}
+    """One flag per option of the schema (harness/options.py): the engine's, then the workload's."""
+    engine, workload = p.add_argument_group("engine"), p.add_argument_group("workload")
     for o in schema_options():
-        where = groups["workload"] if o.group == "workload" else engine
+        where = workload if o.group == "workload" else engine
         help_ = o.help + ("" if o.default is None else f" (default {o.default})")
         if o.type is bool:
             where.add_argument(o.cli, dest=o.name, action="store_const", const=True, default=None, help=help_)
