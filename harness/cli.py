@@ -40,7 +40,11 @@ def version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        parser = build_parser()
+        try:
+            parser = build_parser()
+        except KVBenchError as err:  # a KVBENCH_PLUGINS module that does not import
+            print(f"kvbench: error: {err}", file=sys.stderr)
+            return 2
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help()

@@ -224,13 +224,13 @@ def _spec_reserve(sg, config: dict, ps: int) -> dict[str, int]:
     """{algo: SGLang's per-step reserve}: "none" (plain decode: one slot a step) always,
     plus the spec algorithm the header names when it names all of its options."""
     out = {"none": _sglang_reserve(sg, ps, None, 1, 1, None, doubled=False)}
-    algo = config.get("spec")
-    if algo == "dflash" and isinstance(config.get("block_size"), int):
-        # SGLang forces steps 1 and topk 1 for DFLASH; its draft tokens are the block.
-        out[algo] = _sglang_reserve(sg, ps, "DFLASH", 1, 1, config["block_size"])
-    elif algo == "eagle" and all(isinstance(config.get(k), int) for k in ("steps", "topk", "num_draft_tokens")):
-        out[algo] = _sglang_reserve(sg, ps, "EAGLE", config["steps"], config["topk"],
-                                    config["num_draft_tokens"])
+    from mini_engine import algos
+
+    algo = algos.ALGORITHMS.get(config.get("spec"))
+    args = algo.sglang_spec(config) if algo is not None else None
+    if args is not None:  # keyed as the prepare records name it: the writer it plans as
+        name, steps, topk, ndt = args
+        out[algo.writer_name] = _sglang_reserve(sg, ps, name, steps, topk, ndt)
     return out
 
 

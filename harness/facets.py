@@ -14,10 +14,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-# Defaults of options a row's config may leave out (older rows, hand-written ones).
-DEFAULTS = {"policy": "aligned", "free_policy": "host_pages", "spec": "none", "page_size": 16, "model": "none",
-            "window": None}
-SHAPE = ("spec", "block_size", "topk", "steps", "num_draft_tokens", "draft_window")  # one algorithm's draft
+from harness.options import resolved_defaults, short_names
+from mini_engine.algos import ALGORITHMS
+
+# Defaults of options a row's config may leave out (older rows, hand-written ones):
+# the schema's, as a config that sets nothing resolves them.
+DEFAULTS = resolved_defaults()
+SHAPE = ("spec", *dict.fromkeys(o.name for a in ALGORITHMS.values() for o in a.options))  # one algorithm's draft
 POLICIES = ("profile", "policy", "free_policy")
 MAX_PANELS = 12
 
@@ -91,9 +94,9 @@ def facet(rows: list[dict[str, Any]], x: tuple[str, ...], lines: tuple[str, ...]
     return Facets(x, line_keys, ordered[:MAX_PANELS], max(0, len(ordered) - MAX_PANELS))
 
 
-# Legend spelling: a value alone where it names itself (dflash, aligned), else short=value.
-_SHORT = {"block_size": "bs", "topk": "topk", "steps": "steps", "num_draft_tokens": "ndt", "draft_window": "dw",
-          "page_size": "ps"}
+# Legend spelling: a value alone where it names itself (dflash, aligned), else short=value
+# (an algorithm's options and the page size, by their short ids).
+_SHORT = {name: short for name, short in short_names().items() if name in SHAPE[1:] or name == "page_size"}
 
 
 def label(values: tuple, keys: tuple[str, ...]) -> str:

@@ -7,7 +7,7 @@ name from the test ids, ``ps``, or its full name, ``page_size``) matches that
 option's value exactly: ``ps:1`` does not select ``ps:16`` and ``ps:3`` does not
 match ``steps:3`` (``ps:1-``, the old way to say it, still works). Any other word
 keeps ``-k``'s meaning, a case-insensitive substring of the test name (``dflash``,
-``pre-35265``, or several id parts such as ``ps:16-win:none``).
+``pre-35265``, or several id parts such as ``ps:16-window:none``).
 
 The grid conftest applies the filter itself (pytest never sees it as ``-k``), so
 the sweep's count and pytest's selection are the same function.
@@ -28,9 +28,11 @@ class FilterError(KVBenchError):
 
 
 def _option_names() -> dict[str, str]:
+    from harness.options import ID_ALIASES
     from harness.suites import SHORT, option_names
 
     names = {n.lower(): n for n in option_names()}
+    names.update({old.lower(): full for old, full in ID_ALIASES.items()})  # the ids' older spellings
     names.update({short.lower(): full for full, short in SHORT.items()})
     return names
 

@@ -31,9 +31,10 @@ import numpy as np
 
 from harness.facets import POLICIES, SHAPE, facet, label, measured, opt, panel_title, sort_values, spread
 from harness.metrics import BOOKKEEPING, lookup
+from mini_engine.algos import ALGORITHMS
 
 # The y axis of a heatmap: what sizes one speculative step's draft.
-DRAFT_AXIS = {"dflash": "block_size", "eagle": "topk"}
+DRAFT_AXIS = {a.name: a.draft_axis for a in ALGORITHMS.values() if a.draft_axis}
 HEATMAPS = (("peak_stranded_slots", "peak stranded slots"), ("leaked_pages", "leaked pages after drain"))
 MEMORY = ("peak_pages_held", "peak_reserved_slots", "peak_stranded_slots", "peak_swa_pages_held")
 # x axis (with the options tied to it) -> the lines drawn against it

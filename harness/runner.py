@@ -23,20 +23,8 @@ from harness.workloads import WorkloadConfig, make_requests
 
 STATUSES = ("ok", "violated", "failed", "pool_exhausted")
 
-# Short names for the key, in key order; the first group always appears.
-_ALWAYS = (("spec", "spec"), ("page_size", "ps"))
-_SPEC = {
-    "dflash": (("block_size", "bs"), ("draft_window", "dw")),
-    "eagle": (("topk", "topk"), ("steps", "steps"), ("num_draft_tokens", "ndt")),
-    "none": (),
-}
-_POLICY = (("profile", "profile"), ("policy", "policy"), ("free_policy", "free"))
-_SWA = (("window", "window"), ("layer_pattern", "layers"))
-_WORKLOAD = (("workload", "workload"), ("num_requests", "n"))
 _TABLES = ("engine", "workload")  # the tables of a run's config file
 _ALLOWED = "allowed: " + ", ".join(f"[{t}]" for t in _TABLES)
-_SHORT = {"pool_tokens": "pool", "max_running": "max_running", "accept_len": "acc",
-          "accept_mean": "acc_mean", "input_len": "in", "output_len": "out"}
 
 
 def _normalise(config: dict[str, Any]) -> dict[str, Any]:
@@ -99,25 +87,10 @@ def config_key(config: dict[str, Any]) -> str:
 
 
 def _key(full: dict[str, Any]) -> str:
-    """config_key of an already resolved configuration."""
-    defaults = {**EngineConfig().to_dict(), **WorkloadConfig().to_dict()}
-    parts: list[str] = []
-    used: set[str] = set()
+    """config_key of an already resolved configuration (its spelling: harness/options.py)."""
+    from harness.options import config_key as key_of
 
-    def add(name: str, short: str, always: bool) -> None:
-        used.add(name)
-        value = full.get(name)
-        if value is None or (not always and value == defaults.get(name)):
-            return
-        parts.append(f"{short}={value}")
-
-    swa = _SWA if full["window"] is not None else ()
-    for name, short in _ALWAYS + _SPEC[full["spec"]] + _POLICY + swa + _WORKLOAD:
-        add(name, short, True)
-    for name in sorted(full):
-        if name not in used:
-            add(name, _SHORT.get(name, name), False)
-    return ",".join(parts)
+    return key_of(full)
 
 
 def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: bool = False) -> dict[str, Any]:

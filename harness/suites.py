@@ -34,6 +34,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from harness.expect import ExpectRule, parse_rules
+from harness.options import short_names
 from mini_engine.errors import KVBenchError
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
@@ -42,16 +43,9 @@ KNOWN_MARKS = ("gpu", "nightly", "slow")
 MAX_REPEAT = 100  # timing samples per config; more is a typo, not a measurement
 PATH_OPTIONS = ("prompts",)  # resolved once, against the suite file's directory
 
-# Short names for test ids: ids must read well and work in `pytest -k` (whose
-# grammar has no '=', hence name:value).
-SHORT = {
-    "spec": "spec", "page_size": "ps", "block_size": "bs", "draft_window": "dw",
-    "topk": "topk", "steps": "steps", "num_draft_tokens": "ndt", "window": "win",
-    "layer_pattern": "pat", "policy": "policy", "free_policy": "free", "model": "model",
-    "workload": "wl", "num_requests": "n", "input_len": "in", "output_len": "out",
-    "pool_tokens": "pool", "max_running": "run", "seed": "seed", "accept_len": "acc",
-    "accept_mean": "tau", "device": "dev", "audit": "audit", "chunked_prefill": "chunk",
-}
+# Short names for test ids, the result keys' (harness/options.py): ids must read
+# well and work in `pytest -k` (whose grammar has no '=', hence name:value).
+SHORT = short_names()
 
 
 class SuiteError(KVBenchError):

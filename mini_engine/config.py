@@ -1,5 +1,7 @@
 """EngineConfig: every knob of one engine run, validated up front.
 
+Its fields are the option schema (mini_engine/options.py, with the registered
+algorithms' own options), declared there once with type, default and bounds.
 Validation happens once, in ``__post_init__``, so the step loop can trust every
 field. Options that only make sense for one algorithm (``block_size`` for DFLASH,
 ``topk`` for EAGLE, ...) default to ``None`` and are filled in for that algorithm;
@@ -10,7 +12,6 @@ silently, because a sweep that sets it believes it is measuring something.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +25,9 @@ except ModuleNotFoundError:  # Python 3.10
 from mini_engine import algos
 from mini_engine.algos import SPECS
 from mini_engine.errors import ConfigError, check_choice, check_positive
+from mini_engine.options import Option, by_name, check_float as _check_float, engine_options
 from mini_engine.pool_budget import footprint, pool_tokens
-from mini_engine.profiles import DEFAULT_PROFILE, FREE_RULES, POLICIES, PREFIX_CACHES, PROFILES, Profile, resolve
+from mini_engine.profiles import FREE_RULES, POLICIES, PREFIX_CACHES, PROFILES, Profile, resolve
 PROFILE_NAMES = tuple(PROFILES)
 FREE_POLICIES = FREE_RULES
 __all__ = ["POLICIES", "PREFIX_CACHES", "PROFILE_NAMES", "FREE_POLICIES", "SPECS", "EngineConfig", "load_toml"]
@@ -48,67 +50,41 @@ NOMINAL_HEAD_DIM = 128
 NOMINAL_DTYPE_BYTES = 2
 
 DEFAULT_POOL_TOKENS = 1 << 18
+# Options checked on their own before any rule that ties options together reads them.
+_CHECKED_FIRST = ("page_size", "max_running", "max_context", "chunked_prefill", "vocab_size", "spec")
 
 
-@dataclass
+def _fields_from_schema(cls):
+    """Declare each option of the schema (mini_engine/options.py) as a dataclass field,
+    ahead of the class's own private fields, then make the dataclass."""
+    own = dict(cls.__dict__.get("__annotations__", {}))
+    declared = {}
+    for o in engine_options():
+        declared[o.name] = o.annotation
+        setattr(cls, o.name, o.default)
+    cls.__annotations__ = {**declared, **own}
+    return dataclass(cls)
+
+
+@_fields_from_schema
 class EngineConfig:
-    page_size: int = 16
-    pool_tokens: int | None = None
-    mem_fraction: float | None = None
-    max_running: int = 256
-    max_context: int = 4096
-    chunked_prefill: int = 8192
-    spec: str = "none"
-    block_size: int | None = None
-    draft_window: int | None = None
-    topk: int | None = None
-    steps: int | None = None
-    num_draft_tokens: int | None = None
-    window: int | None = None
-    layer_pattern: str | None = None
-    # The accounting profile and its knobs (mini_engine.profiles); None: the profile's value.
-    profile: str = DEFAULT_PROFILE
-    policy: str | None = None
-    align: str | None = None
-    free_policy: str | None = None
-    swa_eviction_interval: int | None = None
-    prefix_cache: str | None = None
-    swa_ratio: float | None = None
-    pd_radix: bool | None = None
-    row_headroom: str | None = None
-    retraction: str | None = None
-    audit: str = "record"
-    seed: int = 0
-    model: str = "none"
-    device: str = "cpu"
-    accept_len: int | None = None
-    accept_mean: float | None = None
-    temperature: float = 0.0
-    vocab_size: int = 32000
-    # Real-model drafters only: target layers the drafter shares and the noise on
-    # its weights, the knobs that set how often the draft agrees with the target.
-    draft_layers: int | None = None
-    draft_noise: float | None = None
+    """Every option of mini_engine.options.engine_options() is a field (page_size, spec, ...)."""
+
     # Pages of the pool, computed on first use: sizing by mem_fraction reads the
     # device, which a config validated on another machine may not have.
     _num_pages: int | None = field(init=False, default=None, repr=False, compare=False)
     _profile: Profile | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_positive("page_size", self.page_size)
-        check_positive("max_running", self.max_running)
-        check_positive("max_context", self.max_context)
-        check_positive("chunked_prefill", self.chunked_prefill)
-        check_positive("vocab_size", self.vocab_size, minimum=2)
-        check_choice("spec", self.spec, SPECS)
+        schema = by_name()
+        for name in _CHECKED_FIRST:  # the single-option checks of the schema, in this order
+            setattr(self, name, schema[name].check(getattr(self, name)))
         self._resolve_profile()
-        check_choice("audit", self.audit, AUDIT_MODES)
-        check_choice("device", self.device, DEVICES)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"seed must be an integer >= 0 (got {self.seed!r})")
+        for name in ("audit", "device", "seed"):
+            setattr(self, name, schema[name].check(getattr(self, name)))
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"model must be 'none', a built-in model name or a checkpoint directory (got {self.model!r})")
-        self.temperature = _check_float("temperature", self.temperature, low=0.0)
+        self.temperature = schema["temperature"].check(self.temperature)
         self._resolve_spec()
         self._resolve_swa()
         self._resolve_acceptance()
@@ -123,15 +99,9 @@ class EngineConfig:
         algo.resolve(self)
 
     def _resolve_profile(self) -> None:
-        check_choice("profile", self.profile, PROFILE_NAMES)
-        if self.policy is not None:
-            check_choice("policy", self.policy, POLICIES)
-        if self.free_policy is not None:
-            check_choice("free_policy", self.free_policy, FREE_RULES)
-        if self.prefix_cache is not None:
-            check_choice("prefix_cache", self.prefix_cache, PREFIX_CACHES)
-        if self.swa_ratio is not None:
-            self.swa_ratio = _check_float("swa_ratio", self.swa_ratio, low=0.0)
+        schema = by_name()
+        for name in ("profile", "policy", "free_policy", "prefix_cache", "swa_ratio"):
+            setattr(self, name, schema[name].check(getattr(self, name)))
         self._profile = resolve(
             self.profile, policy=self.policy, align=self.align, free=self.free_policy,
             swa_eviction_interval=self.swa_eviction_interval, prefix_cache=self.prefix_cache,
@@ -255,6 +225,11 @@ class EngineConfig:
         return tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
     @classmethod
+    def options(cls) -> tuple[Option, ...]:
+        """The schema of every field (mini_engine/options.py and the algorithms' options)."""
+        return engine_options()
+
+    @classmethod
     def from_dict(cls, options: dict[str, Any]) -> EngineConfig:
         names = cls.option_names()
         clean: dict[str, Any] = {}
@@ -304,14 +279,6 @@ def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
         else:
             flat[key] = value
     return flat
-
-
-def _check_float(name: str, value: object, *, low: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{name} must be a number >= {low} (got {value!r})")
-    if value < low:
-        raise ConfigError(f"{name} must be a number >= {low} (got {value})")
-    return float(value)
 
 
 def require_cuda() -> None:

@@ -82,7 +82,7 @@ def memory_config(cfg: EngineConfig) -> MemoryConfig:
         window=cfg.window if cfg.has_swa else None,
         device=cfg.device,
         draft_window=cfg.draft_window,
-        algo=cfg.spec if cfg.speculative else None,
+        algo=cfg.algo.writer_name if cfg.speculative else None,  # the profile writer it plans as
         profile=profile,
     ).validate()
 

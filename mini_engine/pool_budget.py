@@ -60,7 +60,7 @@ def footprint(cfg) -> Footprint:
     per_layer_kv = 2 * mcfg.num_kv_heads * mcfg.head_dim * elem
     weights = mcfg.num_params() * elem
     draft_kv = 0
-    if cfg.spec != "none":
+    if cfg.speculative:
         shared = min(DEFAULT_DRAFT_LAYERS, mcfg.num_layers) if cfg.draft_layers is None else cfg.draft_layers
         draft_kv = (shared + 1) * per_layer_kv  # the shared layers and its own, all full attention
         weights += _drafter_params(mcfg) * elem

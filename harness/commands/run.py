@@ -12,82 +12,27 @@ import json
 import os
 from typing import Any
 
-from harness.workloads import WORKLOADS
-from mini_engine.algos import ROW_HEADROOM_RULES
-from mini_engine.config import (AUDIT_MODES, DEVICES, FREE_POLICIES, LAYER_PATTERNS, POLICIES, PREFIX_CACHES,
-                                PROFILE_NAMES, SPECS)
+from harness.options import options as schema_options
 from mini_engine.errors import ConfigError
-from mini_engine.retraction import RULES as RETRACTIONS
 
-# (flag, option, type, choices, help); the choices are the validators' own tuples.
-_ENGINE_FLAGS = (
-    ("--page-size", "page_size", int, None, "slots per KV page (default 16)"),
-    ("--pool-tokens", "pool_tokens", int, None, "KV pool size in tokens (default 262144)"),
-    ("--mem-fraction", "mem_fraction", float, None, "device memory share for weights + KV pools"),
-    ("--max-running", "max_running", int, None, "most concurrent requests (default 256)"),
-    ("--max-context", "max_context", int, None, "longest prompt + output (default 4096)"),
-    ("--chunked-prefill", "chunked_prefill", int, None, "prefill tokens per step (default 8192)"),
-    ("--spec", "spec", str, SPECS, "speculative algorithm"),
-    ("--block-size", "block_size", int, None, "DFLASH draft block (default 16)"),
-    ("--draft-window", "draft_window", int, None, "DFLASH compact draft cache window"),
-    ("--topk", "topk", int, None, "EAGLE branches per step (default 1)"),
-    ("--steps", "steps", int, None, "EAGLE draft steps (default 3)"),
-    ("--num-draft-tokens", "num_draft_tokens", int, None, "EAGLE tokens verified per step"),
-    ("--window", "window", int, None, "SWA window in positions (default: no SWA)"),
-    ("--layer-pattern", "layer_pattern", str, tuple(LAYER_PATTERNS), "local:global layer pattern"),
-    ("--profile", "profile", str, PROFILE_NAMES,
-     "accounting profile (default sglang-0.5.23; floor-free is a what-if, no shipped version)"),
-    ("--align", "align", str, None, "knob: writers that page-ceil their extent: all, none or a comma list "
-     "of extend,decode,pd,eagle,dflash"),
-    ("--policy", "policy", str, POLICIES, "knob shorthand: aligned = --align all, unaligned = --align none"),
-    ("--free", "free_policy", str, FREE_POLICIES, "knob: how release frees pages (segment = SGLang's)"),
-    ("--swa-eviction-interval", "swa_eviction_interval", int, None,
-     "knob: SGLANG_SWA_EVICTION_INTERVAL, positions past the window before a decode step evicts (128)"),
-    ("--prefix-cache", "prefix_cache", str, PREFIX_CACHES,
-     "knob: SGLang's SWA eviction threshold of a prefix-sharing (radix) or chunk cache; chunk also "
-     "evicts during chunked prefill (kvbench models no prefix tree, only these two rules)"),
-    ("--swa-ratio", "swa_ratio", float, None, "knob: SWA pool size as a share of the full pool (0.8)"),
-    ("--row-headroom", "row_headroom", str, ROW_HEADROOM_RULES,
-     "knob: req_to_token row headroom, SGLang's (DFLASH at ps 1 can overflow: K4) or generous"),
-    ("--retraction", "retraction", str, RETRACTIONS,
-     "knob: who is retracted on a short pool: SGLang's fewest-outputs-first (its ratio constants) or the newest"),
-    ("--audit", "audit", str, AUDIT_MODES, "invariant checks after each step"),
-    ("--seed", "seed", int, None, "seed of the workload and the simulated tokens (default 0)"),
-    ("--model", "model", str, None, "'none' (accounting only), a built-in model, or a checkpoint dir"),
-    ("--device", "device", str, DEVICES, "where device tensors live"),
-    ("--accept-len", "accept_len", int, None, "simulated accepted length, fixed (bonus included)"),
-    ("--accept-mean", "accept_mean", float, None, "simulated accepted length, mean of a seeded law"),
-    ("--temperature", "temperature", float, None, "sampling temperature of a real model"),
-    ("--vocab-size", "vocab_size", int, None, "vocabulary of the simulated tokens"),
-    ("--draft-layers", "draft_layers", int, None, "real model: target layers the drafter shares"),
-    ("--draft-noise", "draft_noise", float, None, "real model: noise on the drafter's weights"),
-)
-_WORKLOAD_FLAGS = (
-    ("--workload", "workload", str, WORKLOADS, "synthetic workload"),
-    ("--num-requests", "num_requests", int, None, "requests (default 256)"),
-    ("--input-len", "input_len", int, None, "prompt length (fixed) or its upper bound / median"),
-    ("--output-len", "output_len", int, None, "output length (fixed) or its upper bound / median"),
-    ("--min-len", "min_len", int, None, "lower bound of the uniform lengths (default 100)"),
-    ("--sigma", "sigma", float, None, "shape of the lognormal lengths (default 1.0)"),
-    ("--pd-fraction", "pd_fraction", float, None, "share of pd requests that arrive prefilled"),
-    ("--arrival-gap", "arrival_gap", int, None, "steps between PD arrivals"),
-    ("--prompt-vocab", "prompt_vocab", int, None, "synthetic prompt ids are below this"),
-    ("--prompts", "prompts", str, None, "JSON-lines prompts file in place of a synthetic workload"),
-)
+
+def add_option_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per option of the schema (harness/options.py): the engine's, then the workload's."""
+    engine, workload = p.add_argument_group("engine"), p.add_argument_group("workload")
+    for o in schema_options():
+        where = workload if o.group == "workload" else engine
+        help_ = o.help + ("" if o.default is None else f" (default {o.default})")
+        if o.type is bool:
+            where.add_argument(o.cli, dest=o.name, action="store_const", const=True, default=None, help=help_)
+        else:
+            where.add_argument(o.cli, dest=o.name, type=o.type, choices=o.allowed, default=None, help=help_)
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="run one engine configuration",
                               description="Run one engine configuration and print its accounting summary.")
     p.add_argument("--config", metavar="FILE", help="TOML file of options (flags override it)")
-    eng = p.add_argument_group("engine")
-    for flag, dest, typ, choices, help_ in _ENGINE_FLAGS:
-        eng.add_argument(flag, dest=dest, type=typ, choices=choices, default=None, help=help_)
-    eng.add_argument("--pd-radix", dest="pd_radix", action="store_const", const=True, default=None,
-                     help="knob: the decode side's radix cache sets the PD SWA tail")
-    wl = p.add_argument_group("workload")
-    for flag, dest, typ, choices, help_ in _WORKLOAD_FLAGS:
-        wl.add_argument(flag, dest=dest, type=typ, choices=choices, default=None, help=help_)
+    add_option_flags(p)
     out = p.add_argument_group("output")
     out.add_argument("--json", metavar="FILE", help="write the result row as JSON")
     out.add_argument("--outputs", action="store_true", help="with --json: every request's prompt and output ids")
@@ -99,10 +44,10 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     from harness.runner import load_config_file
 
     options: dict[str, Any] = load_config_file(args.config) if args.config else {}
-    for _, dest, *_ in _ENGINE_FLAGS + _WORKLOAD_FLAGS + (("--pd-radix", "pd_radix"),):
-        value = getattr(args, dest)
+    for o in schema_options():
+        value = getattr(args, o.name)
         if value is not None:
-            options[dest] = value
+            options[o.name] = value
     return options
 
 

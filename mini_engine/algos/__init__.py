@@ -1,22 +1,70 @@
 """Decoding algorithms by name: ``get("dflash")`` is the DFLASH object.
 
-Adding an algorithm is one module with an ``Algorithm`` subclass, registered here.
+Adding an algorithm is one module with an ``Algorithm`` subclass that calls
+``register(MyAlgorithm())`` (docs/algorithms.md). A module outside this package is
+loaded by naming it in ``KVBENCH_PLUGINS`` (comma-separated import paths), which is
+read here, before ``mini_engine.config`` builds ``EngineConfig`` from the schema,
+so the plugin's own options become engine options, CLI flags and TOML keys.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
+
 from mini_engine.algos.base import ROW_HEADROOM_RULES, Algorithm
 from mini_engine.algos.dflash import DFlash
 from mini_engine.algos.eagle import Eagle
+from mini_engine.algos.ngram import Ngram
 from mini_engine.algos.none import Plain
-from mini_engine.errors import check_choice
+from mini_engine.errors import ConfigError, check_choice
 
-ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (Plain(), Eagle(), DFlash())}
-SPECS = tuple(ALGORITHMS)
+ALGORITHMS: dict[str, Algorithm] = {}
+SPECS: list[str] = []  # the registered names, in order (a list, so a late registration shows everywhere)
+PLUGINS_ENV = "KVBENCH_PLUGINS"
+
+
+def register(algo: Algorithm) -> Algorithm:
+    """Add an algorithm under its name. Its options must be new or agree with an existing one's."""
+    if not isinstance(algo, Algorithm):
+        raise ConfigError(f"register() takes an Algorithm instance (got {type(algo).__name__})")
+    if algo.name in ALGORITHMS:
+        raise ConfigError(f"an algorithm named {algo.name!r} is already registered")
+    built = getattr(_modules().get("mini_engine.config"), "EngineConfig", None)
+    if built is not None:  # EngineConfig is built: a new option has no field to live in
+        fields = set(built.option_names())
+        late = [o.name for o in algo.options if o.name not in fields]
+        if late:
+            raise ConfigError(f"algorithm {algo.name!r} declares new options ({', '.join(late)}) after "
+                              f"mini_engine.config was imported; load it through {PLUGINS_ENV}")
+    ALGORITHMS[algo.name] = algo
+    SPECS.append(algo.name)
+    return algo
 
 
 def get(name: str) -> Algorithm:
-    return ALGORITHMS[check_choice("spec", name, SPECS)]
+    return ALGORITHMS[check_choice("spec", name, tuple(SPECS))]
 
 
-__all__ = ["ALGORITHMS", "ROW_HEADROOM_RULES", "SPECS", "Algorithm", "get"]
+def _modules() -> dict:
+    import sys
+
+    return sys.modules
+
+
+def load_plugins(names: str | None = None) -> None:
+    """Import each module of ``names`` (default: $KVBENCH_PLUGINS); each registers its algorithms."""
+    for name in filter(None, (n.strip() for n in (os.environ.get(PLUGINS_ENV, "") if names is None
+                                                  else names).split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise ConfigError(f"{PLUGINS_ENV}: cannot import {name!r} ({err})") from None
+
+
+for _algo in (Plain(), Eagle(), DFlash(), Ngram()):
+    register(_algo)
+load_plugins()
+
+__all__ = ["ALGORITHMS", "PLUGINS_ENV", "ROW_HEADROOM_RULES", "SPECS", "Algorithm", "get", "load_plugins",
+           "register"]

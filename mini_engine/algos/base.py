@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mini_engine.errors import ConfigError
+from mini_engine.options import Option
 
 if TYPE_CHECKING:
     from mini_engine.config import EngineConfig
@@ -26,19 +27,41 @@ ROW_HEADROOM_RULES = ("generous", "sglang")
 class Algorithm:
     name = "none"
     speculative = False
-    # option -> default (None: the option has no fixed default, resolve() fills it)
-    options: dict[str, Any] = {}
-    # (option, short name) in the order they appear in a config key
-    key_fields: tuple[tuple[str, str], ...] = ()
+    # This algorithm's own options, in the order a config key lists them (default
+    # None: no fixed default, resolve() fills it). They join the engine's schema.
+    options: tuple[Option, ...] = ()
+    # Questions the model backend asks instead of testing the name:
+    graphable = True  # its decode step is one token a request, which a CUDA graph replays
+    # Positions past the draft root whose draft KV is final after drafting (EAGLE's
+    # root KV is; DFLASH's block forward overwrites it).
+    draft_root_done = 0
+    # The profile writer whose alignment rule its reservation follows (--align); the
+    # trace's prepare records name it. None: the algorithm's own name.
+    writer: str | None = None
+    # The option a heatmap puts on its y axis (what sizes one step's draft); None: no draft.
+    draft_axis: str | None = None
+
+    @property
+    def writer_name(self) -> str:
+        return self.writer or self.name
+
+    @property
+    def key_fields(self) -> tuple[tuple[str, str], ...]:
+        """(option, short name) in the order they appear in a config key."""
+        return tuple((o.name, o.id) for o in self.options)
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return {o.name: o.default for o in self.options}
 
     def resolve(self, cfg: EngineConfig) -> None:
         """Fill this algorithm's defaults into cfg and validate them (ConfigError on bad input)."""
 
     def check_foreign(self, cfg: EngineConfig, others: list[Algorithm]) -> None:
         """An option of another algorithm set on this one is a contradiction, not a silent no-op."""
-        mine = set(self.options)
+        mine = {o.name for o in self.options}
         for other in others:
-            for name in other.options:
+            for name in (o.name for o in other.options):
                 if name not in mine and getattr(cfg, name) is not None:
                     raise ConfigError(f"{name} applies to spec={other.name} only (spec is {self.name!r}); "
                                       f"drop {name} or set spec={other.name}")
@@ -54,6 +77,15 @@ class Algorithm:
     def num_draft_tokens(self, cfg: EngineConfig) -> int:
         """Tokens one verify scores (SGLang's speculative_num_draft_tokens; 0 without drafts)."""
         return 0
+
+    def make_drafter(self, cfg: EngineConfig, draft_model, cache, temperature: float, attend, gen):
+        """The real-model drafter of this algorithm (None: it drafts nothing)."""
+        return None
+
+    def sglang_spec(self, options: dict[str, Any]) -> tuple[str, int, int, int] | None:
+        """(SGLang's speculative_algorithm, num_steps, eagle_topk, num_draft_tokens) for these
+        options, to ask SGLang's own sizing code for the reserve; None: not comparable."""
+        return None
 
     def row_headroom(self, cfg: EngineConfig, rule: str) -> int:
         """req_to_token row width beyond max_context."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mini_engine.algos.speculative import Speculative
 from mini_engine.errors import check_positive
+from mini_engine.options import Option
+
 if TYPE_CHECKING:
     from mini_engine.config import EngineConfig
 
@@ -14,8 +16,12 @@ DEFAULT_BLOCK_SIZE = 16
 
 class DFlash(Speculative):
     name = "dflash"
-    options = {"block_size": DEFAULT_BLOCK_SIZE, "draft_window": None}
-    key_fields = (("block_size", "bs"), ("draft_window", "dw"))
+    options = (
+        Option("block_size", int, None, "DFLASH draft block (default 16)", short="bs", minimum=1, group="dflash"),
+        Option("draft_window", int, None, "DFLASH compact draft cache window", short="dw", minimum=1,
+               group="dflash"),
+    )
+    draft_axis = "block_size"
 
     def resolve(self, cfg: EngineConfig) -> None:
         if cfg.block_size is None:
@@ -34,3 +40,13 @@ class DFlash(Speculative):
 
     def num_draft_tokens(self, cfg: EngineConfig) -> int:
         return cfg.block_size  # SGLang verifies the whole block
+
+    def make_drafter(self, cfg: EngineConfig, draft_model, cache, temperature: float, attend, gen):
+        from mini_engine.spec.dflash import DFlashDrafter
+
+        return DFlashDrafter(draft_model, cache, cfg.block_size, cfg.draft_window, temperature, attend, gen)
+
+    def sglang_spec(self, options: dict[str, Any]) -> tuple[str, int, int, int] | None:
+        bs = options.get("block_size")
+        # SGLang forces steps 1 and topk 1 for DFLASH; its draft tokens are the block.
+        return ("DFLASH", 1, 1, bs) if isinstance(bs, int) else None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mini_engine.algos.speculative import Speculative
 from mini_engine.errors import ConfigError, check_positive
+from mini_engine.options import Option
+
 if TYPE_CHECKING:
     from mini_engine.config import EngineConfig
 
@@ -15,8 +17,16 @@ DEFAULT_STEPS = 3
 
 class Eagle(Speculative):
     name = "eagle"
-    options = {"topk": DEFAULT_TOPK, "steps": DEFAULT_STEPS, "num_draft_tokens": None}
-    key_fields = (("topk", "topk"), ("steps", "steps"), ("num_draft_tokens", "ndt"))
+    options = (
+        Option("topk", int, None, "EAGLE branches per step (default 1; ngram: its BFS breadth, default 10)",
+               minimum=1, group="eagle/ngram"),
+        Option("steps", int, None, "EAGLE draft steps (default 3; ngram: num_draft_tokens // topk)", minimum=1,
+               group="eagle/ngram"),
+        Option("num_draft_tokens", int, None, "EAGLE/ngram tokens verified per step (ngram default 12)",
+               short="ndt", minimum=2, group="eagle/ngram"),
+    )
+    draft_root_done = 1  # the root's draft KV is final after its draft forward
+    draft_axis = "topk"
 
     def resolve(self, cfg: EngineConfig) -> None:
         cfg.topk = check_positive("topk", DEFAULT_TOPK if cfg.topk is None else cfg.topk)
@@ -39,3 +49,14 @@ class Eagle(Speculative):
 
     def num_draft_tokens(self, cfg: EngineConfig) -> int:
         return cfg.num_draft_tokens
+
+    def make_drafter(self, cfg: EngineConfig, draft_model, cache, temperature: float, attend, gen):
+        from mini_engine.spec.eagle import EagleDrafter
+
+        return EagleDrafter(draft_model, cache, cfg.topk, cfg.steps, cfg.num_draft_tokens, temperature, attend, gen)
+
+    def sglang_spec(self, options: dict[str, Any]) -> tuple[str, int, int, int] | None:
+        keys = ("steps", "topk", "num_draft_tokens")
+        if not all(isinstance(options.get(k), int) for k in keys):
+            return None
+        return ("EAGLE", *(options[k] for k in keys))

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 class Speculative(Algorithm):
     speculative = True
+    graphable = False  # a verify step scores several tokens a request: no decode graph
 
     def step_reserve(self, cfg: EngineConfig) -> int:
         raise NotImplementedError

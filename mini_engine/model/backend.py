@@ -73,7 +73,7 @@ class ModelBackend:
         self.temperature = float(cfg.temperature)
         self.gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
         self.draft_model = None
-        if cfg.spec != "none":
+        if cfg.speculative:
             layers = getattr(cfg, "draft_layers", None) if draft_layers is None else draft_layers
             noise = getattr(cfg, "draft_noise", None) if draft_noise is None else draft_noise
             self.draft_model = DraftModel(
@@ -107,17 +107,9 @@ class ModelBackend:
         cfg = self.cfg
         if self.draft_model is not None:
             dcache = self.draft_model.new_cache(full)
-            if cfg.spec == "eagle":
-                from mini_engine.spec.eagle import EagleDrafter
-
-                self.drafter = EagleDrafter(self.draft_model, dcache, cfg.topk, cfg.steps, cfg.num_draft_tokens,
-                                            self.temperature, self.attend, self.gen)
-            else:
-                from mini_engine.spec.dflash import DFlashDrafter
-
-                self.drafter = DFlashDrafter(self.draft_model, dcache, cfg.block_size, cfg.draft_window,
-                                             self.temperature, self.attend, self.gen)
-        if self.use_graphs and cfg.spec == "none":
+            self.drafter = cfg.algo.make_drafter(cfg, self.draft_model, dcache, self.temperature, self.attend,
+                                                 self.gen)
+        if self.use_graphs and cfg.algo.graphable:
             from mini_engine.model.cuda_graph import DecodeGraphs
 
             self.graphs = DecodeGraphs(self)
@@ -295,7 +287,7 @@ class ModelBackend:
                             swa_src, swa_dst)
         kept = h.index_select(0, torch.tensor(keep, device=h.device)).split([len(p) for p in paths])
         # EAGLE's root KV is final after its draft forward; DFLASH's block overwrote it.
-        done = 1 if self.cfg.spec == "eagle" else 0
+        done = self.cfg.algo.draft_root_done
         for r, j, feats in zip(reqs, jobs, kept):
             st = self._store(r)
             st.put(j.root, feats)

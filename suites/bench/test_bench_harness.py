@@ -58,7 +58,7 @@ def test_compare_324(benchmark):
 
 def test_grid_config_overhead(benchmark, tmp_path):
     suite = load_suite("smoke")
-    gc = suite.by_id()["spec:dflash-bs:16-profile:floor-free-ps:16-win:none"]
+    gc = suite.by_id()["spec:dflash-bs:16-profile:floor-free-ps:16-window:none"]
     runs = iter(range(10**6))
 
     def one():

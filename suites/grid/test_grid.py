@@ -1,7 +1,7 @@
 """Each config of the chosen suite grid is one test (see conftest.py for options).
 
 Rerun one config by its id, e.g.
-  pytest 'suites/grid/test_grid.py::test_config[spec:dflash-bs:16-profile:sglang-pre-35265-ps:16-win:none]'
+  pytest 'suites/grid/test_grid.py::test_config[spec:dflash-bs:16-profile:sglang-pre-35265-ps:16-window:none]'
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def test_bad_input_is_one_line(throwaway, cli, capsys):
     cases = [
         (["--good=--upload-pack=x", "--bad", commits[-1], "--config", "x"], "--good must be a commit id"),
         (["--good", "nope", "--bad", commits[-1], "--config", "x"], "--good 'nope' is not a commit"),
-        (["--good", commits[-1], "--bad", commits[0], "--config", "spec:dflash-bs:16-profile:sglang-0.5.23-ps:1-win:none"],
+        (["--good", commits[-1], "--bad", commits[0], "--config", "spec:dflash-bs:16-profile:sglang-0.5.23-ps:1-window:none"],
          "is not an ancestor of --bad"),
         (["--good", commits[0], "--bad", commits[-1], "--config", "no-such-id"], "is not a test id of any suite"),
         (["--good", commits[0], "--bad", commits[-1], "--config", "x", "--repeat", "0"], "--repeat must be"),

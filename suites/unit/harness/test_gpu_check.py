@@ -88,7 +88,7 @@ def test_subprocess_steps_run_the_readme_commands(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("plan, want", [
     (gpu_check.GPU, ["model:qwen3-0.6b-spec:dflash-bs:16-ps:16", "model:qwen3-0.6b-spec:eagle-topk:1-steps:3-ps:16"]),
-    (gpu_check.DRY, ["spec:dflash-bs:16-profile:sglang-0.5.23-ps:16-win:none"]),
+    (gpu_check.DRY, ["spec:dflash-bs:16-profile:sglang-0.5.23-ps:16-window:none"]),
 ])
 def test_the_sweep_slice_selects_what_it_says(plan, want):
     suite = load_suite(plan.suite, validate=False)

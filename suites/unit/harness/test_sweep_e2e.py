@@ -168,7 +168,7 @@ def test_unreachable_mlflow_keeps_every_row_and_sync_uploads_them(results_root, 
 
 
 def test_one_config_reruns_by_its_test_id(tmp_path):
-    test_id = "spec:dflash-bs:16-profile:floor-free-ps:16-win:none"
+    test_id = "spec:dflash-bs:16-profile:floor-free-ps:16-window:none"
     node = f"suites/grid/test_grid.py::test_config[{test_id}]"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVBENCH_GRID_")}
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node, "--kvbench-suite", "smoke",

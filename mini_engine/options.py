@@ -1,0 +1,182 @@
+"""The engine's options, declared once: name, type, default, help, short id, bounds, group.
+
+``EngineConfig``'s fields, the ``kvbench run`` flags, the TOML keys a config file
+accepts, the short names of test ids and result keys, and the defaults the plots
+assume are all read from here. An algorithm's own options (``block_size``,
+``topk``, ...) are declared by its object in ``mini_engine.algos`` and join the
+schema right after ``spec``; the harness adds the workload options
+(``harness.options``).
+
+The checks here are the single-option ones (type, bound, choice); rules that tie
+options together (an exclusive pair, a default that depends on another option)
+stay in ``EngineConfig``, which runs both once, when a config is built.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from mini_engine.errors import ConfigError, check_choice, check_positive
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    type: type  # int, float, str or bool
+    default: Any = None  # None: unset (the profile's, the algorithm's, or "off")
+    help: str = ""
+    short: str | None = None  # its spelling in test ids and result keys (default: the name)
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None  # a callable: a registry read late
+    minimum: float | None = None
+    maximum: float | None = None
+    group: str = "engine"
+    flag: str | None = None  # default: --name-with-dashes
+
+    @property
+    def id(self) -> str:
+        return self.short or self.name
+
+    @property
+    def cli(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def allowed(self) -> tuple[str, ...] | None:
+        return self.choices() if callable(self.choices) else self.choices
+
+    @property
+    def annotation(self) -> str:
+        name = self.type.__name__
+        return name if self.default is not None else f"{name} | None"
+
+    def check(self, value: Any) -> Any:
+        """The value, validated (and a float option's int made a float); None passes (unset)."""
+        if value is None:
+            return None
+        low = self.minimum if self.minimum is not None else -math.inf
+        if self.type is int:
+            value = check_positive(self.name, value, minimum=int(self.minimum if self.minimum is not None else 0))
+            if self.maximum is not None and value > self.maximum:
+                raise ConfigError(f"{self.name} must be an integer <= {int(self.maximum)} (got {value})")
+            return value
+        if self.type is float:
+            if self.maximum is None:
+                return check_float(self.name, value, low=low)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= value <= self.maximum:
+                raise ConfigError(f"{self.name} must be a number in [{low}, {self.maximum}] (got {value!r})")
+            return float(value)
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{self.name} must be true or false (got {value!r})")
+            return value
+        if self.allowed is not None:
+            return check_choice(self.name, value, self.allowed)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{self.name} must be a non-empty string (got {value!r})")
+        return value
+
+
+def check_float(name: str, value: object, *, low: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a number >= {low} (got {value!r})")
+    if value < low:
+        raise ConfigError(f"{name} must be a number >= {low} (got {value})")
+    return float(value)
+
+
+def _specs() -> tuple[str, ...]:
+    from mini_engine.algos import SPECS
+
+    return tuple(SPECS)
+
+
+def _profiles() -> tuple[str, ...]:
+    from mini_engine.profiles import PROFILES
+
+    return tuple(PROFILES)
+
+
+def _choices(module: str, attr: str) -> Callable[[], tuple[str, ...]]:
+    def read() -> tuple[str, ...]:
+        import importlib
+
+        return tuple(getattr(importlib.import_module(module), attr))
+    return read
+
+
+_KNOB = "knob of the profile: "
+# The engine's own options, in the order a config lists them (the algorithms'
+# options are inserted after "spec"). Help strings are the CLI's.
+CORE = (
+    Option("page_size", int, 16, "slots per KV page", short="ps", minimum=1),
+    Option("pool_tokens", int, None, "KV pool size in tokens (default 262144)", short="pool", minimum=1),
+    Option("mem_fraction", float, None, "device memory share for weights + KV pools, in (0, 1]"),
+    Option("max_running", int, 256, "most concurrent requests", minimum=1),
+    Option("max_context", int, 4096, "longest prompt + output", minimum=1),
+    Option("chunked_prefill", int, 8192, "prefill tokens per step", minimum=1),
+    Option("spec", str, "none", "speculative algorithm", choices=_specs),
+    Option("window", int, None, "SWA window in positions (default: no SWA)", minimum=1, group="swa"),
+    Option("layer_pattern", str, None, "local:global layer pattern (default all-global, 1:1 with a window)",
+           short="layers", choices=_choices("mini_engine.config", "LAYER_PATTERNS"), group="swa"),
+    Option("profile", str, "sglang-0.5.23",  # profiles.DEFAULT_PROFILE (a test keeps them equal)
+           "accounting profile (floor-free is a what-if, no shipped version)", choices=_profiles, group="profile"),
+    Option("policy", str, None, _KNOB + "shorthand: aligned = --align all, unaligned = --align none",
+           choices=_choices("mini_engine.profiles", "POLICIES"), group="profile"),
+    Option("align", str, None, _KNOB + "writers that page-ceil their extent: all, none or a comma list of "
+           "extend,decode,pd,eagle,dflash (ngram plans as eagle)", group="profile"),
+    Option("free_policy", str, None, _KNOB + "how release frees pages (segment = SGLang's)", short="free",
+           choices=_choices("mini_engine.profiles", "FREE_RULES"), group="profile", flag="--free"),
+    Option("swa_eviction_interval", int, None, _KNOB + "SGLANG_SWA_EVICTION_INTERVAL, positions past the window "
+           "before a decode step evicts (128)", minimum=1, group="profile"),
+    Option("prefix_cache", str, None, _KNOB + "SGLang's SWA eviction threshold of a prefix-sharing (radix) or "
+           "chunk cache; chunk also evicts during chunked prefill (kvbench models no prefix tree, only these "
+           "two rules)", choices=_choices("mini_engine.profiles", "PREFIX_CACHES"), group="profile"),
+    Option("swa_ratio", float, None, _KNOB + "SWA pool size as a share of the full pool (0.8)", minimum=0.0,
+           group="profile"),
+    Option("pd_radix", bool, None, _KNOB + "the decode side's radix cache sets the PD SWA tail", group="profile"),
+    Option("row_headroom", str, None, _KNOB + "req_to_token row headroom, SGLang's (DFLASH at ps 1 can "
+           "overflow: K4) or generous", choices=_choices("mini_engine.algos", "ROW_HEADROOM_RULES"),
+           group="profile"),
+    Option("retraction", str, None, _KNOB + "who is retracted on a short pool: SGLang's fewest-outputs-first "
+           "(its ratio constants) or the newest", choices=_choices("mini_engine.retraction", "RULES"),
+           group="profile"),
+    Option("audit", str, "record", "invariant checks after each step",
+           choices=_choices("mini_engine.config", "AUDIT_MODES")),
+    Option("seed", int, 0, "seed of the workload and the simulated tokens", minimum=0),
+    Option("model", str, "none", "'none' (accounting only), a built-in model, or a checkpoint dir", group="model"),
+    Option("device", str, "cpu", "where device tensors live", choices=_choices("mini_engine.config", "DEVICES")),
+    Option("accept_len", int, None, "simulated accepted length, fixed (bonus included)", short="acc", minimum=1,
+           group="acceptance"),
+    Option("accept_mean", float, None, "simulated accepted length, mean of a seeded law", short="acc_mean",
+           minimum=1.0, group="acceptance"),
+    Option("temperature", float, 0.0, "sampling temperature of a real model", minimum=0.0, group="model"),
+    Option("vocab_size", int, 32000, "vocabulary of the simulated tokens", minimum=2),
+    Option("draft_layers", int, None, "real model: target layers the drafter shares", minimum=0, group="model"),
+    Option("draft_noise", float, None, "real model: noise on the drafter's weights", minimum=0.0, group="model"),
+)
+
+
+def engine_options() -> tuple[Option, ...]:
+    """Every engine option: the core ones with the registered algorithms' after ``spec``."""
+    from mini_engine.algos import ALGORITHMS
+
+    algo: dict[str, Option] = {}
+    for a in ALGORITHMS.values():
+        for o in a.options:
+            known = algo.setdefault(o.name, o)
+            if (known.type, known.default) != (o.type, o.default):
+                raise ConfigError(f"option {o.name!r} is declared twice with different types or defaults "
+                                  f"(algorithm {a.name!r})")
+    out: list[Option] = []
+    for o in CORE:
+        out.append(o)
+        if o.name == "spec":
+            out.extend(algo.values())
+    return tuple(out)
+
+
+def by_name() -> dict[str, Option]:
+    return {o.name: o for o in engine_options()}
