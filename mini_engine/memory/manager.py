@@ -1,8 +1,9 @@
 """KVManager: everything a request gets from the KV memory layer.
 
 The scheduler talks only to this class. All planning is host data (ints and numpy
-arrays); device tensors are written, never read, so no call here syncs except the
-legacy dedup free, which counts its sync.
+arrays; no torch here): a device copy of the tables belongs to the model backend and
+follows their change logs, so no call here syncs except the legacy dedup free, which
+counts its sync.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ class KVManager:
         self.auditor = auditor
         self.trace = trace
         self.full = PagedAllocator(mem.num_pages, mem.page_size, "full", trace, auditor)
-        self.swa = (SWAPool(mem.swa_num_pages, mem.page_size, mem.num_pages, mem.device, trace, auditor)
+        self.swa = (SWAPool(mem.swa_num_pages, mem.page_size, mem.num_pages, trace, auditor)
                     if mem.swa else None)
-        self.req_to_token = ReqToTokenPool(mem.max_reqs, mem.row_width, mem.device)
+        self.req_to_token = ReqToTokenPool(mem.max_reqs, mem.row_width)
         pools = {"full": mem.num_pages, "swa": mem.swa_num_pages or 0}
         self.ledger = PageLedger(pools, mem.max_reqs)
         self.states: dict[int, ReqKVState] = {}  # live requests by row
@@ -271,7 +272,7 @@ class KVManager:
         self._sum_committed -= state.committed
         if state.writer:
             self.stranded_by_writer[state.writer] -= -(-extent // ps) * ps - extent
-        self.req_to_token.free(row)
+        self.req_to_token.free(row, extent)
         del self.states[row]
         self._seen.pop(row, None)
         state.released = True
@@ -283,13 +284,16 @@ class KVManager:
             raise ValueError(f"positions [{start}, {end}) of request {state.rid} are outside its extent {state.allocated}")
         return self.req_to_token.host[state.row, start:end]
 
-    def check(self, step: int | None = None, batch=None) -> list[Violation]:
-        """Run the state checks K1-K10 and report each violation through the auditor."""
+    def check(self, step: int | None = None, batch=None, mirror=None) -> list[Violation]:
+        """Run the state checks K1-K10 and report each violation through the auditor.
+
+        batch: the engine's decode BatchArrays; mirror: the backend's device copy of
+        the tables, when it keeps one (K10 reads both)."""
         if step is not None:
             self.step = step
         if self.auditor is not None:
             self.auditor.step = self.step
-        found = check_all(self, self.step, batch)
+        found = check_all(self, self.step, batch, mirror)
         for v in found:
             self._report(v)
         # Checks close a step: event violations from here on belong to the next one.

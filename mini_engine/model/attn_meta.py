@@ -13,8 +13,8 @@ lie inside the window: `q_pos - k_pos < window`.
 
 Two layouts. `build_meta` packs every sequence's slots flat (kv_indptr), from host
 rows: the general path (prefill chunks, verify, Triton). `decode_meta` is plain
-decode (one query per sequence, the last position) read straight from the device
-request-to-token table: `kv_slots` is then a page table [B, pages] (`page_size` > 0),
+decode (one query per sequence, the last position) read straight from the model
+backend's device mirror of the request-to-token table (model/mirror.py): `kv_slots` is then a page table [B, pages] (`page_size` > 0),
 the page of each `page_size` positions, which is how the torch backend gathers whole
 pages (a page's slots are consecutive: slot % ps == position % ps).
 """
@@ -111,11 +111,11 @@ def decode_meta(
     page_size: int,
     swa_map: torch.Tensor | None = None,
 ) -> AttnMeta:
-    """Plain decode metadata from the device request-to-token `table` [max_reqs, width].
+    """Plain decode metadata from the device mirror of request-to-token, `table` [max_reqs, width].
 
     `rows[b]` is sequence b's table row and `kv_lens[b]` its length; its one query is
     position kv_lens[b] - 1. Built once per step with a handful of device ops and no
-    per-sequence work; every layer reuses it. `swa_map` (full slot -> SWA slot) gives
+    per-sequence work; every layer reuses it. `swa_map` (the mirror's full slot -> SWA slot) gives
     the SWA page table of sliding layers: a page evicted below the window maps to the
     dummy page 0, which the window masks anyway.
     """
