@@ -140,17 +140,29 @@ class PagedAllocator:
         self._is_free[pages] = False
 
         lens = seq - prefix
+        # Slots through a table of the pages each request touches, in position order: a
+        # continued last page (last_loc's page, when prefix is mid-page), then its new pages
+        # as they come off the free list. slot % ps == position % ps on every page, so a
+        # slot is its page * ps + position % ps: a few whole-array passes, no per-request work.
+        grows = lens > 0
+        first_page = prefix // ps
+        touched = np.where(grows, (seq - 1) // ps - first_page + 1, 0)
+        table_off = np.cumsum(touched) - touched
+        cont = grows & (prefix % ps != 0)
+        table = np.empty(int(touched.sum()), dtype=np.int64)
+        is_new = np.ones(len(table), dtype=bool)
+        is_new[table_off[cont]] = False
+        table[table_off[cont]] = last[cont] // ps
+        table[is_new] = pages
         n = int(lens.sum())
-        req = np.repeat(np.arange(len(lens)), lens)
-        first = np.cumsum(lens) - lens
-        pos = prefix[req] + (np.arange(n, dtype=np.int64) - first[req])
-        page_start = -(-prefix // ps) * ps  # first position that needs a new page
-        cont = pos < page_start[req]
-        first_page = np.cumsum(npages) - npages
-        k = np.where(cont, 0, (pos - page_start[req]) // ps) + first_page[req]
-        new_slot = pages[np.minimum(k, max(total - 1, 0))] * ps + pos % ps if total else pos
-        slots = np.where(cont, last[req] + 1 + (pos - prefix[req]), new_slot)
-        return Allocation(slots=slots.astype(np.int64), lens=lens, pages=pages,
+        pos = np.arange(n, dtype=np.int64) + np.repeat(prefix - (np.cumsum(lens) - lens), lens)
+        at = np.repeat(table_off - first_page, lens)
+        if ps & (ps - 1) == 0:  # a power of two: shifts and masks, several times cheaper than // and %
+            shift = ps.bit_length() - 1
+            slots = (table[(pos >> shift) + at] << shift) | (pos & (ps - 1))
+        else:
+            slots = table[pos // ps + at] * ps + pos % ps
+        return Allocation(slots=slots, lens=lens, pages=pages,
                           pages_per_req=npages, positions=pos)
 
     def alloc_extend(self, prefix_lens, seq_lens, last_locs) -> list[np.ndarray] | None:

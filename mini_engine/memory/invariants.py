@@ -1,6 +1,6 @@
 """Invariants K1-K10 of DESIGN.md section 2, as named checks, and the Auditor.
 
-Two kinds of checks: event checks at the writers (K2 at set_extent, K4 at prepare,
+Two kinds of checks: event checks at the writers (K4 at prepare,
 K5 at frees, K6 at cursor writes) report through the auditor as they happen; the
 state checks below run over a KVManager after a step (KVManager.check). Audit
 reads (K7's mapping, K10's read of the model backend's device mirror) are allowed
@@ -124,9 +124,10 @@ def check_k3(m: KVManager, step: int) -> list[Violation]:
 
 def check_k4(m: KVManager, step: int) -> list[Violation]:
     """K4: the last reservation still covers committed-at-prepare + reserve."""
+    base, reserve = m.reserve_base, m.reserve_of
     return [Violation("K4", s.rid, step, {
-        "allocated": s.allocated, "committed_at_prepare": s.reserve_base, "reserve": s.reserve})
-        for s in m.states.values() if s.reserve and s.allocated < s.reserve_base + s.reserve]
+        "allocated": s.allocated, "committed_at_prepare": int(base[s.row]), "reserve": int(reserve[s.row])})
+        for s in m.states.values() if reserve[s.row] and s.allocated < base[s.row] + reserve[s.row]]
 
 
 def _pools(m: KVManager):
