@@ -328,10 +328,12 @@ class Engine:
         """
         if self.batch is None:
             self.batch = BatchArrays.from_states([])
-        self._filter_batch({r.rid for r in batch})
-        b = self.batch
         rids = [r.rid for r in batch]
-        if b.rids != rids:  # the common step: the same requests in the same order, nothing to look up
+        b = self.batch
+        # The common step: nobody left since the last filter and the same requests decode in
+        # the same order, so there is nothing to filter, merge or look up.
+        if self._left or b.rids != rids:
+            self._filter_batch(set(rids))
             pos = {rid: i for i, rid in enumerate(b.rids)}
             joined = [r.kv for r in batch if r.rid not in pos]
             if joined:

@@ -178,6 +178,8 @@ class ModelBackend:
         final = np.fromiter((r.kv.committed for r in reqs), dtype=np.int64, count=n)
         for k in np.flatnonzero(final != lens - 1)[:1]:
             _writes_from(reqs[k], int(lens[k]) - 1)
+        if self.mirror is not None:
+            self.mirror.sync()  # the host writes since the last decode, once per step (a graph step too)
         if self.graphs is not None:
             got = self.graphs.decode(reqs)
             if got is not None:
@@ -188,7 +190,6 @@ class ModelBackend:
             rows = [self.manager.slots(r.kv, 0, int(e)) for r, e in zip(reqs, lens)]
             return self._next(self._target(ids.tolist(), rows, [1] * n, None, None))
         mirror = self.mirror
-        mirror.sync()  # the host writes since the last forward, once per step
         rows = np.fromiter((r.kv.row for r in reqs), dtype=np.int64, count=n)
         meta = decode_meta(mirror.table, rows, lens, self.manager.mem.page_size, mirror.swa_map)
         h = self.model(torch.from_numpy(ids).to(self.device), meta.q_pos, meta, self.cache, self.attend)
