@@ -107,23 +107,29 @@ class PagedAllocator:
         ps = self.page_size
         return -(-seq_lens // ps) - (-(-prefix_lens // ps))
 
-    def allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False) -> Allocation | None:
+    def allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False,
+                 trusted: bool = False) -> Allocation | None:
         """Flat form of alloc_extend; all-or-nothing (None and no page taken when short).
 
         decode marks SGLang's alloc_decode (plain decode, one token per request):
-        same slots, but its own merge test under need_sort.
+        same slots, but its own merge test under need_sort. trusted: the caller (the
+        KVManager) built int64 arrays from its own rows, so the boundary checks of
+        outside input (a replayed trace, a test) are skipped on the per-step path.
         """
-        prefix = np.asarray(prefix_lens, dtype=np.int64).reshape(-1)
-        seq = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
-        last = np.asarray(last_locs, dtype=np.int64).reshape(-1)
-        if not (len(prefix) == len(seq) == len(last)):
-            raise ValueError("prefix_lens, seq_lens and last_locs must have one entry per request")
-        if len(prefix) and ((seq < prefix).any() or (prefix < 0).any()):
-            raise ValueError("alloc_extend needs 0 <= prefix_len <= seq_len for every request")
+        if trusted:
+            prefix, seq, last = prefix_lens, seq_lens, last_locs
+        else:
+            prefix = np.asarray(prefix_lens, dtype=np.int64).reshape(-1)
+            seq = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
+            last = np.asarray(last_locs, dtype=np.int64).reshape(-1)
+            if not (len(prefix) == len(seq) == len(last)):
+                raise ValueError("prefix_lens, seq_lens and last_locs must have one entry per request")
+            if len(prefix) and ((seq < prefix).any() or (prefix < 0).any()):
+                raise ValueError("alloc_extend needs 0 <= prefix_len <= seq_len for every request")
         ps = self.page_size
         npages = self.pages_needed(prefix, seq)
         total = int(npages.sum())
-        if ps > 1:
+        if ps > 1 and not trusted:
             # Checked before any page is taken: a refused call must leave the pool as it was.
             bad = (prefix % ps != 0) & (seq > prefix) & (last % ps != (prefix - 1) % ps)
             if bad.any():
@@ -170,13 +176,14 @@ class PagedAllocator:
         got = self.traced_allocate(prefix_lens, seq_lens, last_locs)
         return None if got is None else got.split()
 
-    def traced_allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False) -> Allocation | None:
+    def traced_allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False,
+                        trusted: bool = False) -> Allocation | None:
         """allocate() plus the trace record alloc_extend would write (the manager's path).
 
         A decode call is written as the alloc_extend it is, marked "decode": true so
         a replay takes SGLang's alloc_decode merge test.
         """
-        got = self.allocate(prefix_lens, seq_lens, last_locs, decode=decode)
+        got = self.allocate(prefix_lens, seq_lens, last_locs, decode=decode, trusted=trusted)
         if self.trace is not None:
             rec = {
                 "op": "alloc_extend", "pool": self.pool,

@@ -397,14 +397,14 @@ class KVManager:
                     > self.swa.allocator.num_free_pages:
                 self.short_pool = "swa"
                 return False
-        got = self.full.traced_allocate(cur, targets, last, decode=decode)
+        got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True)
         row_rep = np.repeat(rows, got.lens)
         self.req_to_token.write_flat(row_rep, got.positions, got.slots)
         self.ledger.take("full", np.repeat(rows, got.pages_per_req), got.pages)
         if self.swa is not None:
             # Continue the SWA copy of the last page only where growth continues the row.
             swa_last = np.where((swa_prefix == cur) & (cur > 0), self.swa.translate(np.maximum(last, 0)), -1)
-            sg = self.swa.allocator.traced_allocate(swa_prefix, swa_target, swa_last,
+            sg = self.swa.allocator.traced_allocate(swa_prefix, swa_target, swa_last, trusted=True,
                                                     decode=decode and bool((swa_target - swa_prefix == 1).all()))
             self.swa.set_map(host[np.repeat(rows, sg.lens), sg.positions], sg.slots)
             self.ledger.take("swa", np.repeat(rows, sg.pages_per_req), sg.pages)
