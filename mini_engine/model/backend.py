@@ -102,10 +102,9 @@ class ModelBackend:
         full = (mem.num_pages + 1) * ps
         swa = (mem.swa_num_pages + 1) * ps if manager.swa is not None else 0
         self.feats.clear()
-        # The device copy of the tables belongs to what reads it: plain decode's torch path
-        # gathers its page table there (decode_meta); the other paths take host rows.
-        self.mirror = (DeviceMirror(manager, self.device)
-                       if self.cfg.spec == "none" and self.attend is paged_attention else None)
+        # The device copy of the tables belongs to what reads it: plain decode gathers its
+        # slots there (decode_meta); prefill, verify and the drafters take host rows.
+        self.mirror = DeviceMirror(manager, self.device) if self.cfg.spec == "none" else None
         key = (full, swa, mem.row_width, mem.max_reqs)
         if self._sizes == key:
             return  # a later run of the same shape: keep the caches, drafter and captured graphs
@@ -186,12 +185,11 @@ class ModelBackend:
                 return got
         ids = np.fromiter((r.last_token() for r in reqs), dtype=np.int64, count=n)
         self._check_ids(reqs, ids)
-        if self.attend is not paged_attention:  # the Triton kernels read the flat layout
-            rows = [self.manager.slots(r.kv, 0, int(e)) for r, e in zip(reqs, lens)]
-            return self._next(self._target(ids.tolist(), rows, [1] * n, None, None))
         mirror = self.mirror
         rows = np.fromiter((r.kv.row for r in reqs), dtype=np.int64, count=n)
-        meta = decode_meta(mirror.table, rows, lens, self.manager.mem.page_size, mirror.swa_map)
+        # The torch backend gathers whole pages; the Triton kernels read the flat layout.
+        meta = decode_meta(mirror.table, rows, lens, self.manager.mem.page_size, mirror.swa_map,
+                           flat=self.attend is not paged_attention)
         h = self.model(torch.from_numpy(ids).to(self.device), meta.q_pos, meta, self.cache, self.attend)
         return self._next(h)
 

@@ -23,6 +23,8 @@ from mini_engine.memory import Auditor, KVManager, MemoryConfig
 from mini_engine.memory.batch import BatchArrays
 from mini_engine.memory.changes import ChangeLog
 from mini_engine.memory.invariants import check_k10
+from mini_engine.model.attn_meta import build_meta, decode_meta
+from mini_engine.model.backend import ModelBackend
 from mini_engine.model.mirror import DeviceMirror
 from mini_engine.request import Request
 
@@ -181,6 +183,20 @@ def test_k10_reports_a_write_the_log_missed(monkeypatch):
     assert {v.rid for v in check_k10(m, 0, batch, mirror)} == {s.rid for s in states}
 
 
+@pytest.mark.parametrize("ps", [1, 4])
+def test_flat_decode_meta_from_the_mirror_equals_the_host_rows(ps):
+    m = manager(ps, "segment")
+    states, _, mirror = _decoding(m)
+    lens = np.array([s.committed + 1 for s in states])
+    rows = [m.slots(s, 0, int(n)) for s, n in zip(states, lens)]
+    got = decode_meta(mirror.table, np.array([s.row for s in states]), lens, ps, mirror.swa_map, flat=True)
+    want = build_meta(rows, [1] * len(rows), None, "cpu", swa_rows=[m.swa.translate(r) for r in rows])
+    for name in ("kv_indptr", "q_indptr", "q_pos", "tok_seq", "kv_slots", "out_slots", "swa_kv_slots",
+                 "swa_out_slots"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+    assert got.page_size == 0 and got.max_kv == want.max_kv
+
+
 # -- in the engine ---------------------------------------------------------------
 
 def _requests() -> list[Request]:
@@ -199,6 +215,21 @@ def test_plain_decode_reads_the_mirror_and_k10_stays_zero(opts):
     assert result.verdict == "ok" and result.violations == {}
     mirror = engine.backend.mirror
     assert mirror is not None and mirror.syncs >= result.stats["decode_steps"] // 2
+
+
+@pytest.mark.slow
+def test_triton_decode_reads_the_mirror_and_matches_torch():
+    # The Triton kernels (through Triton's interpreter on a CPU) take the flat layout,
+    # gathered from the same mirror: greedy outputs equal the torch path's.
+    cfg = _tiny(window=8, layer_pattern="1:1")
+    runs = {}
+    for attention in ("torch", "triton"):
+        engine = Engine(cfg, ModelBackend(cfg, attention=attention))
+        result = engine.run([Request(rid=i, prompt=[3 * i + 1, 2, 5 + i], max_new_tokens=6 + i) for i in range(3)])
+        assert result.verdict == "ok" and result.violations == {}
+        assert engine.backend.mirror.syncs > 0
+        runs[attention] = result.outputs
+    assert runs["triton"] == runs["torch"]
 
 
 def test_a_mirror_that_misses_writes_fires_k10_in_the_engine(monkeypatch):
