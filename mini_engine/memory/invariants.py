@@ -32,6 +32,7 @@ class Mirror(Protocol):
     def swa_of(self, full_slots: np.ndarray) -> np.ndarray | None:
         """The SWA slots the device map gives these full slots (None: no SWA map)."""
 
+
 MODES = ("record", "raise", "off")
 MAX_RECORDS = 100
 

@@ -21,7 +21,6 @@ from mini_engine.memory.kv_state import ReqKVState
 from mini_engine.memory.ledger import PageLedger
 from mini_engine.memory.req_to_token import ReqToTokenPool
 from mini_engine.memory.sizing import next_extents, pd_swa_tail_len, swa_evict_target
-
 from mini_engine.memory.swa import SWAPool
 from mini_engine.memory.trace import TraceWriter
 
