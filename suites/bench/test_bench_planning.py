@@ -1,10 +1,12 @@
-"""Host planning per speculative decode step: prepare (reservation + allocation) + commit.
+"""Host planning per speculative decode step: prepare (reservation + allocation) + commit,
+and one engine decode step's whole host plan beside SGLang 0.5.23's (test_bench_decode_plan_vs_sglang).
 
 One round is one planning step of n requests, so pytest-benchmark's ops/s is the
 throughput: planned decode steps per second. Timings are reported, never gated;
 what is asserted is deterministic: no syncs, no stranded slots under the aligned
 policy, extents as the formula says.
 Run: python -m pytest -n 0 suites/bench/test_bench_planning.py --benchmark-only
+(add -s to see the side-by-side figures and their ratio).
 """
 
 from __future__ import annotations
