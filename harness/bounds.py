@@ -39,12 +39,12 @@ def available_memory() -> int | None:
 def host_bytes(engine: Any, workload: dict[str, Any]) -> dict[str, int]:
     """What a config allocates on the host before its first step, by part (an upper bound)."""
     width = engine.max_context + engine.page_size + 64  # row_width plus the largest draft reserve
-    parts = {"req_to_token (max_running x max_context)": engine.max_running * width * 8 * 2}  # host array + CPU twin
+    parts = {"req_to_token (max_running x max_context)": engine.max_running * width * 8 * 2}  # host + a CPU mirror
     if workload.get("prompts") is None:
         longest = workload["input_len"] * (8 if workload.get("workload") == "lognormal" else 1)
         parts["prompts (num_requests x input_len)"] = workload["num_requests"] * longest * PY_INT_BYTES
     pages = (engine.pool_tokens or 0) // max(engine.page_size, 1)
-    parts["page pool (pool_tokens / page_size)"] = pages * 8 * 6  # free list, ledger, SWA twin
+    parts["page pool (pool_tokens / page_size)"] = pages * 8 * 6  # free list, ledger, SWA map and its mirror
     return parts
 
 

@@ -2,7 +2,7 @@
 
 The engine has already planned and reserved every slot through the memory layer
 before it calls a backend; a backend only writes KV into those slots (reading them
-with ``manager.slots(req.kv, start, end)`` or the device twin of req_to_token) and
+with ``manager.slots(req.kv, start, end)`` or its own device mirror of req_to_token) and
 returns token ids. It never allocates or frees.
 """
 

@@ -80,7 +80,6 @@ def memory_config(cfg: EngineConfig) -> MemoryConfig:
         free_policy=cfg.free_policy,
         swa_num_pages=swa_pages(cfg.num_pages, profile.swa_ratio) if cfg.has_swa else None,
         window=cfg.window if cfg.has_swa else None,
-        device=cfg.device,
         draft_window=cfg.draft_window,
         algo=cfg.algo.writer_name if cfg.speculative else None,  # the profile writer it plans as
         profile=profile,
@@ -333,25 +332,31 @@ class Engine:
 
     def _sync_batch(self, batch: list[Request]) -> np.ndarray:
         """After the reservation: requests that left leave the batch arrays, those that joined
-        are merged, and the extents the reservation gave are recorded (host, then a device write).
+        are merged, and the extents the reservation gave are recorded (host arrays only).
 
         Returns each request's position in the batch arrays (-1: missing, reported as K10).
         """
         if self.batch is None:
-            self.batch = BatchArrays.from_states([], self.mem.device)
-        self._filter_batch({r.rid for r in batch})
+            self.batch = BatchArrays.from_states([])
+        rids = [r.rid for r in batch]
         b = self.batch
-        pos = {rid: i for i, rid in enumerate(b.rids)}
-        joined = [r.kv for r in batch if r.rid not in pos]
-        if joined:
-            b.merge(BatchArrays.from_states(joined, self.mem.device))
-            pos = {rid: i for i, rid in enumerate(b.rids)}  # read back: a missed merge shows as K10
+        # The common step: nobody left since the last filter and the same requests decode in
+        # the same order, so there is nothing to filter, merge or look up.
+        if self._left or b.rids != rids:
+            self._filter_batch(set(rids))
+            pos = {rid: i for i, rid in enumerate(b.rids)}
+            joined = [r.kv for r in batch if r.rid not in pos]
+            if joined:
+                b.merge(BatchArrays.from_states(joined))
+                pos = {rid: i for i, rid in enumerate(b.rids)}  # read back: a missed merge shows as K10
+            where = np.fromiter((pos.get(rid, -1) for rid in rids), dtype=np.int64, count=len(rids))
+        else:
+            where = np.arange(len(rids), dtype=np.int64)
         b.set_allocated(b.plan_extents(self.sched.step_reserve, self.cfg.page_size, self.manager.step_aligned,
                                        self.mem.row_width))
-        where = np.fromiter((pos.get(r.rid, -1) for r in batch), dtype=np.int64, count=len(batch))
         if (where < 0).any():
-            for r in batch:
-                if r.rid not in pos:  # a missed merge: its commits have no place in the arrays
+            for r, at in zip(batch, where.tolist()):
+                if at < 0:  # a missed merge: its commits have no place in the arrays
                     self.auditor.report(Violation("K10", r.rid, self.step_no,
                                                   {"row": r.kv.row, "reason": "decoding but not in the batch"}))
         return where
@@ -361,15 +366,19 @@ class Engine:
         left, self._left = self._left, set()
         if self.batch is None or not (left or decoding is not None):
             return
-        keep = [i for i, rid in enumerate(self.batch.rids)
+        rids = self.batch.rids
+        if decoding is not None and not left and len(decoding) == len(rids) and decoding.issuperset(rids):
+            return  # everyone stays
+        keep = [i for i, rid in enumerate(rids)
                 if rid not in left and (decoding is None or rid in decoding)]
-        if len(keep) != len(self.batch):
+        if len(keep) != len(rids):
             self.batch.filter(keep)
 
     def _end_step(self) -> None:
         self._filter_batch()  # requests that finished or were retracted this step
         if self.cfg.audit != "off":
-            self.manager.check(self.step_no, batch=self.batch)
+            # K10 reads the backend's device mirror, when it keeps one (the accounting-only one does not).
+            self.manager.check(self.step_no, batch=self.batch, mirror=getattr(self.backend, "mirror", None))
         self.stats.steps += 1
         self.stats.sample(self.manager, len(self.sched.running))
         self.step_no += 1

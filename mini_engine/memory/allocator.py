@@ -107,23 +107,29 @@ class PagedAllocator:
         ps = self.page_size
         return -(-seq_lens // ps) - (-(-prefix_lens // ps))
 
-    def allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False) -> Allocation | None:
+    def allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False,
+                 trusted: bool = False) -> Allocation | None:
         """Flat form of alloc_extend; all-or-nothing (None and no page taken when short).
 
         decode marks SGLang's alloc_decode (plain decode, one token per request):
-        same slots, but its own merge test under need_sort.
+        same slots, but its own merge test under need_sort. trusted: the caller (the
+        KVManager) built int64 arrays from its own rows, so the boundary checks of
+        outside input (a replayed trace, a test) are skipped on the per-step path.
         """
-        prefix = np.asarray(prefix_lens, dtype=np.int64).reshape(-1)
-        seq = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
-        last = np.asarray(last_locs, dtype=np.int64).reshape(-1)
-        if not (len(prefix) == len(seq) == len(last)):
-            raise ValueError("prefix_lens, seq_lens and last_locs must have one entry per request")
-        if len(prefix) and ((seq < prefix).any() or (prefix < 0).any()):
-            raise ValueError("alloc_extend needs 0 <= prefix_len <= seq_len for every request")
+        if trusted:
+            prefix, seq, last = prefix_lens, seq_lens, last_locs
+        else:
+            prefix = np.asarray(prefix_lens, dtype=np.int64).reshape(-1)
+            seq = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
+            last = np.asarray(last_locs, dtype=np.int64).reshape(-1)
+            if not (len(prefix) == len(seq) == len(last)):
+                raise ValueError("prefix_lens, seq_lens and last_locs must have one entry per request")
+            if len(prefix) and ((seq < prefix).any() or (prefix < 0).any()):
+                raise ValueError("alloc_extend needs 0 <= prefix_len <= seq_len for every request")
         ps = self.page_size
         npages = self.pages_needed(prefix, seq)
         total = int(npages.sum())
-        if ps > 1:
+        if ps > 1 and not trusted:
             # Checked before any page is taken: a refused call must leave the pool as it was.
             bad = (prefix % ps != 0) & (seq > prefix) & (last % ps != (prefix - 1) % ps)
             if bad.any():
@@ -140,17 +146,29 @@ class PagedAllocator:
         self._is_free[pages] = False
 
         lens = seq - prefix
+        # Slots through a table of the pages each request touches, in position order: a
+        # continued last page (last_loc's page, when prefix is mid-page), then its new pages
+        # as they come off the free list. slot % ps == position % ps on every page, so a
+        # slot is its page * ps + position % ps: a few whole-array passes, no per-request work.
+        grows = lens > 0
+        first_page = prefix // ps
+        touched = np.where(grows, (seq - 1) // ps - first_page + 1, 0)
+        table_off = np.cumsum(touched) - touched
+        cont = grows & (prefix % ps != 0)
+        table = np.empty(int(touched.sum()), dtype=np.int64)
+        is_new = np.ones(len(table), dtype=bool)
+        is_new[table_off[cont]] = False
+        table[table_off[cont]] = last[cont] // ps
+        table[is_new] = pages
         n = int(lens.sum())
-        req = np.repeat(np.arange(len(lens)), lens)
-        first = np.cumsum(lens) - lens
-        pos = prefix[req] + (np.arange(n, dtype=np.int64) - first[req])
-        page_start = -(-prefix // ps) * ps  # first position that needs a new page
-        cont = pos < page_start[req]
-        first_page = np.cumsum(npages) - npages
-        k = np.where(cont, 0, (pos - page_start[req]) // ps) + first_page[req]
-        new_slot = pages[np.minimum(k, max(total - 1, 0))] * ps + pos % ps if total else pos
-        slots = np.where(cont, last[req] + 1 + (pos - prefix[req]), new_slot)
-        return Allocation(slots=slots.astype(np.int64), lens=lens, pages=pages,
+        pos = np.arange(n, dtype=np.int64) + np.repeat(prefix - (np.cumsum(lens) - lens), lens)
+        at = np.repeat(table_off - first_page, lens)
+        if ps & (ps - 1) == 0:  # a power of two: shifts and masks, several times cheaper than // and %
+            shift = ps.bit_length() - 1
+            slots = (table[(pos >> shift) + at] << shift) | (pos & (ps - 1))
+        else:
+            slots = table[pos // ps + at] * ps + pos % ps
+        return Allocation(slots=slots, lens=lens, pages=pages,
                           pages_per_req=npages, positions=pos)
 
     def alloc_extend(self, prefix_lens, seq_lens, last_locs) -> list[np.ndarray] | None:
@@ -158,13 +176,14 @@ class PagedAllocator:
         got = self.traced_allocate(prefix_lens, seq_lens, last_locs)
         return None if got is None else got.split()
 
-    def traced_allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False) -> Allocation | None:
+    def traced_allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False,
+                        trusted: bool = False) -> Allocation | None:
         """allocate() plus the trace record alloc_extend would write (the manager's path).
 
         A decode call is written as the alloc_extend it is, marked "decode": true so
         a replay takes SGLang's alloc_decode merge test.
         """
-        got = self.allocate(prefix_lens, seq_lens, last_locs, decode=decode)
+        got = self.allocate(prefix_lens, seq_lens, last_locs, decode=decode, trusted=trusted)
         if self.trace is not None:
             rec = {
                 "op": "alloc_extend", "pool": self.pool,

@@ -19,7 +19,6 @@ class MemoryConfig:
     prefix_cache: str | None = None  # override of the profile's SWA eviction threshold: radix | chunk
     swa_num_pages: int | None = None  # SWA pool; None = no SWA layers
     window: int | None = None  # SWA window in positions
-    device: str = "cpu"  # where the device twins live
     draft_window: int | None = None  # DFLASH compact draft cache (K9); None = not used
     algo: str | None = None  # label written in the trace's prepare records
     # The accounting rules; None: the default profile with policy / free_policy applied.
@@ -46,8 +45,6 @@ class MemoryConfig:
             check_positive("window", self.window)
         if self.draft_window is not None:
             check_positive("draft_window", self.draft_window)
-        if not isinstance(self.device, str) or not self.device:
-            raise ConfigError(f"device must be a torch device string such as cpu or cuda (got {self.device!r})")
         return self
 
     @property

@@ -1,16 +1,17 @@
 """Invariants K1-K10 of DESIGN.md section 2, as named checks, and the Auditor.
 
-Two kinds of checks: event checks at the writers (K2 at set_extent, K4 at prepare,
+Two kinds of checks: event checks at the writers (K4 at prepare,
 K5 at frees, K6 at cursor writes) report through the auditor as they happen; the
 state checks below run over a KVManager after a step (KVManager.check). Audit
-reads (K7's mapping, K10's device twins) are allowed here: they are not on the
-scheduler's hot path.
+reads (K7's mapping, K10's read of the model backend's device mirror) are allowed
+here: they are not on the scheduler's hot path. This module imports no torch: the
+mirror is handed in as an object with `rows` and `swa_of` methods.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -20,6 +21,17 @@ from mini_engine.memory import sizing
 if TYPE_CHECKING:
     from mini_engine.memory.batch import BatchArrays
     from mini_engine.memory.manager import KVManager
+
+
+class Mirror(Protocol):
+    """What K10 reads of a backend's device copy of the tables (an audit read, host numpy out)."""
+
+    def rows(self, rows: np.ndarray, width: int) -> np.ndarray:
+        """Columns [0, width) of the given req_to_token rows, as the forward reads them."""
+
+    def swa_of(self, full_slots: np.ndarray) -> np.ndarray | None:
+        """The SWA slots the device map gives these full slots (None: no SWA map)."""
+
 
 MODES = ("record", "raise", "off")
 MAX_RECORDS = 100
@@ -113,9 +125,10 @@ def check_k3(m: KVManager, step: int) -> list[Violation]:
 
 def check_k4(m: KVManager, step: int) -> list[Violation]:
     """K4: the last reservation still covers committed-at-prepare + reserve."""
+    base, reserve = m.reserve_base, m.reserve_of
     return [Violation("K4", s.rid, step, {
-        "allocated": s.allocated, "committed_at_prepare": s.reserve_base, "reserve": s.reserve})
-        for s in m.states.values() if s.reserve and s.allocated < s.reserve_base + s.reserve]
+        "allocated": s.allocated, "committed_at_prepare": int(base[s.row]), "reserve": int(reserve[s.row])})
+        for s in m.states.values() if reserve[s.row] and s.allocated < base[s.row] + reserve[s.row]]
 
 
 def _pools(m: KVManager):
@@ -231,28 +244,61 @@ def check_k9(m: KVManager, step: int) -> list[Violation]:
     return out
 
 
-def check_k10(m: KVManager, step: int, batch: BatchArrays | None) -> list[Violation]:
-    """K10: a batch's host arrays equal their device twins and the live request states."""
+def check_k10(m: KVManager, step: int, batch: BatchArrays | None, mirror: Mirror | None = None) -> list[Violation]:
+    """K10: the decode batch's arrays equal the live request states, and what the forward
+    reads on the device equals the host.
+
+    The batch arrays evolve by filter, merge, planned extents and accepted counts
+    alone, so a wrong index or a missed step shows against the request states. With
+    a model backend that keeps a device mirror of req_to_token and the SWA map (the
+    tables its attention gathers slots from), each batch row's mirror equals the host
+    row over the extent the step planned, and the mirror's SWA map equals the host
+    map above the row's cursor: a host write the mirror missed is a forward reading
+    the wrong KV. The accounting-only backend has no mirror; the first part still holds.
+    """
     if batch is None:
         return []
     out = []
-    for name in ("rows", "committed", "allocated"):
-        host = getattr(batch, name)
-        dev = getattr(batch, f"{name}_device")
-        # An audit read of the device twin: this is the check, not the scheduler.
-        if len(host) != dev.shape[0] or not np.array_equal(host, dev.cpu().numpy()):
-            out.append(Violation("K10", None, step, {"array": name, "reason": "host != device"}))
     for i, row in enumerate(batch.rows.tolist()):
         s = m.states.get(row)
         if s is None or s.rid != batch.rids[i] or s.committed != batch.committed[i] \
                 or s.allocated != batch.allocated[i]:
             out.append(Violation("K10", batch.rids[i], step, {"row": row, "reason": "batch != request state"}))
+    if mirror is not None and len(batch):
+        out += _k10_mirror(m, step, batch, mirror)
     return out
 
 
-def check_all(m: KVManager, step: int, batch: BatchArrays | None = None) -> list[Violation]:
+def _k10_mirror(m: KVManager, step: int, batch: BatchArrays, mirror: Mirror) -> list[Violation]:
+    rows = batch.rows
+    # Positions below the planned extent: written before the step's forward and fixed
+    # while the request lives, so the mirror synced at that forward must still equal them.
+    ext = np.clip(batch.allocated, 0, m.mem.row_width)
+    width = int(ext.max())
+    if width == 0:
+        return []
+    host = m.req_to_token.host[rows, :width]
+    cols = np.arange(width)
+    live = cols[None, :] < ext[:, None]
+    dev = np.asarray(mirror.rows(rows, width))
+    bad = {int(i): "device row != host row" for i in np.flatnonzero(((dev != host) & live).any(axis=1))}
+    if m.swa is not None:
+        cursor = np.array([getattr(m.states.get(r), "swa_evicted", 0) for r in rows.tolist()], dtype=np.int64)
+        above = live & (cols[None, :] >= cursor[:, None])
+        slots = host[above]
+        got = mirror.swa_of(slots)
+        if got is not None:
+            wrong = np.asarray(got) != m.swa.map_host[slots]
+            for i in np.unique(np.nonzero(above)[0][wrong]).tolist():
+                bad.setdefault(i, "device SWA map != host map")
+    return [Violation("K10", batch.rids[i], step, {"row": int(rows[i]), "reason": why})
+            for i, why in sorted(bad.items())]
+
+
+def check_all(m: KVManager, step: int, batch: BatchArrays | None = None,
+              mirror: Mirror | None = None) -> list[Violation]:
     found = (check_k1(m, step) + check_k2(m, step) + check_k3(m, step) + check_k4(m, step)
              + check_k5(m, step) + check_k6(m, step) + check_k7(m, step) + check_k8(m, step)
-             + check_k9(m, step) + check_k10(m, step, batch))
+             + check_k9(m, step) + check_k10(m, step, batch, mirror))
     m._seen = {row: (s, s.allocated, s.swa_evicted) for row, s in m.states.items()}
     return found

@@ -62,7 +62,7 @@ def next_extents(cur, committed, reserve: int, page_size: int, aligned: bool):
     """plan_extent over whole batches (numpy arrays or ints), unchecked: the per-step path.
 
     The one copy of the reservation rule: the manager plans with it and the batch
-    arrays re-derive it from their own mirrors, so K10 compares two inputs, not two rules.
+    arrays re-derive it from their own arrays, so K10 compares two inputs, not two rules.
     """
     want = committed + reserve
     if aligned:

@@ -4,7 +4,8 @@ Each full slot may have an SWA copy: map[full_slot] = swa_slot, 0 = none. Both
 pools page the same positions the same way (slot % ps == position % ps), so the SWA
 pages of a request line up with its full pages. Below the request's cursor
 (swa_evicted_seqlen) the SWA pages are freed by segment, a page at a time, which is
-why the cursor must sit on a page boundary (K6).
+why the cursor must sit on a page boundary (K6). The map is host numpy; a device
+copy follows `map_changes` (the model backend's mirror).
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from mini_engine.memory.allocator import PagedAllocator
+from mini_engine.memory.changes import ChangeLog
 
 if TYPE_CHECKING:
     from mini_engine.memory.invariants import Auditor
@@ -22,13 +23,13 @@ if TYPE_CHECKING:
 
 
 class SWAPool:
-    def __init__(self, num_pages: int, page_size: int, full_num_pages: int, device: str = "cpu",
+    def __init__(self, num_pages: int, page_size: int, full_num_pages: int,
                  trace: TraceWriter | None = None, auditor: Auditor | None = None):
         self.allocator = PagedAllocator(num_pages, page_size, pool="swa", trace=trace, auditor=auditor)
         self.page_size = page_size
         size = (full_num_pages + 1) * page_size
         self.map_host = np.zeros(size, dtype=np.int64)
-        self.map_device = torch.zeros(size, dtype=torch.int64, device=device)
+        self.map_changes = ChangeLog()  # full slots whose mapping changed since the mirror last synced
 
     def translate(self, full_slots: np.ndarray) -> np.ndarray:
         return self.map_host[full_slots]
@@ -37,13 +38,12 @@ class SWAPool:
         if len(full_slots) == 0:
             return
         self.map_host[full_slots] = swa_slots
-        dev = self.map_device
-        # index_copy_ rather than dev[idx] = ...: much cheaper on a multi-threaded CPU.
-        dev.index_copy_(0, torch.from_numpy(np.ascontiguousarray(full_slots, dtype=np.int64)).to(dev.device),
-                        torch.from_numpy(np.ascontiguousarray(swa_slots, dtype=np.int64)).to(dev.device))
+        self.map_changes.add(full_slots)
 
     def clear_map(self, full_slots: np.ndarray) -> None:
-        self.set_map(full_slots, np.zeros(len(full_slots), dtype=np.int64))
+        if len(full_slots):
+            self.map_host[full_slots] = 0
+            self.map_changes.add(full_slots)
 
     def evict(self, full_row: np.ndarray, old: int, new: int) -> np.ndarray:
         """The cursor moved old -> new: free the SWA pages of positions [old, new)."""

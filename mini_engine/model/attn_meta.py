@@ -11,12 +11,13 @@ it is causal or, if a custom mask is given, when the mask says so (an ancestor i
 tree, anything in a non-causal DFLASH block). On sliding layers the key must also
 lie inside the window: `q_pos - k_pos < window`.
 
-Two layouts. `build_meta` packs every sequence's slots flat (kv_indptr), from host
-rows: the general path (prefill chunks, verify, Triton). `decode_meta` is plain
-decode (one query per sequence, the last position) read straight from the device
-request-to-token table: `kv_slots` is then a page table [B, pages] (`page_size` > 0),
-the page of each `page_size` positions, which is how the torch backend gathers whole
-pages (a page's slots are consecutive: slot % ps == position % ps).
+Two sources. `build_meta` packs every sequence's slots flat (kv_indptr), from host
+rows: the general path (prefill chunks, verify, the drafters). `decode_meta` is plain
+decode (one query per sequence, the last position) gathered on the device from the
+model backend's mirror of the request-to-token table (model/mirror.py): either flat
+(the Triton kernels) or as a page table [B, pages] (`page_size` > 0), the page of
+each `page_size` positions, which is how the torch backend gathers whole pages (a
+page's slots are consecutive: slot % ps == position % ps).
 """
 
 from __future__ import annotations
@@ -110,14 +111,18 @@ def decode_meta(
     kv_lens: np.ndarray,
     page_size: int,
     swa_map: torch.Tensor | None = None,
+    *,
+    flat: bool = False,
 ) -> AttnMeta:
-    """Plain decode metadata from the device request-to-token `table` [max_reqs, width].
+    """Plain decode metadata from the device mirror of request-to-token, `table` [max_reqs, width].
 
     `rows[b]` is sequence b's table row and `kv_lens[b]` its length; its one query is
     position kv_lens[b] - 1. Built once per step with a handful of device ops and no
-    per-sequence work; every layer reuses it. `swa_map` (full slot -> SWA slot) gives
+    per-sequence work; every layer reuses it. `swa_map` (the mirror's full slot -> SWA slot) gives
     the SWA page table of sliding layers: a page evicted below the window maps to the
-    dummy page 0, which the window masks anyway.
+    dummy page 0, which the window masks anyway. flat: the slots of every position,
+    packed by kv_indptr (the layout the Triton kernels read), gathered on the device
+    too; otherwise a page table [B, pages].
     """
     dev = table.device
     B = len(kv_lens)
@@ -126,16 +131,29 @@ def decode_meta(
     ps = page_size
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)  # noqa: E731
     lens_d, rows_d = t(lens), t(rows)
-    # Only the columns a page starts at, up to the longest sequence: a view, so the
-    # gather copies B x pages entries, not B whole rows.
-    starts = table[:, :max_kv:ps].index_select(0, rows_d)
+    indptr = np.concatenate([[0], np.cumsum(lens)])
     out = table.view(-1)[rows_d * table.shape[1] + lens_d - 1]  # the query's own slot
     arange = torch.arange(B + 1, device=dev)
     meta = AttnMeta(
         batch=B, max_q=1, max_kv=max_kv, q_lens=np.ones(B, dtype=np.int64), kv_lens=lens,
-        q_indptr=arange, kv_indptr=t(np.concatenate([[0], np.cumsum(lens)])), q_pos=lens_d - 1,
-        tok_seq=arange[:B], kv_slots=starts // ps, out_slots=out, page_size=ps, kv_lens_device=lens_d,
+        q_indptr=arange, kv_indptr=t(indptr), q_pos=lens_d - 1, tok_seq=arange[:B], kv_slots=out,
+        out_slots=out, kv_lens_device=lens_d,
     )
+    if flat:
+        # Position p of sequence b is entry indptr[b] + p: which sequence and position each
+        # entry is, from the host lengths (no device read), then one gather from the table.
+        total = int(indptr[-1])
+        seq = torch.repeat_interleave(arange[:B], lens_d, output_size=total)
+        pos = torch.arange(total, device=dev) - meta.kv_indptr[:-1][seq]
+        meta.kv_slots = table.view(-1)[rows_d[seq] * table.shape[1] + pos]
+        if swa_map is not None:
+            meta.swa_kv_slots = swa_map[meta.kv_slots]
+            meta.swa_out_slots = swa_map[out]
+        return meta
+    # Only the columns a page starts at, up to the longest sequence: a view, so the
+    # gather copies B x pages entries, not B whole rows.
+    starts = table[:, :max_kv:ps].index_select(0, rows_d)
+    meta.kv_slots, meta.page_size = starts // ps, ps
     if swa_map is not None:
         meta.swa_kv_slots = swa_map[starts] // ps
         meta.swa_out_slots = swa_map[out]

@@ -1,8 +1,9 @@
 """ModelBackend: the real transformer behind the engine's backend protocol.
 
 The engine has reserved every slot before a call; this class only reads the slots
-(`manager.slots`, host numpy), writes K/V there through the forward pass and
-returns tokens. The SWA layers write where the memory layer's SWA map points.
+(`manager.slots`, host numpy; plain decode gathers them on the device from the
+backend's own mirror of req_to_token), writes K/V there through the forward pass
+and returns tokens. The SWA layers write where the memory layer's SWA map points.
 Per-request state is the drafter's: target hidden states it still needs and how
 far its own KV is final.
 """
@@ -19,6 +20,7 @@ from mini_engine.model.draft import DraftModel
 from mini_engine.model.draft_io import DraftJob, DraftTree, rows_upto
 from mini_engine.model.feature_store import FeatureStore
 from mini_engine.model.loader import resolve_model
+from mini_engine.model.mirror import DeviceMirror
 from mini_engine.model.transformer import KVCache, Transformer
 from mini_engine.spec import verify
 
@@ -83,6 +85,7 @@ class ModelBackend:
                 seed=mcfg.seed + 1,
             )
         self.manager = None
+        self.mirror: DeviceMirror | None = None
         self.cache: KVCache | None = None
         self.drafter = None
         self.graphs = None
@@ -99,6 +102,9 @@ class ModelBackend:
         full = (mem.num_pages + 1) * ps
         swa = (mem.swa_num_pages + 1) * ps if manager.swa is not None else 0
         self.feats.clear()
+        # The device copy of the tables belongs to what reads it: plain decode gathers its
+        # slots there (decode_meta); prefill, verify and the drafters take host rows.
+        self.mirror = DeviceMirror(manager, self.device) if self.cfg.spec == "none" else None
         key = (full, swa, mem.row_width, mem.max_reqs)
         if self._sizes == key:
             return  # a later run of the same shape: keep the caches, drafter and captured graphs
@@ -163,19 +169,19 @@ class ModelBackend:
         final = np.fromiter((r.kv.committed for r in reqs), dtype=np.int64, count=n)
         for k in np.flatnonzero(final != lens - 1)[:1]:
             _writes_from(reqs[k], int(lens[k]) - 1)
+        if self.mirror is not None:
+            self.mirror.sync()  # the host writes since the last decode, once per step (a graph step too)
         if self.graphs is not None:
             got = self.graphs.decode(reqs)
             if got is not None:
                 return got
         ids = np.fromiter((r.last_token() for r in reqs), dtype=np.int64, count=n)
         self._check_ids(reqs, ids)
-        if self.attend is not paged_attention:  # the Triton kernels read the flat layout
-            rows = [self.manager.slots(r.kv, 0, int(e)) for r, e in zip(reqs, lens)]
-            return self._next(self._target(ids.tolist(), rows, [1] * n, None, None))
-        mgr = self.manager
+        mirror = self.mirror
         rows = np.fromiter((r.kv.row for r in reqs), dtype=np.int64, count=n)
-        meta = decode_meta(mgr.req_to_token.device, rows, lens, mgr.mem.page_size,
-                           mgr.swa.map_device if mgr.swa is not None else None)
+        # The torch backend gathers whole pages; the Triton kernels read the flat layout.
+        meta = decode_meta(mirror.table, rows, lens, self.manager.mem.page_size, mirror.swa_map,
+                           flat=self.attend is not paged_attention)
         h = self.model(torch.from_numpy(ids).to(self.device), meta.q_pos, meta, self.cache, self.attend)
         return self._next(h)
 

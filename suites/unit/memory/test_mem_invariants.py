@@ -6,7 +6,6 @@ import pytest
 
 from mini_engine.errors import ConfigError, InvariantViolation
 from mini_engine.memory import Auditor, KVManager, MemoryConfig, Violation
-from mini_engine.memory.kv_state import ExtentDecrease, ReqKVState
 
 
 def test_violation_reads_as_one_line():
@@ -37,11 +36,12 @@ def test_bad_mode():
 
 
 def test_extent_has_one_writer_that_never_goes_back():
-    s = ReqKVState("r", 0)
-    assert s.set_extent(32) == 0
-    with pytest.raises(ExtentDecrease):
-        s.set_extent(16)
-    assert s.allocated == 32
+    m = KVManager(MemoryConfig(16, 16, 2, 128), Auditor("raise"))
+    s = m.admit("r")
+    assert m.extend(s, 32) and s.allocated == 32
+    assert m.extend(s, 16) and s.allocated == 32  # a shorter cover leaves the extent where it is
+    assert m.prepare([s], 1) and s.allocated == 32  # committed 0 + 1 is inside the extent
+    assert m.check(0) == []
 
 
 def prefilled(n=40, **mem):
@@ -101,5 +101,5 @@ def test_k6_state_check_sees_a_cursor_written_behind_the_writer():
 def test_k4_state_check_sees_a_reservation_that_no_longer_covers():
     m, s = prefilled()
     assert m.prepare([s], 8) and s.allocated == 48 and m.check(0) == []
-    s.reserve_base = 44  # as if committed had been 44 at the prepare: 44 + 8 > 48
+    m.reserve_base[s.row] = 44  # as if committed had been 44 at the prepare: 44 + 8 > 48
     assert [v.id for v in m.check(1)] == ["K4"]

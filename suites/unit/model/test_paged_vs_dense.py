@@ -7,7 +7,7 @@ re-admitted and re-prefilled from position 0 into whatever pages come next) and
 finished. After every forward the hidden states of the positions it wrote must
 equal a dense forward (contiguous KV, full recompute, separate attention code)
 over the same tokens (a batch of one position each takes the decode fast path,
-pages read through the device request-to-token table), for ps in {1, 16, 64}, with sliding-window layers whose KV
+pages read through the backend's device mirror of request-to-token), for ps in {1, 16, 64}, with sliding-window layers whose KV
 lives in the SWA pool and is evicted by the window rule.
 """
 
@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from mini_engine.model.attn_meta import build_meta, decode_meta
+from mini_engine.model.mirror import DeviceMirror
 from mini_engine.model.transformer import KVCache
 
 from .conftest import MACHINE_SETTINGS, manager, tiny
@@ -48,6 +49,7 @@ def machine(ps: int):
             self.num_pages = MAX_REQS * (width // ps)
             self.mgr = manager(ps, self.num_pages, max_reqs=MAX_REQS, row_width=width,
                                window=window if swa else None, policy=policy)
+            self.mirror = DeviceMirror(self.mgr, torch.device("cpu"))
             slots = (self.num_pages + 1) * ps
             self.cache = KVCache.allocate(self.model.cfg, slots, slots if swa else 0, "cpu")
             self.reqs: dict[int, dict] = {}
@@ -117,10 +119,10 @@ def machine(ps: int):
                 lens.append(n)
                 ids += r["tokens"][r["done"] : end]
             swa = [self.mgr.swa.translate(x) for x in rows] if self.mgr.swa is not None else None
-            if all(n == 1 for _, n in batch):  # plain decode: pages read from the device table
-                meta = decode_meta(self.mgr.req_to_token.device, np.array([r["state"].row for r, _ in batch]),
-                                   np.array([len(x) for x in rows]), self.mgr.mem.page_size,
-                                   self.mgr.swa.map_device if self.mgr.swa is not None else None)
+            if all(n == 1 for _, n in batch):  # plain decode: pages read from the device mirror
+                self.mirror.sync()
+                meta = decode_meta(self.mirror.table, np.array([r["state"].row for r, _ in batch]),
+                                   np.array([len(x) for x in rows]), self.mgr.mem.page_size, self.mirror.swa_map)
             else:
                 meta = build_meta(rows, lens, None, "cpu", swa_rows=swa)
             h = self.model(torch.tensor(ids), meta.q_pos, meta, self.cache)
