@@ -16,10 +16,13 @@ import dataclasses
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.request import Request, check_context
+
+if TYPE_CHECKING:  # annotations only: building the CLI parser imports no numpy
+    import numpy as np
 
 WORKLOADS = ("fixed", "uniform", "lognormal", "pd")
 # Lengths and token ids stay int32-sized: far beyond any context, and numpy's
