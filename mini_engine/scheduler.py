@@ -161,16 +161,26 @@ class Scheduler:
     def decode_batch(self) -> list[Request]:
         return [r for r in self.running if not r.prefilling]
 
-    def reserve_decode(self, batch: list[Request]) -> list[Request] | None:
-        """Reserve the slots of one decode step, retracting the newest on shortage.
+    def reserve_decode(self, batch: list[Request], *, wait: bool = False) -> list[Request] | None:
+        """Reserve the slots of one decode step, retracting the rule's victim on shortage.
 
         Returns the batch that got its slots (possibly smaller), or None when even
-        a lone request cannot get them: the pool is exhausted.
+        a lone request cannot get them: the pool is exhausted. wait (overlap: a
+        result in flight will finish requests): on a shortage reserve nothing and
+        return [] instead of retracting; those requests' frees come first
+        (SGLang's Scheduler.update_running_batch skips the decode step).
         """
-        self.ratio = self.rules.decay_step(self.ratio)
+        first = True
         while batch:
             if self.manager.prepare([r.kv for r in batch], self.step_reserve):
+                if first:
+                    self.ratio = self.rules.decay_step(self.ratio)
                 return batch
+            if first:
+                if wait:
+                    return []
+                self.ratio = self.rules.decay_step(self.ratio)  # a retraction re-estimates it below
+                first = False
             swa_short = self.manager.short_pool == "swa"
             if not self._retract_for(batch):
                 return None

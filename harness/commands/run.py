@@ -17,6 +17,7 @@ from mini_engine.algos import ROW_HEADROOM_RULES
 from mini_engine.config import (AUDIT_MODES, DEVICES, FREE_POLICIES, LAYER_PATTERNS, POLICIES, PREFIX_CACHES,
                                 PROFILE_NAMES, SPECS, load_toml)
 from mini_engine.errors import ConfigError
+from mini_engine.profiles import OVERLAP
 from mini_engine.retraction import RULES as RETRACTIONS
 
 # (flag, option, type, choices, help); the choices are the validators' own tuples.
@@ -51,6 +52,9 @@ _ENGINE_FLAGS = (
      "knob: req_to_token row headroom, SGLang's (DFLASH at ps 1 can overflow: K4) or generous"),
     ("--retraction", "retraction", str, RETRACTIONS,
      "knob: who is retracted on a short pool: SGLang's fewest-outputs-first (its ratio constants) or the newest"),
+    ("--overlap", "overlap", str, OVERLAP,
+     "knob: SGLang's overlap scheduler (on in 0.5.23 for EAGLE and DFLASH; off = --disable-overlap-schedule; "
+     "no effect on plain decoding)"),
     ("--audit", "audit", str, AUDIT_MODES, "invariant checks after each step"),
     ("--seed", "seed", int, None, "seed of the workload and the simulated tokens (default 0)"),
     ("--model", "model", str, None, "'none' (accounting only), a built-in model, or a checkpoint dir"),

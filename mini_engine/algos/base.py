@@ -26,6 +26,10 @@ ROW_HEADROOM_RULES = ("generous", "sglang")
 class Algorithm:
     name = "none"
     speculative = False
+    # Under overlap scheduling, is the next step planned from a committed length one
+    # step stale? Not for plain decode: SGLang's alloc_for_decode advances the length
+    # when it allocates (mini_engine.overlap).
+    stale_under_overlap = False
     # option -> default (None: the option has no fixed default, resolve() fills it)
     options: dict[str, Any] = {}
     # (option, short name) in the order they appear in a config key
