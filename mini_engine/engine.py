@@ -336,9 +336,7 @@ class Engine:
         inflight, self.inflight = self.inflight, None
         if inflight is None:
             return False
-        # A request retracted since it ran has its result dropped (SGLang skips a
-        # retracted request's result; it is recomputed).
-        keep = [i for i, r in enumerate(inflight.batch) if r.status is Status.RUNNING and r.kv is not None]
+        keep = inflight.live()  # a request retracted since it ran has its result dropped
         self._process([inflight.batch[i] for i in keep], [inflight.results[i] for i in keep])
         return True
 

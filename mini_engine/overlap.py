@@ -30,7 +30,7 @@ result before the next plan.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mini_engine.request import Request, Status
 
@@ -41,18 +41,30 @@ class InFlight:
 
     batch: list[Request]
     results: list[list[int]]
+    states: list = field(default_factory=list)  # each request's KV state when it ran
+
+    def __post_init__(self) -> None:
+        self.states = [r.kv for r in self.batch]
+
+    def live(self) -> list[int]:
+        """Positions whose result still lands: the request runs on the KV state it ran with.
+
+        A request retracted since (and perhaps admitted again, on a new state) has its
+        result dropped, as SGLang skips a retracted request's result; it is recomputed.
+        """
+        return [i for i, (r, s) in enumerate(zip(self.batch, self.states))
+                if r.status is Status.RUNNING and r.kv is s and s is not None]
 
     def landing(self) -> dict[int, int]:
-        """rid -> tokens the result will commit (cut at the output limit), for requests still running."""
-        return {r.rid: min(len(toks), r.remaining) for r, toks in zip(self.batch, self.results)
-                if r.status is Status.RUNNING and r.kv is not None}
+        """rid -> tokens the result will commit (cut at the output limit)."""
+        return {self.batch[i].rid: min(len(self.results[i]), self.batch[i].remaining) for i in self.live()}
 
 
 def finishing_in_flight(batch: list[Request], inflight: InFlight | None) -> list[Request]:
     """Requests of the in-flight step whose next output finishes them by length: they skip the next plan."""
     if inflight is None:
         return []
-    queued = {id(r) for r in inflight.batch}
+    queued = {id(inflight.batch[i]) for i in inflight.live()}
     return [r for r in batch if id(r) in queued and len(r.outputs) + 1 >= r.max_new_tokens]
 
 
