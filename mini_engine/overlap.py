@@ -24,8 +24,12 @@ step stale:
 
 Plain decoding is not stale: alloc_for_decode advances the committed length when
 it allocates, so its plan equals the synchronous one and kvbench runs it
-synchronously. The synchronous loop (--disable-overlap-schedule) processes each
-result before the next plan.
+synchronously (kvbench does not model that its finished requests' frees also come
+one plan late). The synchronous loop (--disable-overlap-schedule) processes each
+result before the next plan. One prefill rule moves too, for every algorithm: with
+the chunk cache a chunked prefill evicts SWA only from its third chunk, below what
+is prefilled less one chunked_prefill_size (the previous chunk may still run;
+Scheduler._chunk_final_len).
 """
 
 from __future__ import annotations

@@ -41,8 +41,10 @@ Knobs, with SGLang 0.5.23's values first:
                          0.5.23 EAGLE and DFLASH both run the overlap-capable
                          spec-v2 workers (spec_info.create_worker), so it is on
                          for both; plain decode is not stale (alloc_for_decode
-                         advances the length when it allocates), so the knob
-                         changes nothing there.
+                         advances the length when it allocates). For every
+                         algorithm it also moves the chunk cache's eviction during
+                         chunked prefill (maybe_evict_swa: from the third chunk,
+                         one chunked_prefill_size back).
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ class Scheduler:
         self.retractions = 0
         self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
         self.pd_skip_floor = False  # test hook: PD prealloc that bypasses the evict floor
+        self.extend_batches: dict[int, int] = {}  # rid -> prefill chunks run since it (re)started
 
     # -- queues ------------------------------------------------------------
 
@@ -138,6 +139,7 @@ class Scheduler:
 
     def _start(self, r: Request) -> None:
         r.status = Status.RUNNING
+        self.extend_batches[r.rid] = 0  # SGLang's extend_batch_idx starts over with the request
         self.running.append(r)  # in admission order: the last one is the newest
 
     def _free_pages(self) -> int:
@@ -148,13 +150,29 @@ class Scheduler:
 
     def _chunk(self, r: Request, budget: int) -> PrefillChunk | None:
         end = min(r.prefill_target, r.prefilled + budget)
-        if r.prefilled and self.manager.profile.prefix_cache == "chunk":
+        if self.manager.profile.prefix_cache == "chunk":
             # The chunk cache shares no prefix: a chunked prefill evicts the window
-            # below what is already prefilled, every chunk (interval 1).
-            self.manager.evict_swa(r.kv, r.prefilled, interval=1)
+            # below what is already final, every chunk (interval 1).
+            pre_len = self._chunk_final_len(r)
+            if pre_len > 0:
+                self.manager.evict_swa(r.kv, pre_len, interval=1)
         if not self.manager.extend(r.kv, end):
             return None
+        self.extend_batches[r.rid] = self.extend_batches.get(r.rid, 0) + 1
         return PrefillChunk(r, r.prefilled, end)
+
+    def _chunk_final_len(self, r: Request) -> int:
+        """Positions a chunked prefill may evict below (SGLang's ScheduleBatch.maybe_evict_swa, extend).
+
+        Synchronous: what is prefilled. Under overlap the previous chunk may still be
+        running: nothing before the request's third extend batch, then what is
+        prefilled less one chunked_prefill_size.
+        """
+        if not self.manager.profile.overlap:
+            return r.prefilled
+        if self.extend_batches.get(r.rid, 0) < 2:
+            return 0
+        return max(0, r.prefilled - self.cfg.chunked_prefill)
 
     # -- decode --------------------------------------------------------------
 
@@ -215,6 +233,7 @@ class Scheduler:
         r.status = Status.FINISHED
 
     def _leave(self, r: Request, *, retracted: bool) -> None:
+        self.extend_batches.pop(r.rid, None)
         self.on_release(r, retracted)
         self.manager.release(r.kv)
         self.running.remove(r)

@@ -54,7 +54,7 @@ _ENGINE_FLAGS = (
      "knob: who is retracted on a short pool: SGLang's fewest-outputs-first (its ratio constants) or the newest"),
     ("--overlap", "overlap", str, OVERLAP,
      "knob: SGLang's overlap scheduler (on in 0.5.23 for EAGLE and DFLASH; off = --disable-overlap-schedule; "
-     "no effect on plain decoding)"),
+     "plain decode steps are not stale; with --prefix-cache chunk it also moves chunked-prefill eviction)"),
     ("--audit", "audit", str, AUDIT_MODES, "invariant checks after each step"),
     ("--seed", "seed", int, None, "seed of the workload and the simulated tokens (default 0)"),
     ("--model", "model", str, None, "'none' (accounting only), a built-in model, or a checkpoint dir"),

@@ -1,5 +1,8 @@
 """kvbench's overlap scheduling against SGLang 0.5.23's own decisions.
 
+(The last test: the chunk cache's eviction during chunked prefill, whose point moves
+under overlap, from ``ScheduleBatch.maybe_evict_swa`` compiled the same way.)
+
 The two rules overlap adds come from SGLang's code, compiled from the installed
 source: which requests sit a plan out (``Scheduler._reqs_finishing_inflight`` with
 ``Req.next_output_finishes_by_length``, methods of modules too heavy to import on
@@ -139,3 +142,44 @@ def test_worked_example_reads_the_same_in_sglang(sglang_rules):
     assert plans == [[(37, 80)], [(37, 80)], [(45, 80)], [(53, 96)]]
     assert sglang_overlap_plans(sglang_rules, [37], [18], lambda rid, step: 8, 32, 16) == \
         [[(37, 80)], [(37, 80)], [(45, 80)]]
+
+
+@pytest.fixture(scope="module")
+def sglang_extend_evict(sg):
+    """SGLang's ScheduleBatch.maybe_evict_swa on an extend batch with the chunk cache: the
+    position it evicts below for one chunked request (0: none)."""
+    from sglang.srt.environ import envs
+
+    state = {}
+    ns = _methods("sglang.srt.managers.schedule_batch", "ScheduleBatch", {"maybe_evict_swa", "_swa_eviction_trigger"},
+                  {"envs": envs, "_is_hip": False,
+                   "get_schedule": lambda: SimpleNamespace(chunked_prefill_size=state["cps"])})
+
+    def evict(chunk: int, prefilled: int, cps: int, overlap: bool, window: int = 32) -> int:
+        state["cps"] = cps
+        seen = []
+        req = SimpleNamespace(extend_batch_idx=chunk, decode_batch_idx=0)
+        batch = SimpleNamespace(
+            tree_cache=SimpleNamespace(supports_swa=lambda: True, swa_retain_window=window,
+                                       supports_auxiliary_swa=lambda: False, supports_prefix_sharing=lambda: False),
+            token_to_kv_pool_allocator=SimpleNamespace(free_group_begin=lambda: None, free_group_end=lambda: None),
+            forward_mode=SimpleNamespace(is_decode=lambda: False, is_extend=lambda: True),
+            reqs=[req], prefix_lens=[prefilled], enable_overlap=overlap,
+            _evict_swa=lambda r, pre_len, **kw: seen.append(pre_len))
+        batch._swa_eviction_trigger = lambda *a: ns["_swa_eviction_trigger"](batch, *a)
+        ns["maybe_evict_swa"](batch)
+        return seen[0] if seen else 0
+
+    return evict
+
+
+@given(chunk=st.integers(0, 12), size=st.integers(1, 300), cps=st.integers(1, 300), overlap=st.booleans())
+def test_chunked_prefill_eviction_point_equals_sglangs(sglang_extend_evict, chunk, size, cps, overlap):
+    from mini_engine.scheduler import Scheduler
+
+    prefilled = chunk * min(size, cps)  # chunk k starts after k chunks of at most cps
+    sched = SimpleNamespace(manager=SimpleNamespace(profile=SimpleNamespace(overlap=overlap)),
+                            extend_batches={0: chunk}, cfg=SimpleNamespace(chunked_prefill=cps))
+    mine = Scheduler._chunk_final_len(sched, SimpleNamespace(rid=0, prefilled=prefilled))
+    # a negative point (chunks smaller than chunked_prefill_size) evicts nothing in either
+    assert mine == max(0, sglang_extend_evict(chunk, prefilled, cps, overlap))
