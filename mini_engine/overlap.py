@@ -20,7 +20,9 @@ step stale:
 * when the decode reservation cannot be met and such finishing requests exist,
   the step waits for the frees their result brings instead of retracting
   (Scheduler.update_running_batch returns None);
-* a retracted request's in-flight result is dropped (it is recomputed).
+* a retracted request's in-flight result is dropped (it is recomputed);
+* a prefill planned while a result is in flight (admission, chunk allocation)
+  sees the pages of the requests that result finishes as still held.
 
 Plain decoding is not stale: alloc_for_decode advances the committed length when
 it allocates, so its plan equals the synchronous one and kvbench runs it
