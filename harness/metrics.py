@@ -118,6 +118,14 @@ _DECLARED = [
     _m("row_overflow_slots", "counter", "slots", "memory", "slots of reservations that ran past the req_to_token row (K4)"),
     *(_m(f"peak_stranded_slots_{w}", "counter", "slots", "memory", f"most slots stranded by {w} writes at once")
       for w in WRITERS),
+    # overlap scheduling (mini_engine/overlap.py): the decode reservation against the true committed lengths
+    _m("peak_reserved_ahead_slots", "counter", "slots", "memory",
+       "most slots a decode batch held reserved past its true committed lengths (in-flight results counted)"),
+    _m("reserved_ahead_slots_sum", "counter", "slot-steps", "memory", "slots reserved ahead, summed over decode steps"),
+    _m("overlap_extra_reservations", "counter", "reservations", "memory",
+       "overlap: reservations given to requests the in-flight result finishes"),
+    _m("overlap_extra_slots", "counter", "slots", "memory",
+       "overlap: slots those extra reservations allocated (freed when the result lands)"),
     # retired: no longer emitted, still in recorded nights and baselines that compare and triage read
     _m("mem_peak_rss_bytes", "info", "bytes", "process", "retired: the process's lifetime RSS peak (test order, not the config)"),
     _m("k9_checks", "counter", "checks", "invariants", "retired: K9 bound checks made by the engine loop"),

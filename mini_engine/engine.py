@@ -36,6 +36,7 @@ from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.invariants import Auditor, Violation
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
+from mini_engine.overlap import InFlight, finishing_in_flight, reserved_ahead
 from mini_engine.request import Request, Status, check_context
 from mini_engine.scheduler import Scheduler
 from mini_engine.stats import Stats
@@ -135,6 +136,10 @@ class Engine:
         self.batch: BatchArrays | None = None
         self._left: set = set()  # rids released since the batch arrays were last filtered
         self.step_no = 0
+        # Overlap scheduling (mini_engine.overlap): a speculative step's result lands after
+        # the next step is planned. Plain decode is never stale, so it stays synchronous.
+        self.overlap = cfg.rules.overlap and cfg.algo.stale_under_overlap
+        self.inflight: InFlight | None = None
         self.error: str | None = None
         self.requests: list[Request] = []
 
@@ -229,6 +234,8 @@ class Engine:
             self._transfer(arrivals)
             progress = True
         if chunks:
+            # Overlap: the prefill was planned (admitted) before the decode result in flight lands.
+            self._land()
             self._prefill(chunks)
             progress = True
         elif batch := self.sched.decode_batch():
@@ -236,6 +243,8 @@ class Engine:
             if got is None:
                 return StepOutcome.EXHAUSTED
             progress = progress or got
+        elif self._land():
+            progress = True
         elif not progress:
             # Nothing fits: running prefills are stuck on a short pool.
             if not self.sched.retract_stuck():
@@ -272,6 +281,12 @@ class Engine:
 
     def _decode(self, batch: list[Request]) -> bool | None:
         t0 = time.perf_counter()
+        # Overlap: a request the in-flight result finishes by length sits this plan out.
+        finishing = finishing_in_flight(batch, self.inflight)
+        if finishing:
+            batch = [r for r in batch if r not in finishing]
+            if not batch:
+                return self._land()
         if self.cfg.has_swa:
             # SGLang's prepare_for_decode: the window eviction comes before the reservation,
             # from a request's second decode batch on (the first may overlap its prefill).
@@ -281,25 +296,69 @@ class Engine:
                         self.manager.evict_swa(r.kv, r.kv.committed)
         for r in batch:
             r.decode_batches += 1
-        batch = self.sched.reserve_decode(batch)
-        if batch is None:
-            return None
-        if not batch:
-            return False
-        where = self._sync_batch(batch)
-        plan = time.perf_counter() - t0
-        if self.cfg.speculative:
-            results = _results(self.backend.spec_step(batch), len(batch))
-        else:
-            results = [[t] for t in _results(self.backend.decode(batch), len(batch))]
+        before = {r.rid: int(r.kv.allocated) for r in batch}
+        got = self.sched.reserve_decode(batch, wait=bool(finishing))
+        if not got:
+            if got is not None:  # waiting on the frees of the result in flight: no decode batch
+                for r in batch:
+                    r.decode_batches -= 1
+            landed = self._land()
+            if got is None and not landed:
+                return None  # the pool is exhausted
+            return landed  # after its frees, the next plan tries again
+        batch = got
+        self._sync_batch(batch)
+        self._count_ahead(batch, before)
+        if self.overlap:
+            # SGLang's event_loop_overlap: step N's result is processed after step N+1 is planned.
+            # A request it finishes drops out of step N+1 (that result would be skipped).
+            self._land()
+            batch = [r for r in batch if r.status is Status.RUNNING and r.kv is not None]
         t1 = time.perf_counter()
+        results = self._forward(batch) if batch else []
+        t2 = time.perf_counter()
+        if self.overlap:
+            self.inflight = InFlight(batch, results) if batch else None
+        else:
+            self._process(batch, results)
+        self.stats.plan_s += (t1 - t0) + (time.perf_counter() - t2)  # host time, the forward excluded
+        self.stats.decode_steps += 1
+        return True
+
+    def _forward(self, batch: list[Request]) -> list[list[int]]:
+        if self.cfg.speculative:
+            return _results(self.backend.spec_step(batch), len(batch))
+        return [[t] for t in _results(self.backend.decode(batch), len(batch))]
+
+    def _count_ahead(self, batch: list[Request], before: dict[int, int]) -> None:
+        """Slots reserved past the true committed lengths (the in-flight result counted)."""
+        landing = self.inflight.landing() if self.inflight is not None else {}
+        ahead, extra, extra_slots = reserved_ahead(batch, before, landing)
+        stats = self.stats
+        stats.peak_reserved_ahead = max(stats.peak_reserved_ahead, ahead)
+        stats.reserved_ahead_sum += ahead
+        stats.overlap_extra_reservations += extra
+        stats.overlap_extra_slots += extra_slots
+
+    def _land(self) -> bool:
+        """Process the in-flight decode result, if any (overlap). True when one landed."""
+        inflight, self.inflight = self.inflight, None
+        if inflight is None:
+            return False
+        keep = inflight.live()  # a request retracted since it ran has its result dropped
+        self._process([inflight.batch[i] for i in keep], [inflight.results[i] for i in keep])
+        return True
+
+    def _process(self, batch: list[Request], results: list[list[int]]) -> None:
+        """A decode step's result: commit what each request accepted, finish those at their limit."""
         cfg, stats = self.cfg, self.stats
         spec, dw, most = cfg.speculative, cfg.draft_window, cfg.max_accept
         accepted = out = 0
         counts = np.zeros(len(self.batch), dtype=np.int64)  # committed per batch position
+        pos = {rid: i for i, rid in enumerate(self.batch.rids)}
         # SGLang's decode result processing: the finished requests' frees form one group.
         with self.manager.free_group():
-            for r, toks, at in zip(batch, results, where.tolist()):
+            for r, toks in zip(batch, results):
                 n = len(toks)
                 if not 1 <= n <= most:
                     raise RuntimeError(f"backend returned {n} tokens for request {r.rid} (allowed 1..{most})")
@@ -311,6 +370,7 @@ class Engine:
                 if n > left:
                     toks, n = toks[:left], left
                 self.manager.commit(r.kv, n)
+                at = pos.get(r.rid, -1)  # -1: missing from the batch arrays (K10 reported at the sync)
                 if at >= 0:
                     counts[at] = n
                 r.outputs.extend(toks)
@@ -326,9 +386,6 @@ class Engine:
             stats.spec_verifies += len(batch)
             stats.accepted_tokens += accepted
         stats.output_tokens += out
-        stats.plan_s += plan + time.perf_counter() - t1
-        stats.decode_steps += 1
-        return True
 
     def _sync_batch(self, batch: list[Request]) -> np.ndarray:
         """After the reservation: requests that left leave the batch arrays, those that joined

@@ -143,6 +143,10 @@ CORE = (
     Option("retraction", str, None, _KNOB + "who is retracted on a short pool: SGLang's fewest-outputs-first "
            "(its ratio constants) or the newest", choices=_choices("mini_engine.retraction", "RULES"),
            group="profile"),
+    Option("overlap", str, None, _KNOB + "SGLang's overlap scheduler (on in 0.5.23 for EAGLE and DFLASH; off = "
+           "--disable-overlap-schedule; plain decode steps are not stale; with --prefix-cache chunk it also moves "
+           "chunked-prefill eviction); a TOML bool is read as on/off", choices=_choices("mini_engine.profiles", "OVERLAP"),
+           group="profile"),
     Option("audit", str, "record", "invariant checks after each step",
            choices=_choices("mini_engine.config", "AUDIT_MODES")),
     Option("seed", int, 0, "seed of the workload and the simulated tokens", minimum=0),

@@ -32,6 +32,19 @@ Knobs, with SGLang 0.5.23's values first:
   retraction             "sglang": fewest output tokens first, then the longest
                          prompt, with SGLang's new-token ratio constants; "newest":
                          the newest request (mini_engine.retraction).
+  overlap                SGLang's overlap scheduler (on unless
+                         --disable-overlap-schedule): a speculative decode step
+                         N+1 is planned before step N's result is processed, so
+                         it reserves from committed lengths one step stale and a
+                         request N finishes gets one more reservation unless it
+                         was exactly one token short (mini_engine.overlap). In
+                         0.5.23 EAGLE and DFLASH both run the overlap-capable
+                         spec-v2 workers (spec_info.create_worker), so it is on
+                         for both; plain decode is not stale (alloc_for_decode
+                         advances the length when it allocates). For every
+                         algorithm it also moves the chunk cache's eviction during
+                         chunked prefill (maybe_evict_swa: from the third chunk,
+                         one chunked_prefill_size back).
 """
 
 from __future__ import annotations
@@ -48,6 +61,7 @@ WRITERS = ("extend", "decode", "pd", "eagle", "dflash")
 FREE_RULES = ("segment", "floor", "dedup")
 PREFIX_CACHES = ("radix", "chunk")
 POLICIES = ("aligned", "unaligned")  # shorthand for align: every writer or none
+OVERLAP = ("on", "off")
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,7 @@ class Profile:
     pd_radix: bool = False
     row_headroom: str = "sglang"
     retraction: str = "sglang"
+    overlap: bool = True
     # Knobs an override may not change: what the profile is named for.
     fixed: tuple[str, ...] = ()
     what_if: bool = False  # no shipped version behaves like this
@@ -76,6 +91,8 @@ class Profile:
         check_choice("prefix_cache", self.prefix_cache, PREFIX_CACHES)
         check_choice("row_headroom", self.row_headroom, ROW_HEADROOM_RULES)
         check_choice("retraction", self.retraction, RETRACTIONS)
+        if not isinstance(self.overlap, bool):
+            raise ConfigError(f"overlap must be on or off (got {self.overlap!r})")
         if not isinstance(self.pd_radix, bool):
             raise ConfigError(f"pd_radix must be true or false (got {self.pd_radix!r})")
         r = self.swa_ratio
@@ -97,21 +114,33 @@ class Profile:
 
 
 _SGLANG = dict(free="segment", swa_eviction_interval=128, prefix_cache="radix", swa_ratio=0.8,
-               pd_radix=False, row_headroom="sglang", retraction="sglang")
+               pd_radix=False, row_headroom="sglang", retraction="sglang", overlap=True)
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("sglang-0.5.23", align=frozenset({"eagle", "dflash"}), **_SGLANG,
             about="SGLang 0.5.23: only the speculative reservation is page-aligned; segment free"),
     Profile("sglang-pre-35265", align=frozenset({"eagle"}), **_SGLANG,
             about="SGLang before PR 35265: the DFLASH reservation is unaligned (EAGLE stays aligned)"),
-    Profile("host-aligned", align=frozenset(WRITERS), **{**_SGLANG, "free": "floor", "row_headroom": "generous"},
+    Profile("host-aligned", align=frozenset(WRITERS), **{**_SGLANG, "free": "floor", "row_headroom": "generous", "overlap": False},
             fixed=("align", "free"),
             about="tracking issue 35223's target: every writer page-ceiled, whole-page host free"),
-    Profile("floor-free", align=frozenset({"eagle"}), **{**_SGLANG, "free": "floor"}, fixed=("free",),
+    Profile("floor-free", align=frozenset({"eagle"}), **{**_SGLANG, "free": "floor", "overlap": False},
+            fixed=("free",),
             what_if=True,
             about="what-if: pre-35265 writers with a floor host free; the only profile that leaks"),
 )}
 DEFAULT_PROFILE = "sglang-0.5.23"
+# host-aligned and floor-free are designs, not releases: they keep kvbench's synchronous
+# plan (overlap off), as before the knob existed; --overlap on gives them SGLang's loop.
+
+
+def parse_overlap(value: object) -> bool:
+    """overlap as a bool, from "on" / "off" (a flag, a TOML string) or a TOML bool."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value in OVERLAP:
+        return value == "on"
+    raise ConfigError(f"overlap must be on or off (got {value!r})")
 
 
 def parse_align(value: object) -> frozenset[str]:
@@ -150,6 +179,8 @@ def resolve(name: str, *, policy: str | None = None, **overrides: Any) -> Profil
         knobs["align"] = parse_align(knobs["align"])
     if "free" in knobs:
         check_choice("free", knobs["free"], FREE_RULES)
+    if "overlap" in knobs:
+        knobs["overlap"] = parse_overlap(knobs["overlap"])
     for k in base.fixed:
         if k in knobs and knobs[k] != getattr(base, k):
             was = getattr(base, k)

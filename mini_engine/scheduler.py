@@ -47,6 +47,7 @@ class Scheduler:
         self.ratio = self.rules.init
         self.retractions = 0
         self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
+        self.extend_batches: dict[int, int] = {}  # rid -> prefill chunks run since it (re)started
 
     # -- queues ------------------------------------------------------------
 
@@ -137,6 +138,7 @@ class Scheduler:
 
     def _start(self, r: Request) -> None:
         r.status = Status.RUNNING
+        self.extend_batches[r.rid] = 0  # SGLang's extend_batch_idx starts over with the request
         self.running.append(r)  # in admission order: the last one is the newest
 
     def _free_pages(self) -> int:
@@ -147,29 +149,55 @@ class Scheduler:
 
     def _chunk(self, r: Request, budget: int) -> PrefillChunk | None:
         end = min(r.prefill_target, r.prefilled + budget)
-        if r.prefilled and self.manager.profile.prefix_cache == "chunk":
+        if self.manager.profile.prefix_cache == "chunk":
             # The chunk cache shares no prefix: a chunked prefill evicts the window
-            # below what is already prefilled, every chunk (interval 1).
-            self.manager.evict_swa(r.kv, r.prefilled, interval=1)
+            # below what is already final, every chunk (interval 1).
+            pre_len = self._chunk_final_len(r)
+            if pre_len > 0:
+                self.manager.evict_swa(r.kv, pre_len, interval=1)
         if not self.manager.extend(r.kv, end):
             return None
+        self.extend_batches[r.rid] = self.extend_batches.get(r.rid, 0) + 1
         return PrefillChunk(r, r.prefilled, end)
+
+    def _chunk_final_len(self, r: Request) -> int:
+        """Positions a chunked prefill may evict below (SGLang's ScheduleBatch.maybe_evict_swa, extend).
+
+        Synchronous: what is prefilled. Under overlap the previous chunk may still be
+        running: nothing before the request's third extend batch, then what is
+        prefilled less one chunked_prefill_size.
+        """
+        if not self.manager.profile.overlap:
+            return r.prefilled
+        if self.extend_batches.get(r.rid, 0) < 2:
+            return 0
+        return max(0, r.prefilled - self.cfg.chunked_prefill)
 
     # -- decode --------------------------------------------------------------
 
     def decode_batch(self) -> list[Request]:
         return [r for r in self.running if not r.prefilling]
 
-    def reserve_decode(self, batch: list[Request]) -> list[Request] | None:
-        """Reserve the slots of one decode step, retracting the newest on shortage.
+    def reserve_decode(self, batch: list[Request], *, wait: bool = False) -> list[Request] | None:
+        """Reserve the slots of one decode step, retracting the rule's victim on shortage.
 
         Returns the batch that got its slots (possibly smaller), or None when even
-        a lone request cannot get them: the pool is exhausted.
+        a lone request cannot get them: the pool is exhausted. wait (overlap: a
+        result in flight will finish requests): on a shortage reserve nothing and
+        return [] instead of retracting; those requests' frees come first
+        (SGLang's Scheduler.update_running_batch skips the decode step).
         """
-        self.ratio = self.rules.decay_step(self.ratio)
+        first = True
         while batch:
             if self.manager.prepare([r.kv for r in batch], self.step_reserve):
+                if first:
+                    self.ratio = self.rules.decay_step(self.ratio)
                 return batch
+            if first:
+                if wait:
+                    return []
+                self.ratio = self.rules.decay_step(self.ratio)  # a retraction re-estimates it below
+                first = False
             swa_short = self.manager.short_pool == "swa"
             if not self._retract_for(batch):
                 return None
@@ -204,6 +232,7 @@ class Scheduler:
         r.status = Status.FINISHED
 
     def _leave(self, r: Request, *, retracted: bool) -> None:
+        self.extend_batches.pop(r.rid, None)
         self.on_release(r, retracted)
         self.manager.release(r.kv)
         self.running.remove(r)

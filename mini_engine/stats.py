@@ -39,6 +39,13 @@ class Stats:
     predicted_leaked_swa_pages: int = 0
     pd_arrivals: int = 0
     peak_compact_draft: int = 0
+    # Reserved ahead of the true committed lengths (in-flight results counted), right after
+    # each decode reservation; under overlap, the extra reservations of requests the
+    # in-flight result finishes (mini_engine.overlap).
+    peak_reserved_ahead: int = 0
+    reserved_ahead_sum: int = 0
+    overlap_extra_reservations: int = 0
+    overlap_extra_slots: int = 0
     series: dict[str, list[int]] = field(default_factory=lambda: {"stranded": [], "reserved": [], "held": [],
                                                                   "swa_held": []})
 
@@ -111,5 +118,9 @@ class Stats:
             "releases": self.releases,
             "pd_arrivals": self.pd_arrivals,
             "peak_compact_draft_len": self.peak_compact_draft,
+            "peak_reserved_ahead_slots": self.peak_reserved_ahead,
+            "reserved_ahead_slots_sum": self.reserved_ahead_sum,
+            "overlap_extra_reservations": self.overlap_extra_reservations,
+            "overlap_extra_slots": self.overlap_extra_slots,
             "violations": violations,
         }

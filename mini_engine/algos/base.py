@@ -53,6 +53,10 @@ class Algorithm:
     @property
     def defaults(self) -> dict[str, Any]:
         return {o.name: o.default for o in self.options}
+    # Under overlap scheduling, is the next step planned from a committed length one
+    # step stale? Not for plain decode: SGLang's alloc_for_decode advances the length
+    # when it allocates (mini_engine.overlap).
+    stale_under_overlap = False
 
     def resolve(self, cfg: EngineConfig) -> None:
         """Fill this algorithm's defaults into cfg and validate them (ConfigError on bad input)."""

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 class Speculative(Algorithm):
     speculative = True
     graphable = False  # a verify step scores several tokens a request: no decode graph
+    # The committed length advances only when a verify result is processed (SGLang's
+    # spec-v2 result processing), one plan late under overlap: EAGLE and DFLASH alike.
+    stale_under_overlap = True
 
     def step_reserve(self, cfg: EngineConfig) -> int:
         raise NotImplementedError

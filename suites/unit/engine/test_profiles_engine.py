@@ -21,15 +21,18 @@ def one_dflash_request(trace_file=None, **opts):
     return eng
 
 
-def test_swa_worked_example_first_eviction_at_decode_step_16():
+@pytest.mark.parametrize("overlap, step", [("off", 16), ("on", 17)])
+def test_swa_worked_example_first_eviction_at_decode_step_16(overlap, step):
     """DFLASH block 16, prompt 37, 8 accepted per step, ps 16, window 32, interval 128.
 
     SGLang evicts in prepare_for_decode when seqlen - 1 - window >= cursor + 128
     (seqlen - 1 = committed): committed 165 = 37 + 16 * 8 at decode step 16 (0-based),
     to floor16(165 - ceil16(max(32, 16))) = 128. Before that the SWA pool holds the
-    whole extent: ceil16(157 + 32) = 192 slots = 12 pages, the peak.
+    whole extent: ceil16(157 + 32) = 192 slots = 12 pages, the peak. Under overlap the
+    plan of step k sees the committed length of step k - 1 (one result still in
+    flight): 165 first shows in the plan of step 17.
     """
-    eng = one_dflash_request()
+    eng = one_dflash_request(overlap=overlap)
     m = eng.manager
     cursors, held = [], []
     while eng.sched.has_work():
@@ -39,11 +42,12 @@ def test_swa_worked_example_first_eviction_at_decode_step_16():
             cursors.append((r.decode_batches - 1, r.kv.committed, r.kv.swa_evicted))
         held.append(m.swa_pages_held)
     first = next((step, c) for step, c, cur in cursors if cur > 0)
-    # the cursor moves in the prepare of decode step 16, where committed was 165 before its verify
-    assert first == (16, 165 + 8)
-    assert [cur for step, _, cur in cursors if step == 16] == [128]
-    assert all(cur == 0 for step, _, cur in cursors if step < 16)
-    assert max(held[:18]) == 12
+    # the cursor moves in the prepare of the decode step whose plan sees committed 165;
+    # after the step the host has committed 173 (overlap: the previous step's result landed)
+    assert first == (step, 165 + 8)
+    assert [cur for s, _, cur in cursors if s == step] == [128]
+    assert all(cur == 0 for s, _, cur in cursors if s < step)
+    assert max(held[:step + 2]) == 12
     res = eng._result(eng.requests, "ok", 1.0)
     assert res.stats["peak_swa_pages_held"] == 12
 
@@ -60,8 +64,9 @@ def test_no_eviction_in_the_first_decode_batch_even_at_interval_1():
     assert seen and all(c == 0 for c in seen)  # a 100-token prompt is past the window, yet no eviction
 
 
-def test_chunk_cache_evicts_during_chunked_prefill():
-    eng = one_dflash_request(prefix_cache="chunk", chunked_prefill=64)
+@pytest.mark.parametrize("overlap, seen", [("off", [(192, 96)]), ("on", [(128, 0), (192, 32), (256, 96)])])
+def test_chunk_cache_evicts_during_chunked_prefill(overlap, seen):
+    eng = one_dflash_request(prefix_cache="chunk", chunked_prefill=64, overlap=overlap)
     eng.requests.clear()
     eng.sched.future.clear()
     eng.submit([Request(7, list(range(1, 301)), 8)])
@@ -71,8 +76,10 @@ def test_chunk_cache_evicts_during_chunked_prefill():
         r = eng.requests[0]
         if r.kv is not None and r.prefilling:
             cursors.append((r.prefilled, r.kv.swa_evicted))
-    # the chunk that starts at 128 evicts to floor16(128 - 32) = 96
-    assert (192, 96) in cursors
+    # off: the chunk that starts at 128 evicts to floor16(128 - 32) = 96. on (SGLang's
+    # maybe_evict_swa under overlap): not before the third chunk, whose eviction point is
+    # 128 - 64 (one chunked_prefill_size back) -> floor16(64 - 32) = 32; the fourth's 96.
+    assert all(c in cursors for c in seen)
 
 
 @pytest.mark.parametrize("ps, profile, fires", [(1, "sglang-0.5.23", True), (16, "sglang-0.5.23", False),

@@ -1,0 +1,91 @@
+"""Overlap scheduling: the results of a speculative decode step land one plan late.
+
+SGLang's default loop (Scheduler.event_loop_overlap) plans and launches step N+1
+before it processes step N's result. Under speculative decoding the committed
+length only advances when a result is processed (the spec-v2 result processing
+adds the accepted run to kv_committed_len), so step N+1 is planned from lengths one
+step stale:
+
+* the reservation is page_aligned_decode_alloc_lens over those stale lengths
+  (allocation_sizing.py): max(cur, ceil_ps(committed_stale + reserve)). The
+  reserve of 2 draft blocks is the double buffer that keeps step N+1's verify
+  inside the reservation whatever step N accepts;
+* a request of step N's batch is left out of step N+1 only when its next output
+  finishes it by length (Scheduler._reqs_finishing_inflight with
+  Req.next_output_finishes_by_length: outputs + 1 >= max_new_tokens, i.e. it was
+  exactly one token short). Any other request that step N finishes still gets
+  step N+1's reservation: one more, which its release frees (release_kv_cache's
+  over-allocation free, _release_overallocated_kv_indices) when step N's result
+  lands, in that result's free group; its step N+1 result is then skipped;
+* when the decode reservation cannot be met and such finishing requests exist,
+  the step waits for the frees their result brings instead of retracting
+  (Scheduler.update_running_batch returns None);
+* a retracted request's in-flight result is dropped (it is recomputed);
+* a prefill planned while a result is in flight (admission, chunk allocation)
+  sees the pages of the requests that result finishes as still held.
+
+Plain decoding is not stale: alloc_for_decode advances the committed length when
+it allocates, so its plan equals the synchronous one and kvbench runs it
+synchronously (kvbench does not model that its finished requests' frees also come
+one plan late). The synchronous loop (--disable-overlap-schedule) processes each
+result before the next plan. One prefill rule moves too, for every algorithm: with
+the chunk cache a chunked prefill evicts SWA only from its third chunk, below what
+is prefilled less one chunked_prefill_size (the previous chunk may still run;
+Scheduler._chunk_final_len).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mini_engine.request import Request, Status
+
+
+@dataclass
+class InFlight:
+    """A decode step that ran but whose result the host has not processed yet."""
+
+    batch: list[Request]
+    results: list[list[int]]
+    states: list = field(default_factory=list)  # each request's KV state when it ran
+
+    def __post_init__(self) -> None:
+        self.states = [r.kv for r in self.batch]
+
+    def live(self) -> list[int]:
+        """Positions whose result still lands: the request runs on the KV state it ran with.
+
+        A request retracted since (and perhaps admitted again, on a new state) has its
+        result dropped, as SGLang skips a retracted request's result; it is recomputed.
+        """
+        return [i for i, (r, s) in enumerate(zip(self.batch, self.states))
+                if r.status is Status.RUNNING and r.kv is s and s is not None]
+
+    def landing(self) -> dict[int, int]:
+        """rid -> tokens the result will commit (cut at the output limit)."""
+        return {self.batch[i].rid: min(len(self.results[i]), self.batch[i].remaining) for i in self.live()}
+
+
+def finishing_in_flight(batch: list[Request], inflight: InFlight | None) -> list[Request]:
+    """Requests of the in-flight step whose next output finishes them by length: they skip the next plan."""
+    if inflight is None:
+        return []
+    queued = {id(inflight.batch[i]) for i in inflight.live()}
+    return [r for r in batch if id(r) in queued and len(r.outputs) + 1 >= r.max_new_tokens]
+
+
+def reserved_ahead(batch: list[Request], before: dict[int, int], landing: dict[int, int]) -> tuple[int, int, int]:
+    """After a reservation (before: rid -> its extent before it): (slots reserved past the true
+    committed lengths, summed over the batch; reservations given to requests the in-flight result
+    finishes; the slots those reservations added, freed when the result lands).
+
+    The true committed length counts the in-flight result the plan did not see.
+    """
+    ahead = extra = extra_slots = 0
+    for r in batch:
+        n = landing.get(r.rid, 0)
+        ahead += int(r.kv.allocated) - (int(r.kv.committed) + n)
+        if n and n == r.remaining:  # the result in flight finishes it: this reservation is never used
+            extra += 1
+            extra_slots += int(r.kv.allocated) - before[r.rid]
+    return ahead, extra, extra_slots
