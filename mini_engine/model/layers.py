@@ -80,6 +80,8 @@ def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, tor
 def apply_rope_signed(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """apply_rope with rope_tables: bitwise the same result, fewer ops per call."""
     cos, signed_sin = rope
+    if x.dtype == cos.dtype:  # float32/float64 models: no conversions (each is a call)
+        return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin
     xf = x.to(cos.dtype)
     swapped = xf.roll(x.shape[-1] // 2, -1)  # [x2, x1]: one copy (flip is several times slower)
     return (xf * cos + swapped * signed_sin).to(x.dtype)
@@ -100,7 +102,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if fused(self.gate_up, self.gate_proj, self.up_proj):
             gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
-            return self.down_proj(F.silu(gate) * up)
+            return self.down_proj.forward(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
