@@ -143,9 +143,10 @@ def check_k5(m: KVManager, step: int) -> list[Violation]:
     for name, a in _pools(m):
         free = a.free_page_ids()
         # bincount, not unique: this runs every step over the whole free list (a sort
-        # per step cost more than the forward at batch 1); bounds first, so it can count.
-        if ((free <= 0).any() or (free > a.num_pages).any()
-                or np.bincount(free, minlength=a.num_pages + 1).max() > 1 or not a.is_free(free).all()):
+        # per step cost more than the forward at batch 1); bounds first (min/max: no
+        # temporary array), so it can count.
+        if len(free) and (free.min() <= 0 or free.max() > a.num_pages
+                          or np.bincount(free, minlength=a.num_pages + 1).max() > 1 or not a.is_free(free).all()):
             out.append(Violation("K5", None, step, {"pool": name, "reason": "free list corrupt",
                                                     "free": len(free)}))
     return out
@@ -206,9 +207,11 @@ def check_k8(m: KVManager, step: int) -> list[Violation]:
         free = a.num_free_pages
         leaked = a.num_pages - free - held
         owner = m.ledger.owner[name]
-        both = int(((owner > 0) & a._is_free).sum())
+        # count_nonzero, not sum: summing a bool array converts it to integers first.
+        taken = owner > 0
+        both = np.count_nonzero(taken & a._is_free)
         counted = int(m.ledger.held[name].sum())
-        owned = int((owner > 0).sum())  # < held when one page was taken twice
+        owned = np.count_nonzero(taken)  # < held when one page was taken twice
         last = m._seen_leaked.get(name, 0)
         if leaked != last or both or counted != held or owned != held:
             out.append(Violation("K8", None, step, {

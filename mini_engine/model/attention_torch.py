@@ -155,14 +155,29 @@ def _attend(
     q_rows, k_rows, _, valid_rows = _padded_index(meta)
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     mask = _sdpa_mask(meta, window, G, acc)
-    slots = kv_slots.index_select(0, k_rows.view(-1))
+    # The padded slot rows are the same for every layer reading this slot table (full or
+    # SWA): gathered once per forward. The key is the table's storage, alive with the meta.
+    key = ("slots", kv_slots.data_ptr(), kv_slots.shape[0])
+    slots = meta._cache.get(key)
+    if slots is None:
+        slots = meta._cache[key] = kv_slots.index_select(0, k_rows.view(-1))
     k = k_cache.index_select(0, slots).view(B, L, KVH, D).transpose(1, 2)
     v = v_cache.index_select(0, slots).view(B, L, KVH, D).transpose(1, 2)
+    # Every sequence with max_q queries (a verify batch of equal drafts): the flat batch
+    # is already [B, Q], no padding to gather in or drop out.
+    uniform = meta._cache.get("uniform")
+    if uniform is None:
+        uniform = meta._cache["uniform"] = bool((meta.q_lens == Q).all())
+    qb = q.view(B, Q, KVH, G, D) if uniform else q.index_select(0, q_rows.view(-1)).view(B, Q, KVH, G, D)
     # Query rows of KV head j: its G heads x the Q padded queries, so K/V are not repeated.
-    qp = q.index_select(0, q_rows.view(-1)).view(B, Q, KVH, G, D).permute(0, 2, 3, 1, 4).reshape(B, KVH, G * Q, D)
-    out = F.scaled_dot_product_attention(qp.to(acc), k.to(acc), v.to(acc), attn_mask=mask, scale=scale)
+    qp = qb.permute(0, 2, 3, 1, 4).reshape(B, KVH, G * Q, D)
+    if q.dtype != acc:
+        qp, k, v = qp.to(acc), k.to(acc), v.to(acc)
+    out = F.scaled_dot_product_attention(qp, k, v, attn_mask=mask, scale=scale)
     out = out.view(B, KVH, G, Q, D).permute(0, 3, 1, 2, 4).reshape(B * Q, H, D)
-    return out.index_select(0, valid_rows).to(q.dtype)
+    if not uniform:
+        out = out.index_select(0, valid_rows)
+    return out.to(q.dtype)
 
 
 def _sdpa_mask(meta: AttnMeta, window: int, groups: int, dtype: torch.dtype) -> torch.Tensor:
@@ -211,5 +226,7 @@ def _decode(
     v = v_cache.view(-1, ps * KVH * D).index_select(0, flat).view(B, keys, KVH, D).transpose(1, 2)
     qg = q.view(B, KVH, H // KVH, D)  # the G heads sharing a KV head are its query rows
     mask = _decode_mask(meta, keys, window, acc)
+    if q.dtype == acc:  # float32/float64: no conversion calls (a step is bound by per-call cost)
+        return F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale).view(B, H, D)
     out = F.scaled_dot_product_attention(qg.to(acc), k.to(acc), v.to(acc), attn_mask=mask, scale=scale)
     return out.reshape(B, H, D).to(q.dtype)

@@ -129,20 +129,29 @@ def decode_meta(
     lens = np.ascontiguousarray(kv_lens, dtype=np.int64)
     max_kv = int(lens.max())
     ps = page_size
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)  # noqa: E731
-    lens_d, rows_d = t(lens), t(rows)
-    indptr = np.concatenate([[0], np.cumsum(lens)])
-    out = table.view(-1)[rows_d * table.shape[1] + lens_d - 1]  # the query's own slot
+    # Every host column in one array and one transfer (one copy on a GPU, and on a CPU
+    # one tensor whose slices are views): lengths, table rows, the flat table index of
+    # each query's own slot, and the kv indptr.
+    host = np.empty(4 * B + 1, dtype=np.int64)
+    host[:B] = lens
+    host[B : 2 * B] = rows
+    np.multiply(host[B : 2 * B], table.shape[1], out=host[2 * B : 3 * B])
+    host[2 * B : 3 * B] += lens - 1
+    host[3 * B] = 0
+    np.cumsum(lens, out=host[3 * B + 1 :])
+    cols = torch.from_numpy(host).to(dev)
+    lens_d, rows_d = cols[:B], cols[B : 2 * B]
+    out = table.view(-1).index_select(0, cols[2 * B : 3 * B])  # the query's own slot
     arange = torch.arange(B + 1, device=dev)
     meta = AttnMeta(
         batch=B, max_q=1, max_kv=max_kv, q_lens=np.ones(B, dtype=np.int64), kv_lens=lens,
-        q_indptr=arange, kv_indptr=t(indptr), q_pos=lens_d - 1, tok_seq=arange[:B], kv_slots=out,
+        q_indptr=arange, kv_indptr=cols[3 * B :], q_pos=lens_d - 1, tok_seq=arange[:B], kv_slots=out,
         out_slots=out, kv_lens_device=lens_d,
     )
     if flat:
         # Position p of sequence b is entry indptr[b] + p: which sequence and position each
         # entry is, from the host lengths (no device read), then one gather from the table.
-        total = int(indptr[-1])
+        total = int(host[-1])
         seq = torch.repeat_interleave(arange[:B], lens_d, output_size=total)
         pos = torch.arange(total, device=dev) - meta.kv_indptr[:-1][seq]
         meta.kv_slots = table.view(-1)[rows_d[seq] * table.shape[1] + pos]

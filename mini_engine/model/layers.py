@@ -80,6 +80,8 @@ def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, tor
 def apply_rope_signed(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """apply_rope with rope_tables: bitwise the same result, fewer ops per call."""
     cos, signed_sin = rope
+    if x.dtype == cos.dtype:  # float32/float64 models: no conversions (each is a call)
+        return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin
     xf = x.to(cos.dtype)
     swapped = xf.roll(x.shape[-1] // 2, -1)  # [x2, x1]: one copy (flip is several times slower)
     return (xf * cos + swapped * signed_sin).to(x.dtype)
@@ -92,15 +94,17 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(hidden, inter, bias=False)
         self.down_proj = nn.Linear(inter, hidden, bias=False)
         self.gate_up: torch.Tensor | None = None
+        self.gate_up_parts: tuple = ()
 
     def fuse(self) -> None:
         """gate_proj and up_proj become views of one [gate; up] weight (see fuse_rows)."""
         self.gate_up = fuse_rows(self.gate_proj, self.up_proj)
+        self.gate_up_parts = (self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if fused(self.gate_up, self.gate_proj, self.up_proj):
+        if fused(self.gate_up, self.gate_up_parts):
             gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
-            return self.down_proj(F.silu(gate) * up)
+            return self.down_proj.forward(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -118,17 +122,19 @@ class SelfAttention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
         self.qkv_weight: torch.Tensor | None = None
+        self.qkv_parts: tuple = ()
 
     def fuse(self) -> None:
         """q, k and v projections become views of one [q; k; v] weight (see fuse_rows)."""
         self.qkv_weight = fuse_rows(self.q_proj, self.k_proj, self.v_proj)
+        self.qkv_parts = (self.q_proj, self.k_proj, self.v_proj)
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: tuple | None = None):
         """q [T, H, D], k and v [T, KVH, D], RoPE applied. With `rope` (rope_tables) and a
         fused weight: one matmul and, without q/k norms, one RoPE for q and k together."""
         T = x.shape[0]
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
-        if rope is None or not fused(self.qkv_weight, self.q_proj, self.k_proj, self.v_proj):
+        if rope is None or not fused(self.qkv_weight, self.qkv_parts):
             q = self.q_proj(x).view(T, H, D)
             k = self.k_proj(x).view(T, KVH, D)
             v = self.v_proj(x).view(T, KVH, D)
@@ -160,16 +166,21 @@ def fuse_rows(*linears: nn.Linear) -> torch.Tensor:
     return w
 
 
-def fused(weight: torch.Tensor | None, *linears: nn.Linear) -> bool:
-    """The fused weight still backs every parameter (a .to() or a replaced weight splits them)."""
-    if weight is None:
+def fused(weight: torch.Tensor | None, linears: tuple) -> bool:
+    """The fused weight still backs every parameter (a .to() or a replaced weight splits them).
+
+    Runs twice per layer per forward: the linears come as a plain tuple and their weights
+    from `_parameters`, as nn.Module attribute lookups cost a microsecond or more each.
+    """
+    if weight is None or not linears:
         return False
     row = weight.stride(0) * weight.element_size()
-    ptr, off = weight.data_ptr(), 0
+    ptr = weight.data_ptr()
     for lin in linears:
-        if lin.weight.data_ptr() != ptr + off * row:
+        w = lin._parameters["weight"]
+        if w is None or w.data_ptr() != ptr:
             return False
-        off += lin.weight.shape[0]
+        ptr += w.shape[0] * row
     return True
 
 

@@ -70,10 +70,12 @@ def layer_step(
     `swa_pool=False` and its own `window` (the layer's window by default).
     `rope` (rope_tables, once per forward) takes the fused projections.
     """
+    # Submodules are called through .forward: a tiny model's step is bound by per-call
+    # overhead, and nn.Module.__call__ (hook dispatch) costs as much as a small op.
     attn = layer.self_attn
     window = layer.window if window is None else window
     swa_pool = layer.sliding if swa_pool is None else swa_pool
-    q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin, rope)
+    q, k, v = attn.qkv(layer.input_layernorm.forward(x), cos, sin, rope)
     if swa_pool:
         out_slots, kv_slots = meta.swa_out_slots, meta.swa_kv_slots
     else:
@@ -82,8 +84,8 @@ def layer_step(
     k_cache.index_copy_(0, out_slots, k)
     v_cache.index_copy_(0, out_slots, v)
     o = attend(q, k_cache, v_cache, meta, kv_slots, window, attn.head_dim**-0.5)
-    x = x + attn.o_proj(o.reshape(x.shape[0], -1))
-    return x + layer.mlp(layer.post_attention_layernorm(x))
+    x = x + attn.o_proj.forward(o.reshape(x.shape[0], -1))
+    return x + layer.mlp.forward(layer.post_attention_layernorm.forward(x))
 
 
 def dense_layer_step(layer: DecoderLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

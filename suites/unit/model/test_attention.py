@@ -162,3 +162,15 @@ def test_grouped_batches_match_one_batch(monkeypatch):
         assert len(at._groups(meta2)) > 1
         torch.testing.assert_close(at.paged_attention(q2, k2, v2, meta2, meta2.kv_slots, 4, 0.25), whole)
         monkeypatch.undo()
+
+
+def test_one_meta_serves_two_slot_tables():
+    """A meta's gathered slot rows are kept per table: a sliding layer's SWA table read
+    after the full table (the same meta, the same length) gets its own rows."""
+    q, k, v, meta, _ = case(5, BATCHES["verify-tree"])
+    swa = torch.from_numpy(np.random.default_rng(50).permutation(np.arange(1, SLOTS))[: len(meta.kv_slots)])
+    full_first = paged_attention(q, k, v, meta, meta.kv_slots, 0, 0.25)
+    swa_after = paged_attention(q, k, v, meta, swa, 0, 0.25)
+    _, _, _, fresh, _ = case(5, BATCHES["verify-tree"])
+    torch.testing.assert_close(swa_after, paged_attention(q, k, v, fresh, swa, 0, 0.25))
+    assert not torch.equal(swa_after, full_first)
