@@ -5,7 +5,8 @@
 
 Counters are exact (a change is a regression); timings and memory keep their
 samples so compare can run a noise test. Baselines are written from real runs
-only (`kvbench baseline RUN`), never by hand.
+only (`kvbench baseline RUN`), never by hand; the format is declared in
+harness/schemas/baseline.py and checked on every load.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.metric_kinds import kind
-
-FORMAT_KEYS = ("profile", "created", "git_commit", "configs")
+from harness.schemas import parse
+from harness.schemas.baseline import BaselineFile
 
 
 class BaselineError(HarnessError):
@@ -128,16 +129,7 @@ def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = N
         raise BaselineError(f"baseline {str(p)!r} is not valid JSON: {str(err)[:120]}") from None
     except OSError as err:
         raise BaselineError(f"baseline {str(p)!r} cannot be read: {err.strerror}") from None
-    if not isinstance(data, dict) or any(k not in data for k in FORMAT_KEYS):
-        raise BaselineError(f"baseline {str(p)!r} must be an object with {', '.join(FORMAT_KEYS)}")
-    if not isinstance(data["configs"], dict) or not all(
-            isinstance(v, dict) and isinstance(v.get("counters"), dict) and isinstance(v.get("timings"), dict)
-            for v in data["configs"].values()):
-        raise BaselineError(f"baseline {str(p)!r}: every config needs a counters and a timings table")
-    for key, config in data["configs"].items():
-        bad = non_finite(config)
-        if bad:
-            raise BaselineError(f"baseline {str(p)!r}: config {str(key)[:120]!r} has a non-finite or non-numeric {bad}")
+    parse(BaselineFile, data, f"baseline {str(p)!r}", BaselineError, tables="object")
     if expected_profile is not None and data["profile"] != expected_profile:
         raise BaselineError(
             f"baseline {str(p)!r} is for profile {data['profile']!r}, but the run is on {expected_profile!r}; "
