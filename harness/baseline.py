@@ -3,8 +3,9 @@
     {"profile", "created", "git_commit", "configs": {key: {"counters": {...},
      "timings": {metric: {"median", "spread", "samples" (when repeated)}}, "status", "test_id", "suite"}}}
 
-Counters are exact (a change is a regression); timings and memory keep their
-samples so compare can run a noise test. Baselines are written from real runs
+Figures gated exactly (counters: a change is a regression) and those gated on
+noise (timings, memory: kept with their samples so compare can run a noise test)
+are told apart by the metric's declared gate (harness/metrics.py). Baselines are written from real runs
 only (`kvbench baseline RUN`), never by hand; the format is declared in
 harness/schemas/baseline.py and checked on every load.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.metric_kinds import kind
+from harness.metrics import lookup
 from harness.schemas import parse
 from harness.schemas.baseline import BaselineFile
 
@@ -35,7 +36,7 @@ def default_path(profile: str, root: Path) -> Path:
 def counters_of(row: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, value in (row.get("metrics") or {}).items():
-        if kind(name) == "counter" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if lookup(name).gate == "exact" and isinstance(value, (int, float)) and not isinstance(value, bool):
             out[name] = value
     for vid, count in (row.get("violations") or {}).items():
         if isinstance(count, (int, float)) and not isinstance(count, bool):
@@ -47,7 +48,7 @@ def timings_of(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     samples = row.get("samples") or {}
     for name, value in (row.get("metrics") or {}).items():
-        if kind(name) not in ("timing", "memory") or not isinstance(value, (int, float)) or isinstance(value, bool):
+        if lookup(name).gate != "noise" or not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
         s = [float(x) for x in samples.get(name, [value])]
         out[name] = {"median": float(value), "spread": (max(s) - min(s)) if s else 0.0}

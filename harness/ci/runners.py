@@ -77,7 +77,8 @@ class Registry:
 def parse_registry(data: Any, source: str = "runners.toml") -> Registry:
     """The registry as declared in harness/schemas/ci.py (RegistryFile)."""
     model = parse(RegistryFile, data, source, ConfigError)
-    runners = {label: Runner(label, t.profile, t.gpus, t.runs_on, tuple(t.suites)) for label, t in model.runners.items()}
+    runners = {label: Runner(label, t.profile, t.gpus, t.runs_on, tuple(t.suites))
+               for label, t in model.runners.items()}
     default = model.defaults.runner
     files = [FileRule(rule.glob, rule.runner) for rule in model.files]
     return Registry(runners, default, model.defaults.gpu_runner or default, files)

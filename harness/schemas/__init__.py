@@ -52,7 +52,8 @@ class Model(BaseModel):
             unknown = [str(k) for k in data if k not in allowed and k not in cls.model_fields]
             if unknown:
                 keys = "keys" if len(unknown) > 1 else "key"
-                raise ValueError(f"unknown {keys} {', '.join(repr(k) for k in unknown)} (allowed: {', '.join(allowed)})")
+                names = ", ".join(repr(k) for k in unknown)
+                raise ValueError(f"unknown {keys} {names} (allowed: {', '.join(allowed)})")
         return data
 
 
