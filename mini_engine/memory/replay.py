@@ -19,20 +19,19 @@ from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.sizing import next_extents, pd_swa_tail_len
 from mini_engine.memory.trace import FORMAT, VERSION
 
-REQUIRED = {
-    "alloc_extend": ("prefix_lens", "seq_lens", "last_locs", "out", "available"),
-    "free": ("indices", "available"),
-    "free_pages": ("page_ids", "available"),
-    "prepare": ("reserve", "reqs"),  # and "aligned" (newer traces) or "policy"
-    "swa_prealloc": ("fill_len", "window", "tail", "evicted"),
+# The record format, declared once: each op's fields and what each must be (KINDS).
+# Every field listed is required; OPTIONAL ones are checked where a record has them.
+# Plain checks, not a validation library: the engine stays numpy-only (the harness's
+# config files use pydantic models, harness/schemas).
+RECORDS = {
+    "alloc_extend": {"prefix_lens": "ints", "seq_lens": "ints", "last_locs": "ints", "out": "any", "available": "int"},
+    "free": {"indices": "ints", "available": "int"},
+    "free_pages": {"page_ids": "ints", "available": "int"},
+    "prepare": {"reserve": "count", "reqs": "reqs"},  # and "aligned" (newer traces) or "policy"
+    "swa_prealloc": {"fill_len": "count", "window": "count", "tail": "count", "evicted": "int"},
 }
-
-INT_LISTS = {
-    "alloc_extend": ("prefix_lens", "seq_lens", "last_locs"),
-    "free": ("indices",),
-    "free_pages": ("page_ids",),
-}
-
+OPTIONAL = {"pool": "pool", "decode": "bool", "need_sort": "bool", "aligned": "bool"}
+REQ_FIELDS = ("cur", "committed", "nxt")  # one request of a prepare record
 
 @dataclass
 class Divergence:
@@ -88,22 +87,17 @@ def _parse(path: str, lineno: int, line: str) -> dict:
     except json.JSONDecodeError as err:
         raise TraceError(f"{path}: line {lineno} is not JSON ({err.msg})") from None
     op = rec.get("op") if isinstance(rec, dict) else None
-    if not isinstance(op, str) or op not in REQUIRED:
-        raise TraceError(f"{path}: line {lineno} has unknown op {op!r} (allowed: {', '.join(REQUIRED)})")
-    missing = [k for k in REQUIRED[rec["op"]] if k not in rec]
+    if not isinstance(op, str) or op not in RECORDS:
+        raise TraceError(f"{path}: line {lineno} has unknown op {op!r} (allowed: {', '.join(RECORDS)})")
+    missing = [k for k in RECORDS[op] if k not in rec]
     if missing:
-        raise TraceError(f"{path}: line {lineno} ({rec['op']}) lacks {', '.join(missing)}")
-    for key in INT_LISTS.get(rec["op"], ()):
-        if not _int_list(rec[key]):
-            raise TraceError(f"{path}: line {lineno} ({rec['op']}) {key} must be a list of integers")
-    if "available" in rec and not _is_int(rec["available"]):
-        raise TraceError(f"{path}: line {lineno} ({rec['op']}) available must be an integer")
-    if not isinstance(rec.get("pool", "full"), str):
-        raise TraceError(f"{path}: line {lineno} ({rec['op']}) pool must be \"full\" or \"swa\"")
-    for key in ("decode", "need_sort", "aligned"):
-        if key in rec and not isinstance(rec[key], bool):
-            raise TraceError(f"{path}: line {lineno} ({rec['op']}) {key} must be true or false")
-    if rec["op"] == "prepare" and "aligned" not in rec and rec.get("policy") not in ("aligned", "unaligned"):
+        raise TraceError(f"{path}: line {lineno} ({op}) lacks {', '.join(missing)}")
+    fields = {**RECORDS[op], **{k: kind for k, kind in OPTIONAL.items() if k in rec}}
+    for key, kind in fields.items():
+        test, what = KINDS[kind]
+        if not test(rec[key]):
+            raise TraceError(f"{path}: line {lineno} ({op}) {key} {what} (got {_short(rec[key], 60)})")
+    if op == "prepare" and "aligned" not in rec and rec.get("policy") not in ("aligned", "unaligned"):
         raise TraceError(f'{path}: line {lineno} (prepare) needs "aligned": true|false '
                          f'(or "policy": "aligned"|"unaligned")')
     return rec
@@ -173,8 +167,27 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and -2**63 <= x < 2**63
 
 
+def _is_count(x: object) -> bool:
+    return _is_int(x) and x >= 0
+
+
 def _int_list(x: object) -> bool:
     return isinstance(x, list) and all(_is_int(v) for v in x)
+
+
+def _reqs(x: object) -> bool:
+    return isinstance(x, list) and all(isinstance(r, dict) and all(_is_count(r.get(k)) for k in REQ_FIELDS) for r in x)
+
+
+KINDS = {
+    "int": (_is_int, "must be an integer"),
+    "count": (_is_count, "must be an integer >= 0"),
+    "ints": (_int_list, "must be a list of integers"),
+    "bool": (lambda x: isinstance(x, bool), "must be true or false"),
+    "pool": (lambda x: x in ("full", "swa"), 'must be "full" or "swa"'),
+    "reqs": (_reqs, "is malformed (a list of requests, each with integers >= 0 cur, committed and nxt)"),
+    "any": (lambda x: True, ""),
+}
 
 
 def replay(path: str | os.PathLike) -> ReplayReport:
@@ -241,10 +254,7 @@ def _check_plan(rec: dict, ps: int, pd_radix: bool, diverge, path: str, lineno: 
     try:
         if rec["op"] == "prepare":
             for i, r in enumerate(rec["reqs"]):
-                vals = (r["cur"], r["committed"], rec["reserve"])
-                if not all(_is_int(v) and v >= 0 for v in vals):
-                    raise TypeError("cur, committed and reserve must be integers >= 0")
-                nxt = int(next_extents(*vals, ps, prepare_aligned(rec)))
+                nxt = int(next_extents(r["cur"], r["committed"], rec["reserve"], ps, prepare_aligned(rec)))
                 if nxt != r["nxt"]:
                     diverge(f"reqs[{i}].nxt", r["nxt"], nxt)
         else:
