@@ -31,6 +31,10 @@ RECORDS = {
     "swa_prealloc": {"fill_len": "count", "window": "count", "tail": "count", "evicted": "int"},
 }
 OPTIONAL = {"pool": "pool", "decode": "bool", "need_sort": "bool", "aligned": "bool"}
+# The header (line 1), after its format and version: required fields, then those that
+# may be absent or null.
+HEADER = {"page_size": "size", "num_pages": "size"}
+HEADER_OPTIONAL = {"swa_num_pages": "size", "profile": "object", "config": "object"}
 REQ_FIELDS = ("cur", "committed", "nxt")  # one request of a prepare record
 
 @dataclass
@@ -71,13 +75,13 @@ def _read_header(path: str, line: str) -> dict:
         raise TraceError(f'{path}: line 1 is not a kvbench-trace header (needs "format": "{FORMAT}")')
     if head.get("version") != VERSION:
         raise TraceError(f"{path}: trace version {head.get('version')!r} is not supported (expected {VERSION})")
-    for key in ("page_size", "num_pages"):
-        v = head.get(key)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise TraceError(f"{path}: header {key} must be an integer >= 1 (got {v!r})")
-    swa = head.get("swa_num_pages")
-    if swa is not None and (isinstance(swa, bool) or not isinstance(swa, int) or swa < 1):
-        raise TraceError(f"{path}: header swa_num_pages must be null or an integer >= 1 (got {swa!r})")
+    fields = {**HEADER, **{k: kind for k, kind in HEADER_OPTIONAL.items() if head.get(k) is not None}}
+    for key, kind in fields.items():
+        test, what = KINDS[kind]
+        if not test(head.get(key)):
+            null = "null or " if key in HEADER_OPTIONAL and kind != "object" else ""
+            raise TraceError(f"{path}: header {key} must be {null}{what.removeprefix('must be ')} "
+                             f"(got {_short(head.get(key), 60)})")
     return head
 
 
@@ -152,11 +156,8 @@ def pool_need_sort(path: str, records: list[tuple[int, dict]]) -> dict[str, bool
 def header_pd_radix(path: str, head: dict) -> bool:
     """Whether the trace's decode side had the radix cache (the PD SWA tail rule):
     the header profile's pd_radix, else its config's, else false."""
-    profile = head.get("profile") or {}
-    if not isinstance(profile, dict):
-        raise TraceError(f"{path}: header profile must be an object (got {profile!r})")
-    config = head.get("config") or {}
-    pd_radix = profile.get("pd_radix", config.get("pd_radix", False) if isinstance(config, dict) else False)
+    profile, config = head.get("profile") or {}, head.get("config") or {}  # objects, as read_trace checked
+    pd_radix = profile.get("pd_radix", config.get("pd_radix", False))
     if not isinstance(pd_radix, bool):
         raise TraceError(f"{path}: header pd_radix must be true or false (got {pd_radix!r})")
     return pd_radix
@@ -182,6 +183,8 @@ def _reqs(x: object) -> bool:
 KINDS = {
     "int": (_is_int, "must be an integer"),
     "count": (_is_count, "must be an integer >= 0"),
+    "size": (lambda x: _is_int(x) and x >= 1, "must be an integer >= 1"),
+    "object": (lambda x: isinstance(x, dict), "must be an object"),
     "ints": (_int_list, "must be a list of integers"),
     "bool": (lambda x: isinstance(x, bool), "must be true or false"),
     "pool": (lambda x: x in ("full", "swa"), 'must be "full" or "swa"'),
