@@ -36,21 +36,22 @@ TYPE_WORDS = {
 # Sentences that finish "<where> ..." (the rest are said after a colon).
 PREDICATES = ("must ", "is ", "names ", "needs ")
 # Parts of pydantic's error location that are not the file's own keys: a dict key's
-# own check, and the tags of a union's branches (spelt "(table)" here, see suite.py).
+# own check; the tags of a union's branches, spelt "(table)" etc. (suite.py), and
+# validator names ("function-before[...]") are dropped by their first characters.
 NOT_KEYS = ("[key]",)
 
 
 class Model(BaseModel):
     """A config table: strict scalars, immutable, and unknown keys named with the allowed ones."""
 
-    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
 
     @model_validator(mode="before")
     @classmethod
     def _known_keys(cls, data: Any) -> Any:
         if isinstance(data, dict) and cls.model_config.get("extra") == "forbid":
-            allowed = [f.alias or name for name, f in cls.model_fields.items()]
-            unknown = [str(k) for k in data if k not in allowed and k not in cls.model_fields]
+            allowed = list(cls.model_fields)
+            unknown = [str(k) for k in data if k not in cls.model_fields]
             if unknown:
                 keys = "keys" if len(unknown) > 1 else "key"
                 names = ", ".join(repr(k) for k in unknown)
