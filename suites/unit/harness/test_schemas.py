@@ -140,3 +140,11 @@ def test_compare_gates_each_figure_as_its_kind_declares():
     found = {f.metric: f.verdict for f in compare_rows([later], base).findings}
     assert {n for n, v in found.items() if v == "regression"} == {n for n in gated if METRICS[n].gate == "exact"}
     assert {n for n in found if n != "status"} == gated  # info figures are shown nowhere in the verdicts
+
+
+def test_an_association_may_grant_several_roles_and_they_add_up():
+    data = json.loads((ROOT / "ci" / "permissions.json").read_text())
+    data["associations"] = {"CONTRIBUTOR": ["gpu-tester", "pr-author"]}
+    perms = parse_permissions(data, "permissions.json")
+    grant = perms.grant("someone", "CONTRIBUTOR", False)
+    assert grant.roles == ("gpu-tester", "pr-author") and grant.allows("rerun-test", "1-gpu-h100")
