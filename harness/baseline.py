@@ -3,9 +3,11 @@
     {"profile", "created", "git_commit", "configs": {key: {"counters": {...},
      "timings": {metric: {"median", "spread", "samples" (when repeated)}}, "status", "test_id", "suite"}}}
 
-Counters are exact (a change is a regression); timings and memory keep their
-samples so compare can run a noise test. Baselines are written from real runs
-only (`kvbench baseline RUN`), never by hand.
+Figures gated exactly (counters: a change is a regression) and those gated on
+noise (timings, memory: kept with their samples so compare can run a noise test)
+are told apart by the metric's declared gate (harness/metrics.py). Baselines are written from real runs
+only (`kvbench baseline RUN`), never by hand; the format is declared in
+harness/schemas/baseline.py and checked on every load.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.metric_kinds import kind
-
-FORMAT_KEYS = ("profile", "created", "git_commit", "configs")
+from harness.metrics import lookup
+from harness.schemas import parse
+from harness.schemas.baseline import BaselineFile
 
 
 class BaselineError(HarnessError):
@@ -34,7 +36,7 @@ def default_path(profile: str, root: Path) -> Path:
 def counters_of(row: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, value in (row.get("metrics") or {}).items():
-        if kind(name) == "counter" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if lookup(name).gate == "exact" and isinstance(value, (int, float)) and not isinstance(value, bool):
             out[name] = value
     for vid, count in (row.get("violations") or {}).items():
         if isinstance(count, (int, float)) and not isinstance(count, bool):
@@ -46,7 +48,7 @@ def timings_of(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     samples = row.get("samples") or {}
     for name, value in (row.get("metrics") or {}).items():
-        if kind(name) not in ("timing", "memory") or not isinstance(value, (int, float)) or isinstance(value, bool):
+        if lookup(name).gate != "noise" or not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
         s = [float(x) for x in samples.get(name, [value])]
         out[name] = {"median": float(value), "spread": (max(s) - min(s)) if s else 0.0}
@@ -128,16 +130,7 @@ def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = N
         raise BaselineError(f"baseline {str(p)!r} is not valid JSON: {str(err)[:120]}") from None
     except OSError as err:
         raise BaselineError(f"baseline {str(p)!r} cannot be read: {err.strerror}") from None
-    if not isinstance(data, dict) or any(k not in data for k in FORMAT_KEYS):
-        raise BaselineError(f"baseline {str(p)!r} must be an object with {', '.join(FORMAT_KEYS)}")
-    if not isinstance(data["configs"], dict) or not all(
-            isinstance(v, dict) and isinstance(v.get("counters"), dict) and isinstance(v.get("timings"), dict)
-            for v in data["configs"].values()):
-        raise BaselineError(f"baseline {str(p)!r}: every config needs a counters and a timings table")
-    for key, config in data["configs"].items():
-        bad = non_finite(config)
-        if bad:
-            raise BaselineError(f"baseline {str(p)!r}: config {str(key)[:120]!r} has a non-finite or non-numeric {bad}")
+    parse(BaselineFile, data, f"baseline {str(p)!r}", BaselineError, tables="object")
     if expected_profile is not None and data["profile"] != expected_profile:
         raise BaselineError(
             f"baseline {str(p)!r} is for profile {data['profile']!r}, but the run is on {expected_profile!r}; "

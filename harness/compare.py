@@ -1,8 +1,10 @@
 """Regression verdicts: a run's rows against a baseline of the same hardware profile.
 
-Deterministic counters (pages, slots, leaks, violations, syncs, steps, tokens,
-retractions) gate exactly: any change is a regression, and so is a violation id
-the baseline never saw. Timings and memory gate only on evidence: at least 10%
+Each figure's gate and direction are declared with it (harness/metrics.py:
+``Metric.gate``, ``higher_is_better``). Deterministic counters (pages, slots,
+leaks, violations, syncs, steps, tokens, retractions) gate exactly: any change is a
+regression, and so is a violation id the baseline never saw. Timings and memory
+gate only on evidence: at least 10%
 worse AND a one-sided Mann-Whitney U over the repeated samples below alpha (as
 asv does), so one noisy run on a shared machine never fails a check.
 
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.baseline import counters_of, entry
-from harness.metric_kinds import higher_is_better, kind
+from harness.metrics import lookup
 
 VERDICTS = ("ok", "regression", "improvement", "new", "missing", "not comparable")
 THRESHOLD = 0.10
@@ -163,8 +165,9 @@ def _timings(key: str, base: dict[str, dict[str, Any]], row: dict[str, Any], thr
     samples = row.get("samples") or {}
     for name, b in sorted(base.items()):
         n = metrics.get(name)
-        if not isinstance(n, (int, float)) or kind(name) not in ("timing", "memory"):
+        if not isinstance(n, (int, float)) or lookup(name).gate != "noise":
             continue
+        higher_is_better = lookup(name).higher_is_better
         bm = float(b.get("median", 0.0))
         if note is not None:
             out.append(Finding(key, name, bm, float(n), note, "not comparable"))
@@ -173,13 +176,13 @@ def _timings(key: str, base: dict[str, dict[str, Any]], row: dict[str, Any], thr
             out.append(Finding(key, name, bm, n, "baseline is 0", "ok"))
             continue
         rel = (n - bm) / abs(bm)
-        worse = -rel if higher_is_better(name) else rel
+        worse = -rel if higher_is_better else rel
         b_samples = [float(x) for x in b.get("samples") or [bm]]
         n_samples = [float(x) for x in samples.get(name, [n])]
         change = f"{100 * rel:+.1f}%"
         verdict = "ok"
         if abs(worse) >= threshold:
-            p = _mwu(n_samples, b_samples, worse_means_larger=(worse > 0) != higher_is_better(name))
+            p = _mwu(n_samples, b_samples, worse_means_larger=(worse > 0) != higher_is_better)
             change += f" (p={p:.3f}, n={len(n_samples)}/{len(b_samples)})" if p is not None else " (too few samples)"
             if p is not None and p < alpha:
                 verdict = "regression" if worse > 0 else "improvement"

@@ -10,6 +10,7 @@ A rule describes a known bug the suite reproduces on purpose, e.g.::
     metrics = { peak_stranded_slots = { min = 1 } }
     violations = { K1 = { min = 1 } }
 
+What a rule may say is declared in harness/schemas/suite.py (RuleFile).
 ``when`` and every condition take a value (equal), a list (one of), or a table
 ``{ min, max, equals }``; a string where a number is expected names another
 metric of the same row (``leaked_pages = "predicted_leaked_pages"``: the leak the
@@ -29,11 +30,6 @@ from mini_engine.errors import KVBenchError
 PASSING = ("ok", "as_expected")
 # What every config must show unless a rule says otherwise (where the engine counts it).
 CLEAN = {"leaked_pages": 0, "leaked_swa_pages": 0}
-RULE_KEYS = ("name", "when", "status", "metrics", "violations")
-# What a row's status and violation ids can be: a misspelt one in a rule could never
-# hold (or never be named), so it is refused when the suite loads, not after the run.
-STATUSES = ("ok", "violated", "pool_exhausted", "failed")
-INVARIANT_IDS = tuple(f"K{i}" for i in range(1, 12))
 
 
 class ExpectError(KVBenchError):
@@ -51,41 +47,23 @@ class ExpectRule:
     def applies(self, config: dict[str, Any]) -> bool:
         return all(_holds(config.get(k), cond, {}) for k, cond in self.when.items())
 
-    def check_options(self, names: tuple[str, ...], where: str) -> None:
-        for key in self.when:
-            if key not in names:
-                raise ExpectError(f"{where}: expect rule {self.name!r}: unknown option {key!r} in when")
-
 
 def parse_rules(raw: Any, where: str) -> list[ExpectRule]:
-    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
-        raise ExpectError(f"{where}: [[expect]] must be an array of tables")
-    rules = []
-    for i, r in enumerate(raw):
-        name = str(r.get("name", f"rule {i + 1}"))
-        for key in r:
-            if key not in RULE_KEYS:
-                raise ExpectError(f"{where}: expect rule {name!r}: unknown key {key!r} (allowed: {', '.join(RULE_KEYS)})")
-        when = r.get("when", {})
-        status = r.get("status")
-        if isinstance(status, str):
-            status = [status]
-        for label, table in (("when", when), ("metrics", r.get("metrics", {})), ("violations", r.get("violations", {}))):
-            if not isinstance(table, dict):
-                raise ExpectError(f"{where}: expect rule {name!r}: {label} must be a table")
-            for key, cond in table.items():
-                if isinstance(cond, dict) and set(cond) - {"min", "max", "equals"}:
-                    raise ExpectError(f"{where}: expect rule {name!r}: {label}.{key} allows min, max, equals (got {sorted(cond)})")
-        if status is not None and not (isinstance(status, list) and all(s in STATUSES for s in status)):
-            raise ExpectError(f"{where}: expect rule {name!r}: status must be one of {', '.join(STATUSES)} "
-                              f"or a list of them (got {status!r})")
-        for vid in r.get("violations", {}):
-            if vid not in INVARIANT_IDS:
-                raise ExpectError(f"{where}: expect rule {name!r}: unknown invariant {vid!r} in violations "
-                                  f"(allowed: K1 to K11)")
-        _check_values(r, f"{where}: expect rule {name!r}")
-        rules.append(ExpectRule(name, dict(when), status, dict(r.get("metrics", {})), dict(r.get("violations", {}))))
-    return rules
+    """[[expect]] tables (a suite's, or any list of them) checked by the declared model."""
+    from harness.schemas import parse
+    from harness.schemas.suite import SuiteFile
+
+    rules = parse(SuiteFile, {"expect": raw}, where, ExpectError, {"metrics": known_metrics()}).expect
+    return [rule_of(r, i) for i, r in enumerate(rules)]
+
+
+def rule_of(r: Any, i: int) -> ExpectRule:
+    """A validated rule (harness.schemas.suite.RuleFile) as the judge reads it."""
+    from harness.schemas.suite import plain
+
+    return ExpectRule(r.name if r.name is not None else f"rule {i + 1}", {k: plain(c) for k, c in r.when.items()},
+                      r.status, {k: plain(c) for k, c in r.metrics.items()},
+                      {k: plain(c) for k, c in r.violations.items()})
 
 
 def known_metrics() -> frozenset[str]:
@@ -96,38 +74,6 @@ def known_metrics() -> frozenset[str]:
     names = Stats(page_size=1, max_accept=1).finalize(wall_s=1.0, syncs=0, leaked_pages=0, leaked_swa_pages=0, requests=0,
                              finished=0, violations=0)
     return frozenset(names)
-
-
-def _is_metric(name: str, known: frozenset[str]) -> bool:
-    return name in known or name.startswith("mem_")
-
-
-def _check_values(rule: dict[str, Any], where: str) -> None:
-    """Every name and bound of a rule, before any config runs: a misspelt metric or a
-    bound of the wrong type would otherwise fail every config's judgement after its run."""
-    known = known_metrics()
-
-    def number_or_ref(label: str, value: Any, refs: bool) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ExpectError(f"{where}: {label} must be a number{' or a metric name' if refs else ''} (got {value!r})")
-        if isinstance(value, str):
-            if not refs:
-                raise ExpectError(f"{where}: {label} must be a number (got {value!r})")
-            if not _is_metric(value, known):
-                raise ExpectError(f"{where}: {label} names unknown metric {value!r} (known: {', '.join(sorted(known))})")
-
-    for label, refs in (("when", False), ("metrics", True), ("violations", True)):
-        for key, cond in (rule.get(label) or {}).items():
-            if label == "metrics" and not _is_metric(key, known):
-                raise ExpectError(f"{where}: unknown metric {key!r} in metrics (known: {', '.join(sorted(known))})")
-            if isinstance(cond, dict):
-                for bound in ("min", "max"):
-                    if bound in cond:
-                        number_or_ref(f"{label}.{key}.{bound}", cond[bound], refs)
-                if "equals" in cond and label != "when" and cond["equals"] != "none":
-                    number_or_ref(f"{label}.{key}.equals", cond["equals"], refs)
-            elif label != "when" and not (isinstance(cond, list) or cond == "none"):
-                number_or_ref(f"{label}.{key}", cond, refs)
 
 
 @dataclass

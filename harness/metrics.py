@@ -20,6 +20,11 @@ kinds:
 
 A name that is not declared is an error (UnknownMetric): a figure nobody declared
 would otherwise be gated by a guess.
+
+The kind decides the gate (GATES): compare and the baseline read ``Metric.gate``,
+never a name. ``column`` places a figure in the table a sweep prints (its head is
+``head`` and the unit, one word a line), and ``rollup`` says how a large sweep's
+table folds it over the configs of one algorithm and policy (max or sum).
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ from dataclasses import dataclass
 from mini_engine.errors import KVBenchError
 
 KINDS = ("counter", "timing", "memory", "info")
+# How compare judges each kind: "exact" (any change is a regression), "noise" (>= 10%
+# worse and a Mann-Whitney U says the shift is real), "none" (shown, never gated).
+GATES = {"counter": "exact", "timing": "noise", "memory": "noise", "info": "none"}
+ROLLUPS = ("max", "sum")
 GROUPS = ("memory", "swa", "invariants", "engine", "spec", "throughput", "timing", "process", "device")
 WRITERS = ("prefill", "decode", "spec", "pd")  # who sets a request's extent (stranded slots per writer)
 INVARIANTS = tuple(f"K{i}" for i in range(1, 12))  # DESIGN.md section 2
@@ -49,6 +58,19 @@ class Metric:
     higher_is_better: bool
     help: str
     series: bool = False  # a per-step list in row["series"], not a scalar in row["metrics"]
+    column: int = 0  # its place in the sweep's summary table, 0 for none
+    head: str = ""  # the words of its column head before the unit ("peak stranded" + "slots")
+    rollup: str = ""  # how the grouped table folds it over configs: "max", "sum", "" for not shown
+
+    @property
+    def gate(self) -> str:
+        """exact, noise or none: how compare judges a change (GATES)."""
+        return GATES[self.kind]
+
+    @property
+    def column_head(self) -> str:
+        """Head and unit stacked a word a line, so the table fits a terminal."""
+        return "\n".join(f"{self.head} {self.unit}".split())
 
     @property
     def mlflow_name(self) -> str:
@@ -64,14 +86,16 @@ class Metric:
         return self.group == "throughput"
 
 
-def _m(name: str, kind: str, unit: str, group: str, help: str, *, hib: bool = False, series: bool = False) -> Metric:
-    assert kind in KINDS and group in GROUPS, (name, kind, group)
-    return Metric(name, kind, unit, group, hib, help, series)
+def _m(name: str, kind: str, unit: str, group: str, help: str, *, hib: bool = False, series: bool = False,
+       column: int = 0, head: str = "", rollup: str = "") -> Metric:
+    assert kind in KINDS and group in GROUPS and rollup in ("", *ROLLUPS), (name, kind, group, rollup)
+    assert not rollup or column, (name, "a rolled-up figure is a column of the table too")
+    return Metric(name, kind, unit, group, hib, help, series, column, head, rollup)
 
 
 _DECLARED = [
     # engine work (mini_engine/stats.py)
-    _m("steps", "counter", "steps", "engine", "engine steps, prefill and decode"),
+    _m("steps", "counter", "steps", "engine", "engine steps, prefill and decode", column=1),
     _m("prefill_steps", "counter", "steps", "engine", "steps that ran a prefill chunk"),
     _m("decode_steps", "counter", "steps", "engine", "decode steps (plain or speculative)"),
     _m("requests", "counter", "requests", "engine", "requests submitted"),
@@ -82,7 +106,8 @@ _DECLARED = [
     _m("retractions", "counter", "requests", "engine", "requests retracted to free pages"),
     _m("releases", "counter", "requests", "engine", "requests released (finished or retracted)"),
     _m("pd_arrivals", "counter", "requests", "engine", "requests that arrived by PD transfer"),
-    _m("syncs", "counter", "syncs", "engine", "device reads by the scheduler (0 is the goal of host planning)"),
+    _m("syncs", "counter", "syncs", "engine", "device reads by the scheduler (0 is the goal of host planning)",
+       column=7),
     _m("syncs_per_step", "counter", "syncs/step", "engine", "device syncs per engine step"),
     # speculative decoding
     _m("tau", "info", "tokens/verify", "spec", "mean accepted length per verify, bonus token included", hib=True),
@@ -91,16 +116,22 @@ _DECLARED = [
     # time and rates
     _m("wall_s", "timing", "s", "timing", "wall time of the engine run"),
     _m("plan_us_per_decode_step", "timing", "us", "timing", "host planning time per decode step (reserve, allocate, evict)"),
-    _m("output_tokens_per_s", "timing", "tokens/s", "throughput", "output tokens per second of wall time", hib=True),
+    _m("output_tokens_per_s", "timing", "tokens/s", "throughput", "output tokens per second of wall time", hib=True,
+       column=2, head="out"),
     _m("steps_per_s", "timing", "steps/s", "throughput", "engine steps per second", hib=True),
     _m("requests_per_s", "timing", "requests/s", "throughput", "finished requests per second", hib=True),
     # paged KV memory
     _m("peak_pages_held", "counter", "pages", "memory", "most full-pool pages held by requests at once"),
-    _m("peak_reserved_slots", "counter", "slots", "memory", "most reserved-but-unwritten slots (the cost of reserving ahead)"),
-    _m("peak_stranded_slots", "counter", "slots", "memory", "most slots stranded past unaligned extents at once"),
+    _m("peak_reserved_slots", "counter", "slots", "memory",
+       "most reserved-but-unwritten slots (the cost of reserving ahead)", column=4, head="peak reserved"),
+    _m("peak_stranded_slots", "counter", "slots", "memory", "most slots stranded past unaligned extents at once",
+       column=3, head="peak stranded", rollup="max"),
     _m("stranded_slots_sum", "counter", "slot-steps", "memory", "stranded slots summed over steps"),
-    _m("leaked_pages", "counter", "pages", "memory", "full-pool pages not back on the free list after drain"),
-    _m("predicted_leaked_pages", "counter", "pages", "memory", "the DESIGN.md formula's leaked pages (one per unaligned host free)"),
+    _m("leaked_pages", "counter", "pages", "memory", "full-pool pages not back on the free list after drain",
+       column=5, head="leaked", rollup="sum"),
+    _m("predicted_leaked_pages", "counter", "pages", "memory",
+       "the DESIGN.md formula's leaked pages (one per unaligned host free)", column=6, head="predicted leaked",
+       rollup="sum"),
     # sliding-window attention
     _m("leaked_swa_pages", "counter", "pages", "swa", "SWA-pool pages not back on the free list after drain"),
     _m("predicted_leaked_swa_pages", "counter", "pages", "swa", "the formula's leaked SWA pages"),
@@ -141,6 +172,9 @@ _DECLARED = [
 METRICS: dict[str, Metric] = {m.name: m for m in _DECLARED if not m.series}
 SERIES: dict[str, Metric] = {m.name: m for m in _DECLARED if m.series}
 assert len(METRICS) + len(SERIES) == len(_DECLARED), "a metric is declared twice"
+# The sweep's summary table, in column order.
+COLUMNS: tuple[Metric, ...] = tuple(sorted((m for m in METRICS.values() if m.column), key=lambda m: m.column))
+assert len({m.column for m in COLUMNS}) == len(COLUMNS), "two metrics share a summary column"
 
 
 def lookup(name: str) -> Metric:

@@ -15,8 +15,9 @@ A suite file has::
     [[expect]]                # expected outcomes (see harness.expect)
 
 TOML has no null: the string "none" stands for "not set" for options whose
-default is unset (window, block_size, ...). Every config is validated before any
-work, so a value out of range fails the sweep at once, naming the config.
+default is unset (window, block_size, ...). What the file may hold is declared in
+harness/schemas/suite.py; every config is then validated as the run would build it,
+before any work, so a value out of range fails the sweep at once, naming the config.
 """
 
 from __future__ import annotations
@@ -33,14 +34,13 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from harness.expect import ExpectRule, parse_rules
+from harness.expect import ExpectRule, known_metrics, rule_of
 from harness.options import short_names
+from harness.schemas import parse
+from harness.schemas.suite import SuiteFile
 from mini_engine.errors import KVBenchError
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
-TOP_KEYS = ("name", "description", "repeat", "marks", "defaults", "axes", "include", "exclude", "expect")
-KNOWN_MARKS = ("gpu", "nightly", "slow")
-MAX_REPEAT = 100  # timing samples per config; more is a typo, not a measurement
 PATH_OPTIONS = ("prompts",)  # resolved once, against the suite file's directory
 
 # Short names for test ids, the result keys' (harness/options.py): ids must read
@@ -109,33 +109,12 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
     except ValueError as err:  # an integer of more digits than Python converts
         raise SuiteError(f"suite {path.name}: not valid TOML: {str(err)[:120]}") from None
     where = f"suite {path.name}"
-    for key in data:
-        if key not in TOP_KEYS:
-            raise SuiteError(f"{where}: unknown key {key!r} (allowed: {', '.join(TOP_KEYS)})")
-    name = data.get("name", path.stem)
-    if not isinstance(name, str) or not name:
-        raise SuiteError(f"{where}: name must be a non-empty string")
-    repeat = data.get("repeat", 1)
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
-        raise SuiteError(f"{where}: repeat must be an integer from 1 to {MAX_REPEAT} (got {repeat!r})")
-    marks = data.get("marks", [])
-    if not isinstance(marks, list) or any(m not in KNOWN_MARKS for m in marks):
-        raise SuiteError(f"{where}: marks must be a list of {', '.join(KNOWN_MARKS)} (got {marks!r})")
-    defaults = _table(data.get("defaults", {}), f"{where}: [defaults]")
-    axes = _table(data.get("axes", {}), f"{where}: [axes]")
-    includes = _tables(data.get("include", []), f"{where}: [[include]]")
-    excludes = _tables(data.get("exclude", []), f"{where}: [[exclude]]")
-    for axis, values in axes.items():
-        if not isinstance(values, list) or not values:
-            raise SuiteError(f"{where}: axis {axis!r} must be a non-empty list (got {values!r})")
-    rules = parse_rules(data.get("expect", []), where)
-    names = option_names()
-    for rule in rules:
-        rule.check_options(names, where)
-    for ex in excludes:  # a misspelt option would silently exclude nothing
-        for key in ex:
-            if key not in names:
-                raise SuiteError(f"{where}: [[exclude]]: unknown option {key!r}")
+    context = {"options": frozenset(option_names()), "metrics": known_metrics()}
+    model = parse(SuiteFile, data, where, SuiteError, context)
+    name = model.name if model.name is not None else path.stem
+    repeat, marks, rules = model.repeat, model.marks, [rule_of(r, i) for i, r in enumerate(model.expect)]
+    defaults, axes = dict(model.defaults), dict(model.axes)
+    includes, excludes = [dict(t) for t in model.include], [dict(t) for t in model.exclude]
 
     if not axes and not includes:  # _product({}) is one empty combo: an all-defaults config nobody asked for
         raise SuiteError(f"{where}: the suite has no configs (give [axes] or [[include]])")
@@ -161,7 +140,7 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
         seen[cid] = cfg
         grid.append(GridConfig(cid, _resolve_paths(cfg, path.parent)))
     suite = Suite(name=name, path=path, digest=hashlib.sha256(raw).hexdigest()[:16], repeat=repeat,
-                  marks=tuple(marks), configs=grid, rules=rules, description=str(data.get("description", "")))
+                  marks=tuple(marks), configs=grid, rules=rules, description=model.description)
     if validate:
         for gc in grid:
             validate_config(gc.config, f"{where}, config {gc.id}")
@@ -189,18 +168,6 @@ def validate_config(config: dict[str, Any], where: str) -> None:
             load_prompts(workload["prompts"], default_output_len=workload["output_len"])
     except (KVBenchError, TypeError) as err:  # TypeError: a workload option of the wrong shape
         raise SuiteError(f"{where}: {err}") from None
-
-
-def _table(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise SuiteError(f"{where} must be a table")
-    return dict(value)
-
-
-def _tables(value: Any, where: str) -> list[dict[str, Any]]:
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise SuiteError(f"{where} must be an array of tables")
-    return [dict(v) for v in value]
 
 
 def _product(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:

@@ -1,23 +1,21 @@
-"""The table a sweep prints at the end: figures straight from results.jsonl."""
+"""The table a sweep prints at the end: figures straight from results.jsonl.
+
+Which figures are columns, their heads and units, and how a large sweep folds them
+per algorithm and policy are declared with the metric (harness/metrics.py: column,
+head, rollup); this file only lays them out.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from harness.expect import PASSING
+from harness.metrics import COLUMNS
 from harness.results import RunDir
 
-# Headers carry their unit ("stranded" alone did not say peak slots) and stack on
+# Heads carry their unit ("stranded" alone did not say peak slots) and stack on
 # lines, so the table fits a terminal: only the config column folds, never a figure.
-COLUMNS = (
-    ("steps", "steps"),
-    ("output_tokens_per_s", "out\ntok/s"),
-    ("peak_stranded_slots", "peak\nstranded\nslots"),
-    ("peak_reserved_slots", "peak\nreserved\nslots"),
-    ("leaked_pages", "leaked\npages"),
-    ("predicted_leaked_pages", "predicted\nleak"),
-    ("syncs", "syncs"),
-)
+ROLLED = tuple(m for m in COLUMNS if m.rollup)  # the grouped table's figures
 FULL_TABLE_MAX = 60  # above this, only the configs that need a look
 
 
@@ -46,7 +44,7 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     for row in rows:
         m = row.get("metrics") or {}
         out.append([row.get("test_id") or row["key"], verdict_text(row),
-                    *(fmt(m.get(name)) for name, _ in COLUMNS), violations_text(row)])
+                    *(fmt(m.get(c.name)) for c in COLUMNS), violations_text(row)])
     return out
 
 
@@ -79,10 +77,13 @@ def group_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
                 if isinstance(v, (int, float)) and v:
                     viol[k] = viol.get(k, 0) + int(v)
         out.append([*key, str(len(members)), str(c["ok"]), str(c["as_expected"]), str(c["unexpected"] + c["failed"]),
-                    fmt(max((x.get("peak_stranded_slots", 0) for x in m), default=0)),
-                    fmt(sum(x.get("leaked_pages", 0) for x in m)), fmt(sum(x.get("predicted_leaked_pages", 0) for x in m)),
+                    *(fmt(_rollup(c.rollup, [x.get(c.name, 0) for x in m])) for c in ROLLED),
                     " ".join(f"{k}:{v}" for k, v in sorted(viol.items())) or "0"])
     return out
+
+
+def _rollup(how: str, values: list[Any]) -> Any:
+    return max(values, default=0) if how == "max" else sum(values)
 
 
 def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: float, mlflow_note: str,
@@ -94,8 +95,8 @@ def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: 
         table = Table(title=f"{len(rows)} configs by algorithm and policy")
         for head in ("spec", "policy", "free"):
             table.add_column(head, no_wrap=True)
-        for head in ("configs", "ok", "as\nexpected", "unexpected\nor failed", "max\nstranded\nslots",
-                     "leaked\npages", "predicted\nleak"):
+        rolled = (f"{c.rollup}\n{c.column_head}" for c in ROLLED)
+        for head in ("configs", "ok", "as\nexpected", "unexpected\nor failed", *rolled):
             table.add_column(head, no_wrap=True, justify="right")
         table.add_column("violations (sum)", min_width=8)  # the one column that may wrap
         for cells in group_rows(rows):
@@ -106,8 +107,8 @@ def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: 
         table = Table(title=None if shown is rows else f"{len(shown)} configs that need a look (of {len(rows)})")
         table.add_column("config", overflow="fold", min_width=16)
         table.add_column("verdict", no_wrap=True)
-        for _, head in COLUMNS:
-            table.add_column(head, no_wrap=True, justify="right")
+        for c in COLUMNS:
+            table.add_column(c.column_head, no_wrap=True, justify="right")
         table.add_column("violations", no_wrap=True)
         for cells in summary_rows(shown):
             table.add_row(*cells)

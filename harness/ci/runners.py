@@ -7,17 +7,16 @@ in a test file's ``runner`` mark is caught on CPU before any GPU runner waits fo
 from __future__ import annotations
 
 import fnmatch
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.ci import testfiles
 from harness.ci.config_file import read_config
-from harness.ci.specs import SUITE_RE, show
+from harness.ci.specs import show
 from harness.errors import ConfigError
-
-PROFILES = ("cpu", "rtx5090", "h100", "h200")
-LABEL_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z", re.ASCII)
+from harness.schemas import parse
+from harness.schemas.ci import RegistryFile
 DEFAULT_PATH = Path("ci") / "runners.toml"
 
 
@@ -75,63 +74,14 @@ class Registry:
         return label
 
 
-def _need(table: dict, key: str, kind: type, where: str):
-    if key not in table:
-        raise ConfigError(f"{where}: missing key {key!r}")
-    value = table[key]
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"{where}.{key} must be an integer (got {value!r})")
-    if not isinstance(value, kind):
-        raise ConfigError(f"{where}.{key} must be a {kind.__name__} (got {value!r})")
-    return value
-
-
-def parse_registry(data: dict, source: str = "runners.toml") -> Registry:
-    raw = data.get("runners")
-    if not isinstance(raw, dict) or not raw:
-        raise ConfigError(f"{source}: needs at least one [runners.<label>] table")
-    runners: dict[str, Runner] = {}
-    for label, table in raw.items():
-        where = f"{source}: runners.{label}"
-        if not LABEL_RE.match(label):
-            raise ConfigError(f"{where}: a label is lowercase letters, digits and '-' (got {label!r})")
-        if not isinstance(table, dict):
-            raise ConfigError(f"{where} must be a table")
-        profile = _need(table, "profile", str, where)
-        if profile not in PROFILES:
-            raise ConfigError(f"{where}.profile must be one of {', '.join(PROFILES)} (got {profile!r})")
-        gpus = _need(table, "gpus", int, where)
-        if gpus < 0 or (profile == "cpu") != (gpus == 0):
-            raise ConfigError(f"{where}.gpus must be 0 for the cpu profile and >= 1 otherwise (got {gpus})")
-        runs_on = _need(table, "runs_on", str, where)
-        suites = table.get("suites", [])
-        if not isinstance(suites, list) or not all(isinstance(s, str) and SUITE_RE.match(s) for s in suites):
-            raise ConfigError(f"{where}.suites must be a list of suite names (got {suites!r})")
-        unknown = set(table) - {"profile", "gpus", "runs_on", "suites"}
-        if unknown:
-            raise ConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
-        runners[label] = Runner(label, profile, gpus, runs_on, tuple(suites))
-
-    defaults = data.get("defaults", {})
-    default = defaults.get("runner", "cpu")
-    gpu_default = defaults.get("gpu_runner", default)
-    for key, label in (("runner", default), ("gpu_runner", gpu_default)):
-        if label not in runners:
-            raise ConfigError(f"{source}: defaults.{key} must be one of {', '.join(runners)} (got {label!r})")
-    if runners[gpu_default].gpus == 0:
-        raise ConfigError(f"{source}: defaults.gpu_runner must be a GPU runner (got {gpu_default!r})")
-
-    files = []
-    for i, rule in enumerate(data.get("files", [])):
-        where = f"{source}: files[{i}]"
-        glob = _need(rule, "glob", str, where)
-        label = _need(rule, "runner", str, where)
-        if not glob.startswith("suites/"):
-            raise ConfigError(f"{where}.glob must start with suites/ (got {glob!r})")
-        if label not in runners:
-            raise ConfigError(f"{where}.runner must be one of {', '.join(runners)} (got {label!r})")
-        files.append(FileRule(glob, label))
-    return Registry(runners, default, gpu_default, files)
+def parse_registry(data: Any, source: str = "runners.toml") -> Registry:
+    """The registry as declared in harness/schemas/ci.py (RegistryFile)."""
+    model = parse(RegistryFile, data, source, ConfigError)
+    runners = {label: Runner(label, t.profile, t.gpus, t.runs_on, tuple(t.suites))
+               for label, t in model.runners.items()}
+    default = model.defaults.runner
+    files = [FileRule(rule.glob, rule.runner) for rule in model.files]
+    return Registry(runners, default, model.defaults.gpu_runner or default, files)
 
 
 def load_registry(path: str | Path = DEFAULT_PATH) -> Registry:

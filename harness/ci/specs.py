@@ -16,6 +16,7 @@ from pathlib import Path
 from harness.ci.testfiles import scan
 from harness.ci.text import show  # noqa: F401  (re-exported: callers import it from here)
 from harness.errors import HarnessError
+from harness.schemas.ci import SUITE_RE  # one spelling of a suite name, the runner registry's too
 
 MAX_LINE = 1000  # characters of the first comment line
 MAX_TOKEN = 200  # characters of one spec
@@ -161,9 +162,6 @@ def check_filter(expr: str) -> str:
     except Exception as err:  # ParseError in older pytest, SyntaxError in newer
         raise Refusal(f"--filter is not a pytest -k expression: {str(err).splitlines()[0]}") from None
     return " ".join(words)
-
-
-SUITE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z", re.ASCII)
 
 
 def check_suite(name: str, known: list[str]) -> str:

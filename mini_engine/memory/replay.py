@@ -19,20 +19,23 @@ from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.sizing import next_extents, pd_swa_tail_len
 from mini_engine.memory.trace import FORMAT, VERSION
 
-REQUIRED = {
-    "alloc_extend": ("prefix_lens", "seq_lens", "last_locs", "out", "available"),
-    "free": ("indices", "available"),
-    "free_pages": ("page_ids", "available"),
-    "prepare": ("reserve", "reqs"),  # and "aligned" (newer traces) or "policy"
-    "swa_prealloc": ("fill_len", "window", "tail", "evicted"),
+# The record format, declared once: each op's fields and what each must be (KINDS).
+# Every field listed is required; OPTIONAL ones are checked where a record has them.
+# Plain checks, not a validation library: the engine stays numpy-only (the harness's
+# config files use pydantic models, harness/schemas).
+RECORDS = {
+    "alloc_extend": {"prefix_lens": "ints", "seq_lens": "ints", "last_locs": "ints", "out": "any", "available": "int"},
+    "free": {"indices": "ints", "available": "int"},
+    "free_pages": {"page_ids": "ints", "available": "int"},
+    "prepare": {"reserve": "count", "reqs": "reqs"},  # and "aligned" (newer traces) or "policy"
+    "swa_prealloc": {"fill_len": "count", "window": "count", "tail": "count", "evicted": "int"},
 }
-
-INT_LISTS = {
-    "alloc_extend": ("prefix_lens", "seq_lens", "last_locs"),
-    "free": ("indices",),
-    "free_pages": ("page_ids",),
-}
-
+OPTIONAL = {"pool": "pool", "decode": "bool", "need_sort": "bool", "aligned": "bool"}
+# The header (line 1), after its format and version: required fields, then those that
+# may be absent or null.
+HEADER = {"page_size": "size", "num_pages": "size"}
+HEADER_OPTIONAL = {"swa_num_pages": "size", "profile": "object", "config": "object"}
+REQ_FIELDS = ("cur", "committed", "nxt")  # one request of a prepare record
 
 @dataclass
 class Divergence:
@@ -72,13 +75,13 @@ def _read_header(path: str, line: str) -> dict:
         raise TraceError(f'{path}: line 1 is not a kvbench-trace header (needs "format": "{FORMAT}")')
     if head.get("version") != VERSION:
         raise TraceError(f"{path}: trace version {head.get('version')!r} is not supported (expected {VERSION})")
-    for key in ("page_size", "num_pages"):
-        v = head.get(key)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise TraceError(f"{path}: header {key} must be an integer >= 1 (got {v!r})")
-    swa = head.get("swa_num_pages")
-    if swa is not None and (isinstance(swa, bool) or not isinstance(swa, int) or swa < 1):
-        raise TraceError(f"{path}: header swa_num_pages must be null or an integer >= 1 (got {swa!r})")
+    fields = {**HEADER, **{k: kind for k, kind in HEADER_OPTIONAL.items() if head.get(k) is not None}}
+    for key, kind in fields.items():
+        test, what = KINDS[kind]
+        if not test(head.get(key)):
+            null = "null or " if key in HEADER_OPTIONAL and kind != "object" else ""
+            raise TraceError(f"{path}: header {key} must be {null}{what.removeprefix('must be ')} "
+                             f"(got {_short(head.get(key), 60)})")
     return head
 
 
@@ -88,22 +91,17 @@ def _parse(path: str, lineno: int, line: str) -> dict:
     except json.JSONDecodeError as err:
         raise TraceError(f"{path}: line {lineno} is not JSON ({err.msg})") from None
     op = rec.get("op") if isinstance(rec, dict) else None
-    if not isinstance(op, str) or op not in REQUIRED:
-        raise TraceError(f"{path}: line {lineno} has unknown op {op!r} (allowed: {', '.join(REQUIRED)})")
-    missing = [k for k in REQUIRED[rec["op"]] if k not in rec]
+    if not isinstance(op, str) or op not in RECORDS:
+        raise TraceError(f"{path}: line {lineno} has unknown op {op!r} (allowed: {', '.join(RECORDS)})")
+    missing = [k for k in RECORDS[op] if k not in rec]
     if missing:
-        raise TraceError(f"{path}: line {lineno} ({rec['op']}) lacks {', '.join(missing)}")
-    for key in INT_LISTS.get(rec["op"], ()):
-        if not _int_list(rec[key]):
-            raise TraceError(f"{path}: line {lineno} ({rec['op']}) {key} must be a list of integers")
-    if "available" in rec and not _is_int(rec["available"]):
-        raise TraceError(f"{path}: line {lineno} ({rec['op']}) available must be an integer")
-    if not isinstance(rec.get("pool", "full"), str):
-        raise TraceError(f"{path}: line {lineno} ({rec['op']}) pool must be \"full\" or \"swa\"")
-    for key in ("decode", "need_sort", "aligned"):
-        if key in rec and not isinstance(rec[key], bool):
-            raise TraceError(f"{path}: line {lineno} ({rec['op']}) {key} must be true or false")
-    if rec["op"] == "prepare" and "aligned" not in rec and rec.get("policy") not in ("aligned", "unaligned"):
+        raise TraceError(f"{path}: line {lineno} ({op}) lacks {', '.join(missing)}")
+    fields = {**RECORDS[op], **{k: kind for k, kind in OPTIONAL.items() if k in rec}}
+    for key, kind in fields.items():
+        test, what = KINDS[kind]
+        if not test(rec[key]):
+            raise TraceError(f"{path}: line {lineno} ({op}) {key} {what} (got {_short(rec[key], 60)})")
+    if op == "prepare" and "aligned" not in rec and rec.get("policy") not in ("aligned", "unaligned"):
         raise TraceError(f'{path}: line {lineno} (prepare) needs "aligned": true|false '
                          f'(or "policy": "aligned"|"unaligned")')
     return rec
@@ -158,11 +156,8 @@ def pool_need_sort(path: str, records: list[tuple[int, dict]]) -> dict[str, bool
 def header_pd_radix(path: str, head: dict) -> bool:
     """Whether the trace's decode side had the radix cache (the PD SWA tail rule):
     the header profile's pd_radix, else its config's, else false."""
-    profile = head.get("profile") or {}
-    if not isinstance(profile, dict):
-        raise TraceError(f"{path}: header profile must be an object (got {profile!r})")
-    config = head.get("config") or {}
-    pd_radix = profile.get("pd_radix", config.get("pd_radix", False) if isinstance(config, dict) else False)
+    profile, config = head.get("profile") or {}, head.get("config") or {}  # objects, as read_trace checked
+    pd_radix = profile.get("pd_radix", config.get("pd_radix", False))
     if not isinstance(pd_radix, bool):
         raise TraceError(f"{path}: header pd_radix must be true or false (got {pd_radix!r})")
     return pd_radix
@@ -173,8 +168,29 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and -2**63 <= x < 2**63
 
 
+def _is_count(x: object) -> bool:
+    return _is_int(x) and x >= 0
+
+
 def _int_list(x: object) -> bool:
     return isinstance(x, list) and all(_is_int(v) for v in x)
+
+
+def _reqs(x: object) -> bool:
+    return isinstance(x, list) and all(isinstance(r, dict) and all(_is_count(r.get(k)) for k in REQ_FIELDS) for r in x)
+
+
+KINDS = {
+    "int": (_is_int, "must be an integer"),
+    "count": (_is_count, "must be an integer >= 0"),
+    "size": (lambda x: _is_int(x) and x >= 1, "must be an integer >= 1"),
+    "object": (lambda x: isinstance(x, dict), "must be an object"),
+    "ints": (_int_list, "must be a list of integers"),
+    "bool": (lambda x: isinstance(x, bool), "must be true or false"),
+    "pool": (lambda x: x in ("full", "swa"), 'must be "full" or "swa"'),
+    "reqs": (_reqs, "is malformed (a list of requests, each with integers >= 0 cur, committed and nxt)"),
+    "any": (lambda x: True, ""),
+}
 
 
 def replay(path: str | os.PathLike) -> ReplayReport:
@@ -241,10 +257,7 @@ def _check_plan(rec: dict, ps: int, pd_radix: bool, diverge, path: str, lineno: 
     try:
         if rec["op"] == "prepare":
             for i, r in enumerate(rec["reqs"]):
-                vals = (r["cur"], r["committed"], rec["reserve"])
-                if not all(_is_int(v) and v >= 0 for v in vals):
-                    raise TypeError("cur, committed and reserve must be integers >= 0")
-                nxt = int(next_extents(*vals, ps, prepare_aligned(rec)))
+                nxt = int(next_extents(r["cur"], r["committed"], rec["reserve"], ps, prepare_aligned(rec)))
                 if nxt != r["nxt"]:
                     diverge(f"reqs[{i}].nxt", r["nxt"], nxt)
         else:

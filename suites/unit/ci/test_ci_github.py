@@ -112,7 +112,7 @@ def test_explicit_users_add_roles():
     ({"roles": {"x": {"commands": ["rm-rf"]}}}, "commands must be a list drawn from"),
     ({"users": {"someone": "admin"}}, "must name roles from"),
     ({"associations": {"OWNERS": "maintainer"}}, "is not one of"),
-    ({"max_specs": 0}, "max_specs must be an integer in 1..100"),
+    ({"max_specs": 0}, "max_specs must be an integer from 1 to 100"),
     ({"roles": {"x": {"commands": [], "runners": ["2-gpu-a100"]}}}, "not in ci/runners.toml"),
 ])
 def test_permission_file_validation(over, message):

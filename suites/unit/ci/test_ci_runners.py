@@ -74,7 +74,7 @@ def _registry_text() -> dict:
     (lambda d: d["runners"]["1-gpu-h100"].update(profile="a100"), "profile must be one of"),
     (lambda d: d["runners"]["1-gpu-h100"].update(gpus="1"), "must be an integer"),
     (lambda d: d["runners"]["1-gpu-h100"].pop("runs_on"), "missing key 'runs_on'"),
-    (lambda d: d["runners"]["1-gpu-h100"].update(suits=["x"]), "unknown keys suits"),
+    (lambda d: d["runners"]["1-gpu-h100"].update(suits=["x"]), "runners.1-gpu-h100: unknown key 'suits'"),
     (lambda d: d["runners"].update({"GPU_X": d["runners"]["cpu"]}), "a label is lowercase"),
     (lambda d: d["defaults"].update(gpu_runner="cpu"), "must be a GPU runner"),
     (lambda d: d["defaults"].update(runner="nope"), "defaults.runner must be one of"),

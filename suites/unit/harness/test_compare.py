@@ -127,7 +127,11 @@ def test_load_baseline_errors(tmp_path):
     with pytest.raises(BaselineError, match="not valid JSON"):
         load_baseline(bad)
     bad.write_text(json.dumps({"profile": "cpu"}))
-    with pytest.raises(BaselineError, match="must be an object with"):
+    with pytest.raises(BaselineError, match="missing key 'created'"):
+        load_baseline(bad)
+    bad.write_text(json.dumps({"profile": "cpu", "created": "", "git_commit": None,
+                               "configs": {"a": {"counters": {"steps": True}, "timings": {}}}}))
+    with pytest.raises(BaselineError, match=r"configs\.a\.counters\.steps must be a finite number \(got True\)"):
         load_baseline(bad)
     good = tmp_path / "h100.json"
     write_baseline(good, build([{"key": "a", "status": "ok", "metrics": {"steps": 1}}], "h100", "abc")[0])

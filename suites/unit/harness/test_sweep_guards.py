@@ -125,5 +125,5 @@ def test_baseline_refuses_unexpected_and_non_finite_rows(tmp_path):
                    '{"a": {"counters": {"peak_pages_held": NaN}, "timings": {}}}}')
     from harness.baseline import load_baseline
 
-    with pytest.raises(BaselineError, match="non-finite or non-numeric counter peak_pages_held"):
+    with pytest.raises(BaselineError, match="configs.a.counters.peak_pages_held must be a finite number"):
         load_baseline(bad)

@@ -1,0 +1,136 @@
+"""The suite file (suites/*.toml) and its [[expect]] rules, as declared models.
+
+What each table means is in harness/suites.py and harness/expect.py; this file says
+only what may be written. Names that depend on the code (engine and workload options,
+the metrics a row carries) come in the validation context as ``options`` and
+``metrics``, so a misspelt one is refused when the suite loads, not after its run.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationInfo
+
+from harness.schemas import Model, check, int_in
+
+MAX_REPEAT = 100  # timing samples per config; more is a typo, not a measurement
+KNOWN_MARKS = ("gpu", "nightly", "slow")
+STATUSES = ("ok", "violated", "pool_exhausted", "failed")
+INVARIANT_IDS = tuple(f"K{i}" for i in range(1, 12))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _known(info: ValidationInfo, what: str) -> Any:
+    return (info.context or {}).get(what)
+
+
+def _metric_name(name: Any, info: ValidationInfo) -> Any:
+    known = _known(info, "metrics")
+    if known is not None and not (name in known or str(name).startswith("mem_")):
+        raise ValueError(f"unknown metric {name!r} (known: {', '.join(sorted(known))})")
+    return name
+
+
+def _option_name(name: Any, info: ValidationInfo) -> Any:
+    known = _known(info, "options")
+    if known is not None and name not in known:
+        raise ValueError(f"unknown option {name!r}")
+    return name
+
+
+def _invariant(name: Any) -> Any:
+    if name not in INVARIANT_IDS:
+        raise ValueError(f"unknown invariant {name!r} (allowed: K1 to K11)")
+    return name
+
+
+def _number_or_metric(value: Any, info: ValidationInfo) -> Any:
+    # A string where a number belongs names another metric of the same row.
+    if isinstance(value, str):
+        known = _known(info, "metrics")
+        if known is not None and not (value in known or value.startswith("mem_")):
+            raise ValueError(f"names unknown metric {value!r} (known: {', '.join(sorted(known))})")
+        return value
+    if not _is_number(value):
+        raise ValueError("must be a number or a metric name")
+    return value
+
+
+def _statuses(value: Any) -> Any:
+    listed = [value] if isinstance(value, str) else value
+    if not (isinstance(listed, list) and all(s in STATUSES for s in listed)):
+        raise ValueError(f"must be one of {', '.join(STATUSES)} or a list of them")
+    return list(listed)
+
+
+Number = Annotated[Any, check(_is_number, "must be a number")]
+MetricRef = Annotated[Any, BeforeValidator(_number_or_metric)]
+# "none": the figure must be unset (TOML has no null).
+MetricValue = Annotated[Any, BeforeValidator(lambda v, info: v if v == "none" else _number_or_metric(v, info))]
+MetricName = Annotated[str, BeforeValidator(_metric_name)]
+OptionName = Annotated[str, BeforeValidator(_option_name)]
+InvariantId = Annotated[str, BeforeValidator(_invariant)]
+
+
+class WhenBounds(Model):
+    """An option's range in ``when``: numbers only (an option is not a metric)."""
+
+    min: Optional[Number] = None
+    max: Optional[Number] = None
+    equals: Any = None
+
+
+class Bounds(Model):
+    """A figure's range: a number, or the name of another metric of the row."""
+
+    min: Optional[MetricRef] = None
+    max: Optional[MetricRef] = None
+    equals: Optional[MetricValue] = None
+
+
+def _form(value: Any) -> str:
+    return "(table)" if isinstance(value, dict) else "(list)" if isinstance(value, list) else "(value)"
+
+
+# A condition: a value (equal), a list (one of) or a table {min, max, equals}.
+WhenCondition = Annotated[Union[Annotated[WhenBounds, Tag("(table)")], Annotated[list, Tag("(list)")],
+                                Annotated[Any, Tag("(value)")]], Discriminator(_form)]
+Condition = Annotated[Union[Annotated[Bounds, Tag("(table)")], Annotated[list, Tag("(list)")],
+                            Annotated[MetricValue, Tag("(value)")]], Discriminator(_form)]
+
+
+class RuleFile(Model):
+    """One [[expect]] table."""
+
+    name: Optional[str] = None
+    when: dict[OptionName, WhenCondition] = {}
+    status: Annotated[Optional[list[str]], BeforeValidator(_statuses)] = None
+    metrics: dict[MetricName, Condition] = {}
+    violations: dict[InvariantId, Condition] = {}
+
+
+def _non_empty_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value)
+
+
+class SuiteFile(Model):
+    """The top level of a suite file."""
+
+    name: Optional[Annotated[str, Field(min_length=1)]] = None
+    description: str = ""
+    repeat: int_in(1, MAX_REPEAT) = 1  # type: ignore[valid-type]
+    marks: list[Literal[KNOWN_MARKS]] = []  # type: ignore[valid-type]
+    defaults: dict[str, Any] = {}
+    axes: dict[str, Annotated[list, check(_non_empty_list, "must be a non-empty list")]] = {}
+    include: list[dict[str, Any]] = []
+    exclude: list[dict[OptionName, Any]] = []  # a misspelt option would silently exclude nothing
+    expect: list[RuleFile] = []
+
+
+def plain(cond: Any) -> Any:
+    """A validated condition as the judge reads it: a table back to a dict of the bounds given."""
+    return cond.model_dump(exclude_unset=True) if isinstance(cond, Model) else cond
