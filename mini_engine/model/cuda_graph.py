@@ -18,6 +18,7 @@ import torch
 
 from mini_engine.model.attention_triton import triton_paged_attention
 from mini_engine.model.attn_meta import AttnMeta
+from mini_engine.step_batch import Layout, StepBatch
 
 def _token_attention(*args, **kwargs):
     return triton_paged_attention(*args, kernel="token", **kwargs)
@@ -27,17 +28,16 @@ BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
 class DecodeGraphs:
-    def __init__(self, backend, capture: bool | None = None):
+    def __init__(self, backend, layout: Layout, capture: bool | None = None):
         self.backend = backend
         self.capture = backend.device.type == "cuda" if capture is None else capture
         self.model = backend.model
         self.cache = backend.cache
-        mgr = backend.manager
-        self.has_swa = mgr.swa is not None
+        self.has_swa = layout.has_swa
         # Buffers for the bucket that holds max_reqs: a batch of 17 with max_reqs 20 replays
         # the 24 graph instead of falling back to eager decode.
-        self.max_batch = next(x for x in BUCKETS if x >= min(mgr.mem.max_reqs, BUCKETS[-1]))
-        self.width = mgr.mem.row_width
+        self.max_batch = next(x for x in BUCKETS if x >= min(layout.max_reqs, BUCKETS[-1]))
+        self.width = layout.row_width
         dev = backend.device
         n, w = self.max_batch, self.width
         i64 = dict(dtype=torch.int64, device=dev)
@@ -87,17 +87,18 @@ class DecodeGraphs:
             buf[:b] = 0
         self.kv_indptr[: b + 1] = self.arange[: b + 1]
 
-    def decode(self, reqs) -> list[int] | None:
-        """Greedy decode through a graph; None when a graph does not apply (eager fallback)."""
+    def decode(self, batch: StepBatch) -> list[int] | None:
+        """Greedy decode through a graph; None when a graph does not apply (eager fallback).
+        The batch carries each request's host slots of [0, seq_len) and their SWA copies."""
+        reqs = batch.reqs
         n = len(reqs)
         if self.backend.temperature > 0 or n > self.max_batch:
             return None
         b = next(x for x in BUCKETS if x >= n)
         if self.capture and b not in self.graphs:
             self._capture(b)
-        mgr = self.backend.manager
-        rows = [mgr.slots(r.kv, 0, r.seq_len) for r in reqs]
-        ids = np.array([self.backend._checked(r, [r.last_token()])[0] for r in reqs], dtype=np.int64)
+        rows = batch.slots
+        ids = np.array([self.backend.check_tokens(r, [r.last_token()])[0] for r in reqs], dtype=np.int64)
         lens = np.array([len(x) for x in rows], dtype=np.int64)
         pad = b - n
         indptr = np.concatenate([[0], np.cumsum(np.concatenate([lens, np.ones(pad, dtype=np.int64)]))])
@@ -110,10 +111,10 @@ class DecodeGraphs:
         put(self.out_slots, out)
         put(self.kv_indptr, indptr)
         put(self.kv_slots, flat)
-        swa = mgr.swa  # the current run's map: a backend may serve several runs
-        if swa is not None:
-            put(self.swa_out, swa.translate(out))
-            put(self.swa_kv_slots, swa.translate(flat))
+        if batch.swa_slots is not None:  # the current run's map: a backend may serve several runs
+            swa_rows = batch.swa_slots
+            put(self.swa_out, np.concatenate([[x[-1] for x in swa_rows], np.zeros(pad, dtype=np.int64)]))
+            put(self.swa_kv_slots, np.concatenate(swa_rows + [np.zeros(pad, dtype=np.int64)]))
         if not self.capture:
             return self._run(b)[:n].tolist()
         graph, result = self.graphs[b]
