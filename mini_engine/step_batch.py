@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -78,28 +79,40 @@ class StepBatch:
 
     starts, ends: the positions written, [start, end): for decode [seq_len - 1, seq_len);
         for verify the root and the reserved extent (a draft tree writes into it).
-    committed: how far each request's KV is final (a forward writes from there on).
     slots: host slots of positions [0, end) (the rows the forward reads), or None when
         the backend does not read host rows in this phase.
     swa_slots: the SWA copies of ``slots`` (0 below the window cursor), or None.
-    swa_cursor: each request's SWA cursor (below it the SWA KV is gone).
-    rows: each request's req_to_token row (where a device mirror holds its slots).
     mirror: the table writes since the mirror's last forward (decode only, with a mirror).
+
+    ``committed`` (how far each request's KV is final: a forward writes from there on),
+    ``rows`` (each request's req_to_token row, where a device mirror holds its slots)
+    and ``swa_cursor`` (below it the SWA KV is gone) are read from the requests at first
+    use, inside the forward: a backend that needs none of them (the accounting-only
+    one) pays nothing for them at 256 running requests.
     """
 
     phase: Phase
     reqs: list
     starts: np.ndarray
     ends: np.ndarray
-    committed: np.ndarray
-    rows: np.ndarray
-    swa_cursor: np.ndarray
     slots: list[np.ndarray] | None = None
     swa_slots: list[np.ndarray] | None = None
     mirror: MirrorUpdate | None = None
 
     def __len__(self) -> int:
         return len(self.reqs)
+
+    @cached_property
+    def committed(self) -> np.ndarray:
+        return np.fromiter((r.kv.committed for r in self.reqs), dtype=np.int64, count=len(self.reqs))
+
+    @cached_property
+    def rows(self) -> np.ndarray:
+        return np.fromiter((r.kv.row for r in self.reqs), dtype=np.int64, count=len(self.reqs))
+
+    @cached_property
+    def swa_cursor(self) -> np.ndarray:
+        return np.fromiter((r.kv.swa_evicted for r in self.reqs), dtype=np.int64, count=len(self.reqs))
 
 
 class MirrorFeed:
@@ -140,37 +153,35 @@ class BatchBuilder:
         self.feed = MirrorFeed(manager) if mirror else None
 
     def prefill(self, reqs: list, starts: list[int], ends: list[int]) -> StepBatch:
-        return self._build(Phase.PREFILL, reqs, starts, ends)
+        return self._build(Phase.PREFILL, reqs, np.asarray(starts, dtype=np.int64),
+                           np.asarray(ends, dtype=np.int64))
 
     def transfer(self, reqs: list) -> StepBatch:
-        return self._build(Phase.TRANSFER, reqs, [0] * len(reqs), [r.fill_len for r in reqs])
+        ends = np.fromiter((r.fill_len for r in reqs), dtype=np.int64, count=len(reqs))
+        return self._build(Phase.TRANSFER, reqs, np.zeros(len(reqs), dtype=np.int64), ends)
 
     def decode(self, reqs: list) -> StepBatch:
-        lens = [r.seq_len for r in reqs]
-        batch = self._build(Phase.DECODE, reqs, [n - 1 for n in lens], lens)
+        lens = _seq_lens(reqs)
+        batch = self._build(Phase.DECODE, reqs, lens - 1, lens)
         if self.feed is not None:
             batch.mirror = self.feed.drain()  # the host writes since the last decode, once per step
         return batch
 
     def verify(self, reqs: list) -> StepBatch:
-        return self._build(Phase.VERIFY, reqs, [r.seq_len - 1 for r in reqs], [r.kv.allocated for r in reqs])
+        extents = np.fromiter((r.kv.allocated for r in reqs), dtype=np.int64, count=len(reqs))
+        return self._build(Phase.VERIFY, reqs, _seq_lens(reqs) - 1, extents)
 
-    def _build(self, phase: Phase, reqs: list, starts, ends) -> StepBatch:
-        n = len(reqs)
-        kvs = [r.kv for r in reqs]
-        batch = StepBatch(
-            phase, reqs,
-            starts=np.asarray(starts, dtype=np.int64).reshape(n),
-            ends=np.asarray(ends, dtype=np.int64).reshape(n),
-            committed=np.fromiter((s.committed for s in kvs), dtype=np.int64, count=n),
-            rows=np.fromiter((s.row for s in kvs), dtype=np.int64, count=n),
-            swa_cursor=np.fromiter((s.swa_evicted for s in kvs), dtype=np.int64, count=n),
-        )
+    def _build(self, phase: Phase, reqs: list, starts: np.ndarray, ends: np.ndarray) -> StepBatch:
+        batch = StepBatch(phase, reqs, starts.reshape(len(reqs)), ends.reshape(len(reqs)))
         if phase in self.reads:
             m = self.m
             # Copies: a row is rewritten in place after the request leaves, and a backend
             # may keep its slots (a drafter's job) past this call.
-            batch.slots = [m.slots(s, 0, int(e)).copy() for s, e in zip(kvs, batch.ends.tolist())]
+            batch.slots = [m.slots(r.kv, 0, e).copy() for r, e in zip(reqs, ends.tolist())]
             if m.swa is not None:
                 batch.swa_slots = [m.swa.translate(x) for x in batch.slots]
         return batch
+
+
+def _seq_lens(reqs: list) -> np.ndarray:
+    return np.fromiter((len(r.prompt) + len(r.outputs) for r in reqs), dtype=np.int64, count=len(reqs))
