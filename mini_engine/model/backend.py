@@ -53,6 +53,9 @@ def triton_fits(head_dim: int) -> bool:
 
 
 class ModelBackend:
+    # Plain decode (eager or through CUDA graphs) reads the device mirror; every other phase host rows.
+    reads = frozenset({Phase.PREFILL, Phase.VERIFY, Phase.TRANSFER})
+
     def __init__(self, cfg, *, dtype: str | None = None, attention: str | None = None,
                  draft_layers: int | None = None, draft_noise: float | None = None,
                  cuda_graphs: bool | None = None):
@@ -93,7 +96,6 @@ class ModelBackend:
         self.drafter = None
         self.graphs = None
         self.feats: dict[object, FeatureStore] = {}
-        self.reads = frozenset()
 
     # -- protocol ------------------------------------------------------------------
     def setup(self, layout: Layout) -> None:
@@ -118,9 +120,6 @@ class ModelBackend:
             from mini_engine.model.cuda_graph import DecodeGraphs
 
             self.graphs = DecodeGraphs(self, layout)
-        # CUDA graphs fill their static buffers from host rows; eager decode reads the mirror.
-        self.reads = frozenset({Phase.PREFILL, Phase.VERIFY, Phase.TRANSFER}
-                               | ({Phase.DECODE} if self.graphs is not None else set()))
 
     def forward(self, batch: StepBatch) -> list:
         phase = batch.phase
@@ -199,7 +198,7 @@ class ModelBackend:
         if mirror is not None and b.mirror is not None:
             mirror.apply(b.mirror)  # the host writes since the last decode, once per step (a graph step too)
         if self.graphs is not None:
-            got = self.graphs.decode(b)
+            got = self.graphs.decode(b, mirror)
             if got is not None:
                 return got
         ids = np.fromiter((r.last_token() for r in reqs), dtype=np.int64, count=n)

@@ -2,7 +2,9 @@
 
 One graph per batch-size bucket, captured lazily on first use. Everything a decode
 step reads lives in static device buffers (token ids, positions, output slots, the
-flattened slot rows and their offsets), filled from host numpy before each replay;
+flattened slot rows and their offsets), filled before each replay: ids and positions
+from host numpy, the slots gathered on the device from the backend's mirror of
+req_to_token (as eager decode reads them);
 the Triton attention kernel reads every length from those buffers, so its grid
 depends only on the bucket. Padding rows decode token 0 at position 0 into the
 dummy slot 0 and are dropped.
@@ -17,7 +19,8 @@ import numpy as np
 import torch
 
 from mini_engine.model.attention_triton import triton_paged_attention
-from mini_engine.model.attn_meta import AttnMeta
+from mini_engine.model.attn_meta import AttnMeta, decode_meta
+from mini_engine.model.mirror import DeviceMirror
 from mini_engine.step_batch import Layout, StepBatch
 
 def _token_attention(*args, **kwargs):
@@ -34,6 +37,7 @@ class DecodeGraphs:
         self.model = backend.model
         self.cache = backend.cache
         self.has_swa = layout.has_swa
+        self.page_size = layout.page_size
         # Buffers for the bucket that holds max_reqs: a batch of 17 with max_reqs 20 replays
         # the 24 graph instead of falling back to eager decode.
         self.max_batch = next(x for x in BUCKETS if x >= min(layout.max_reqs, BUCKETS[-1]))
@@ -87,9 +91,12 @@ class DecodeGraphs:
             buf[:b] = 0
         self.kv_indptr[: b + 1] = self.arange[: b + 1]
 
-    def decode(self, batch: StepBatch) -> list[int] | None:
+    def decode(self, batch: StepBatch, mirror: DeviceMirror) -> list[int] | None:
         """Greedy decode through a graph; None when a graph does not apply (eager fallback).
-        The batch carries each request's host slots of [0, seq_len) and their SWA copies."""
+
+        The slots come from the backend's device mirror of req_to_token (already brought up
+        to date from the batch), gathered flat on the device as eager decode gathers them,
+        then copied into the static buffers: no host slot row is read."""
         reqs = batch.reqs
         n = len(reqs)
         if self.backend.temperature > 0 or n > self.max_batch:
@@ -97,24 +104,24 @@ class DecodeGraphs:
         b = next(x for x in BUCKETS if x >= n)
         if self.capture and b not in self.graphs:
             self._capture(b)
-        rows = batch.slots
         ids = np.array([self.backend.check_tokens(r, [r.last_token()])[0] for r in reqs], dtype=np.int64)
-        lens = np.array([len(x) for x in rows], dtype=np.int64)
+        lens = batch.ends
         pad = b - n
-        indptr = np.concatenate([[0], np.cumsum(np.concatenate([lens, np.ones(pad, dtype=np.int64)]))])
-        flat = np.concatenate(rows + [np.zeros(pad, dtype=np.int64)])
-        out = np.concatenate([[x[-1] for x in rows], np.zeros(pad, dtype=np.int64)]).astype(np.int64)
+        meta = decode_meta(mirror.table, batch.rows, lens, self.page_size, mirror.swa_map, flat=True)
+        total = int(lens.sum())
         dev = self.ids.device
         put = lambda dst, a: dst[: len(a)].copy_(torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev, non_blocking=True))  # noqa: E731
         put(self.ids, np.concatenate([ids, np.zeros(pad, dtype=np.int64)]))
         put(self.pos, np.concatenate([lens - 1, np.zeros(pad, dtype=np.int64)]))
-        put(self.out_slots, out)
-        put(self.kv_indptr, indptr)
-        put(self.kv_slots, flat)
-        if batch.swa_slots is not None:  # the current run's map: a backend may serve several runs
-            swa_rows = batch.swa_slots
-            put(self.swa_out, np.concatenate([[x[-1] for x in swa_rows], np.zeros(pad, dtype=np.int64)]))
-            put(self.swa_kv_slots, np.concatenate(swa_rows + [np.zeros(pad, dtype=np.int64)]))
+        # Padding rows: one key each, in the dummy slot 0.
+        self.kv_indptr[: n + 1].copy_(meta.kv_indptr)
+        self.kv_indptr[n + 1 : b + 1].copy_(total + self.arange[1 : pad + 1])
+        for dst, src, per_row in ((self.kv_slots, meta.kv_slots, total), (self.out_slots, meta.out_slots, n),
+                                  (self.swa_kv_slots, meta.swa_kv_slots, total), (self.swa_out, meta.swa_out_slots, n)):
+            if src is None:  # no SWA layers
+                continue
+            dst[:per_row].copy_(src)
+            dst[per_row : per_row + pad] = 0
         if not self.capture:
             return self._run(b)[:n].tolist()
         graph, result = self.graphs[b]

@@ -15,6 +15,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
@@ -32,7 +34,8 @@ def run_without_torch(code: str) -> subprocess.CompletedProcess:
 
 
 def manager(ps: int = 4, swa: bool = True) -> KVManager:
-    mem = MemoryConfig(ps, 256, 8, 128, swa_num_pages=256 if swa else None, window=8 if swa else None)
+    pages = 4096 // ps
+    mem = MemoryConfig(ps, pages, 8, 128, swa_num_pages=pages if swa else None, window=8 if swa else None)
     return KVManager(mem, Auditor("raise"))
 
 
@@ -61,8 +64,8 @@ def test_import_needs_no_torch():
 def test_layout_from_the_memory_config():
     m = manager(ps=4, swa=True)
     lay = Layout.of(m.mem)
-    assert (lay.page_size, lay.num_pages, lay.swa_num_pages, lay.row_width, lay.max_reqs) == (4, 256, 256, 128, 8)
-    assert lay.has_swa and lay.full_slots == lay.swa_slots == 257 * 4
+    assert (lay.page_size, lay.num_pages, lay.swa_num_pages, lay.row_width, lay.max_reqs) == (4, 1024, 1024, 128, 8)
+    assert lay.has_swa and lay.full_slots == lay.swa_slots == 1025 * 4
     plain = Layout.of(manager(swa=False).mem)
     assert not plain.has_swa and plain.swa_slots == 0
 
@@ -105,17 +108,19 @@ def test_a_backend_that_reads_nothing_gets_no_slots():
     assert not m.req_to_token.changes.following  # nobody keeps a mirror: nothing is logged
 
 
-def test_mirror_updates_rebuild_the_host_tables():
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), ps=st.sampled_from([1, 4, 16]))
+def test_mirror_updates_rebuild_the_host_tables(seed, ps):
     """Applying every decode batch's update to a copy that starts as zeros gives the host
     tables, after any sequence of the memory layer's writers (a numpy stand-in for the
     device mirror, which does the same index copy)."""
-    m = manager(ps=4, swa=True)
+    m = manager(ps=ps, swa=True)
     m.admit(99)  # written before the feed starts following: the first update carries it
     assert m.extend(m.states[0], 10)
     build = BatchBuilder(m, mirror=True)
     table = np.zeros_like(m.req_to_token.host)
     swa_map = np.zeros_like(m.swa.map_host)
-    rng = random.Random(5)
+    rng = random.Random(seed)
     live = [m.states[0]]
     for step in range(60):
         if len(live) < 6 and rng.random() < 0.3:
@@ -124,10 +129,11 @@ def test_mirror_updates_rebuild_the_host_tables():
             m.commit(s, s.allocated)
             live.append(s)
         elif live and rng.random() < 0.8:
-            for s in live:
+            grow = [s for s in live if s.committed < 100]
+            for s in grow:
                 m.evict_swa(s, s.committed, interval=1)
-            if m.prepare(live, 4):
-                for s in live:
+            if grow and m.prepare(grow, 4):
+                for s in grow:
                     m.commit(s, rng.randint(1, 4))
         elif live:
             m.release(live.pop(rng.randrange(len(live))))

@@ -10,6 +10,7 @@ covered, with sliding-window layers, and their outputs equal an unguarded run's.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
@@ -34,8 +35,8 @@ RUNS = {
 class Guarded(ModelBackend):
     """A model backend during whose forward the memory layer's objects cannot be read."""
 
-    def __init__(self, cfg, monkeypatch):
-        super().__init__(cfg, dtype="float64")
+    def __init__(self, cfg, monkeypatch, **opts):
+        super().__init__(cfg, dtype="float64", **opts)
         self.inside = False
         self.phases: set[Phase] = set()
         for cls in GUARDED:
@@ -74,6 +75,25 @@ def test_the_forward_path_never_touches_the_memory_layer(name, monkeypatch):
     step = Phase.DECODE if name == "plain" else Phase.VERIFY
     assert backend.phases == {Phase.PREFILL, Phase.TRANSFER, step}
     assert not hasattr(backend, "manager")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path of the graph buffers (suites/gpu captures)")
+def test_graph_decode_reads_the_mirror_not_the_manager(monkeypatch):
+    """The CUDA-graph runner fills its buffers from the device mirror: its decode batches
+    carry no host slots, and its tokens equal eager decode's (off a GPU the same static
+    buffers run eagerly through the Triton interpreter)."""
+    cfg = EngineConfig(**{**BASE, "max_running": 3})
+    want = Engine(cfg, backend=ModelBackend(cfg, dtype="float64")).run(workload())
+    from mini_engine.model.cuda_graph import DecodeGraphs
+
+    seen = []
+    real = DecodeGraphs.decode
+    monkeypatch.setattr(DecodeGraphs, "decode", lambda self, b, mirror: seen.append(b.slots) or real(self, b, mirror))
+    backend = Guarded(cfg, monkeypatch, attention="triton", cuda_graphs=True)
+    got = Engine(cfg, backend=backend).run(workload())
+    assert backend.graphs is not None
+    assert got.verdict == "ok" and got.outputs == want.outputs
+    assert seen and all(x is None for x in seen)
 
 
 def test_the_guard_catches_a_read():
