@@ -102,7 +102,6 @@ def test_the_guard_catches_a_read():
 
     class Leaky(Guarded):
         def forward(self, batch):
-            self.engine_manager = self._manager
             self.inside = True
             try:
                 return self._manager.mem
@@ -131,7 +130,7 @@ def test_setup_takes_the_pool_sizes_once():
 def test_sliding_layers_without_an_swa_pool_are_refused():
     from mini_engine.errors import ConfigError
 
-    cfg = EngineConfig(**{**BASE, "window": None, "layer_pattern": None})
-    backend = ModelBackend(EngineConfig(**BASE), dtype="float64")
+    cfg = EngineConfig(**BASE)  # sliding layers (1:1)
+    backend = ModelBackend(cfg, dtype="float64")
     with pytest.raises(ConfigError, match="no SWA pool"):
         backend.setup(Layout(4, 512, 0, cfg.max_context, cfg.max_running))
