@@ -1,9 +1,10 @@
 """The backend protocol: what the engine loop asks of a model.
 
 The engine has already planned and reserved every slot through the memory layer
-before it calls a backend; a backend only writes KV into those slots (reading them
-with ``manager.slots(req.kv, start, end)`` or its own device mirror of req_to_token) and
-returns token ids. It never allocates or frees.
+before it calls a backend, and hands it one typed ``StepBatch`` per forward
+(mini_engine.step_batch): the positions to write, the host slots to read, their SWA
+copies, the table writes a device mirror needs. A backend reads the batch alone; it
+never holds the KV manager, never allocates and never frees.
 """
 
 from __future__ import annotations
@@ -13,28 +14,27 @@ from typing import Protocol, runtime_checkable
 
 from mini_engine.config import EngineConfig
 from mini_engine.request import Request
+from mini_engine.step_batch import Layout, StepBatch
 
 
 @runtime_checkable
 class Backend(Protocol):
-    def attach(self, manager) -> None:
-        """Called once before the first step with the run's KVManager."""
+    # The phases whose batches carry host slot rows (and their SWA copies), and the
+    # backend's device copy of req_to_token, if it keeps one (None: the decode batches
+    # carry no table writes). Read once, when the engine builds its BatchBuilder.
+    reads: frozenset
+    mirror: object | None
 
-    def prefill(self, reqs: list[Request], starts: list[int], ends: list[int]) -> list[int | None]:
-        """Write KV of positions [start, end) of each request's prompt + outputs.
+    def setup(self, layout: Layout) -> None:
+        """Called once before the first step with the run's pool sizes."""
 
-        Returns the next token for a request whose prefill target is reached
-        (``end == req.prefill_target``), else None.
+    def forward(self, batch: StepBatch) -> list:
+        """One forward; one result per request, in batch order, by phase:
+
+        prefill: the next token when the chunk ends the prompt (``end == req.prefill_target``), else None;
+        decode: one token; verify: the accepted tokens, bonus included (>= 1);
+        transfer: the prefill side's first token.
         """
-
-    def decode(self, reqs: list[Request]) -> list[int]:
-        """Plain decode: write KV of position seq_len - 1, return one token each."""
-
-    def spec_step(self, reqs: list[Request]) -> list[list[int]]:
-        """Draft + verify from position seq_len - 1; accepted tokens, bonus included (>= 1 each)."""
-
-    def transfer(self, reqs: list[Request]) -> list[int]:
-        """PD arrivals: receive the KV of [0, fill_len) and return the prefill side's first token."""
 
     def release(self, req: Request) -> None:
         """The request left the running batch (finished or retracted); drop any per-request state."""

@@ -40,6 +40,7 @@ from mini_engine.overlap import InFlight, finishing_in_flight, reserved_ahead
 from mini_engine.request import Request, Status, check_context
 from mini_engine.scheduler import Scheduler
 from mini_engine.stats import Stats
+from mini_engine.step_batch import BatchBuilder, Layout
 
 MAX_SAMPLES = 20
 
@@ -130,7 +131,10 @@ class Engine:
                 f"pool_tokens={cfg.num_pages * cfg.page_size} with max_running={cfg.max_running} rows of "
                 f"max_context={cfg.max_context} does not fit in host memory; lower them") from None
         self.backend = backend if backend is not None else create_backend(cfg)
-        self.backend.attach(self.manager)
+        self.backend.setup(Layout.of(self.mem))
+        # The one reader of the memory plan on the backend's behalf: each forward gets a StepBatch.
+        self.batches = BatchBuilder(self.manager, reads=getattr(self.backend, "reads", ()),
+                                    mirror=getattr(self.backend, "mirror", None) is not None)
         self.stats = Stats(cfg.page_size, cfg.max_accept, swa=cfg.has_swa)
         self.sched = Scheduler(cfg, self.manager, _weak_callback(self._on_release))
         self.batch: BatchArrays | None = None
@@ -253,7 +257,7 @@ class Engine:
         return StepOutcome.RAN if progress else StepOutcome.STALLED
 
     def _transfer(self, reqs: list[Request]) -> None:
-        firsts = _results(self.backend.transfer(reqs), len(reqs))  # pd_prealloc committed the fill_len tokens
+        firsts = _results(self.backend.forward(self.batches.transfer(reqs)), len(reqs))  # pd_prealloc committed the fill_len tokens
         # SGLang groups the frees of this batch only with the decode-side radix cache.
         with self.manager.free_group() if self.mem.profile.pd_radix else nullcontext():
             for r, tok in zip(reqs, firsts):
@@ -265,7 +269,8 @@ class Engine:
 
     def _prefill(self, chunks) -> None:
         reqs = [c.req for c in chunks]
-        toks = _results(self.backend.prefill(reqs, [c.start for c in chunks], [c.end for c in chunks]), len(reqs))
+        toks = _results(self.backend.forward(self.batches.prefill(reqs, [c.start for c in chunks],
+                                                                  [c.end for c in chunks])), len(reqs))
         self.stats.prefill_steps += 1
         with self.manager.free_group():  # SGLang's prefill result processing: one free group
             for c, tok in zip(chunks, toks):
@@ -327,8 +332,8 @@ class Engine:
 
     def _forward(self, batch: list[Request]) -> list[list[int]]:
         if self.cfg.speculative:
-            return _results(self.backend.spec_step(batch), len(batch))
-        return [[t] for t in _results(self.backend.decode(batch), len(batch))]
+            return _results(self.backend.forward(self.batches.verify(batch)), len(batch))
+        return [[t] for t in _results(self.backend.forward(self.batches.decode(batch)), len(batch))]
 
     def _count_ahead(self, batch: list[Request], before: dict[int, int]) -> None:
         """Slots reserved past the true committed lengths (the in-flight result counted)."""

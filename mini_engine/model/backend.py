@@ -1,9 +1,11 @@
 """ModelBackend: the real transformer behind the engine's backend protocol.
 
-The engine has reserved every slot before a call; this class only reads the slots
-(`manager.slots`, host numpy; plain decode gathers them on the device from the
-backend's own mirror of req_to_token), writes K/V there through the forward pass
-and returns tokens. The SWA layers write where the memory layer's SWA map points.
+The engine has reserved every slot before a call and hands over one StepBatch per
+forward; this class reads only the batch (host slot rows and their SWA copies; plain
+decode gathers its slots on the device from the backend's own mirror of req_to_token,
+which the batch keeps up to date), writes K/V there through the forward pass and
+returns tokens. It never holds the KV manager. The SWA layers write where the memory
+layer's SWA map points.
 Per-request state is the drafter's: target hidden states it still needs and how
 far its own KV is final.
 """
@@ -23,6 +25,7 @@ from mini_engine.model.loader import resolve_model
 from mini_engine.model.mirror import DeviceMirror
 from mini_engine.model.transformer import KVCache, Transformer
 from mini_engine.spec import verify
+from mini_engine.step_batch import Layout, Phase, StepBatch
 
 # The drafter shares the target's lowest layers: all four of tiny's, four of a GPU shape
 # (its own KV costs a layer's worth of pool per shared layer).
@@ -50,6 +53,9 @@ def triton_fits(head_dim: int) -> bool:
 
 
 class ModelBackend:
+    # Plain decode (eager or through CUDA graphs) reads the device mirror; every other phase host rows.
+    reads = frozenset({Phase.PREFILL, Phase.VERIFY, Phase.TRANSFER})
+
     def __init__(self, cfg, *, dtype: str | None = None, attention: str | None = None,
                  draft_layers: int | None = None, draft_noise: float | None = None,
                  cuda_graphs: bool | None = None):
@@ -84,51 +90,70 @@ class ModelBackend:
                 DEFAULT_DRAFT_NOISE if noise is None else noise,
                 seed=mcfg.seed + 1,
             )
-        self.manager = None
+        self.layout: Layout | None = None
         self.mirror: DeviceMirror | None = None
         self.cache: KVCache | None = None
         self.drafter = None
         self.graphs = None
         self.feats: dict[object, FeatureStore] = {}
-        self._sizes: tuple | None = None
 
     # -- protocol ------------------------------------------------------------------
-    def attach(self, manager) -> None:
-        self.manager = manager
-        mem = manager.mem
-        ps = mem.page_size
-        if self.mcfg.has_sliding and manager.swa is None:
+    def setup(self, layout: Layout) -> None:
+        if self.mcfg.has_sliding and not layout.has_swa:
             raise ConfigError("the model has sliding layers but the memory layer has no SWA pool; set window")
-        full = (mem.num_pages + 1) * ps
-        swa = (mem.swa_num_pages + 1) * ps if manager.swa is not None else 0
         self.feats.clear()
         # The device copy of the tables belongs to what reads it: plain decode gathers its
-        # slots there (decode_meta); prefill, verify and the drafters take host rows.
-        self.mirror = DeviceMirror(manager, self.device) if self.cfg.spec == "none" else None
-        key = (full, swa, mem.row_width, mem.max_reqs)
-        if self._sizes == key:
+        # slots there (decode_meta); prefill, verify, PD transfers and the drafters take
+        # host rows from the batch.
+        self.mirror = DeviceMirror(layout, self.device) if self.cfg.spec == "none" else None
+        if self.layout == layout:
             return  # a later run of the same shape: keep the caches, drafter and captured graphs
-        self._sizes = key
-        self.cache = KVCache.allocate(self.mcfg, full, swa, self.device)
+        self.layout = layout
+        self.cache = KVCache.allocate(self.mcfg, layout.full_slots, layout.swa_slots, self.device)
         cfg = self.cfg
         if self.draft_model is not None:
-            dcache = self.draft_model.new_cache(full)
+            dcache = self.draft_model.new_cache(layout.full_slots)
             self.drafter = cfg.algo.make_drafter(cfg, self.draft_model, dcache, self.temperature, self.attend,
                                                  self.gen)
+        self.graphs = None
         if self.use_graphs and cfg.algo.graphable:
             from mini_engine.model.cuda_graph import DecodeGraphs
 
-            self.graphs = DecodeGraphs(self)
+            self.graphs = DecodeGraphs(self, layout)
 
+    def forward(self, batch: StepBatch) -> list:
+        phase = batch.phase
+        if phase is Phase.DECODE:
+            return self._decode(batch)
+        if phase is Phase.VERIFY:
+            return self._verify(batch)
+        if phase is Phase.PREFILL:
+            return self._prefill(batch)
+        return self._transfer(batch)
+
+    def release(self, req) -> None:
+        self.feats.pop(req.rid, None)
+
+    def check_tokens(self, r, toks: list[int]) -> list[int]:
+        """Token ids of request r, refused with a one-line error when outside the vocabulary."""
+        vocab = self.mcfg.vocab_size
+        bad = next((t for t in toks if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ConfigError(
+                f"token {bad} of request {r.rid} is outside the model's vocabulary (vocab_size={vocab}); "
+                f"draw prompts from [0, {vocab})")
+        return list(toks)
+
+    # -- the phases ------------------------------------------------------------------
     @torch.inference_mode()  # no autograd bookkeeping on any of a step's ops
-    def prefill(self, reqs, starts, ends) -> list[int | None]:
-        ids, rows, lens = [], [], []
-        for r, s, e in zip(reqs, starts, ends):
-            _writes_from(r, s)
-            ids += self._checked(r, r.tokens(s, e))
-            rows.append(self.manager.slots(r.kv, 0, e))
+    def _prefill(self, b: StepBatch) -> list[int | None]:
+        reqs, starts, ends = b.reqs, b.starts.tolist(), b.ends.tolist()
+        ids, lens = [], []
+        for k, (r, s, e) in enumerate(zip(reqs, starts, ends)):
+            _writes_from(r, s, b.committed[k])
+            ids += self.check_tokens(r, r.tokens(s, e))
             lens.append(e - s)
-        h = self._target(ids, rows, lens, None, None)
+        h = self._target(ids, b.slots, b.swa_slots, lens, None, None)
         done, last = [], []
         off = 0
         for k, (r, s, e) in enumerate(zip(reqs, starts, ends)):
@@ -144,67 +169,69 @@ class ModelBackend:
             for k, tok in zip(done, self._next(torch.cat(last))):
                 out[k] = tok
         if self.drafter is not None:
-            self._draft_context(reqs, ends)
+            self._draft_context(reqs, ends, b.slots)
         return out
 
-    def _draft_context(self, reqs, ends) -> None:
+    def _draft_context(self, reqs, ends, slots) -> None:
         """The drafter's own KV follows the target's prefill chunk by chunk (EAGLE's draft
-        extend), so a spec step only drafts from the few positions verified last step."""
+        extend), so a spec step only drafts from the few positions verified last step.
+        slots: each request's slots of positions [0, end)."""
         jobs = []
-        for r, e in zip(reqs, ends):
+        for r, e, row in zip(reqs, ends, slots):
             st = self._store(r)
             if e > st.draft_done:
                 jobs.append(DraftJob(st.draft_done, r.tokens(st.draft_done, e), st.get(st.draft_done - 1, e - 1),
-                                     self.manager.slots(r.kv, 0, e)))
+                                     row[:e]))
                 st.draft_done = e
                 st.trim()
         if jobs:
             self.drafter.extend(jobs)
 
     @torch.inference_mode()
-    def decode(self, reqs) -> list[int]:
+    def _decode(self, b: StepBatch) -> list[int]:
+        reqs, lens = b.reqs, b.ends
         n = len(reqs)
         # Host columns of the batch, one pass each; every check runs on the whole batch.
-        lens = np.fromiter((r.seq_len for r in reqs), dtype=np.int64, count=n)
-        final = np.fromiter((r.kv.committed for r in reqs), dtype=np.int64, count=n)
-        for k in np.flatnonzero(final != lens - 1)[:1]:
-            _writes_from(reqs[k], int(lens[k]) - 1)
-        if self.mirror is not None:
-            self.mirror.sync()  # the host writes since the last decode, once per step (a graph step too)
+        for k in np.flatnonzero(b.committed != lens - 1)[:1]:
+            _writes_from(reqs[k], int(lens[k]) - 1, b.committed[k])
+        mirror = self.mirror
+        if mirror is not None and b.mirror is not None:
+            mirror.apply(b.mirror)  # the host writes since the last decode, once per step (a graph step too)
         if self.graphs is not None:
-            got = self.graphs.decode(reqs)
+            got = self.graphs.decode(b, mirror)
             if got is not None:
                 return got
         ids = np.fromiter((r.last_token() for r in reqs), dtype=np.int64, count=n)
         self._check_ids(reqs, ids)
-        mirror = self.mirror
-        rows = np.fromiter((r.kv.row for r in reqs), dtype=np.int64, count=n)
         # The torch backend gathers whole pages; the Triton kernels read the flat layout.
-        meta = decode_meta(mirror.table, rows, lens, self.manager.mem.page_size, mirror.swa_map,
+        meta = decode_meta(mirror.table, b.rows, lens, self.layout.page_size, mirror.swa_map,
                            flat=self.attend is not paged_attention)
         h = self.model(torch.from_numpy(ids).to(self.device), meta.q_pos, meta, self.cache, self.attend)
         return self._next(h)
 
     @torch.inference_mode()
-    def spec_step(self, reqs) -> list[list[int]]:
+    def _verify(self, b: StepBatch) -> list[list[int]]:
+        reqs = b.reqs
         jobs = []
-        for r in reqs:
-            root = r.seq_len - 1
-            _writes_from(r, root)
+        for k, r in enumerate(reqs):
+            root = int(b.starts[k])
+            _writes_from(r, root, b.committed[k])
             st = self._store(r)
             jobs.append(DraftJob(st.draft_done, r.tokens(st.draft_done, root + 1),
-                                 st.get(st.draft_done - 1, root), self.manager.slots(r.kv, 0, r.kv.allocated)))
+                                 st.get(st.draft_done - 1, root), b.slots[k]))
         trees = self.drafter.draft(jobs)
-        ids, rows, lens, pos, masks = [], [], [], [], []
-        for r, j, t in zip(reqs, jobs, trees):
+        ids, rows, swa_rows, lens, pos, masks = [], [], [], [], [], []
+        for k, (r, j, t) in enumerate(zip(reqs, jobs, trees)):
             n = len(t.tokens)
-            ids += self._checked(r, t.tokens)
+            ids += self.check_tokens(r, t.tokens)
             rows.append(rows_upto(j, j.root + n))
+            if b.swa_slots is not None:
+                swa_rows.append(b.swa_slots[k][: j.root + n])
             lens.append(n)
             pos.append(j.root + np.asarray(t.depths, dtype=np.int64))
             chain = t.parents == verify.chain_parents(n)
             masks.append(None if chain else _ancestor_mask(t))
-        h = self._target(ids, rows, lens, pos, masks)
+        h = self._target(ids, rows, swa_rows if b.swa_slots is not None else None, lens, pos, masks)
         logits = self.model.logits(h)
         results, paths = [], []
         off = 0
@@ -220,26 +247,26 @@ class ModelBackend:
             off += n
             results.append(v.tokens)
             paths.append(v.path)
-        self._settle(reqs, jobs, paths, lens, h)
+        self._settle(reqs, jobs, paths, lens, h, b.swa_slots)
         return results
 
     @torch.inference_mode()
-    def transfer(self, reqs) -> list[int]:
+    def _transfer(self, b: StepBatch) -> list[int]:
         """PD arrival: compute the prompt's KV as the prefill node would, then receive it."""
         out = []
-        for r in reqs:
-            n = r.fill_len
-            ids = self._checked(r, r.tokens(0, n))
+        for k, r in enumerate(b.reqs):
+            n = int(b.ends[k])
+            ids = self.check_tokens(r, r.tokens(0, n))
             scratch = KVCache.allocate(self.mcfg, n + 1, n + 1, self.device)
             local = np.arange(1, n + 1, dtype=np.int64)
             meta = build_meta([local], [n], None, self.device, swa_rows=[local] if self.mcfg.has_sliding else None)
             h = self.model(torch.tensor(ids, device=self.device), meta.q_pos, meta, scratch, self.attend)
-            slots = self.manager.slots(r.kv, 0, n)
-            cursor = r.kv.swa_evicted
+            slots = b.slots[k][:n]
+            cursor = int(b.swa_cursor[k])
             full_dst = torch.from_numpy(slots.copy()).to(self.device)
             swa_dst = None
-            if self.manager.swa is not None:
-                swa_dst = torch.from_numpy(self.manager.swa.translate(slots[cursor:])).to(self.device)
+            if b.swa_slots is not None:
+                swa_dst = torch.from_numpy(np.ascontiguousarray(b.swa_slots[k][cursor:n])).to(self.device)
             for i, sliding in enumerate(self.cache.sliding):
                 # The decode side keeps only the SWA tail above the cursor (the evict floor).
                 src = slice(cursor + 1, n + 1) if sliding else slice(1, n + 1)
@@ -248,18 +275,12 @@ class ModelBackend:
                 self.cache.v[i][dst] = scratch.v[i][src]
             if self.drafter is not None:
                 self._store(r).put(0, h)
-                self._draft_context([r], [n])
+                self._draft_context([r], [n], [slots])
             out.append(self._next(h[-1:])[0])
         return out
 
-    def release(self, req) -> None:
-        self.feats.pop(req.rid, None)
-
     # -- internals -----------------------------------------------------------------
-    def _target(self, ids, rows, lens, pos, masks) -> torch.Tensor:
-        swa_rows = None
-        if self.manager.swa is not None:
-            swa_rows = [self.manager.swa.translate(r) for r in rows]
+    def _target(self, ids, rows, swa_rows, lens, pos, masks) -> torch.Tensor:
         meta = build_meta(rows, lens, pos, self.device, swa_rows=swa_rows, tree_masks=masks)
         return self.model(torch.tensor(ids, device=self.device), meta.q_pos, meta, self.cache, self.attend)
 
@@ -270,25 +291,30 @@ class ModelBackend:
         p = torch.softmax(logits.double() / self.temperature, -1).cpu()
         return torch.multinomial(p, 1, generator=self.gen).squeeze(-1).tolist()
 
-    def _settle(self, reqs, jobs: list[DraftJob], paths: list[list[int]], lens: list[int], h: torch.Tensor) -> None:
+    def _settle(self, reqs, jobs: list[DraftJob], paths: list[list[int]], lens: list[int], h: torch.Tensor,
+                swa_slots: list[np.ndarray] | None) -> None:
         """Make each accepted branch contiguous in the target KV and keep its features: one
         KV move and one feature gather for the whole batch."""
-        src, dst, keep = [], [], []
+        src, dst, swa_src, swa_dst, keep = [], [], [], [], []
         off = 0
-        for j, path, n in zip(jobs, paths, lens):
+        for i, (j, path, n) in enumerate(zip(jobs, paths, lens)):
             root = j.root
             for k, node in enumerate(path):
                 if node != k:  # a tree branch: node's KV goes to position root + k
                     src.append(j.slots[root + node])
                     dst.append(j.slots[root + k])
+                    if swa_slots is not None:
+                        swa_src.append(swa_slots[i][root + node])
+                        swa_dst.append(swa_slots[i][root + k])
             keep += [off + node for node in path]
             off += n
         if src:
             src_a, dst_a = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
-            swa_src = swa_dst = None
-            if self.manager.swa is not None:
-                swa_src = torch.from_numpy(self.manager.swa.translate(src_a)).to(self.device)
-                swa_dst = torch.from_numpy(self.manager.swa.translate(dst_a)).to(self.device)
+            if swa_slots is not None:
+                swa_src = torch.tensor(swa_src, dtype=torch.int64).to(self.device)
+                swa_dst = torch.tensor(swa_dst, dtype=torch.int64).to(self.device)
+            else:
+                swa_src = swa_dst = None
             self.cache.move(torch.from_numpy(src_a).to(self.device), torch.from_numpy(dst_a).to(self.device),
                             swa_src, swa_dst)
         kept = h.index_select(0, torch.tensor(keep, device=h.device)).split([len(p) for p in paths])
@@ -307,27 +333,18 @@ class ModelBackend:
         return st
 
     def _check_ids(self, reqs, ids: np.ndarray) -> None:
-        """_checked for one token per request, on the whole batch at once."""
+        """check_tokens for one token per request, on the whole batch at once."""
         if len(ids) and (ids.min() < 0 or ids.max() >= self.mcfg.vocab_size):
             k = int(np.flatnonzero((ids < 0) | (ids >= self.mcfg.vocab_size))[0])
-            self._checked(reqs[k], [int(ids[k])])
-
-    def _checked(self, r, toks: list[int]) -> list[int]:
-        vocab = self.mcfg.vocab_size
-        bad = next((t for t in toks if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise ConfigError(
-                f"token {bad} of request {r.rid} is outside the model's vocabulary (vocab_size={vocab}); "
-                f"draw prompts from [0, {vocab})")
-        return list(toks)
+            self.check_tokens(reqs[k], [int(ids[k])])
 
 
-def _writes_from(r, start: int) -> None:
+def _writes_from(r, start: int, committed: int) -> None:
     """A forward writes KV from the first position that is not final: rewriting committed KV
     (or leaving a gap) would be an engine bug that K11 alone might not show."""
-    if start != r.kv.committed:
+    if start != committed:
         raise RuntimeError(f"request {r.rid}: the forward would write from position {start}, "
-                           f"but its KV is final up to {r.kv.committed}")
+                           f"but its KV is final up to {committed}")
 
 
 def _ancestor_mask(t: DraftTree) -> np.ndarray:

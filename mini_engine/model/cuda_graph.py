@@ -2,7 +2,9 @@
 
 One graph per batch-size bucket, captured lazily on first use. Everything a decode
 step reads lives in static device buffers (token ids, positions, output slots, the
-flattened slot rows and their offsets), filled from host numpy before each replay;
+flattened slot rows and their offsets), filled before each replay: ids and positions
+from host numpy, the slots gathered on the device from the backend's mirror of
+req_to_token (as eager decode reads them);
 the Triton attention kernel reads every length from those buffers, so its grid
 depends only on the bucket. Padding rows decode token 0 at position 0 into the
 dummy slot 0 and are dropped.
@@ -17,7 +19,9 @@ import numpy as np
 import torch
 
 from mini_engine.model.attention_triton import triton_paged_attention
-from mini_engine.model.attn_meta import AttnMeta
+from mini_engine.model.attn_meta import AttnMeta, decode_meta
+from mini_engine.model.mirror import DeviceMirror
+from mini_engine.step_batch import Layout, StepBatch
 
 def _token_attention(*args, **kwargs):
     return triton_paged_attention(*args, kernel="token", **kwargs)
@@ -27,17 +31,17 @@ BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
 class DecodeGraphs:
-    def __init__(self, backend, capture: bool | None = None):
+    def __init__(self, backend, layout: Layout, capture: bool | None = None):
         self.backend = backend
         self.capture = backend.device.type == "cuda" if capture is None else capture
         self.model = backend.model
         self.cache = backend.cache
-        mgr = backend.manager
-        self.has_swa = mgr.swa is not None
+        self.has_swa = layout.has_swa
+        self.page_size = layout.page_size
         # Buffers for the bucket that holds max_reqs: a batch of 17 with max_reqs 20 replays
         # the 24 graph instead of falling back to eager decode.
-        self.max_batch = next(x for x in BUCKETS if x >= min(mgr.mem.max_reqs, BUCKETS[-1]))
-        self.width = mgr.mem.row_width
+        self.max_batch = next(x for x in BUCKETS if x >= min(layout.max_reqs, BUCKETS[-1]))
+        self.width = layout.row_width
         dev = backend.device
         n, w = self.max_batch, self.width
         i64 = dict(dtype=torch.int64, device=dev)
@@ -87,33 +91,37 @@ class DecodeGraphs:
             buf[:b] = 0
         self.kv_indptr[: b + 1] = self.arange[: b + 1]
 
-    def decode(self, reqs) -> list[int] | None:
-        """Greedy decode through a graph; None when a graph does not apply (eager fallback)."""
+    def decode(self, batch: StepBatch, mirror: DeviceMirror) -> list[int] | None:
+        """Greedy decode through a graph; None when a graph does not apply (eager fallback).
+
+        The slots come from the backend's device mirror of req_to_token (already brought up
+        to date from the batch), gathered flat on the device as eager decode gathers them,
+        then copied into the static buffers: no host slot row is read."""
+        reqs = batch.reqs
         n = len(reqs)
         if self.backend.temperature > 0 or n > self.max_batch:
             return None
         b = next(x for x in BUCKETS if x >= n)
         if self.capture and b not in self.graphs:
             self._capture(b)
-        mgr = self.backend.manager
-        rows = [mgr.slots(r.kv, 0, r.seq_len) for r in reqs]
-        ids = np.array([self.backend._checked(r, [r.last_token()])[0] for r in reqs], dtype=np.int64)
-        lens = np.array([len(x) for x in rows], dtype=np.int64)
+        ids = np.array([self.backend.check_tokens(r, [r.last_token()])[0] for r in reqs], dtype=np.int64)
+        lens = batch.ends
         pad = b - n
-        indptr = np.concatenate([[0], np.cumsum(np.concatenate([lens, np.ones(pad, dtype=np.int64)]))])
-        flat = np.concatenate(rows + [np.zeros(pad, dtype=np.int64)])
-        out = np.concatenate([[x[-1] for x in rows], np.zeros(pad, dtype=np.int64)]).astype(np.int64)
+        meta = decode_meta(mirror.table, batch.rows, lens, self.page_size, mirror.swa_map, flat=True)
+        total = int(lens.sum())
         dev = self.ids.device
         put = lambda dst, a: dst[: len(a)].copy_(torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev, non_blocking=True))  # noqa: E731
         put(self.ids, np.concatenate([ids, np.zeros(pad, dtype=np.int64)]))
         put(self.pos, np.concatenate([lens - 1, np.zeros(pad, dtype=np.int64)]))
-        put(self.out_slots, out)
-        put(self.kv_indptr, indptr)
-        put(self.kv_slots, flat)
-        swa = mgr.swa  # the current run's map: a backend may serve several runs
-        if swa is not None:
-            put(self.swa_out, swa.translate(out))
-            put(self.swa_kv_slots, swa.translate(flat))
+        # Padding rows: one key each, in the dummy slot 0.
+        self.kv_indptr[: n + 1].copy_(meta.kv_indptr)
+        self.kv_indptr[n + 1 : b + 1].copy_(total + self.arange[1 : pad + 1])
+        for dst, src, per_row in ((self.kv_slots, meta.kv_slots, total), (self.out_slots, meta.out_slots, n),
+                                  (self.swa_kv_slots, meta.swa_kv_slots, total), (self.swa_out, meta.swa_out_slots, n)):
+            if src is None:  # no SWA layers
+                continue
+            dst[:per_row].copy_(src)
+            dst[per_row : per_row + pad] = 0
         if not self.capture:
             return self._run(b)[:n].tolist()
         graph, result = self.graphs[b]

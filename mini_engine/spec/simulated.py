@@ -2,8 +2,8 @@
 
 Token ids are a pure function of (seed, rid, position), so an output does not
 depend on batching, chunking or retraction; accepted lengths come from
-``Acceptance``. It writes no KV, so it never reads the slots the engine reserved:
-the accounting is the engine's reservation, commit and eviction alone.
+``Acceptance``. It writes no KV, so its batches carry no slots and it keeps no device
+mirror: the accounting is the engine's reservation, commit and eviction alone.
 """
 
 from __future__ import annotations
@@ -13,15 +13,31 @@ import numpy as np
 from mini_engine.config import EngineConfig
 from mini_engine.request import Request
 from mini_engine.spec.acceptance import Acceptance, mix64, mix64_array
+from mini_engine.step_batch import Layout, Phase, StepBatch
 
 
 class SimulatedBackend:
+    reads = frozenset()  # no KV to write, so no slots to look up
+    mirror = None
+
     def __init__(self, cfg: EngineConfig):
         self.cfg = cfg
         self.acceptance = Acceptance.from_config(cfg) if cfg.speculative else None
 
-    def attach(self, manager) -> None:
-        pass  # no KV to write, so no slots to look up
+    def setup(self, layout: Layout) -> None:
+        pass
+
+    def forward(self, batch: StepBatch) -> list:
+        reqs, phase = batch.reqs, batch.phase
+        if phase is Phase.DECODE:
+            return self.decode(reqs)
+        if phase is Phase.VERIFY:
+            return self.spec_step(reqs)
+        if phase is Phase.PREFILL:
+            return self.prefill(reqs, batch.starts.tolist(), batch.ends.tolist())
+        return self.transfer(reqs)
+
+    # -- the token rule of each phase (forward's cases) ------------------------------
 
     def token(self, rid: int, position: int) -> int:
         return mix64(self.cfg.seed, 0x70C, rid, position) % self.cfg.vocab_size

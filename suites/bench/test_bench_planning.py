@@ -101,8 +101,19 @@ class FixedAcceptance:
     def __init__(self):
         self.step = 0
 
-    def attach(self, manager) -> None:
+    reads = frozenset()
+    mirror = None
+
+    def setup(self, layout) -> None:
         pass
+
+    def forward(self, batch):
+        from mini_engine.step_batch import Phase
+
+        calls = {Phase.PREFILL: lambda: self.prefill(batch.reqs, batch.starts, batch.ends),
+                 Phase.DECODE: lambda: self.decode(batch.reqs), Phase.VERIFY: lambda: self.spec_step(batch.reqs),
+                 Phase.TRANSFER: lambda: self.transfer(batch.reqs)}
+        return calls[batch.phase]()
 
     def prefill(self, reqs, starts, ends):
         return [1 if e == r.prefill_target else None for r, e in zip(reqs, ends)]

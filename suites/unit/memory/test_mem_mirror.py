@@ -27,6 +27,7 @@ from mini_engine.model.attn_meta import build_meta, decode_meta
 from mini_engine.model.backend import ModelBackend
 from mini_engine.model.mirror import DeviceMirror
 from mini_engine.request import Request
+from mini_engine.step_batch import Layout, MirrorFeed
 
 
 class HostFollower:
@@ -52,6 +53,17 @@ class HostFollower:
 
     def swa_of(self, slots):
         return None if self.swa is None else self.swa[slots]
+
+
+class Followed(DeviceMirror):
+    """A mirror fed as the engine feeds it: the manager's change logs drained into updates."""
+
+    def __init__(self, m: KVManager, device: torch.device):
+        super().__init__(Layout.of(m.mem), device)
+        self.feed = MirrorFeed(m)
+
+    def sync(self) -> None:
+        self.apply(self.feed.drain())
 
 
 def manager(ps: int, free: str, swa: bool = True, auditor: str = "raise") -> KVManager:
@@ -107,7 +119,7 @@ def test_a_follower_of_the_logs_equals_the_host_tables(seed, ps, free, swa):
 @pytest.mark.parametrize("ps", [1, 16])
 def test_device_mirror_follows_and_k10_holds(ps):
     m = manager(ps, "segment")
-    mirror = DeviceMirror(m, torch.device("cpu"))
+    mirror = Followed(m, torch.device("cpu"))
     assert not np.shares_memory(mirror.table.numpy(), m.req_to_token.host)
 
     def check(ready):
@@ -126,7 +138,7 @@ def test_mirror_sync_only_writes_the_device(ps):
     with pytest.raises((NotImplementedError, RuntimeError)):
         torch.zeros(2, device="meta").cpu()
     m = manager(ps, "floor", auditor="record")
-    mirror = DeviceMirror(m, torch.device("meta"))
+    mirror = Followed(m, torch.device("meta"))
     drive(m, ps + 7, 120, lambda _ready: mirror.sync())
     assert m.syncs == 0 and mirror.syncs > 0
 
@@ -139,7 +151,7 @@ def test_nothing_is_logged_without_a_follower():
 
 
 def _decoding(m: KVManager) -> tuple[list, BatchArrays, DeviceMirror]:
-    mirror = DeviceMirror(m, torch.device("cpu"))
+    mirror = Followed(m, torch.device("cpu"))
     states = []
     for i in range(4):
         s = m.admit(i)

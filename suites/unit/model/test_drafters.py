@@ -192,7 +192,9 @@ def test_forwards_write_only_from_the_committed_position():
         engine.tick()
     r = engine.sched.running[0]
     committed = r.kv.committed
-    for call in (lambda: engine.backend.prefill([r], [0], [committed]), lambda: engine.backend.decode([r])):
+    batches = engine.batches
+    for call in (lambda: engine.backend.forward(batches.prefill([r], [0], [committed])),
+                 lambda: engine.backend.forward(batches.verify([r]))):
         r.kv.committed -= 1
         with pytest.raises(RuntimeError, match=f"KV is final up to {committed - 1}"):
             call()

@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from mini_engine.model.attn_meta import build_meta, decode_meta
 from mini_engine.model.mirror import DeviceMirror
+from mini_engine.step_batch import Layout, MirrorFeed
 from mini_engine.model.transformer import KVCache
 
 from .conftest import MACHINE_SETTINGS, manager, tiny
@@ -49,7 +50,8 @@ def machine(ps: int):
             self.num_pages = MAX_REQS * (width // ps)
             self.mgr = manager(ps, self.num_pages, max_reqs=MAX_REQS, row_width=width,
                                window=window if swa else None, policy=policy)
-            self.mirror = DeviceMirror(self.mgr, torch.device("cpu"))
+            self.mirror = DeviceMirror(Layout.of(self.mgr.mem), torch.device("cpu"))
+            self.feed = MirrorFeed(self.mgr)
             slots = (self.num_pages + 1) * ps
             self.cache = KVCache.allocate(self.model.cfg, slots, slots if swa else 0, "cpu")
             self.reqs: dict[int, dict] = {}
@@ -120,7 +122,7 @@ def machine(ps: int):
                 ids += r["tokens"][r["done"] : end]
             swa = [self.mgr.swa.translate(x) for x in rows] if self.mgr.swa is not None else None
             if all(n == 1 for _, n in batch):  # plain decode: pages read from the device mirror
-                self.mirror.sync()
+                self.mirror.apply(self.feed.drain())
                 meta = decode_meta(self.mirror.table, np.array([r["state"].row for r, _ in batch]),
                                    np.array([len(x) for x in rows]), self.mgr.mem.page_size, self.mirror.swa_map)
             else:
