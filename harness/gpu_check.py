@@ -173,7 +173,7 @@ class Check:
             cfg = EngineConfig(model=p.k11_model, device=p.device, page_size=16, pool_tokens=1 << 14,
                                max_context=512, window=32, layer_pattern="3:1", audit="raise", **spec)
             backend = ModelBackend(cfg, dtype="float64", attention=attention.split("-")[0])
-            if attention.startswith("triton-"):  # before attach, so that the drafter attends alike
+            if attention.startswith("triton-"):  # before setup, so that the drafter attends alike
                 from mini_engine.model.attention_triton import triton_paged_attention
 
                 backend.attend = functools.partial(triton_paged_attention, kernel=attention.split("-")[1])
