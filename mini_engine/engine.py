@@ -287,25 +287,16 @@ class Engine:
             batch = [r for r in batch if r not in finishing]
             if not batch:
                 return self._land()
-        if self.cfg.has_swa:
-            # SGLang's prepare_for_decode: the window eviction comes before the reservation,
-            # from a request's second decode batch on (the first may overlap its prefill).
-            with self.manager.free_group():  # SGLang's maybe_evict_swa: one free group
-                for r in batch:
-                    if r.decode_batches:
-                        self.manager.evict_swa(r.kv, r.kv.committed)
-        for r in batch:
-            r.decode_batches += 1
         before = {r.rid: int(r.kv.allocated) for r in batch}
+        # SGLang's order: check and retract on the pools as they are, then evict, then allocate.
         got = self.sched.reserve_decode(batch, wait=bool(finishing))
         if not got:
-            if got is not None:  # waiting on the frees of the result in flight: no decode batch
-                for r in batch:
-                    r.decode_batches -= 1
-            landed = self._land()
+            landed = self._land()  # waiting on the frees of the result in flight: no decode batch
             if got is None and not landed:
                 return None  # the pool is exhausted
             return landed  # after its frees, the next plan tries again
+        for r in got:
+            r.decode_batches += 1
         batch = got
         self._sync_batch(batch)
         self._count_ahead(batch, before)

@@ -181,17 +181,29 @@ class Scheduler:
     def reserve_decode(self, batch: list[Request], *, wait: bool = False) -> list[Request] | None:
         """Reserve the slots of one decode step, retracting the rule's victim on shortage.
 
+        In SGLang's order (Scheduler.update_running_batch): whether the step fits is
+        decided on the pools as they are (ScheduleBatch.check_decode_mem), and
+        retract_decode retracts until it does; only then does prepare_for_decode evict
+        the SWA window (maybe_evict_swa, _evict_window) and allocate. So an
+        eviction that would have made room does not spare a retraction, and a request
+        retracted this step is not evicted first.
+
         Returns the batch that got its slots (possibly smaller), or None when even
         a lone request cannot get them: the pool is exhausted. wait (overlap: a
-        result in flight will finish requests): on a shortage reserve nothing and
-        return [] instead of retracting; those requests' frees come first
-        (SGLang's Scheduler.update_running_batch skips the decode step).
+        result in flight will finish requests): on a shortage reserve (and evict)
+        nothing and return [] instead of retracting; those requests' frees come first
+        (update_running_batch returns None: no decode step).
         """
         first = True
         while batch:
-            if self.manager.prepare([r.kv for r in batch], self.step_reserve):
+            states = [r.kv for r in batch]
+            if self.manager.prepare_fits(states, self.step_reserve):
                 if first:
                     self.ratio = self.rules.decay_step(self.ratio)
+                self._evict_window(batch)
+                if not self.manager.prepare(states, self.step_reserve):
+                    # The eviction only frees: SGLang's alloc after a passed check is fail-loud too.
+                    raise RuntimeError("decode reservation refused after its capacity check passed")
                 return batch
             if first:
                 if wait:
@@ -203,6 +215,17 @@ class Scheduler:
                 return None
             self.swa_retractions += swa_short
         return batch
+
+    def _evict_window(self, batch: list[Request]) -> None:
+        """SGLang's maybe_evict_swa in prepare_for_decode, after update_running_batch's
+        retraction and before the allocation: one free group, and only from a request's
+        second decode batch on (decode_batch_idx >= 1: the first may overlap its prefill)."""
+        if self.manager.swa is None:
+            return
+        with self.manager.free_group():
+            for r in batch:
+                if r.decode_batches:
+                    self.manager.evict_swa(r.kv, r.kv.committed)
 
     def _retract_for(self, batch: list[Request]) -> bool:
         """Retract the retraction rule's victim; it leaves the batch being reserved too.
