@@ -48,6 +48,7 @@ class InFlight:
     batch: list[Request]
     results: list[list[int]]
     states: list = field(default_factory=list)  # each request's KV state when it ran
+    committed: bool = False  # its commits were taken before the next plan (plain decode)
 
     def __post_init__(self) -> None:
         self.states = [r.kv for r in self.batch]
@@ -62,7 +63,9 @@ class InFlight:
                 if r.status is Status.RUNNING and r.kv is s and s is not None]
 
     def landing(self) -> dict[int, int]:
-        """rid -> tokens the result will commit (cut at the output limit)."""
+        """rid -> tokens the result will commit (cut at the output limit); none once committed."""
+        if self.committed:
+            return {}
         return {self.batch[i].rid: min(len(self.results[i]), self.batch[i].remaining) for i in self.live()}
 
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.request import Request, Status
@@ -43,13 +45,16 @@ def engine(cfg: EngineConfig, trace=None) -> tuple[Engine, list[Request]]:
     return eng, reqs
 
 
-def test_retracts_before_the_window_eviction_would_make_room():
-    eng, (a, b) = engine(tight_swa())
+@pytest.mark.parametrize("overlap", ["on", "off"])
+def test_retracts_before_the_window_eviction_would_make_room(overlap):
+    eng, (a, b) = engine(tight_swa(overlap))
     swa = eng.manager.swa.allocator
     for _ in range(5):  # the prefill and decode steps 1-4
         eng.tick()
     assert swa.num_free_pages == 0 and eng.manager.num_free_pages == 16
-    assert (a.kv.committed, b.kv.committed, a.kv.swa_evicted) == (24, 24, 0)
+    # Under overlap step 4's token is committed when step 5 is planned (alloc_for_decode's count).
+    in_flight = 1 if overlap == "on" else 0
+    assert (a.kv.committed + in_flight, b.kv.committed + in_flight, a.kv.swa_evicted) == (24, 24, 0)
     eng.tick()  # decode step 5
     assert eng.sched.retractions == 1 and eng.sched.swa_retractions == 1
     assert b.status is Status.WAITING and a.status is Status.RUNNING  # the tie goes to the latest
@@ -60,8 +65,9 @@ def test_retracts_before_the_window_eviction_would_make_room():
     assert all(len(o) == 8 for o in res.outputs.values())
 
 
-def test_the_step_calls_release_then_evict_then_reserve():
-    cfg = tight_swa()
+@pytest.mark.parametrize("overlap", ["on", "off"])
+def test_the_step_calls_release_then_evict_then_reserve(overlap):
+    cfg = tight_swa(overlap)
     buf = io.StringIO()
     with open_trace(cfg, buf) as trace:
         eng, _ = engine(cfg, trace)
