@@ -48,6 +48,7 @@ class Scheduler:
         self.retractions = 0
         self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
         self.extend_batches: dict[int, int] = {}  # rid -> prefill chunks run since it (re)started
+        self._planned: list[tuple[Request, int]] = []  # admit's chunks (request, end), allocated at its end
 
     # -- queues ------------------------------------------------------------
 
@@ -85,6 +86,12 @@ class Scheduler:
         Returns the prefill chunks to run now and the PD arrivals preallocated
         (they need ``backend.transfer`` and then decode).
         """
+        try:
+            return self._admit()
+        finally:
+            self._allocate_planned()
+
+    def _admit(self) -> tuple[list[PrefillChunk], list[Request]]:
         budget = self.cfg.chunked_prefill
         chunks: list[PrefillChunk] = []
         for r in self.running:
@@ -99,7 +106,7 @@ class Scheduler:
         pd: list[Request] = []
         if not self.waiting:
             return chunks, pd
-        free = self._free_pages() - self._headroom()
+        free = self._free_pages() - self._headroom() - self._planned_pages()
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_running:
             r = self.waiting[0]
             need = self._need(r)
@@ -112,6 +119,9 @@ class Scheduler:
                 break
             r.kv = state
             if r.is_pd and not r.outputs:
+                # The PD prealloc is its own call (SGLang's decode-side prealloc queue): the
+                # chunks planned so far are allocated first, so it sees the pool they leave.
+                self._allocate_planned()
                 if not self.manager.pd_prealloc(r.kv, r.fill_len):
                     self.manager.release(state)
                     r.kv = None
@@ -155,10 +165,25 @@ class Scheduler:
             pre_len = self._chunk_final_len(r)
             if pre_len > 0:
                 self.manager.evict_swa(r.kv, pre_len, interval=1)
-        if not self.manager.extend(r.kv, end):
+        plan = self._planned
+        if not self.manager.extend_fits([q.kv for q, _ in plan] + [r.kv], [e for _, e in plan] + [end]):
             return None
+        plan.append((r, end))
         self.extend_batches[r.rid] = self.extend_batches.get(r.rid, 0) + 1
         return PrefillChunk(r, r.prefilled, end)
+
+    def _planned_pages(self) -> int:
+        """Pages the chunks planned but not yet allocated will take."""
+        ps = self.cfg.page_size
+        return sum(-(-end // ps) - (-(-int(r.kv.allocated) // ps)) for r, end in self._planned)
+
+    def _allocate_planned(self) -> None:
+        """The prefill batch's allocation: one call for every chunk planned (SGLang's
+        alloc_for_extend: one alloc_extend per batch, which under need_sort merges the
+        staged frees by the batch's total, not chunk by chunk)."""
+        plan, self._planned = self._planned, []
+        if plan and not self.manager.extend_batch([r.kv for r, _ in plan], [end for _, end in plan]):
+            raise RuntimeError("prefill allocation refused after each chunk's capacity check passed")
 
     def _chunk_final_len(self, r: Request) -> int:
         """Positions a chunked prefill may evict below (SGLang's ScheduleBatch.maybe_evict_swa, extend).

@@ -213,6 +213,24 @@ class KVManager:
         nxt = next_extents(cur, _column(_COMMITTED, states), reserve, self.ps, aligned)
         return self._fits(states, cur, np.maximum(np.minimum(nxt, self.mem.row_width), cur))
 
+    def extend_fits(self, states: list[ReqKVState], new_lens: list[int]) -> bool:
+        """Whether extend_batch(states, new_lens) would get its pages, allocating nothing."""
+        if not states:
+            return True
+        cur = _column(_ALLOCATED, states)
+        targets = np.array([self._extent_for(s, n, "extend") for s, n in zip(states, new_lens)], dtype=np.int64)
+        return self._fits(states, cur, np.maximum(targets, cur))
+
+    def extend_batch(self, states: list[ReqKVState], new_lens: list[int]) -> bool:
+        """One prefill batch's allocation, all-or-nothing: each state covers positions < its
+        new_len, in one allocator call (SGLang's alloc_for_extend makes one alloc_extend
+        for the whole batch, so under need_sort its merge test sees the batch's total)."""
+        if not states:
+            return True
+        targets = np.array([self._extent_for(s, check_positive("new_len", n, minimum=0), "extend")
+                            for s, n in zip(states, new_lens)], dtype=np.int64)
+        return self._grow(states, targets, writer="prefill", aligned=self.profile.aligns("extend"))
+
     def commit(self, state: ReqKVState, n: int) -> None:
         """The forward wrote final KV for n more positions."""
         new = state.committed + n

@@ -10,8 +10,8 @@ is not stale; a request step N finishes is exactly one output short when N+1 is 
 its pages come back only after N+1's allocation.
 
 Worked case (ps 4, a 16-page pool): request 0 (prompt 4, 2 outputs) and request 1
-(prompt 7, 4 outputs). Prefill: request 0 takes page 1 (slots 4-7), request 1 pages 2
-and 3 (slots 8-14). Decode step 1: request 0's position 4 takes page 4 (slot 16),
+(prompt 7, 4 outputs). Prefill (one call): request 0 takes page 1 (slots 4-7), request 1
+pages 2 and 3 (slots 8-14). Decode step 1: request 0's position 4 takes page 4 (slot 16),
 request 1's position 7 is slot 15 of page 3; its result finishes request 0. Step 2:
 request 1's position 8 needs a page. Synchronous (--disable-overlap-schedule): request
 0's release has put pages [1, 4] in front of the free list, so it gets page 1 (slot 4).
@@ -50,7 +50,7 @@ def _calls(overlap: str) -> tuple[list[tuple], int]:
     return out, res.stats["steps"]
 
 
-PREFILL = [("alloc", [[4, 5, 6, 7]]), ("alloc", [[8, 9, 10, 11, 12, 13, 14]]),
+PREFILL = [("alloc", [[4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14]]),  # the prefill batch: one call
            ("prepare", [(0, 4, 4, 5), (1, 7, 7, 8)]), ("alloc", [[16], [15]])]
 
 
