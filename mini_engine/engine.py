@@ -6,10 +6,12 @@ nano-vllm: prefill first, so admission keeps the batch full. PD arrivals are
 preallocated (their KV counts as committed) and transferred at the start of any
 step; they join the decode batch of that same step when no prefill runs.
 
-Per decode step the host plans everything before the backend runs: the
-reservation (``prepare`` with the algorithm's reserve, or 1 slot for plain
-decode), the batch arrays (filter/merge as requests leave and join) and, after
-the verify, the commit and the SWA window eviction. The batch arrays evolve by
+Per decode step the host plans everything before the backend runs, in SGLang's
+order: whether the batch fits (retracting until it does), the SWA window eviction,
+the reservation (``prepare`` with the algorithm's reserve, or 1 slot for plain
+decode), the batch arrays (filter/merge as requests leave and join); after the
+verify, the commit. Under overlap scheduling the previous step's result lands
+between the plan and the forward (mini_engine.overlap). The batch arrays evolve by
 those steps alone (filter, merge, the planned extents, the accepted counts), so
 K10 checks the engine's bookkeeping against the request states.
 """
