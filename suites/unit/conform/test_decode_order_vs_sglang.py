@@ -74,10 +74,9 @@ class _Batch:
                 min(m.num_free_pages, m.swa.allocator.num_free_pages) * ps >= num_tokens)
         self.tree_cache = None
         self.batch_is_full = False
-        for name, fn in fns.items():
-            if callable(fn) and name in ("check_decode_mem", "new_tokens_required_next_decode", "retract_decode",
-                                         "_get_decode_retraction_order"):
-                setattr(self, name, fn.__get__(self) if name != "_get_decode_retraction_order" else fn)
+        for name in ("check_decode_mem", "new_tokens_required_next_decode", "retract_decode"):
+            setattr(self, name, fns[name].__get__(self))  # SGLang's methods, bound to this batch
+        self._get_decode_retraction_order = fns["_get_decode_retraction_order"]  # a staticmethod there
 
     def batch_size(self):
         return len(self.reqs)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from harness.cli import main
 
 RUN = ["run", "--spec", "dflash", "--block-size", "16", "--max-context", "160", "--input-len", "60",
