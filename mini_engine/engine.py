@@ -6,10 +6,12 @@ nano-vllm: prefill first, so admission keeps the batch full. PD arrivals are
 preallocated (their KV counts as committed) and transferred at the start of any
 step; they join the decode batch of that same step when no prefill runs.
 
-Per decode step the host plans everything before the backend runs: the
-reservation (``prepare`` with the algorithm's reserve, or 1 slot for plain
-decode), the batch arrays (filter/merge as requests leave and join) and, after
-the verify, the commit and the SWA window eviction. The batch arrays evolve by
+Per decode step the host plans everything before the backend runs, in SGLang's
+order: whether the batch fits (retracting until it does), the SWA window eviction,
+the reservation (``prepare`` with the algorithm's reserve, or 1 slot for plain
+decode), the batch arrays (filter/merge as requests leave and join); after the
+verify, the commit. Under overlap scheduling the previous step's result lands
+between the plan and the forward (mini_engine.overlap). The batch arrays evolve by
 those steps alone (filter, merge, the planned extents, the accepted counts), so
 K10 checks the engine's bookkeeping against the request states.
 """
@@ -140,9 +142,11 @@ class Engine:
         self.batch: BatchArrays | None = None
         self._left: set = set()  # rids released since the batch arrays were last filtered
         self.step_no = 0
-        # Overlap scheduling (mini_engine.overlap): a speculative step's result lands after
-        # the next step is planned. Plain decode is never stale, so it stays synchronous.
-        self.overlap = cfg.rules.overlap and cfg.algo.stale_under_overlap
+        # Overlap scheduling (mini_engine.overlap): a decode step's result lands after the
+        # next step is planned. Plain decode counts its token committed when it allocates
+        # (SGLang's alloc_for_decode), so that part of its result is taken before the plan.
+        self.overlap = cfg.rules.overlap
+        self.commit_at_alloc = not cfg.algo.stale_under_overlap
         self.inflight: InFlight | None = None
         self.error: str | None = None
         self.requests: list[Request] = []
@@ -292,25 +296,18 @@ class Engine:
             batch = [r for r in batch if r not in finishing]
             if not batch:
                 return self._land()
-        if self.cfg.has_swa:
-            # SGLang's prepare_for_decode: the window eviction comes before the reservation,
-            # from a request's second decode batch on (the first may overlap its prefill).
-            with self.manager.free_group():  # SGLang's maybe_evict_swa: one free group
-                for r in batch:
-                    if r.decode_batches:
-                        self.manager.evict_swa(r.kv, r.kv.committed)
-        for r in batch:
-            r.decode_batches += 1
+        if self.commit_at_alloc and self.inflight is not None:
+            self._commit_in_flight()
         before = {r.rid: int(r.kv.allocated) for r in batch}
+        # SGLang's order: check and retract on the pools as they are, then evict, then allocate.
         got = self.sched.reserve_decode(batch, wait=bool(finishing))
         if not got:
-            if got is not None:  # waiting on the frees of the result in flight: no decode batch
-                for r in batch:
-                    r.decode_batches -= 1
-            landed = self._land()
+            landed = self._land()  # waiting on the frees of the result in flight: no decode batch
             if got is None and not landed:
                 return None  # the pool is exhausted
             return landed  # after its frees, the next plan tries again
+        for r in got:
+            r.decode_batches += 1
         batch = got
         self._sync_batch(batch)
         self._count_ahead(batch, before)
@@ -345,17 +342,39 @@ class Engine:
         stats.overlap_extra_reservations += extra
         stats.overlap_extra_slots += extra_slots
 
+    def _commit_in_flight(self) -> None:
+        """Plain decode under overlap: the in-flight step's token counts as committed before
+        the next plan (SGLang's alloc_for_decode advanced kv_committed_len when it allocated
+        it), while its outputs, finishes and frees land after that plan (_land)."""
+        inflight = self.inflight
+        if inflight.committed:
+            return
+        counts = np.zeros(len(self.batch), dtype=np.int64)
+        pos = {rid: i for i, rid in enumerate(self.batch.rids)}
+        for i in inflight.live():
+            r = inflight.batch[i]
+            n = min(len(inflight.results[i]), r.remaining)
+            self.manager.commit(r.kv, n)
+            at = pos.get(r.rid, -1)
+            if at >= 0:
+                counts[at] = n
+        self.batch.commit(counts)
+        inflight.committed = True
+
     def _land(self) -> bool:
         """Process the in-flight decode result, if any (overlap). True when one landed."""
         inflight, self.inflight = self.inflight, None
         if inflight is None:
             return False
         keep = inflight.live()  # a request retracted since it ran has its result dropped
-        self._process([inflight.batch[i] for i in keep], [inflight.results[i] for i in keep])
+        self._process([inflight.batch[i] for i in keep], [inflight.results[i] for i in keep],
+                      commit=not inflight.committed)
         return True
 
-    def _process(self, batch: list[Request], results: list[list[int]]) -> None:
-        """A decode step's result: commit what each request accepted, finish those at their limit."""
+    def _process(self, batch: list[Request], results: list[list[int]], commit: bool = True) -> None:
+        """A decode step's result: commit what each request accepted, finish those at their limit.
+
+        commit=False: the commits were taken before (plain decode under overlap)."""
         cfg, stats = self.cfg, self.stats
         spec, dw, most = cfg.speculative, cfg.draft_window, cfg.max_accept
         accepted = out = 0
@@ -374,10 +393,11 @@ class Engine:
                 left = r.remaining
                 if n > left:
                     toks, n = toks[:left], left
-                self.manager.commit(r.kv, n)
-                at = pos.get(r.rid, -1)  # -1: missing from the batch arrays (K10 reported at the sync)
-                if at >= 0:
-                    counts[at] = n
+                if commit:
+                    self.manager.commit(r.kv, n)
+                    at = pos.get(r.rid, -1)  # -1: missing from the batch arrays (K10 reported at the sync)
+                    if at >= 0:
+                        counts[at] = n
                 r.outputs.extend(toks)
                 out += n
                 if dw is not None:

@@ -144,7 +144,7 @@ CORE = (
            "(its ratio constants) or the newest", choices=_choices("mini_engine.retraction", "RULES"),
            group="profile"),
     Option("overlap", str, None, _KNOB + "SGLang's overlap scheduler (on in 0.5.23 for EAGLE and DFLASH; off = "
-           "--disable-overlap-schedule; plain decode steps are not stale; with --prefix-cache chunk it also moves "
+           "--disable-overlap-schedule; plain decode is not stale, its frees land one plan late; with --prefix-cache chunk it also moves "
            "chunked-prefill eviction); a TOML bool is read as on/off", choices=_choices("mini_engine.profiles", "OVERLAP"),
            group="profile"),
     Option("audit", str, "record", "invariant checks after each step",

@@ -1,4 +1,4 @@
-"""Overlap scheduling: the results of a speculative decode step land one plan late.
+"""Overlap scheduling: the results of a decode step land one plan late.
 
 SGLang's default loop (Scheduler.event_loop_overlap) plans and launches step N+1
 before it processes step N's result. Under speculative decoding the committed
@@ -25,9 +25,11 @@ step stale:
   sees the pages of the requests that result finishes as still held.
 
 Plain decoding is not stale: alloc_for_decode advances the committed length when
-it allocates, so its plan equals the synchronous one and kvbench runs it
-synchronously (kvbench does not model that its finished requests' frees also come
-one plan late). The synchronous loop (--disable-overlap-schedule) processes each
+it allocates, so the engine counts the in-flight token committed before the next
+plan (Engine._commit_in_flight) and the plan equals the synchronous one. It is
+overlapped all the same: a request step N finishes is one output short when N+1 is
+planned, so it sits N+1 out, and its frees (process_batch_result_decode's free group)
+come after N+1's allocation; on a short pool N+1 waits for them. The synchronous loop (--disable-overlap-schedule) processes each
 result before the next plan. One prefill rule moves too, for every algorithm: with
 the chunk cache a chunked prefill evicts SWA only from its third chunk, below what
 is prefilled less one chunked_prefill_size (the previous chunk may still run;
@@ -48,6 +50,7 @@ class InFlight:
     batch: list[Request]
     results: list[list[int]]
     states: list = field(default_factory=list)  # each request's KV state when it ran
+    committed: bool = False  # its commits were taken before the next plan (plain decode)
 
     def __post_init__(self) -> None:
         self.states = [r.kv for r in self.batch]
@@ -62,7 +65,9 @@ class InFlight:
                 if r.status is Status.RUNNING and r.kv is s and s is not None]
 
     def landing(self) -> dict[int, int]:
-        """rid -> tokens the result will commit (cut at the output limit)."""
+        """rid -> tokens the result will commit (cut at the output limit); none once committed."""
+        if self.committed:
+            return {}
         return {self.batch[i].rid: min(len(self.results[i]), self.batch[i].remaining) for i in self.live()}
 
 

@@ -41,7 +41,9 @@ Knobs, with SGLang 0.5.23's values first:
                          0.5.23 EAGLE and DFLASH both run the overlap-capable
                          spec-v2 workers (spec_info.create_worker), so it is on
                          for both; plain decode is not stale (alloc_for_decode
-                         advances the length when it allocates). For every
+                         advances the length when it allocates) but its
+                         finished requests' frees land after the next plan's
+                         allocation. For every
                          algorithm it also moves the chunk cache's eviction during
                          chunked prefill (maybe_evict_swa: from the third chunk,
                          one chunked_prefill_size back).

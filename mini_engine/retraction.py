@@ -4,9 +4,10 @@ a running request is still expected to need).
 
 "sglang" is SGLang 0.5.23's (ScheduleBatch._get_decode_retraction_order and
 NewTokenRatioTracker): the request with the fewest output tokens goes first, the
-longest prompt breaking ties; the ratio starts at 0.7, decays linearly to 0.7 x 0.14
-over 600 decode steps, and after a retraction is re-estimated from the batch that
-stays as (decoded + 20 n) / (max_new + 1), capped at 1. "newest" is kvbench's first
+longest prompt breaking ties and, on a full tie, the one latest in the batch; the
+ratio starts at 0.7, decays linearly to 0.7 x 0.14 over 600 decode steps, and after
+a retraction is re-estimated from the batch that stays as (decoded + 20 n) /
+(max_new + 1), capped at 1. "newest" is kvbench's first
 rule: the newest request goes, so the oldest always progresses.
 """
 
@@ -38,7 +39,9 @@ class Retraction:
     def victim(self, running: list[Request], batch: list[Request]) -> Request:
         """The request to retract; running is in admission order, batch the decode batch."""
         if self.rule == "sglang" and len(batch) > 1:
-            return min(batch, key=lambda r: (len(r.outputs), -len(r.prompt)))
+            # SGLang sorts the batch by that key, descending and stable, and pops from the
+            # end: on a full tie the request latest in the batch goes (hence reversed).
+            return min(reversed(batch), key=lambda r: (len(r.outputs), -len(r.prompt)))
         return running[-1]
 
     def ratio_after(self, ratio: float, staying: list[Request]) -> float:

@@ -48,6 +48,7 @@ class Scheduler:
         self.retractions = 0
         self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
         self.extend_batches: dict[int, int] = {}  # rid -> prefill chunks run since it (re)started
+        self._planned: list[tuple[Request, int]] = []  # admit's chunks (request, end), allocated at its end
 
     # -- queues ------------------------------------------------------------
 
@@ -85,6 +86,12 @@ class Scheduler:
         Returns the prefill chunks to run now and the PD arrivals preallocated
         (they need ``backend.transfer`` and then decode).
         """
+        try:
+            return self._admit()
+        finally:
+            self._allocate_planned()
+
+    def _admit(self) -> tuple[list[PrefillChunk], list[Request]]:
         budget = self.cfg.chunked_prefill
         chunks: list[PrefillChunk] = []
         for r in self.running:
@@ -99,7 +106,7 @@ class Scheduler:
         pd: list[Request] = []
         if not self.waiting:
             return chunks, pd
-        free = self._free_pages() - self._headroom()
+        free = self._free_pages() - self._headroom() - self._planned_pages()
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_running:
             r = self.waiting[0]
             need = self._need(r)
@@ -112,6 +119,9 @@ class Scheduler:
                 break
             r.kv = state
             if r.is_pd and not r.outputs:
+                # The PD prealloc is its own call (SGLang's decode-side prealloc queue): the
+                # chunks planned so far are allocated first, so it sees the pool they leave.
+                self._allocate_planned()
                 if not self.manager.pd_prealloc(r.kv, r.fill_len):
                     self.manager.release(state)
                     r.kv = None
@@ -155,10 +165,25 @@ class Scheduler:
             pre_len = self._chunk_final_len(r)
             if pre_len > 0:
                 self.manager.evict_swa(r.kv, pre_len, interval=1)
-        if not self.manager.extend(r.kv, end):
+        plan = self._planned
+        if not self.manager.extend_fits([q.kv for q, _ in plan] + [r.kv], [e for _, e in plan] + [end]):
             return None
+        plan.append((r, end))
         self.extend_batches[r.rid] = self.extend_batches.get(r.rid, 0) + 1
         return PrefillChunk(r, r.prefilled, end)
+
+    def _planned_pages(self) -> int:
+        """Pages the chunks planned but not yet allocated will take."""
+        ps = self.cfg.page_size
+        return sum(-(-end // ps) - (-(-int(r.kv.allocated) // ps)) for r, end in self._planned)
+
+    def _allocate_planned(self) -> None:
+        """The prefill batch's allocation: one call for every chunk planned (SGLang's
+        alloc_for_extend: one alloc_extend per batch, which under need_sort merges the
+        staged frees by the batch's total, not chunk by chunk)."""
+        plan, self._planned = self._planned, []
+        if plan and not self.manager.extend_batch([r.kv for r, _ in plan], [end for _, end in plan]):
+            raise RuntimeError("prefill allocation refused after each chunk's capacity check passed")
 
     def _chunk_final_len(self, r: Request) -> int:
         """Positions a chunked prefill may evict below (SGLang's ScheduleBatch.maybe_evict_swa, extend).
@@ -181,17 +206,29 @@ class Scheduler:
     def reserve_decode(self, batch: list[Request], *, wait: bool = False) -> list[Request] | None:
         """Reserve the slots of one decode step, retracting the rule's victim on shortage.
 
+        In SGLang's order (Scheduler.update_running_batch): whether the step fits is
+        decided on the pools as they are (ScheduleBatch.check_decode_mem), and
+        retract_decode retracts until it does; only then does prepare_for_decode evict
+        the SWA window (maybe_evict_swa, _evict_window) and allocate. So an
+        eviction that would have made room does not spare a retraction, and a request
+        retracted this step is not evicted first.
+
         Returns the batch that got its slots (possibly smaller), or None when even
         a lone request cannot get them: the pool is exhausted. wait (overlap: a
-        result in flight will finish requests): on a shortage reserve nothing and
-        return [] instead of retracting; those requests' frees come first
-        (SGLang's Scheduler.update_running_batch skips the decode step).
+        result in flight will finish requests): on a shortage reserve (and evict)
+        nothing and return [] instead of retracting; those requests' frees come first
+        (update_running_batch returns None: no decode step).
         """
         first = True
         while batch:
-            if self.manager.prepare([r.kv for r in batch], self.step_reserve):
+            states = [r.kv for r in batch]
+            if self.manager.prepare_fits(states, self.step_reserve):
                 if first:
                     self.ratio = self.rules.decay_step(self.ratio)
+                self._evict_window(batch)
+                if not self.manager.prepare(states, self.step_reserve):
+                    # The eviction only frees: SGLang's alloc after a passed check is fail-loud too.
+                    raise RuntimeError("decode reservation refused after its capacity check passed")
                 return batch
             if first:
                 if wait:
@@ -203,6 +240,17 @@ class Scheduler:
                 return None
             self.swa_retractions += swa_short
         return batch
+
+    def _evict_window(self, batch: list[Request]) -> None:
+        """SGLang's maybe_evict_swa in prepare_for_decode, after update_running_batch's
+        retraction and before the allocation: one free group, and only from a request's
+        second decode batch on (decode_batch_idx >= 1: the first may overlap its prefill)."""
+        if self.manager.swa is None:
+            return
+        with self.manager.free_group():
+            for r in batch:
+                if r.decode_batches:
+                    self.manager.evict_swa(r.kv, r.kv.committed)
 
     def _retract_for(self, batch: list[Request]) -> bool:
         """Retract the retraction rule's victim; it leaves the batch being reserved too.

@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
             status = 2
             continue
         checked = (f"{rep.calls} calls: {rep.allocator_calls} allocator calls, "
-                   f"{rep.reservations} reservations, {rep.reserves} reserves")
+                   f"{rep.reservations} reservations, {rep.reserves} reserves"
+                   + (f"; {rep.row_overflows} cut at the row: K4, SGLang writes past it" if rep.row_overflows else ""))
         if rep.conforms:
             print(f"{path}: conforms to sglang {sg.version} ({checked})")
         else:

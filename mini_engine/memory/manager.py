@@ -201,6 +201,36 @@ class KVManager:
         self.reserve_of[rows] = np.where(short, 0, reserve) if cut else reserve
         return True
 
+    def prepare_fits(self, states: list[ReqKVState], reserve: int) -> bool:
+        """Whether prepare(states, reserve) would get its slots from the pools as they
+        are now, allocating nothing (SGLang's ScheduleBatch.check_decode_mem, which
+        update_running_batch asks before prepare_for_decode evicts the SWA window).
+        When not, short_pool names the pool that is short."""
+        if not states:
+            return True
+        cur = _column(_ALLOCATED, states)
+        aligned = self.step_aligned
+        nxt = next_extents(cur, _column(_COMMITTED, states), reserve, self.ps, aligned)
+        return self._fits(states, cur, np.maximum(np.minimum(nxt, self.mem.row_width), cur))
+
+    def extend_fits(self, states: list[ReqKVState], new_lens: list[int]) -> bool:
+        """Whether extend_batch(states, new_lens) would get its pages, allocating nothing."""
+        if not states:
+            return True
+        cur = _column(_ALLOCATED, states)
+        targets = np.array([self._extent_for(s, n, "extend") for s, n in zip(states, new_lens)], dtype=np.int64)
+        return self._fits(states, cur, np.maximum(targets, cur))
+
+    def extend_batch(self, states: list[ReqKVState], new_lens: list[int]) -> bool:
+        """One prefill batch's allocation, all-or-nothing: each state covers positions < its
+        new_len, in one allocator call (SGLang's alloc_for_extend makes one alloc_extend
+        for the whole batch, so under need_sort its merge test sees the batch's total)."""
+        if not states:
+            return True
+        targets = np.array([self._extent_for(s, check_positive("new_len", n, minimum=0), "extend")
+                            for s, n in zip(states, new_lens)], dtype=np.int64)
+        return self._grow(states, targets, writer="prefill", aligned=self.profile.aligns("extend"))
+
     def commit(self, state: ReqKVState, n: int) -> None:
         """The forward wrote final KV for n more positions."""
         new = state.committed + n
@@ -382,19 +412,12 @@ class KVManager:
         host = self.req_to_token.host
         # The slot of position cur - 1 (one flat gather: cheaper than 2-D fancy indexing).
         last = np.where(cur > 0, host.reshape(-1)[rows * host.shape[1] + np.maximum(cur - 1, 0)], -1)
-        need = int(self.full.pages_needed(cur, targets).sum())
-        if need > self.full.num_free_pages:
-            self.short_pool = "full"
+        if not self._fits(states, cur, targets):
             return False
         if self.swa is not None:
             # SWA pages start at the cursor: a fresh PD request holds none below it.
-            base = _column(_SWA_EVICTED, states)
-            swa_prefix = np.maximum(cur, base)
+            swa_prefix = np.maximum(cur, _column(_SWA_EVICTED, states))
             swa_target = np.maximum(targets, swa_prefix)
-            if int(self.swa.allocator.pages_needed(swa_prefix, swa_target).sum()) \
-                    > self.swa.allocator.num_free_pages:
-                self.short_pool = "swa"
-                return False
         got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True)
         row_rep = np.repeat(rows, got.lens)
         self.req_to_token.write_flat(row_rep, got.positions, got.slots)
@@ -407,6 +430,20 @@ class KVManager:
             self.swa.set_map(host[np.repeat(rows, sg.lens), sg.positions], sg.slots)
             self.ledger.take("swa", np.repeat(rows, sg.pages_per_req), sg.pages)
         self._set_extents(states, cur, targets, grow, writer, aligned)
+        return True
+
+    def _fits(self, states: list[ReqKVState], cur: np.ndarray, targets: np.ndarray) -> bool:
+        """Whether both pools have the pages to grow each state from cur to its target
+        (targets >= cur); when not, short_pool names the pool that is short."""
+        if int(self.full.pages_needed(cur, targets).sum()) > self.full.num_free_pages:
+            self.short_pool = "full"
+            return False
+        if self.swa is not None:
+            swa_prefix = np.maximum(cur, _column(_SWA_EVICTED, states))
+            if int(self.swa.allocator.pages_needed(swa_prefix, np.maximum(targets, swa_prefix)).sum()) \
+                    > self.swa.allocator.num_free_pages:
+                self.short_pool = "swa"
+                return False
         return True
 
     def _set_extents(self, states: list[ReqKVState], cur: np.ndarray, targets: np.ndarray, grow: np.ndarray,

@@ -225,7 +225,8 @@ def replay(path: str | os.PathLike) -> ReplayReport:
         report.calls += 1
         n, op = report.calls, rec["op"]
         if op in ("prepare", "swa_prealloc"):
-            _check_plan(rec, ps, pd_radix, lambda f, e, g: diverge(n, lineno, op, f, e, g), path, lineno)
+            _check_plan(rec, ps, pd_radix, lambda f, e, g: diverge(n, lineno, op, f, e, g), path, lineno,
+                        head.get("row_width"))
             continue
         alloc = pools[rec.get("pool", "full")]
         t0 = time.perf_counter()
@@ -253,11 +254,14 @@ def replay(path: str | os.PathLike) -> ReplayReport:
     return report
 
 
-def _check_plan(rec: dict, ps: int, pd_radix: bool, diverge, path: str, lineno: int) -> None:
+def _check_plan(rec: dict, ps: int, pd_radix: bool, diverge, path: str, lineno: int,
+                row_width: int | None = None) -> None:
     try:
         if rec["op"] == "prepare":
             for i, r in enumerate(rec["reqs"]):
                 nxt = int(next_extents(r["cur"], r["committed"], rec["reserve"], ps, prepare_aligned(rec)))
+                if row_width is not None:
+                    nxt = min(nxt, row_width)  # the engine cuts a reservation at the row's end (K4)
                 if nxt != r["nxt"]:
                     diverge(f"reqs[{i}].nxt", r["nxt"], nxt)
         else:

@@ -114,17 +114,7 @@ def test_eagle_tree_under_overlap():
     assert row["metrics"]["overlap_extra_reservations"] == 0  # its last output was a one-token-short exclusion
 
 
-@pytest.mark.parametrize("extra", [{}, dict(window=64, layer_pattern="1:1"), dict(workload="pd", pd_fraction=0.5)])
-def test_plain_decode_is_not_stale(extra):
-    """alloc_for_decode advances the length when it allocates: the knob changes nothing."""
-    base = dict(spec="none", page_size=16, num_requests=24, input_len=200, output_len=60, pool_tokens=1024, **extra)
-    on, off = run_config(dict(base, overlap="on")), run_config(dict(base, overlap="off"))
-    keep = lambda m: {k: v for k, v in m.items() if k != "wall_s" and "per_s" not in k and "bytes" not in k
-                      and not k.startswith("plan_")}
-    assert keep(on["metrics"]) == keep(off["metrics"]) and on["series"] == off["series"]
-    assert on["status"] == "ok"
-    if not extra:
-        assert on["metrics"]["retractions"] > 0  # the pool is short: retraction runs in both
+# Plain decode under overlap (not stale, frees one plan late): suites/unit/engine/test_plain_overlap.py.
 
 
 def waiting_engine(overlap: str) -> tuple[Engine, list[int]]:
@@ -173,9 +163,10 @@ def test_knob_resolution_and_bad_values():
     for bad in ("yes", 1, "ON"):
         with pytest.raises(ConfigError, match="overlap must be on or off"):
             EngineConfig(overlap=bad)
-    # the engine runs overlapped only where the length is stale: speculative decoding
+    # every algorithm runs overlapped; plain decode commits its token when it allocates
     assert Engine(EngineConfig(spec="eagle")).overlap and Engine(EngineConfig(spec="dflash")).overlap
-    assert not Engine(EngineConfig(spec="none")).overlap
+    assert Engine(EngineConfig(spec="none")).overlap and Engine(EngineConfig(spec="none")).commit_at_alloc
+    assert not Engine(EngineConfig(spec="dflash")).commit_at_alloc
     assert not Engine(EngineConfig(spec="dflash", overlap="off")).overlap
 
 

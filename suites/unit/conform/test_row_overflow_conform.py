@@ -1,0 +1,60 @@
+"""The row overflow of SGLang issue 33579 is K4, not a divergence, in kvbench conform.
+
+DFLASH block 16 at ps 1 under sglang-0.5.23: rows are max_context + 4 + 16 = 180
+wide (allocation_sizing's headroom at ps 1), the reservation is 2 blocks = 32. A
+request at committed 150 gets SGLang's nxt = 150 + 32 = 182, past its row; kvbench
+cuts it at 180 and reports K4. conform counts that reservation as a row overflow and
+goes on; at ps 16 rows have room and nothing is cut. A cut that does not match SGLang
+(a planted off-by-one below the row) still diverges.
+"""
+
+from __future__ import annotations
+
+import json
+
+from harness.cli import main
+
+RUN = ["run", "--spec", "dflash", "--block-size", "16", "--max-context", "160", "--input-len", "60",
+       "--output-len", "100", "--workload", "fixed", "--num-requests", "2"]
+
+
+def _record(tmp_path, capsys, ps: str):
+    path = tmp_path / f"ps{ps}.jsonl"
+    main([*RUN, "--page-size", ps, "--trace", str(path)])  # exit 1: K4 is a violation, data here
+    capsys.readouterr()
+    return path
+
+
+def test_row_overflow_is_counted_not_diverged(sg, tmp_path, capsys):
+    path = _record(tmp_path, capsys, "1")
+    head, *recs = map(json.loads, path.read_text().splitlines())
+    assert head["row_width"] == 180
+    cut = [(r["committed"], r["nxt"]) for rec in recs if rec["op"] == "prepare" for r in rec["reqs"]
+           if r["nxt"] == 180 and r["committed"] + 32 > 180]
+    assert cut and all(c + 32 > 180 for c, _ in cut)
+    rc = main(["conform", str(path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert f"; {len(cut)} cut at the row: K4, SGLang writes past it)" in out
+    assert main(["replay", str(path)]) == 0 and " 0 divergences" in capsys.readouterr().out
+
+
+def test_no_row_overflow_at_page_size_16(sg, tmp_path, capsys):
+    path = _record(tmp_path, capsys, "16")
+    rc = main(["conform", str(path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "cut at the row" not in out, out
+
+
+def test_a_cut_below_the_row_still_diverges(sg, tmp_path, capsys):
+    path = _record(tmp_path, capsys, "1")
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        rec = json.loads(line)
+        if rec.get("op") == "prepare" and rec["reqs"][0]["nxt"] < 170:
+            rec["reqs"][0]["nxt"] -= 1
+            lines[i] = json.dumps(rec)
+            break
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["conform", str(path)]) == 1
+    assert "diverges" in capsys.readouterr().out
