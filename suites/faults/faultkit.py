@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def kvbench_env(root: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KVBENCH_GRID_", "MLFLOW_TRACKING_URI", "PYTEST_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING_URI", "PYTEST_"))}
     env.update(KVBENCH_RESULTS=str(root), PYTHONPATH=str(REPO))
     return env
 
