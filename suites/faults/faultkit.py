@@ -18,10 +18,12 @@ def kvbench_env(root: Path) -> dict[str, str]:
     return env
 
 
-def start(root: Path, *args, preexec_fn=None) -> subprocess.Popen:
-    """A kvbench process of its own (a second user, a killed or limited process)."""
-    return subprocess.Popen([sys.executable, "-m", "harness.cli", *map(str, args)], cwd=REPO, env=kvbench_env(root),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
+def start(root: Path, *args, preexec_fn=None, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A kvbench process of its own (a second user, a killed or limited process);
+    ``env``: variables to add to its environment."""
+    return subprocess.Popen([sys.executable, "-m", "harness.cli", *map(str, args)], cwd=REPO,
+                            env={**kvbench_env(root), **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=preexec_fn)
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
