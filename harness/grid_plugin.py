@@ -84,8 +84,8 @@ def pytest_configure(config: pytest.Config) -> None:
         grid = workerinput.get("kvbench")
         if grid is None:  # a plain `pytest -n N` that met the grid late: its controller has no set-up
             suite = _load(_opt(config, "--kvbench-suite") or "smoke", validate=False)
-            grid = {"suite": str(suite.path), "run_dir": tempfile.gettempdir() + "/kvbench-pytest", "done": [],
-                    "filter": _opt(config, "--kvbench-filter")}
+            grid = {"suite": str(suite.path), "run_dir": str(Path(tempfile.gettempdir()) / "kvbench-pytest"),
+                    "done": [], "filter": _opt(config, "--kvbench-filter")}
         config.stash[VIEW] = WorkerView(grid["suite"], grid["run_dir"], grid["done"], grid["filter"],
                                         workerinput.get("workerid", "main"))
         return
@@ -93,7 +93,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if controller is None:
         controller = GridController.from_options(config)
         config.pluginmanager.register(controller, "kvbench-grid-controller")
-    controller.config = config
     grid = controller.worker_input()
     config.stash[VIEW] = WorkerView(grid["suite"], grid["run_dir"], grid["done"], grid["filter"], "main")
 
@@ -153,20 +152,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+class ConfigRun:
+    """What the grid test gets: runs a config and leaves its row on the test item,
+    for the call report to carry (pytest_runtest_makereport)."""
+
+    def __init__(self, session: GridSession, item: pytest.Item):
+        self.session, self.item = session, item
+
+    def run(self, gc) -> dict[str, Any]:
+        row = self.session.measure(gc)
+        self.item.stash[ROW] = row
+        return row
+
+
 @pytest.fixture
-def kvbench_grid(request: pytest.FixtureRequest):
-    """Runs a config and leaves its row for the call report (see pytest_runtest_makereport)."""
-    session = request.config.stash[VIEW].session
-    item = request.node
-
-    class Run:
-        @staticmethod
-        def run(gc) -> dict[str, Any]:
-            row = session.measure(gc)
-            item.stash[ROW] = row
-            return row
-
-    return Run()
+def kvbench_grid(request: pytest.FixtureRequest) -> ConfigRun:
+    return ConfigRun(request.config.stash[VIEW].session, request.node)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -191,7 +192,7 @@ class GridController:
     """The controller's side: the single writer of rows and MLflow, and the progress.
 
     ``display`` (optional) is told what happens: ``collected(ids)``, ``started(id)``,
-    ``row(row)``; kvbench sweep draws its progress bar from it."""
+    ``stopped(id)``, ``row(row)``; kvbench sweep draws its progress bar from it."""
 
     def __init__(self, suite, run_dir, *, uri: str | None = None, parent: str | None = None,
                  root: Path | None = None, filter_expr: str | None = None, display: Any = None):
@@ -208,7 +209,6 @@ class GridController:
         self.finished: set[str] = set()
         self.written = 0
         self.write_error: str | None = None
-        self.config: pytest.Config | None = None
         # What a plain pytest run set up for itself, to undo or close at its end.
         self.lock = self.tmp = None
         self.owns_parent = False
@@ -291,6 +291,11 @@ class GridController:
             if self.display is not None:
                 self.display.started(cid)
 
+    def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
+        cid = test_id_of(nodeid)
+        if cid is not None and self.display is not None:
+            self.display.stopped(cid)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         cid = test_id_of(report.nodeid)
         if cid is None or cid in self.finished:
@@ -337,7 +342,11 @@ class GridController:
             return
         if session.exitstatus in (0, 1):  # ran to the end: a started config without a row lost its worker
             for cid in sorted(self.started - self.finished):
-                self.lost(cid, WORKER_DIED)
+                try:
+                    self.lost(cid, WORKER_DIED)
+                except pytest.exit.Exception:  # the disk is full: the rest stay undone
+                    session.exitstatus = WRITE_FAILED
+                    return
         if self.owns_parent:
             # A pytest run that created its own parent run closes it, as kvbench sweep does:
             # upload what could not be logged, then mark the parent finished.

@@ -116,7 +116,9 @@ def pytest_args(jobs: int, filter_expr: str | None, pins: tuple[str, ...]) -> li
     """pytest's arguments for the grid: always xdist workers, so a config that kills its
     process (segfault, OOM kill) takes a worker down, never the sweep."""
     args = [str(GRID_TEST), "-p", "no:cacheprovider", "-q", "-rfE", "--rootdir", str(PROJECT),
-            "-m", ""]  # the suite's own marks decide; the default addopts deselect gpu/nightly
+            "-m", "",  # the suite's own marks decide; the default addopts deselect gpu/nightly
+            # This process imported MLflow (and its anyio) before pytest started: nothing to rewrite there.
+            "-W", "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning"]
     if pins:
         # One worker per GPU, pinned before the worker process starts (CUDA reads it once).
         for pin in pins:
@@ -318,9 +320,14 @@ class Display:
         self.running.append(cid)
         self._update()
 
+    def stopped(self, cid: str) -> None:
+        if cid in self.running:
+            self.running.remove(cid)
+            self._update()
+
     def row(self, row: dict) -> None:
         cid = row.get("test_id") or row.get("key")
-        if cid in self.running:
+        if cid in self.running:  # a crashed worker's config never stops
             self.running.remove(cid)
         self.done += 1
         if any(v for v in (row.get("violations") or {}).values() if isinstance(v, (int, float))):
