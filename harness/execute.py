@@ -1,19 +1,18 @@
-"""One grid config inside a pytest worker: run it, judge it, record it.
+"""One grid config: run it and judge it (in a pytest worker), record it (in the controller).
 
-Order matters for crash safety: the row goes to results.jsonl before MLflow is
-tried, so a kill after the append loses nothing (sync uploads it later), and a
-kill before it leaves the config undone (resume reruns it).
+`measure` is the worker's half: it touches no file, its row travels to the
+controller on the test report. `record` is the controller's half, the single
+writer: the row goes to results.jsonl before MLflow is tried, so a kill after the
+append loses nothing (sync uploads it later), and a kill before it leaves the
+config undone (resume reruns it).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import time
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from harness.causes import one_line
@@ -22,7 +21,7 @@ from harness.expect import expectation, judge, leak_verdict
 from harness.hardware import MemoryProbe
 from harness.metric_kinds import kind
 from harness.mlflow_log import Logger
-from harness.results import RunDir, append_line, append_row
+from harness.results import RunDir, append_row
 from harness.suites import GridConfig, Suite
 
 
@@ -38,15 +37,8 @@ class GridSession:
     logger: Logger | None = None
     worker: str = "main"
 
-    def event(self, **fields: Any) -> None:
-        # Progress display only: a full disk shows up where it matters, at the row.
-        try:
-            append_line(self.run_dir.events, json.dumps({"t": time.time(), "worker": self.worker, **fields}))
-        except OSError:
-            pass
-
-    def run(self, gc: GridConfig) -> dict[str, Any]:
-        self.event(event="start", id=gc.id)
+    def measure(self, gc: GridConfig) -> dict[str, Any]:
+        """Run and judge one config: its row, written nowhere yet."""
         started = time.time()
         # A warmup run first: the first run of a config pays first touches (pool
         # arrays, caches) that are no property of the config; its counters still
@@ -62,16 +54,24 @@ class GridSession:
         row.update(test_id=gc.id, suite=self.suite.name, run_id=self.run_dir.run_id, worker=self.worker,
                    expected=exp.to_dict(), verdict=verdict, reasons=reasons, started_at=started,
                    finished_at=time.time())
+        return row
+
+    def record(self, row: dict[str, Any]) -> None:
+        """Write a finished config's row, then log it to MLflow (the controller's half)."""
         try:
             append_row(self.run_dir.results, row)  # whole line or nothing (append_line)
         except OSError as err:
             raise ResultWriteError(f"{self.run_dir.results}: {err.strerror or err}") from None
-        if self.logger is not None and self.logger.log(row, gc.id):
+        if self.logger is not None and self.logger.log(row, row.get("test_id") or row["key"]):
             try:
                 self.run_dir.mark_logged(row["key"])
             except OSError:
                 pass  # sync finds the child run by its tags and does not log it twice
-        self.event(event="done", id=gc.id, verdict=verdict, status=row.get("status"))
+
+    def run(self, gc: GridConfig) -> dict[str, Any]:
+        """Both halves in one process (tests, benchmarks, bisect-like callers)."""
+        row = self.measure(gc)
+        self.record(row)
         return row
 
 
@@ -139,17 +139,3 @@ def merge_repeats(runs: list[dict[str, Any]], warmup: dict[str, Any] | None = No
     if differ:
         row["nondeterministic"] = differ
     return row
-
-
-def worker_name() -> str:
-    return os.environ.get("PYTEST_XDIST_WORKER", "main")
-
-
-def session_from_env(suite: Suite) -> GridSession:
-    """The worker's view of the sweep, from what the controller (or kvbench sweep) exported."""
-    run_dir = RunDir(Path(os.environ["KVBENCH_GRID_RUN_DIR"]))
-    uri = os.environ.get("KVBENCH_GRID_MLFLOW_URI") or None
-    parent = os.environ.get("KVBENCH_GRID_PARENT") or None
-    root = Path(os.environ.get("KVBENCH_GRID_ROOT", run_dir.path.parent.parent))
-    logger = Logger(uri, suite.name, run_dir.run_id, parent, root) if uri else None
-    return GridSession(suite, run_dir, logger, worker_name())

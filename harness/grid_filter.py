@@ -9,7 +9,7 @@ match ``steps:3`` (``ps:1-``, the old way to say it, still works). Any other wor
 keeps ``-k``'s meaning, a case-insensitive substring of the test name (``dflash``,
 ``pre-35265``, or several id parts such as ``ps:16-window:none``).
 
-The grid conftest applies the filter itself (pytest never sees it as ``-k``), so
+The grid plugin applies the filter itself (pytest never sees it as ``-k``), so
 the sweep's count and pytest's selection are the same function.
 """
 

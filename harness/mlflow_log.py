@@ -205,7 +205,7 @@ def _log_series_plot(cl, run_id: str, row: dict[str, Any]) -> None:
 
 
 class Logger:
-    """What a pytest worker uses: log rows of one sweep, never raising.
+    """What the sweep's controller (the single writer) uses: log rows of one sweep, never raising.
 
     After a failure the logger stays quiet for a while, so an unreachable server
     costs one timeout, not one per config; the rows stay pending for sync."""
@@ -224,7 +224,7 @@ class Logger:
         """True when the row is in MLflow after the call."""
         if self.parent_id is None or time.monotonic() < self._down_until:
             return False
-        attempts = 3 if self.uri.startswith("sqlite:") else 1  # sqlite: writers may collide on the lock
+        attempts = 3 if self.uri.startswith("sqlite:") else 1  # sqlite: another sweep on the store may hold its lock
         for attempt in range(attempts):
             try:
                 if self._cl is None:
@@ -232,8 +232,8 @@ class Logger:
                     self._exp = ensure_experiment(self._cl, experiment_name(self.suite), self.uri, self.root)
                 if self._context is None:
                     self._context = context_of(self._cl, self.parent_id)
-                # A worker is the first to log a key (done keys are deselected before it
-                # runs), so the search for an earlier child is only needed on a retry.
+                # The controller is the first to log a key (done keys are deselected
+                # before a config runs), so the search for an earlier child is only needed on a retry.
                 log_row(self._cl, self._exp, self.parent_id, self.run_id, row, name,
                         existing=[] if attempt == 0 else None, context=self._context)
                 return True

@@ -2,8 +2,9 @@
 
 ``results.jsonl`` is the truth of a sweep. Every other view (the progress bar, the
 summary table, MLflow, plots, baselines) is derived from it, so it is written first,
-one whole line per config, appended under an exclusive lock so that several pytest
-workers can append at once without interleaving.
+one whole line per config. The sweep's controller is its only writer; the append
+still takes an exclusive lock, so two processes that share a run (a mistaken second
+writer, a test) cannot interleave lines.
 """
 
 from __future__ import annotations
@@ -20,10 +21,8 @@ from typing import Any
 from mini_engine.errors import KVBenchError
 
 RESULTS = "results.jsonl"
-EVENTS = "events.jsonl"
 LOGGED = "mlflow_logged.txt"
 META = "meta.json"
-COLLECTED = "collected.json"
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -63,10 +62,6 @@ class RunDir:
         return self.path / RESULTS
 
     @property
-    def events(self) -> Path:
-        return self.path / EVENTS
-
-    @property
     def logged(self) -> Path:
         return self.path / LOGGED
 
@@ -93,21 +88,6 @@ class RunDir:
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         _replace(self.meta_path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
-
-    @property
-    def collected(self) -> Path:
-        return self.path / COLLECTED
-
-    def write_collected(self, ids: list[str]) -> None:
-        """The test ids the grid's pytest run collected (the sweep's total and its lost configs)."""
-        _replace(self.collected, json.dumps({"ids": ids}))
-
-    def collected_ids(self) -> list[str] | None:
-        """The collected test ids, or None while pytest has not written them yet."""
-        try:
-            return json.loads(self.collected.read_text())["ids"]
-        except (FileNotFoundError, json.JSONDecodeError, KeyError):
-            return None
 
     def rows(self) -> list[dict[str, Any]]:
         return read_jsonl(self.results)
@@ -252,8 +232,13 @@ def _drop_torn_tail(fd: int) -> None:
     os.ftruncate(fd, 0)
 
 
+def row_json(row: dict[str, Any]) -> str:
+    """A row as the one JSON line results.jsonl holds (and a test report carries)."""
+    return json.dumps(row, sort_keys=True, default=_jsonable)
+
+
 def append_row(path: Path, row: dict[str, Any]) -> None:
-    append_line(path, json.dumps(row, sort_keys=True, default=_jsonable))
+    append_line(path, row_json(row))
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -309,28 +294,6 @@ def load_rows(path_or_run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
         latest.pop(row["key"], None)  # keep first-seen order of the latest rows
         latest[row["key"]] = row
     return list(latest.values())
-
-
-def tail(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
-    """Whole new lines of a JSON-lines file after byte ``offset``, and the new offset."""
-    try:
-        with path.open("rb") as fh:
-            fh.seek(offset)
-            data = fh.read()
-    except FileNotFoundError:
-        return [], offset
-    end = data.rfind(b"\n")
-    if end < 0:
-        return [], offset
-    rows = []
-    for line in data[: end + 1].splitlines():
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(obj, dict):
-            rows.append(obj)
-    return rows, offset + end + 1
 
 
 def _jsonable(value: Any) -> Any:

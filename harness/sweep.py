@@ -1,21 +1,20 @@
-"""`kvbench sweep`: validate a suite, set the run up once, drive pytest, show progress.
+"""`kvbench sweep`: validate a suite, set the run up once, run pytest in-process, show progress.
 
-The sweep itself is the grid pytest module (suites/grid): one test per config.
-This module only prepares what must exist before workers start (run directory,
-meta.json, the MLflow store and the parent run), starts pytest (with xdist
-workers, pinned one per GPU on a multi-GPU machine), follows results.jsonl for
-the progress bar, and afterwards fills the gaps: rows for configs whose worker
-died, MLflow uploads that failed, plots, the summary.
+The sweep itself is the grid plugin (harness.grid_plugin) on the grid pytest module
+(suites/grid): one test per config. This module prepares what must exist before
+workers start (run directory, meta.json, the MLflow store and the parent run),
+then runs pytest in this process with the plugin's controller: xdist workers
+(always, so a crashing config takes only its worker down; pinned one per GPU on a
+multi-GPU machine) run the configs, the controller here writes every row and
+draws the progress from pytest's reports. Afterwards: MLflow uploads that failed,
+plots, the summary.
 """
 
 from __future__ import annotations
 
-import ctypes
+import io
 import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,16 +28,12 @@ from harness.grid_filter import compile_filter
 from harness.locks import hold_run, store_lock
 from harness.mlflow_log import (client, ensure_experiment, ensure_parent, experiment_name,
                                 finish_parent, git_commit, start_system_metrics, sync, tracking_uri)
-from harness.results import (RunDir, append_row, check_store_root, create_run_dir, new_run_id, results_root,
-                             resume_run_dir, tail)
+from harness.results import RunDir, check_store_root, create_run_dir, new_run_id, results_root, resume_run_dir
 from harness.suites import SUITES_DIR, Suite, SuiteError, load_suite
 from mini_engine.errors import KVBenchError
 
 GRID_TEST = SUITES_DIR / "grid" / "test_grid.py"
 PROJECT = SUITES_DIR.parent
-# pytest's exit status when the grid stopped because a result could not be written
-# (set by the grid conftest): an error of the sweep, its unwritten configs stay undone.
-WRITE_FAILED = 75
 
 
 class SweepError(KVBenchError):
@@ -117,51 +112,69 @@ def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: 
     return meta
 
 
-def pytest_command(suite: Suite, run_dir: RunDir, jobs: int, filter_expr: str | None, pins: tuple[str, ...]) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", str(GRID_TEST), "-p", "no:cacheprovider", "-q", "-rfE",
-           "--rootdir", str(PROJECT), "--kvbench-suite", str(suite.path), "--kvbench-run-dir", str(run_dir.path),
-           "-m", ""]  # the suite's own marks decide; the default addopts deselect gpu/nightly
+def pytest_args(jobs: int, filter_expr: str | None, pins: tuple[str, ...]) -> list[str]:
+    """pytest's arguments for the grid: always xdist workers, so a config that kills its
+    process (segfault, OOM kill) takes a worker down, never the sweep."""
+    args = [str(GRID_TEST), "-p", "no:cacheprovider", "-q", "-rfE", "--rootdir", str(PROJECT),
+            "-m", "",  # the suite's own marks decide; the default addopts deselect gpu/nightly
+            # This process imported MLflow (and its anyio) before pytest started: nothing to rewrite there.
+            "-W", "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning"]
     if pins:
         # One worker per GPU, pinned before the worker process starts (CUDA reads it once).
         for pin in pins:
-            cmd += ["--tx", f"popen//env:CUDA_VISIBLE_DEVICES={pin}"]
-        cmd += ["--dist", "load"]
-    elif jobs > 1:
-        cmd += ["-n", str(jobs)]
-    if filter_expr:  # applied by the grid conftest (exact name:value words), not as -k
-        cmd += [f"--kvbench-filter={filter_expr}"]  # one argument: a leading '-' is not an option
-    return cmd
+            args += ["--tx", f"popen//env:CUDA_VISIBLE_DEVICES={pin}"]
+        args += ["--dist", "load"]
+    else:
+        args += ["-n", str(jobs)]
+    if filter_expr:  # applied by the grid plugin (exact name:value words), not as -k
+        args += [f"--kvbench-filter={filter_expr}"]  # one argument: a leading '-' is not an option
+    return args
 
 
-def _copy_log(pipe, log) -> None:
-    """pytest's output into pytest.log, best effort: through a pipe, pytest never sees a
-    full disk on its stdout (it would stop with an internal error instead of telling
-    the sweep that a result could not be written)."""
-    writable = True
-    for chunk in iter(lambda: pipe.read1(65536), b""):
-        if writable:
+class _Log(io.TextIOBase):
+    """pytest's output into pytest.log, best effort: a full disk there must not stop
+    pytest with an internal error (the row write is where a full disk is reported)."""
+
+    def __init__(self, path: Path):
+        self._fh = path.open("a", encoding="utf-8", errors="replace")
+        self._ok = True
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if self._ok:
             try:
-                log.write(chunk)
-                log.flush()
+                self._fh.write(text)
             except OSError:
-                writable = False  # keep draining the pipe, or pytest would block on it
+                self._ok = False
+        return len(text)
 
+    def flush(self) -> None:
+        if self._ok:
+            try:
+                self._fh.flush()
+            except OSError:
+                self._ok = False
 
-def _die_with_parent() -> None:
-    # A SIGKILLed sweep must not leave pytest writing results behind it.
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    def close(self) -> None:
+        self.flush()
+        self._ok = False
+        try:
+            self._fh.close()
+        except OSError:
+            pass
+        super().close()
 
 
 def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     from rich.console import Console
 
-    console = Console(highlight=False, quiet=opts.quiet)
+    # The streams as they are now: pytest's own output goes to pytest.log meanwhile.
+    console = Console(file=sys.stdout, highlight=False, quiet=opts.quiet)
     if not console.is_terminal:
-        console = Console(highlight=False, quiet=opts.quiet, width=200)  # a log file: keep ids on one line
-    err_console = Console(stderr=True, highlight=False)
+        console = Console(file=sys.stdout, highlight=False, quiet=opts.quiet, width=200)  # a log: ids on one line
+    err_console = Console(file=sys.stderr, highlight=False)
     root = root or results_root()
     # Everything that can be wrong with the input is checked before any work.
     if not GRID_TEST.is_file():  # the grid module ships with the package: an install without it is broken
@@ -212,58 +225,51 @@ def check_resumable(run_dir: RunDir, suite: Suite) -> None:
 
 def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardware, plan: devices.WorkerPlan,
            selected: int | None, root: Path, console, err_console) -> int:
+    import pytest
+
+    from harness.grid_plugin import WRITE_FAILED, GridController
+
     jobs = plan.jobs
     meta = prepare_run(suite, run_dir, opts.mlflow_uri, jobs=jobs, filter_expr=opts.filter,
                        no_mlflow=opts.no_mlflow, root=root, hw=hw, warn=lambda m: err_console.print(m))
-    run_dir.collected.unlink(missing_ok=True)
     start_system_metrics(meta.get("mlflow_uri"), meta.get("mlflow_parent"))
-    env = dict(os.environ, KVBENCH_GRID_SUITE=str(suite.path), KVBENCH_GRID_RUN_DIR=str(run_dir.path),
-               KVBENCH_GRID_MLFLOW_URI=meta.get("mlflow_uri") or "", KVBENCH_GRID_PARENT=meta.get("mlflow_parent") or "",
-               KVBENCH_GRID_ROOT=str(root), PYTHONUNBUFFERED="1")
-    if not meta.get("mlflow_parent"):
-        env["KVBENCH_GRID_MLFLOW_URI"] = ""  # no parent: workers leave every row for sync
-    done_before = len(run_dir.done_keys())
-    cmd = pytest_command(suite, run_dir, jobs, opts.filter, plan.pins)
+    display = Display(console)
+    # No parent run: the controller leaves every row for sync (finish_mlflow below).
+    controller = GridController(suite, run_dir, uri=meta.get("mlflow_uri"), parent=meta.get("mlflow_parent"),
+                                root=root, filter_expr=opts.filter, display=display)
+    done_before = len(controller.done)
     chosen = f" ({selected} selected by --filter)" if selected is not None else ""
     console.print(f"kvbench sweep {suite.name}: {len(suite.configs)} configs{chosen}, {jobs} worker(s), profile {hw.profile}, "
                   f"run {run_dir.run_id}" + (f" (resuming, {done_before} done)" if opts.resume else ""))
     started = time.time()
-    log = (run_dir.path / "pytest.log").open("ab")
-    proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=_die_with_parent)
-    copier = threading.Thread(target=_copy_log, args=(proc.stdout, log), daemon=True)
-    copier.start()
+    log = _Log(run_dir.path / "pytest.log")
+    streams = sys.stdout, sys.stderr
+    display.start()
     try:
-        _follow(proc, run_dir, console)
-    except KeyboardInterrupt:
-        proc.terminate()
+        sys.stdout = sys.stderr = log  # pytest's terminal report is the log, the console is the progress
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        err_console.print(f"kvbench: interrupted; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
-        raise
-    finally:
-        copier.join(timeout=10)
-        try:
+            rc = int(pytest.main(pytest_args(jobs, opts.filter, plan.pins), plugins=[controller]))
+        finally:
+            sys.stdout, sys.stderr = streams
+            display.stop()
             log.close()
-        except OSError:
-            pass  # a full disk: the log is best effort
-    rc = proc.returncode
-    completed = rc in (0, 1, 5)  # 1: some config not as expected; 5: nothing left to run
-    if rc == WRITE_FAILED:
+    except KeyboardInterrupt:  # outside pytest's own handling (which returns INTERRUPTED)
+        rc = int(pytest.ExitCode.INTERRUPTED)
+    if rc == pytest.ExitCode.INTERRUPTED:
+        err_console.print(f"kvbench: interrupted; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
+        raise KeyboardInterrupt
+    if controller.write_error is not None or rc == WRITE_FAILED:
         # Not a config's fault: no "worker died" rows, every unwritten config stays undone.
         raise SweepError(f"a result could not be written to {run_dir.results} (disk full, read-only or over quota), "
                          f"so the sweep stopped; {len(run_dir.done_keys())} config(s) are recorded; make room and "
                          f"finish with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
-    if completed:
-        _record_lost(suite, run_dir)
-    else:  # pytest itself broke (internal error, a kill): keep what finished, say where to look
+    completed = rc in (0, 1, 5)  # 1: some config not as expected; 5: nothing left to run
+    if not completed:  # pytest itself broke (internal error): keep what finished, say where to look
         try:
             lines = (run_dir.path / "pytest.log").read_text(errors="replace").strip().splitlines()[-15:]
         except OSError:
             lines = []
-        err_console.print("\n".join(lines))
+        err_console.print("\n".join(lines), markup=False)
         err_console.print(f"kvbench: pytest stopped with exit code {rc} before finishing; see {run_dir.path / 'pytest.log'}"
                           f"; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
     from harness.results import load_rows
@@ -280,58 +286,78 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     return 0 if completed and all(r.get("verdict") in PASSING for r in rows) else 1
 
 
-def _follow(proc: subprocess.Popen, run_dir: RunDir, console) -> None:
-    """Follow the worker's files until pytest exits: a live bar on a terminal, a line
-    per finished config in a log (CI), where a live display would print nothing."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+class Display:
+    """The sweep's progress, told by the grid controller as pytest reports arrive: a live
+    bar on a terminal, a line per finished config in a log (CI), where a live display
+    would print nothing."""
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("eta {task.fields[eta]}"), TextColumn("{task.fields[counts]}"))
-    started = time.monotonic()
-    # Only this attempt's rows count: a resumed run's earlier rows are not in the total.
-    # Start after the last whole line: a torn tail of a killed run is cut by the next append.
-    res_off, ev_off = tail(run_dir.results, 0)[1], tail(run_dir.events, 0)[1]
-    running: dict[str, str] = {}
-    counts = {"violated": 0, "unexpected": 0, "failed": 0}
-    done = 0
-    total = None
-    live = console.is_terminal
-    with Progress(*columns, console=console, transient=False, disable=not live) as progress:
-        task = progress.add_task("collecting", total=None, counts="", eta="-")
-        while True:
-            finished = proc.poll() is not None
-            if total is None and (ids := run_dir.collected_ids()) is not None:
-                total = len(ids)
-                progress.update(task, total=total)
-            events, ev_off = tail(run_dir.events, ev_off)
-            for ev in events:
-                if ev.get("event") == "start":
-                    running[ev.get("worker", "")] = ev.get("id", "")
-                elif ev.get("event") == "done" and running.get(ev.get("worker", "")) == ev.get("id"):
-                    running.pop(ev.get("worker", ""), None)
-            rows, res_off = tail(run_dir.results, res_off)
-            for row in rows:
-                done += 1
-                if any(v for v in (row.get("violations") or {}).values() if isinstance(v, (int, float))):
-                    counts["violated"] += 1
-                if row.get("verdict") == "failed":
-                    counts["failed"] += 1
-                elif row.get("verdict") not in PASSING:
-                    counts["unexpected"] += 1
-                if not live:
-                    console.print(f"[{done}/{total or '?'}] {row.get('test_id') or row.get('key')}: "
-                                  f"{row.get('status')}, {row.get('verdict')}, eta {eta(done, total, time.monotonic() - started)}",
-                                  markup=False)
-            summary = (f"with violations {counts['violated']} · unexpected {counts['unexpected']} · "
-                       f"failed {counts['failed']}")
-            current = ", ".join(sorted(running.values())[:2]) or ("starting" if total is None else "")
-            progress.update(task, completed=done, description=current[:70], counts=summary,
-                            eta=eta(done, total, time.monotonic() - started))
-            if finished:
-                if not live:
-                    console.print(f"{done} configs run, {summary}")
-                return
-            time.sleep(0.25)
+    def __init__(self, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console, self.live = console, console.is_terminal
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("eta {task.fields[eta]}"), TextColumn("{task.fields[counts]}"))
+        # pytest's output goes to pytest.log meanwhile: the bar must not take sys.stdout over.
+        self.progress = Progress(*columns, console=console, transient=False, disable=not self.live,
+                                 redirect_stdout=False, redirect_stderr=False)
+        self.task = self.progress.add_task("collecting", total=None, counts="", eta="-")
+        self.total: int | None = None
+        self.done = 0
+        self.running: list[str] = []
+        self.counts = {"violated": 0, "unexpected": 0, "failed": 0}
+        self.started_at = time.monotonic()
+
+    def start(self) -> None:
+        self.started_at = time.monotonic()
+        self.progress.start()
+
+    def collected(self, ids: list[str]) -> None:
+        # Only this attempt's configs count: a resumed run's earlier rows are deselected.
+        self.total = len(ids)
+        self._update()
+
+    def started(self, cid: str) -> None:
+        self.running.append(cid)
+        self._update()
+
+    def stopped(self, cid: str) -> None:
+        if cid in self.running:
+            self.running.remove(cid)
+            self._update()
+
+    def row(self, row: dict) -> None:
+        cid = row.get("test_id") or row.get("key")
+        if cid in self.running:  # a crashed worker's config never stops
+            self.running.remove(cid)
+        self.done += 1
+        if any(v for v in (row.get("violations") or {}).values() if isinstance(v, (int, float))):
+            self.counts["violated"] += 1
+        if row.get("verdict") == "failed":
+            self.counts["failed"] += 1
+        elif row.get("verdict") not in PASSING:
+            self.counts["unexpected"] += 1
+        if not self.live:
+            self.console.print(f"[{self.done}/{self.total or '?'}] {cid}: {row.get('status')}, {row.get('verdict')}, "
+                               f"eta {self._eta()}", markup=False)
+        self._update()
+
+    def _eta(self) -> str:
+        return eta(self.done, self.total, time.monotonic() - self.started_at)
+
+    def _summary(self) -> str:
+        c = self.counts
+        return f"with violations {c['violated']} · unexpected {c['unexpected']} · failed {c['failed']}"
+
+    def _update(self) -> None:
+        current = ", ".join(sorted(self.running)[:2]) or ("starting" if self.total is None else "")
+        self.progress.update(self.task, total=self.total, completed=self.done, description=current[:70],
+                             counts=self._summary(), eta=self._eta())
+
+    def stop(self) -> None:
+        self._update()
+        self.progress.stop()
+        if not self.live:
+            self.console.print(f"{self.done} configs run, {self._summary()}")
 
 
 def eta(done: int, total: int | None, elapsed: float) -> str:
@@ -342,28 +368,6 @@ def eta(done: int, total: int | None, elapsed: float) -> str:
     minutes, seconds = divmod(int(round(left)), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
-
-
-def _record_lost(suite: Suite, run_dir: RunDir) -> None:
-    """A config whose worker died (segfault, OOM kill) has no row: record it as failed."""
-    from harness.runner import config_key
-
-    ids = run_dir.collected_ids()
-    if ids is None:
-        return
-    done = run_dir.done_keys()
-    by_id = suite.by_id()
-    for cid in ids:
-        gc = by_id.get(cid)
-        if gc is None:
-            continue
-        key = config_key(gc.config)
-        if key not in done:
-            append_row(run_dir.results, {
-                "key": key, "config": gc.config, "metrics": {}, "series": {}, "violations": {},
-                "violation_samples": [], "status": "failed", "verdict": "failed", "test_id": cid,
-                "error": "the worker running this config died (see pytest.log)", "reasons": ["worker died"],
-                "suite": suite.name, "run_id": run_dir.run_id})
 
 
 def write_run_plots(rows: list[dict[str, Any]], run_dir: RunDir, warn) -> list[Path]:

@@ -44,14 +44,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def results_root(tmp_path, monkeypatch: pytest.MonkeyPatch):
-    """An isolated results root: KVBENCH_RESULTS points at it, and nothing a sweep
-    hands its grid workers through the environment leaks in from the caller."""
+    """An isolated results root: KVBENCH_RESULTS points at it, and the caller's
+    tracking URI does not leak in."""
     root = tmp_path / "results"
     root.mkdir()
     monkeypatch.setenv("KVBENCH_RESULTS", str(root))
-    for name in ("MLFLOW_TRACKING_URI", "KVBENCH_GRID_RUN_DIR", "KVBENCH_GRID_SUITE", "KVBENCH_GRID_MLFLOW_URI",
-                 "KVBENCH_GRID_PARENT", "KVBENCH_GRID_ROOT"):
-        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return root
 
 

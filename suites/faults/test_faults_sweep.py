@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from faultkit import finish, start
+from faultkit import REPO, finish, start
 
 
 def rows_of(run: Path) -> list[dict]:
@@ -75,6 +75,41 @@ def test_full_disk_then_concurrent_resumes_lose_and_double_nothing(results_root,
     assert sorted(r["test_id"] for r in rows) == ["ps:1", "ps:16"]  # each config once
     assert all(r["verdict"] == "ok" for r in rows)
     assert (run / "lock").read_text() == ""  # released cleanly
+
+
+def test_a_config_that_kills_its_worker_is_recorded_failed_and_the_sweep_goes_on(results_root, tiny):
+    # killworker (a -p plugin, through PYTEST_ADDOPTS as a user's own options would come):
+    # the worker running ps:16 dies by SIGKILL; xdist reports the crash to the controller.
+    faults = Path(__file__).resolve().parent
+    env = {"PYTEST_ADDOPTS": "-p killworker", "PYTHONPATH": f"{REPO}{os.pathsep}{faults}"}
+    code, out, err = finish(start(results_root, "sweep", tiny, "--no-mlflow", "--run-id", "crash", "-j", "2", env=env))
+    assert code == 1, out + err  # a failed config, not an error of the sweep
+    rows = {r["test_id"]: r for r in rows_of(results_root / "runs" / "crash")}
+    assert sorted(rows) == ["ps:1", "ps:16"]  # each config once
+    assert rows["ps:1"]["verdict"] == "ok"
+    assert rows["ps:16"]["verdict"] == "failed" and "worker running this config died" in rows["ps:16"]["error"]
+    assert "2 configs: 1 ok, 0 as expected, 0 unexpected, 1 failed" in out
+
+
+def test_a_killed_sweep_leaves_no_writer_behind(results_root, tiny):
+    """SIGKILL to the sweep alone (not its process group): its workers write nothing
+    (the sweep was the only writer) and go away once they find it gone."""
+    import psutil
+
+    run = results_root / "runs" / "orphan"
+    bigger = tiny.with_name("bigger.toml")
+    bigger.write_text(tiny.read_text().replace("page_size = [1, 16]", "page_size = [1, 2, 4, 8, 16, 32]\nseed = [1, 2]"))
+    proc = start(results_root, "sweep", bigger, "--no-mlflow", "--run-id", "orphan", "-j", "2")
+    while proc.poll() is None and len(rows_of(run)) < 2:
+        time.sleep(0.05)
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.communicate()
+    written = len(rows_of(run))
+    assert workers and written < 12, "the kill must land midway"
+    gone, alive = psutil.wait_procs(workers, timeout=120)
+    assert not alive, f"workers outlived the sweep: {[p.pid for p in alive]}"
+    assert len(rows_of(run)) == written  # nothing was appended after the sweep died
 
 
 def test_two_fresh_sweeps_share_one_new_store(results_root, tiny, cli, capsys):

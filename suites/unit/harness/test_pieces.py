@@ -1,4 +1,4 @@
-"""Hardware profiles, the pytest command a sweep builds, plots, idempotent MLflow logging."""
+"""Hardware profiles, the pytest arguments a sweep builds, plots, idempotent MLflow logging."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from harness import hardware
 from harness.mlflow_log import all_children, client, ensure_experiment, ensure_parent, key_hash, log_row, sync
 from harness.results import RunDir, append_row
 from harness.suites import load_suite
-from harness.sweep import pytest_command
+from harness.sweep import pytest_args
 
 
 @pytest.mark.parametrize("name, profile", [
@@ -41,15 +41,15 @@ def test_cpu_machine_detects_cpu_profile_and_measures_rss():
     assert "mem_peak_rss_bytes" not in figures and "mem_torch_peak_bytes" not in figures
 
 
-def test_sweep_pins_one_worker_per_gpu(tmp_path):
-    suite = load_suite("smoke", validate=False)
-    run = RunDir(tmp_path)
-    cmd = pytest_command(suite, run, jobs=4, filter_expr="dflash", pins=("GPU-a", "GPU-b", "GPU-c", "GPU-d"))
+def test_sweep_pins_one_worker_per_gpu():
+    cmd = pytest_args(jobs=4, filter_expr="dflash", pins=("GPU-a", "GPU-b", "GPU-c", "GPU-d"))
     txs = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--tx"]
     assert txs == [f"popen//env:CUDA_VISIBLE_DEVICES=GPU-{c}" for c in "abcd"]
     assert "--kvbench-filter=dflash" in cmd and "-k" not in cmd and "-n" not in cmd
-    cpu = pytest_command(suite, run, jobs=2, filter_expr=None, pins=())
+    cpu = pytest_args(jobs=2, filter_expr=None, pins=())
     assert cpu[cpu.index("-n") + 1] == "2" and "--tx" not in cpu
+    one = pytest_args(jobs=1, filter_expr=None, pins=())
+    assert one[one.index("-n") + 1] == "1"  # even one worker: a crashing config never takes the sweep down
 
 
 def fake_row(i: int, **over) -> dict:
@@ -223,21 +223,29 @@ def test_large_sweeps_print_one_line_per_algorithm_and_policy():
 
 
 def test_a_config_whose_worker_died_is_recorded_failed(tmp_path):
-    import json
+    from types import SimpleNamespace
 
+    from harness.grid_plugin import GridController
     from harness.results import load_rows
     from harness.runner import config_key
-    from harness.sweep import _record_lost
 
     suite = load_suite("smoke", validate=False)
     run = RunDir(tmp_path)
-    first, second = suite.configs[:2]
-    (tmp_path / "collected.json").write_text(json.dumps({"ids": [first.id, second.id]}))
+    first, second, third = suite.configs[:3]
+    node = lambda gc: f"suites/grid/test_grid.py::test_config[{gc.id}]"  # noqa: E731
     append_row(run.results, {"key": config_key(first.config), "status": "ok", "verdict": "ok"})
-    _record_lost(suite, run)  # the worker running the second config was killed (OOM, segfault)
+    controller = GridController(suite, run)
+    assert controller.worker_input()["done"] == [config_key(first.config)]  # what workers deselect
+    # xdist's report of a worker killed (OOM, segfault) while it ran the second config
+    controller.pytest_runtest_logstart(node(second), None)
+    controller.pytest_handlecrashitem(node(second), None, None)
+    controller.pytest_runtest_logreport(SimpleNamespace(nodeid=node(second), when="???", failed=True, skipped=False))
+    # the third started and never reported: found lost when the session ends
+    controller.pytest_runtest_logstart(node(third), None)
+    controller.pytest_sessionfinish(SimpleNamespace(exitstatus=1))
     rows = load_rows(tmp_path)
-    assert [(r["key"], r["verdict"]) for r in rows] == [(config_key(first.config), "ok"),
-                                                      (config_key(second.config), "failed")]
-    assert "worker" in rows[1]["error"]
-    _record_lost(suite, run)  # idempotent
-    assert len(load_rows(tmp_path)) == 2
+    assert [(r["key"], r["verdict"]) for r in rows] == [(config_key(gc.config), v) for gc, v in
+                                                      ((first, "ok"), (second, "failed"), (third, "failed"))]
+    assert all("worker" in r["error"] and r["reasons"] == ["worker died"] for r in rows[1:])
+    controller.pytest_sessionfinish(SimpleNamespace(exitstatus=1))  # once only
+    assert len(run.rows()) == 3

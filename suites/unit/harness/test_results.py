@@ -1,4 +1,4 @@
-"""results.jsonl: atomic appends across processes, torn lines, loading."""
+"""results.jsonl: whole-line appends (even from two processes), torn lines, loading."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import ResultsError, append_row, load_rows, read_jsonl, tail
+from harness.results import ResultsError, append_row, load_rows, read_jsonl
 
 
 def _writer(path: str, worker: int, n: int) -> None:
@@ -39,8 +39,6 @@ def test_a_torn_last_line_is_ignored_but_damage_elsewhere_is_an_error(tmp_path):
     with path.open("a") as fh:
         fh.write('{"key": "c", "metr')  # the writer was killed mid-line
     assert [r["key"] for r in read_jsonl(path)] == ["a", "b"]
-    rows, off = tail(path, 0)
-    assert [r["key"] for r in rows] == ["a", "b"] and off < path.stat().st_size
     path.write_text('{"key": "a"}\nnot json\n{"key": "b"}\n')
     with pytest.raises(ResultsError, match="line 2 is not valid JSON"):
         read_jsonl(path)

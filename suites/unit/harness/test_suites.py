@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.results import RunDir
 from harness.suites import SuiteError, available, load_suite
 from mini_engine.errors import KVBenchError
 
@@ -157,12 +156,12 @@ def test_filter_counts_the_configs_it_selects():
 
 def test_filter_matches_ids_alone_and_passes_a_leading_dash_through_to_pytest(tmp_path):
     from harness.grid_filter import compile_filter, id_options
-    from harness.sweep import pytest_command
+    from harness.sweep import pytest_args
 
     assert id_options("spec:eagle-ps:16-pat:3:1-win:none") == {"spec": "eagle", "ps": "16", "pat": "3:1", "win": "none"}
     sel = compile_filter("ps:1 and pat:3:1")
     assert sel("spec:eagle-ps:1-pat:3:1") and not sel("spec:eagle-ps:16-pat:3:1")
-    cmd = pytest_command(load_suite("smoke", validate=False), RunDir(tmp_path), 1, "-ps:16", 0)
+    cmd = pytest_args(1, "-ps:16", ())
     assert "--kvbench-filter=-ps:16" in cmd
 
 
