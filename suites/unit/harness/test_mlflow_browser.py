@@ -127,11 +127,16 @@ def test_the_runs_view_lists_the_sweep_and_a_config_run_shows_grouped_sections(r
 
     page.goto(f"{base}/#/experiments/{exp}/runs/{unaligned.info.run_id}/model-metrics?workflowType=machine_learning")
     # A section header is the group alone, its cards are titled by the name after the
-    # group; MLflow draws the cards of a section once it scrolls into view.
+    # group. MLflow draws a card only once it scrolls into view, and a section of 15
+    # cards is taller than the window, so find each card as a user would: type its name
+    # into the page's chart search.
+    search = page.get_by_placeholder("Search metric charts")
     for section, card in (("memory", "peak_stranded_slots"), ("invariants", "violations"), ("throughput", "output_tokens_per_s")):
-        header = page.get_by_text(section, exact=True).first
-        header.wait_for()
-        header.scroll_into_view_if_needed()
+        search.fill("")  # every section again
+        page.get_by_text(section, exact=True).first.wait_for()
+        search.fill(card)
         page.get_by_text(card, exact=True).first.wait_for()
+        assert page.get_by_text(section, exact=True).first.is_visible()  # still under its group
+    search.fill("")
     shot(page, tmp_path, "config-metrics.png")
     assert "memory/peak_stranded_slots" not in page.inner_text("body")  # no flat list of full names
