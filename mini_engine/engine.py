@@ -19,8 +19,10 @@ from __future__ import annotations
 import enum
 import time
 import weakref
+from collections import deque
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 # numpy loads numpy.ma lazily inside the first np.unique (the page frees use it);
@@ -36,12 +38,18 @@ from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.invariants import Auditor, Violation
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
-from mini_engine.overlap import InFlight, finishing_in_flight, reserved_ahead
+from mini_engine.overlap import InFlight, finishing_in_flight
 from mini_engine.request import Request, Status, check_context
 from mini_engine.scheduler import Scheduler
 from mini_engine.stats import Stats
 
 MAX_SAMPLES = 20
+# Columns of a batch of requests, one C-level pass each.
+_KV_ROW, _OUTPUTS = attrgetter("kv.row"), attrgetter("outputs")
+
+
+def _rows(reqs: list[Request]) -> np.ndarray:
+    return np.fromiter(map(_KV_ROW, reqs), dtype=np.int64, count=len(reqs))
 
 
 class StepOutcome(enum.Enum):
@@ -134,12 +142,20 @@ class Engine:
         self.stats = Stats(cfg.page_size, cfg.max_accept, swa=cfg.has_swa)
         self.sched = Scheduler(cfg, self.manager, _weak_callback(self._on_release))
         self.batch: BatchArrays | None = None
+        self._batch_reqs: list = []  # the requests of the batch arrays, in their order
+        self._aranged = np.arange(0, dtype=np.int64)
         self._left: set = set()  # rids released since the batch arrays were last filtered
+        self._releases = 0  # requests released so far (a step without one keeps every position)
+        # Output tokens each decoding request may still produce, by row: set when it joins the
+        # decode batch, then moved by its results only (no other writer adds outputs meanwhile).
+        self._left_rows = np.zeros(self.mem.max_reqs, dtype=np.int64)
         self.step_no = 0
         # Overlap scheduling (mini_engine.overlap): a speculative step's result lands after
         # the next step is planned. Plain decode is never stale, so it stays synchronous.
         self.overlap = cfg.rules.overlap and cfg.algo.stale_under_overlap
         self.inflight: InFlight | None = None
+        # The in-flight step's (releases when it ran, its rows, its result lengths).
+        self._launch: tuple = (-1, None, None)
         self.error: str | None = None
         self.requests: list[Request] = []
 
@@ -282,7 +298,7 @@ class Engine:
     def _decode(self, batch: list[Request]) -> bool | None:
         t0 = time.perf_counter()
         # Overlap: a request the in-flight result finishes by length sits this plan out.
-        finishing = finishing_in_flight(batch, self.inflight)
+        finishing = self._finishing(batch)
         if finishing:
             batch = [r for r in batch if r not in finishing]
             if not batch:
@@ -296,7 +312,7 @@ class Engine:
                         self.manager.evict_swa(r.kv, r.kv.committed)
         for r in batch:
             r.decode_batches += 1
-        before = {r.rid: int(r.kv.allocated) for r in batch}
+        before = self.manager.rows.allocated.copy()  # every row's extent before the reservation
         got = self.sched.reserve_decode(batch, wait=bool(finishing))
         if not got:
             if got is not None:  # waiting on the frees of the result in flight: no decode batch
@@ -308,19 +324,25 @@ class Engine:
             return landed  # after its frees, the next plan tries again
         batch = got
         self._sync_batch(batch)
-        self._count_ahead(batch, before)
+        rows = _rows(batch)
+        self._count_ahead(batch, rows, before)
         if self.overlap:
             # SGLang's event_loop_overlap: step N's result is processed after step N+1 is planned.
             # A request it finishes drops out of step N+1 (that result would be skipped).
+            released = self._releases
             self._land()
-            batch = [r for r in batch if r.status is Status.RUNNING and r.kv is not None]
+            if self._releases != released:
+                batch = [r for r in batch if r.status is Status.RUNNING and r.kv is not None]
+                rows = _rows(batch)
         t1 = time.perf_counter()
         results = self._forward(batch) if batch else []
         t2 = time.perf_counter()
+        lens = np.fromiter(map(len, results), dtype=np.int64, count=len(results))
         if self.overlap:
             self.inflight = InFlight(batch, results) if batch else None
+            self._launch = (self._releases, rows, lens)
         else:
-            self._process(batch, results)
+            self._process(batch, results, lens, rows)
         self.stats.plan_s += (t1 - t0) + (time.perf_counter() - t2)  # host time, the forward excluded
         self.stats.decode_steps += 1
         return True
@@ -330,10 +352,53 @@ class Engine:
             return _results(self.backend.spec_step(batch), len(batch))
         return [[t] for t in _results(self.backend.decode(batch), len(batch))]
 
-    def _count_ahead(self, batch: list[Request], before: dict[int, int]) -> None:
-        """Slots reserved past the true committed lengths (the in-flight result counted)."""
-        landing = self.inflight.landing() if self.inflight is not None else {}
-        ahead, extra, extra_slots = reserved_ahead(batch, before, landing)
+    def _all_live(self) -> bool:
+        """Nobody was released since the result in flight ran: every request of it still runs
+        on the KV state (and row) it ran with, so InFlight.live() keeps them all."""
+        return self._releases == self._launch[0]
+
+    def _finishing(self, batch: list[Request]) -> list[Request]:
+        """finishing_in_flight over the batch, read from the rows' remaining outputs."""
+        inflight = self.inflight
+        if inflight is None:
+            return []
+        if not self._all_live():
+            return finishing_in_flight(batch, inflight)
+        hits = np.flatnonzero(self._left_rows[self._launch[1]] <= 1)  # its next output finishes it
+        if not len(hits):
+            return []
+        fin = [inflight.batch[i] for i in hits.tolist()]
+        if inflight.batch == batch:
+            return fin
+        ids = {id(r) for r in batch}
+        return [r for r in fin if id(r) in ids]
+
+    def _count_ahead(self, batch: list[Request], rows: np.ndarray, before: np.ndarray) -> None:
+        """Slots reserved past the true committed lengths (the in-flight result counted).
+
+        overlap.reserved_ahead over the batch in vector passes; before: every row's extent
+        before the reservation."""
+        kv = self.manager.rows
+        alloc = kv.allocated[rows]
+        ahead = int(alloc.sum()) - int(kv.committed[rows].sum())
+        extra = extra_slots = 0
+        inflight = self.inflight
+        if inflight is not None:
+            if self._all_live():
+                # The result commits min(accepted, remaining) for each request of it; a request of
+                # this batch that ran in it has the same row (nobody was released since).
+                _, ran_rows, lens = self._launch
+                by_row = np.zeros(len(kv.allocated), dtype=np.int64)
+                by_row[ran_rows] = np.minimum(lens, self._left_rows[ran_rows])
+                land = by_row[rows]
+            else:
+                landing = inflight.landing()
+                land = np.fromiter((landing.get(r.rid, 0) for r in batch), dtype=np.int64, count=len(batch))
+            ahead -= int(land.sum())
+            done = (land > 0) & (land == self._left_rows[rows])  # the result in flight finishes it
+            if done.any():
+                extra = int(done.sum())
+                extra_slots = int((alloc[done] - before[rows[done]]).sum())
         stats = self.stats
         stats.peak_reserved_ahead = max(stats.peak_reserved_ahead, ahead)
         stats.reserved_ahead_sum += ahead
@@ -345,47 +410,79 @@ class Engine:
         inflight, self.inflight = self.inflight, None
         if inflight is None:
             return False
+        _, rows, lens = self._launch
+        if self._all_live():
+            self._process(inflight.batch, inflight.results, lens, rows)
+            return True
         keep = inflight.live()  # a request retracted since it ran has its result dropped
-        self._process([inflight.batch[i] for i in keep], [inflight.results[i] for i in keep])
+        self._process([inflight.batch[i] for i in keep], [inflight.results[i] for i in keep], lens[keep])
         return True
 
-    def _process(self, batch: list[Request], results: list[list[int]]) -> None:
-        """A decode step's result: commit what each request accepted, finish those at their limit."""
+    def _process(self, batch: list[Request], results: list[list[int]], lens: np.ndarray | None = None,
+                 rows: np.ndarray | None = None) -> None:
+        """A decode step's result: commit what each request accepted, finish those at their limit.
+
+        One numpy pass over the batch for the lengths; per request only the token lists
+        (and the rare finish). lens: each result's length; rows: the requests' rows."""
+        k = len(batch)
+        if not k:
+            return
         cfg, stats = self.cfg, self.stats
-        spec, dw, most = cfg.speculative, cfg.draft_window, cfg.max_accept
-        accepted = out = 0
-        counts = np.zeros(len(self.batch), dtype=np.int64)  # committed per batch position
-        pos = {rid: i for i, rid in enumerate(self.batch.rids)}
+        if lens is None:
+            lens = np.fromiter(map(len, results), dtype=np.int64, count=k)
+        bad = (lens < 1) | (lens > cfg.max_accept)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise RuntimeError(f"backend returned {int(lens[i])} tokens for request {batch[i].rid} "
+                               f"(allowed 1..{cfg.max_accept})")
+        if rows is None:
+            rows = _rows(batch)
+        left = self._left_rows[rows]
+        n = np.minimum(lens, left)  # the output limit cuts the accepted run
+        if (lens > left).any():
+            results = list(results)
+            for i in np.flatnonzero(lens > left).tolist():
+                results[i] = results[i][: int(left[i])]
         # SGLang's decode result processing: the finished requests' frees form one group.
         with self.manager.free_group():
-            for r, toks in zip(batch, results):
-                n = len(toks)
-                if not 1 <= n <= most:
-                    raise RuntimeError(f"backend returned {n} tokens for request {r.rid} (allowed 1..{most})")
-                if spec:
-                    accepted += n  # tau counts what the verify accepted, even past the output limit
+            self.manager.commit_batch(batch, n, rows)
+            self._left_rows[rows] = left - n
+            deque(map(list.extend, map(_OUTPUTS, batch), results), maxlen=0)
+            if cfg.speculative:
+                # tau counts what the verify accepted, even past the output limit
+                for r, a in zip(batch, lens.tolist()):
                     r.spec_steps += 1
-                    r.accepted += n
-                left = r.remaining
-                if n > left:
-                    toks, n = toks[:left], left
-                self.manager.commit(r.kv, n)
-                at = pos.get(r.rid, -1)  # -1: missing from the batch arrays (K10 reported at the sync)
-                if at >= 0:
-                    counts[at] = n
-                r.outputs.extend(toks)
-                out += n
-                if dw is not None:
-                    # K9 itself is an audit check (memory.invariants); the loop only counts the peak.
-                    stats.peak_compact_draft = max(stats.peak_compact_draft,
-                                                   sizing.compact_draft_len(r.kv.committed, dw, cfg.page_size))
-                if n == left:
-                    self.sched.finish(r)
+                    r.accepted += a
+                stats.spec_verifies += k
+                stats.accepted_tokens += int(lens.sum())
+            if cfg.draft_window is not None:
+                # K9 itself is an audit check (memory.invariants); this only counts the peak.
+                stats.peak_compact_draft = max(stats.peak_compact_draft, *(
+                    sizing.compact_draft_len(c, cfg.draft_window, cfg.page_size)
+                    for c in self.manager.rows.committed[rows].tolist()))
+            for i in np.flatnonzero(n == left).tolist():
+                self.sched.finish(batch[i])
+        pos = self._positions(batch)  # -1: missing from the batch arrays (K10 reported at the sync)
+        if len(pos) == len(self.batch) and (pos >= 0).all() and (pos == self._arange(len(pos))).all():
+            counts = n
+        else:
+            counts = np.zeros(len(self.batch), dtype=np.int64)
+            ok = pos >= 0
+            counts[pos[ok]] = n[ok]
         self.batch.commit(counts)
-        if spec:
-            stats.spec_verifies += len(batch)
-            stats.accepted_tokens += accepted
-        stats.output_tokens += out
+        stats.output_tokens += int(n.sum())
+
+    def _positions(self, reqs: list[Request]) -> np.ndarray:
+        """Each request's position in the batch arrays, by rid (-1: not there)."""
+        if reqs == self._batch_reqs:
+            return self._arange(len(reqs))
+        pos = {rid: i for i, rid in enumerate(self.batch.rids)}
+        return np.fromiter((pos.get(r.rid, -1) for r in reqs), dtype=np.int64, count=len(reqs))
+
+    def _arange(self, n: int) -> np.ndarray:
+        if len(self._aranged) != n:
+            self._aranged = np.arange(n, dtype=np.int64)
+        return self._aranged
 
     def _sync_batch(self, batch: list[Request]) -> np.ndarray:
         """After the reservation: requests that left leave the batch arrays, those that joined
@@ -395,20 +492,23 @@ class Engine:
         """
         if self.batch is None:
             self.batch = BatchArrays.from_states([])
-        rids = [r.rid for r in batch]
         b = self.batch
         # The common step: nobody left since the last filter and the same requests decode in
         # the same order, so there is nothing to filter, merge or look up.
-        if self._left or b.rids != rids:
+        if self._left or batch != self._batch_reqs:
+            rids = [r.rid for r in batch]
             self._filter_batch(set(rids))
             pos = {rid: i for i, rid in enumerate(b.rids)}
-            joined = [r.kv for r in batch if r.rid not in pos]
+            joined = [r for r in batch if r.rid not in pos]
             if joined:
-                b.merge(BatchArrays.from_states(joined))
+                b.merge(BatchArrays.from_states([r.kv for r in joined]))
+                # A joining request's remaining outputs; from here on its results keep it.
+                self._left_rows[_rows(joined)] = [r.remaining for r in joined]
                 pos = {rid: i for i, rid in enumerate(b.rids)}  # read back: a missed merge shows as K10
+            self._match_batch(batch)
             where = np.fromiter((pos.get(rid, -1) for rid in rids), dtype=np.int64, count=len(rids))
         else:
-            where = np.arange(len(rids), dtype=np.int64)
+            where = self._arange(len(batch))
         b.set_allocated(b.plan_extents(self.sched.step_reserve, self.cfg.page_size, self.manager.step_aligned,
                                        self.mem.row_width))
         if (where < 0).any():
@@ -417,6 +517,12 @@ class Engine:
                     self.auditor.report(Violation("K10", r.rid, self.step_no,
                                                   {"row": r.kv.row, "reason": "decoding but not in the batch"}))
         return where
+
+    def _match_batch(self, reqs: list[Request]) -> None:
+        """The requests of the batch arrays, in their order (read from the arrays' rids)."""
+        by_rid = {r.rid: r for r in self._batch_reqs}
+        by_rid.update((r.rid, r) for r in reqs)
+        self._batch_reqs = [by_rid.get(rid) for rid in self.batch.rids]
 
     def _filter_batch(self, decoding: set | None = None) -> None:
         """Requests that were released (or, given the decoding rids, do not decode) leave the batch."""
@@ -430,6 +536,7 @@ class Engine:
                 if rid not in left and (decoding is None or rid in decoding)]
         if len(keep) != len(rids):
             self.batch.filter(keep)
+            self._match_batch([])
 
     def _end_step(self) -> None:
         self._filter_batch()  # requests that finished or were retracted this step
@@ -443,6 +550,7 @@ class Engine:
     # -- bookkeeping -------------------------------------------------------------
 
     def _on_release(self, r: Request, retracted: bool) -> None:
+        self._releases += 1
         self.stats.on_release(int(r.kv.allocated), self.mem.profile.free)
         r.decode_batches = 0  # a retracted request starts over
         self._left.add(r.rid)

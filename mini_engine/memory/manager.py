@@ -17,16 +17,16 @@ from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation,
 from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.invariants import Auditor, Violation, check_all
-from mini_engine.memory.kv_state import ReqKVState
+from mini_engine.memory.kv_state import WRITER_CODE, WRITER_KINDS, KVRows, ReqKVState
 from mini_engine.memory.ledger import PageLedger
 from mini_engine.memory.req_to_token import ReqToTokenPool
 from mini_engine.memory.sizing import next_extents, pd_swa_tail_len, swa_evict_target
 from mini_engine.memory.swa import SWAPool
 from mini_engine.memory.trace import TraceWriter
 
-WRITER_KINDS = ("prefill", "decode", "spec", "pd")
-# Columns of a batch of states, one C-level pass each (a generator costs ~5x more per request).
-_ALLOCATED, _COMMITTED, _ROW, _SWA_EVICTED = (attrgetter(a) for a in ("allocated", "committed", "row", "swa_evicted"))
+__all__ = ["KVManager", "WRITER_KINDS"]
+# The rows of a batch of states, one C-level pass (a generator costs ~5x more per request).
+_ROW = attrgetter("row")
 
 
 def _column(get, states: list[ReqKVState]) -> np.ndarray:
@@ -49,6 +49,8 @@ class KVManager:
         pools = {"full": mem.num_pages, "swa": mem.swa_num_pages or 0}
         self.ledger = PageLedger(pools, mem.max_reqs)
         self.states: dict[int, ReqKVState] = {}  # live requests by row
+        # Every live request's lengths, by row: a batch reads and commits them in one pass.
+        self.rows = KVRows(mem.max_reqs)
         self.step = 0
         # Running sums over live requests, so the per-step counters are O(1).
         self._sum_extent = 0
@@ -148,7 +150,8 @@ class KVManager:
         row = self.req_to_token.alloc()
         if row is None:
             return None
-        state = ReqKVState(rid=rid, row=row)
+        self.rows.reset(row)
+        state = ReqKVState(rid=rid, row=row, rows=self.rows)
         self.states[row] = state
         return state
 
@@ -168,9 +171,9 @@ class KVManager:
             return True
         ps, width = self.ps, self.mem.row_width
         aligned = self.step_aligned if algo is None else self.profile.aligns(algo)
-        cur = _column(_ALLOCATED, states)
-        com = _column(_COMMITTED, states)
         rows = _column(_ROW, states)
+        cur = self.rows.allocated[rows]
+        com = self.rows.committed[rows]
         nxt = next_extents(cur, com, reserve, ps, aligned)
         # K4: the row must have headroom for the reservation, plus the page round-up
         # when the reservation page-ceils.
@@ -210,6 +213,25 @@ class KVManager:
             new = min(max(new, state.committed), state.allocated)
         self._sum_committed += new - state.committed
         state.committed = new
+
+    def commit_batch(self, states: list[ReqKVState], counts: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """commit(states[i], counts[i]) for a whole decode batch, in one numpy pass.
+
+        rows: the states' rows, when the caller has already gathered them.
+        """
+        if rows is None:
+            rows = _column(_ROW, states)
+        counts = np.asarray(counts, dtype=np.int64)
+        com, ext = self.rows.committed[rows], self.rows.allocated[rows]
+        new = com + counts
+        bad = (counts < 0) | (new > ext)
+        if bad.any():  # K3, reported per request as commit does
+            for i in np.flatnonzero(bad).tolist():
+                self._report(Violation("K3", states[i].rid, self.step, {
+                    "committed": int(com[i]), "n": int(counts[i]), "allocated": int(ext[i])}))
+            new = np.minimum(np.maximum(new, com), ext)
+        self._sum_committed += int((new - com).sum())
+        self.rows.committed[rows] = new
 
     def evict_swa(self, state: ReqKVState, pre_len: int | None = None, *, interval: int | None = None) -> int:
         """SGLang's window rule once pre_len (default: committed) positions are final; returns SWA pages freed.
@@ -288,6 +310,7 @@ class KVManager:
         self.req_to_token.free(row, extent)
         del self.states[row]
         self._seen.pop(row, None)
+        state.detach()  # its row is free for the next request; the state keeps its values
         state.released = True
         return row
 
@@ -371,14 +394,14 @@ class KVManager:
         The allocator gets the whole batch, requests that do not grow included, as
         SGLang's does: under need_sort its merge test counts them.
         """
+        if rows is None:
+            rows = _column(_ROW, states)
         if cur is None:
-            cur = _column(_ALLOCATED, states)
+            cur = self.rows.allocated[rows]
         targets = np.maximum(targets, cur)
         grow = targets > cur
         if not grow.any():
             return True  # SGLang makes no call when nothing is needed
-        if rows is None:
-            rows = _column(_ROW, states)
         host = self.req_to_token.host
         # The slot of position cur - 1 (one flat gather: cheaper than 2-D fancy indexing).
         last = np.where(cur > 0, host.reshape(-1)[rows * host.shape[1] + np.maximum(cur - 1, 0)], -1)
@@ -388,7 +411,7 @@ class KVManager:
             return False
         if self.swa is not None:
             # SWA pages start at the cursor: a fresh PD request holds none below it.
-            base = _column(_SWA_EVICTED, states)
+            base = self.rows.swa_evicted[rows]
             swa_prefix = np.maximum(cur, base)
             swa_target = np.maximum(targets, swa_prefix)
             if int(self.swa.allocator.pages_needed(swa_prefix, swa_target).sum()) \
@@ -406,24 +429,26 @@ class KVManager:
                                                     decode=decode and bool((swa_target - swa_prefix == 1).all()))
             self.swa.set_map(host[np.repeat(rows, sg.lens), sg.positions], sg.slots)
             self.ledger.take("swa", np.repeat(rows, sg.pages_per_req), sg.pages)
-        self._set_extents(states, cur, targets, grow, writer, aligned)
+        self._set_extents(rows, cur, targets, grow, writer, aligned)
         return True
 
-    def _set_extents(self, states: list[ReqKVState], cur: np.ndarray, targets: np.ndarray, grow: np.ndarray,
+    def _set_extents(self, rows: np.ndarray, cur: np.ndarray, targets: np.ndarray, grow: np.ndarray,
                      writer: str, aligned: bool) -> None:
         """Record the grown extents (targets >= cur, so K2 holds by construction) and move the
-        running sums: the totals in one vector pass, per state only what must be per state."""
-        idx = np.flatnonzero(grow)
-        old, new = cur[idx], targets[idx]
-        ps, by = self.ps, self.stranded_by_writer
-        self._sum_extent += int((new - old).sum())
-        by[writer] += int((-(-new // ps) * ps - new).sum())
-        grown = states if len(idx) == len(states) else [states[i] for i in idx.tolist()]
-        old_tail = -(-old // ps) * ps - old  # the stranded tail each state's last writer recorded
-        for s, n, t in zip(grown, new.tolist(), old_tail.tolist()):
-            if t:
-                by[s.writer] -= t
-            s.allocated, s.writer, s.aligned = n, writer, aligned
+        running sums, all in vector passes over the batch."""
+        if not grow.all():
+            rows, cur, targets = rows[grow], cur[grow], targets[grow]
+        ps, by, kv = self.ps, self.stranded_by_writer, self.rows
+        self._sum_extent += int((targets - cur).sum())
+        by[writer] += int((-(-targets // ps) * ps - targets).sum())
+        old_tail = -(-cur // ps) * ps - cur  # the stranded tail each state's last writer recorded
+        if old_tail.any():
+            lost = np.bincount(kv.writer[rows].astype(np.int64) + 1, weights=old_tail, minlength=len(WRITER_KINDS) + 1)
+            for code in np.flatnonzero(lost[1:]).tolist():  # a tail without a writer (-1) counts nowhere
+                by[WRITER_KINDS[code]] -= int(lost[code + 1])
+        kv.allocated[rows] = targets
+        kv.writer[rows] = WRITER_CODE[writer]
+        kv.aligned[rows] = aligned
 
     def _write_cursor(self, state: ReqKVState, value: int, **context: int) -> int:
         """The one writer of swa_evicted_seqlen; K6 fires here, at the write."""
