@@ -324,7 +324,9 @@ class Engine:
             return landed  # after its frees, the next plan tries again
         batch = got
         self._sync_batch(batch)
-        rows = _rows(batch)
+        # The batch arrays' rows when they hold exactly this batch (a wrong row there would fail
+        # K10's rid check at the end of the step), else read from the requests.
+        rows = self.batch.rows if batch == self._batch_reqs else _rows(batch)
         self._count_ahead(batch, rows, before)
         if self.overlap:
             # SGLang's event_loop_overlap: step N's result is processed after step N+1 is planned.
@@ -388,9 +390,11 @@ class Engine:
                 # The result commits min(accepted, remaining) for each request of it; a request of
                 # this batch that ran in it has the same row (nobody was released since).
                 _, ran_rows, lens = self._launch
-                by_row = np.zeros(len(kv.allocated), dtype=np.int64)
-                by_row[ran_rows] = np.minimum(lens, self._left_rows[ran_rows])
-                land = by_row[rows]
+                land = np.minimum(lens, self._left_rows[ran_rows])
+                if inflight.batch != batch:
+                    by_row = np.zeros(len(kv.allocated), dtype=np.int64)
+                    by_row[ran_rows] = land
+                    land = by_row[rows]
             else:
                 landing = inflight.landing()
                 land = np.fromiter((landing.get(r.rid, 0) for r in batch), dtype=np.int64, count=len(batch))
@@ -462,10 +466,10 @@ class Engine:
                     for c in self.manager.rows.committed[rows].tolist()))
             for i in np.flatnonzero(n == left).tolist():
                 self.sched.finish(batch[i])
-        pos = self._positions(batch)  # -1: missing from the batch arrays (K10 reported at the sync)
-        if len(pos) == len(self.batch) and (pos >= 0).all() and (pos == self._arange(len(pos))).all():
+        if batch == self._batch_reqs:  # the batch arrays hold this batch, in its order
             counts = n
         else:
+            pos = self._positions(batch)  # -1: missing from the batch arrays (K10 reported at the sync)
             counts = np.zeros(len(self.batch), dtype=np.int64)
             ok = pos >= 0
             counts[pos[ok]] = n[ok]

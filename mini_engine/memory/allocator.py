@@ -105,16 +105,18 @@ class PagedAllocator:
     # -- allocation ------------------------------------------------------------
     def pages_needed(self, prefix_lens: np.ndarray, seq_lens: np.ndarray) -> np.ndarray:
         ps = self.page_size
-        return -(-seq_lens // ps) - (-(-prefix_lens // ps))
+        return (seq_lens + (ps - 1)) // ps - (prefix_lens + (ps - 1)) // ps
 
     def allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False,
-                 trusted: bool = False) -> Allocation | None:
+                 trusted: bool = False, npages: np.ndarray | None = None) -> Allocation | None:
         """Flat form of alloc_extend; all-or-nothing (None and no page taken when short).
 
         decode marks SGLang's alloc_decode (plain decode, one token per request):
         same slots, but its own merge test under need_sort. trusted: the caller (the
         KVManager) built int64 arrays from its own rows, so the boundary checks of
-        outside input (a replayed trace, a test) are skipped on the per-step path.
+        outside input (a replayed trace, a test) are skipped on the per-step path;
+        it may pass npages (pages_needed, already computed) and reads last_locs only
+        where a page is continued (prefix not on a page boundary).
         """
         if trusted:
             prefix, seq, last = prefix_lens, seq_lens, last_locs
@@ -127,7 +129,8 @@ class PagedAllocator:
             if len(prefix) and ((seq < prefix).any() or (prefix < 0).any()):
                 raise ValueError("alloc_extend needs 0 <= prefix_len <= seq_len for every request")
         ps = self.page_size
-        npages = self.pages_needed(prefix, seq)
+        if npages is None or not trusted:
+            npages = self.pages_needed(prefix, seq)
         total = int(npages.sum())
         if ps > 1 and not trusted:
             # Checked before any page is taken: a refused call must leave the pool as it was.
@@ -150,11 +153,10 @@ class PagedAllocator:
         # continued last page (last_loc's page, when prefix is mid-page), then its new pages
         # as they come off the free list. slot % ps == position % ps on every page, so a
         # slot is its page * ps + position % ps: a few whole-array passes, no per-request work.
-        grows = lens > 0
         first_page = prefix // ps
-        touched = np.where(grows, (seq - 1) // ps - first_page + 1, 0)
+        cont = (lens > 0) & (prefix % ps != 0)  # growth continues last_loc's page
+        touched = npages + cont  # pages each request writes: its new ones and a continued one
         table_off = np.cumsum(touched) - touched
-        cont = grows & (prefix % ps != 0)
         table = np.empty(int(touched.sum()), dtype=np.int64)
         is_new = np.ones(len(table), dtype=bool)
         is_new[table_off[cont]] = False
@@ -177,13 +179,13 @@ class PagedAllocator:
         return None if got is None else got.split()
 
     def traced_allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False,
-                        trusted: bool = False) -> Allocation | None:
+                        trusted: bool = False, npages: np.ndarray | None = None) -> Allocation | None:
         """allocate() plus the trace record alloc_extend would write (the manager's path).
 
         A decode call is written as the alloc_extend it is, marked "decode": true so
         a replay takes SGLang's alloc_decode merge test.
         """
-        got = self.allocate(prefix_lens, seq_lens, last_locs, decode=decode, trusted=trusted)
+        got = self.allocate(prefix_lens, seq_lens, last_locs, decode=decode, trusted=trusted, npages=npages)
         if self.trace is not None:
             rec = {
                 "op": "alloc_extend", "pool": self.pool,

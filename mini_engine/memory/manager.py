@@ -51,6 +51,7 @@ class KVManager:
         self.states: dict[int, ReqKVState] = {}  # live requests by row
         # Every live request's lengths, by row: a batch reads and commits them in one pass.
         self.rows = KVRows(mem.max_reqs)
+        self._last_batch: tuple[list, np.ndarray] = ([], np.empty(0, dtype=np.int64))  # _rows_of's memo
         self.step = 0
         # Running sums over live requests, so the per-step counters are O(1).
         self._sum_extent = 0
@@ -171,7 +172,7 @@ class KVManager:
             return True
         ps, width = self.ps, self.mem.row_width
         aligned = self.step_aligned if algo is None else self.profile.aligns(algo)
-        rows = _column(_ROW, states)
+        rows = self._rows_of(states)
         cur = self.rows.allocated[rows]
         com = self.rows.committed[rows]
         nxt = next_extents(cur, com, reserve, ps, aligned)
@@ -213,6 +214,15 @@ class KVManager:
             new = min(max(new, state.committed), state.allocated)
         self._sum_committed += new - state.committed
         state.committed = new
+
+    def _rows_of(self, states: list[ReqKVState]) -> np.ndarray:
+        """The states' rows; a decode batch is usually the last one again, whose rows are kept
+        (a state's row is fixed for its life, so the same states have the same rows)."""
+        last, rows = self._last_batch
+        if states != last:  # ReqKVState compares by identity
+            rows = _column(_ROW, states)
+            self._last_batch = (list(states), rows)
+        return rows
 
     def commit_batch(self, states: list[ReqKVState], counts: np.ndarray, rows: np.ndarray | None = None) -> None:
         """commit(states[i], counts[i]) for a whole decode batch, in one numpy pass.
@@ -403,10 +413,14 @@ class KVManager:
         if not grow.any():
             return True  # SGLang makes no call when nothing is needed
         host = self.req_to_token.host
-        # The slot of position cur - 1 (one flat gather: cheaper than 2-D fancy indexing).
-        last = np.where(cur > 0, host.reshape(-1)[rows * host.shape[1] + np.maximum(cur - 1, 0)], -1)
-        need = int(self.full.pages_needed(cur, targets).sum())
-        if need > self.full.num_free_pages:
+        cur_mod = cur % self.ps  # where growth continues a page (and the stranded tails of the old extents)
+        if self.trace is not None or cur_mod.any():
+            # The slot of position cur - 1 (one flat gather: cheaper than 2-D fancy indexing).
+            last = np.where(cur > 0, host.reshape(-1)[rows * host.shape[1] + np.maximum(cur - 1, 0)], -1)
+        else:  # every extent ends on a page boundary: no page is continued, last_loc is never read
+            last = np.full_like(cur, -1)
+        npages = self.full.pages_needed(cur, targets)
+        if int(npages.sum()) > self.full.num_free_pages:
             self.short_pool = "full"
             return False
         if self.swa is not None:
@@ -418,7 +432,7 @@ class KVManager:
                     > self.swa.allocator.num_free_pages:
                 self.short_pool = "swa"
                 return False
-        got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True)
+        got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True, npages=npages)
         row_rep = np.repeat(rows, got.lens)
         self.req_to_token.write_flat(row_rep, got.positions, got.slots)
         self.ledger.take("full", np.repeat(rows, got.pages_per_req), got.pages)
@@ -429,20 +443,22 @@ class KVManager:
                                                     decode=decode and bool((swa_target - swa_prefix == 1).all()))
             self.swa.set_map(host[np.repeat(rows, sg.lens), sg.positions], sg.slots)
             self.ledger.take("swa", np.repeat(rows, sg.pages_per_req), sg.pages)
-        self._set_extents(rows, cur, targets, grow, writer, aligned)
+        self._set_extents(rows, cur, targets, grow, cur_mod, writer, aligned)
         return True
 
     def _set_extents(self, rows: np.ndarray, cur: np.ndarray, targets: np.ndarray, grow: np.ndarray,
-                     writer: str, aligned: bool) -> None:
+                     cur_mod: np.ndarray, writer: str, aligned: bool) -> None:
         """Record the grown extents (targets >= cur, so K2 holds by construction) and move the
-        running sums, all in vector passes over the batch."""
+        running sums, all in vector passes over the batch. cur_mod: cur % page_size."""
         if not grow.all():
-            rows, cur, targets = rows[grow], cur[grow], targets[grow]
+            rows, cur, targets, cur_mod = rows[grow], cur[grow], targets[grow], cur_mod[grow]
         ps, by, kv = self.ps, self.stranded_by_writer, self.rows
         self._sum_extent += int((targets - cur).sum())
-        by[writer] += int((-(-targets // ps) * ps - targets).sum())
-        old_tail = -(-cur // ps) * ps - cur  # the stranded tail each state's last writer recorded
-        if old_tail.any():
+        new_mod = targets % ps
+        if new_mod.any():  # the stranded tail ceil_ps(extent) - extent of the new extents
+            by[writer] += int(np.where(new_mod > 0, ps - new_mod, 0).sum())
+        if cur_mod.any():  # the stranded tail each state's last writer recorded
+            old_tail = np.where(cur_mod > 0, ps - cur_mod, 0)
             lost = np.bincount(kv.writer[rows].astype(np.int64) + 1, weights=old_tail, minlength=len(WRITER_KINDS) + 1)
             for code in np.flatnonzero(lost[1:]).tolist():  # a tail without a writer (-1) counts nowhere
                 by[WRITER_KINDS[code]] -= int(lost[code + 1])
