@@ -39,7 +39,7 @@ from mini_engine.memory.invariants import Auditor, Violation
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
 from mini_engine.overlap import InFlight, finishing_in_flight
-from mini_engine.request import Request, Status, check_context
+from mini_engine.request import Request, Status, Tally, check_context
 from mini_engine.scheduler import Scheduler
 from mini_engine.stats import Stats
 
@@ -149,6 +149,7 @@ class Engine:
         # Output tokens each decoding request may still produce, by row: set when it joins the
         # decode batch, then moved by its results only (no other writer adds outputs meanwhile).
         self._left_rows = np.zeros(self.mem.max_reqs, dtype=np.int64)
+        self._tally = Tally(self.mem.max_reqs)  # decoding requests' step counters, by row
         self.step_no = 0
         # Overlap scheduling (mini_engine.overlap): a speculative step's result lands after
         # the next step is planned. Plain decode is never stale, so it stays synchronous.
@@ -310,8 +311,13 @@ class Engine:
                 for r in batch:
                     if r.decode_batches:
                         self.manager.evict_swa(r.kv, r.kv.committed)
-        for r in batch:
-            r.decode_batches += 1
+        if batch == self._batch_reqs:  # all counted by row already (bound when they first decoded)
+            self._tally.decode_batches[self.batch.rows] += 1
+        else:
+            for r in batch:
+                if r._tally is None:
+                    r.bind(self._tally, r.kv.row)
+                r.decode_batches += 1
         before = self.manager.rows.allocated.copy()  # every row's extent before the reservation
         got = self.sched.reserve_decode(batch, wait=bool(finishing))
         if not got:
@@ -453,10 +459,11 @@ class Engine:
             self._left_rows[rows] = left - n
             deque(map(list.extend, map(_OUTPUTS, batch), results), maxlen=0)
             if cfg.speculative:
-                # tau counts what the verify accepted, even past the output limit
-                for r, a in zip(batch, lens.tolist()):
-                    r.spec_steps += 1
-                    r.accepted += a
+                # tau counts what the verify accepted, even past the output limit; every request
+                # here decoded, so counts by row (Request.bind)
+                tally = self._tally
+                tally.spec_steps[rows] += 1
+                tally.accepted[rows] += lens
                 stats.spec_verifies += k
                 stats.accepted_tokens += int(lens.sum())
             if cfg.draft_window is not None:
@@ -556,6 +563,7 @@ class Engine:
     def _on_release(self, r: Request, retracted: bool) -> None:
         self._releases += 1
         self.stats.on_release(int(r.kv.allocated), self.mem.profile.free)
+        r.unbind()  # its row goes back: the counters stay with the request
         r.decode_batches = 0  # a retracted request starts over
         self._left.add(r.rid)
         self.backend.release(r)

@@ -71,6 +71,7 @@ class PagedAllocator:
         self._freed_any = False  # need_sort can only be chosen before the first free
         self._is_free = np.ones(num_pages + 1, dtype=bool)
         self._is_free[0] = False
+        self._within = np.arange(self.page_size, dtype=np.int64)  # offsets within a page
 
     # -- queries ---------------------------------------------------------------
     @property
@@ -149,6 +150,13 @@ class PagedAllocator:
         self._is_free[pages] = False
 
         lens = seq - prefix
+        if ps > 1 and not ((prefix | seq) % ps).any():
+            # Every request grows by whole pages (the aligned writers' common step): a new page's
+            # slots are the whole page, its positions a whole page of the row; no per-request work.
+            first = np.repeat(prefix // ps - (np.cumsum(npages) - npages), npages) + np.arange(total, dtype=np.int64)
+            within = self._within
+            return Allocation(slots=(pages[:, None] * ps + within).reshape(-1), lens=lens, pages=pages,
+                              pages_per_req=npages, positions=(first[:, None] * ps + within).reshape(-1))
         # Slots through a table of the pages each request touches, in position order: a
         # continued last page (last_loc's page, when prefix is mid-page), then its new pages
         # as they come off the free list. slot % ps == position % ps on every page, so a
