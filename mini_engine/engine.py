@@ -388,7 +388,7 @@ class Engine:
         before the reservation."""
         kv = self.manager.rows
         alloc = kv.allocated[rows]
-        ahead = int(alloc.sum()) - int(kv.committed[rows].sum())
+        ahead = alloc - kv.committed[rows]
         extra = extra_slots = 0
         inflight = self.inflight
         if inflight is not None:
@@ -404,11 +404,12 @@ class Engine:
             else:
                 landing = inflight.landing()
                 land = np.fromiter((landing.get(r.rid, 0) for r in batch), dtype=np.int64, count=len(batch))
-            ahead -= int(land.sum())
+            ahead -= land
             done = (land > 0) & (land == self._left_rows[rows])  # the result in flight finishes it
             if done.any():
                 extra = int(done.sum())
                 extra_slots = int((alloc[done] - before[rows[done]]).sum())
+        ahead = int(ahead.sum())
         stats = self.stats
         stats.peak_reserved_ahead = max(stats.peak_reserved_ahead, ahead)
         stats.reserved_ahead_sum += ahead
@@ -440,23 +441,28 @@ class Engine:
         cfg, stats = self.cfg, self.stats
         if lens is None:
             lens = np.fromiter(map(len, results), dtype=np.int64, count=k)
-        bad = (lens < 1) | (lens > cfg.max_accept)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
+        if int(lens.min()) < 1 or int(lens.max()) > cfg.max_accept:
+            i = int(np.flatnonzero((lens < 1) | (lens > cfg.max_accept))[0])
             raise RuntimeError(f"backend returned {int(lens[i])} tokens for request {batch[i].rid} "
                                f"(allowed 1..{cfg.max_accept})")
         if rows is None:
             rows = _rows(batch)
         left = self._left_rows[rows]
-        n = np.minimum(lens, left)  # the output limit cuts the accepted run
-        if (lens > left).any():
-            results = list(results)
-            for i in np.flatnonzero(lens > left).tolist():
-                results[i] = results[i][: int(left[i])]
+        room = left - lens  # below 0: the output limit cuts the accepted run; 0 or below: it finishes
+        ends = int(room.min()) <= 0
+        if ends:
+            n = np.minimum(lens, left)
+            room = left - n
+            if (lens > left).any():
+                results = list(results)
+                for i in np.flatnonzero(lens > left).tolist():
+                    results[i] = results[i][: int(left[i])]
+        else:
+            n = lens
         # SGLang's decode result processing: the finished requests' frees form one group.
         with self.manager.free_group():
             self.manager.commit_batch(batch, n, rows)
-            self._left_rows[rows] = left - n
+            self._left_rows[rows] = room
             deque(map(list.extend, map(_OUTPUTS, batch), results), maxlen=0)
             if cfg.speculative:
                 # tau counts what the verify accepted, even past the output limit; every request
@@ -471,8 +477,9 @@ class Engine:
                 stats.peak_compact_draft = max(stats.peak_compact_draft, *(
                     sizing.compact_draft_len(c, cfg.draft_window, cfg.page_size)
                     for c in self.manager.rows.committed[rows].tolist()))
-            for i in np.flatnonzero(n == left).tolist():
-                self.sched.finish(batch[i])
+            if ends:
+                for i in np.flatnonzero(room == 0).tolist():
+                    self.sched.finish(batch[i])
         if batch == self._batch_reqs:  # the batch arrays hold this batch, in its order
             counts = n
         else:
@@ -522,7 +529,7 @@ class Engine:
             where = self._arange(len(batch))
         b.set_allocated(b.plan_extents(self.sched.step_reserve, self.cfg.page_size, self.manager.step_aligned,
                                        self.mem.row_width))
-        if (where < 0).any():
+        if where is not self._aranged and (where < 0).any():
             for r, at in zip(batch, where.tolist()):
                 if at < 0:  # a missed merge: its commits have no place in the arrays
                     self.auditor.report(Violation("K10", r.rid, self.step_no,

@@ -116,8 +116,8 @@ class PagedAllocator:
         same slots, but its own merge test under need_sort. trusted: the caller (the
         KVManager) built int64 arrays from its own rows, so the boundary checks of
         outside input (a replayed trace, a test) are skipped on the per-step path;
-        it may pass npages (pages_needed, already computed) and reads last_locs only
-        where a page is continued (prefix not on a page boundary).
+        it may pass npages (pages_needed, already computed), and last_locs is read only
+        where a page is continued (prefix not on a page boundary): None when there is none.
         """
         if trusted:
             prefix, seq, last = prefix_lens, seq_lens, last_locs
@@ -166,10 +166,13 @@ class PagedAllocator:
         touched = npages + cont  # pages each request writes: its new ones and a continued one
         table_off = np.cumsum(touched) - touched
         table = np.empty(int(touched.sum()), dtype=np.int64)
-        is_new = np.ones(len(table), dtype=bool)
-        is_new[table_off[cont]] = False
-        table[table_off[cont]] = last[cont] // ps
-        table[is_new] = pages
+        if cont.any():
+            is_new = np.ones(len(table), dtype=bool)
+            is_new[table_off[cont]] = False
+            table[table_off[cont]] = last[cont] // ps
+            table[is_new] = pages
+        else:
+            table[:] = pages
         n = int(lens.sum())
         pos = np.arange(n, dtype=np.int64) + np.repeat(prefix - (np.cumsum(lens) - lens), lens)
         at = np.repeat(table_off - first_page, lens)

@@ -178,9 +178,12 @@ class KVManager:
         nxt = next_extents(cur, com, reserve, ps, aligned)
         # K4: the row must have headroom for the reservation, plus the page round-up
         # when the reservation page-ceils.
-        short = (width - com < reserve + (ps - 1 if aligned else 0)) | (nxt > width)
-        cut = bool(short.any())
+        # short = (width - com < reserve + pad) | (nxt > width); nxt > width needs cur > width or
+        # com > width - reserve - pad, so two reductions tell whether any row is short.
+        pad = ps - 1 if aligned else 0
+        cut = int(com.max()) > width - reserve - pad or int(nxt.max()) > width
         if cut:
+            short = (width - com < reserve + pad) | (nxt > width)
             self.row_overflow_slots += int(np.maximum(nxt - width, 0).sum())
             for i in np.flatnonzero(short):
                 self._report(Violation("K4", states[i].rid, self.step, {
@@ -232,15 +235,18 @@ class KVManager:
         if rows is None:
             rows = _column(_ROW, states)
         counts = np.asarray(counts, dtype=np.int64)
+        if not len(counts):
+            return
         com, ext = self.rows.committed[rows], self.rows.allocated[rows]
         new = com + counts
-        bad = (counts < 0) | (new > ext)
-        if bad.any():  # K3, reported per request as commit does
-            for i in np.flatnonzero(bad).tolist():
+        if int(counts.min()) < 0 or int((ext - new).min()) < 0:  # K3, reported per request as commit does
+            for i in np.flatnonzero((counts < 0) | (new > ext)).tolist():
                 self._report(Violation("K3", states[i].rid, self.step, {
                     "committed": int(com[i]), "n": int(counts[i]), "allocated": int(ext[i])}))
             new = np.minimum(np.maximum(new, com), ext)
-        self._sum_committed += int((new - com).sum())
+            self._sum_committed += int((new - com).sum())
+        else:
+            self._sum_committed += int(counts.sum())
         self.rows.committed[rows] = new
 
     def evict_swa(self, state: ReqKVState, pre_len: int | None = None, *, interval: int | None = None) -> int:
@@ -413,13 +419,16 @@ class KVManager:
         if not grow.any():
             return True  # SGLang makes no call when nothing is needed
         host = self.req_to_token.host
-        cur_mod = cur % self.ps  # where growth continues a page (and the stranded tails of the old extents)
-        if self.trace is not None or cur_mod.any():
+        ps = self.ps
+        cur_mod = cur % ps  # where growth continues a page (and the stranded tails of the old extents)
+        mid = bool(cur_mod.any())
+        if mid or self.trace is not None or self.swa is not None:
             # The slot of position cur - 1 (one flat gather: cheaper than 2-D fancy indexing).
             last = np.where(cur > 0, host.reshape(-1)[rows * host.shape[1] + np.maximum(cur - 1, 0)], -1)
         else:  # every extent ends on a page boundary: no page is continued, last_loc is never read
-            last = np.full_like(cur, -1)
-        npages = self.full.pages_needed(cur, targets)
+            last = None
+        # From page boundaries, the new pages are ceil((target - cur) / ps).
+        npages = self.full.pages_needed(cur, targets) if mid else (targets - cur + (ps - 1)) // ps
         if int(npages.sum()) > self.full.num_free_pages:
             self.short_pool = "full"
             return False
