@@ -48,6 +48,9 @@ class Allocation:
     pages: np.ndarray  # int64, the new pages, request-major
     pages_per_req: np.ndarray  # int64 [B]
     positions: np.ndarray  # int64, the position of each slot in its request's row
+    # When every request grew by whole pages: the position of each new page's first slot
+    # (so a writer can address whole pages); None otherwise.
+    page_starts: np.ndarray | None = None
 
     def split(self) -> list[np.ndarray]:
         return np.split(self.slots, np.cumsum(self.lens)[:-1]) if len(self.lens) else []
@@ -154,9 +157,10 @@ class PagedAllocator:
             # Every request grows by whole pages (the aligned writers' common step): a new page's
             # slots are the whole page, its positions a whole page of the row; no per-request work.
             first = np.repeat(prefix // ps - (np.cumsum(npages) - npages), npages) + np.arange(total, dtype=np.int64)
-            within = self._within
+            starts, within = first * ps, self._within
             return Allocation(slots=(pages[:, None] * ps + within).reshape(-1), lens=lens, pages=pages,
-                              pages_per_req=npages, positions=(first[:, None] * ps + within).reshape(-1))
+                              pages_per_req=npages, positions=(starts[:, None] + within).reshape(-1),
+                              page_starts=starts)
         # Slots through a table of the pages each request touches, in position order: a
         # continued last page (last_loc's page, when prefix is mid-page), then its new pages
         # as they come off the free list. slot % ps == position % ps on every page, so a

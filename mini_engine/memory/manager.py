@@ -442,9 +442,12 @@ class KVManager:
                 self.short_pool = "swa"
                 return False
         got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True, npages=npages)
-        row_rep = np.repeat(rows, got.lens)
-        self.req_to_token.write_flat(row_rep, got.positions, got.slots)
-        self.ledger.take("full", np.repeat(rows, got.pages_per_req), got.pages)
+        page_rows = np.repeat(rows, got.pages_per_req)  # the row of each new page
+        if got.page_starts is not None:  # whole pages: a row's slots are written page by page
+            self.req_to_token.write_pages(page_rows, got.page_starts, got.slots, self.ps)
+        else:
+            self.req_to_token.write_flat(np.repeat(rows, got.lens), got.positions, got.slots)
+        self.ledger.take("full", page_rows, got.pages)
         if self.swa is not None:
             # Continue the SWA copy of the last page only where growth continues the row.
             swa_last = np.where((swa_prefix == cur) & (cur > 0), self.swa.translate(np.maximum(last, 0)), -1)
