@@ -415,8 +415,8 @@ class KVManager:
         if cur is None:
             cur = self.rows.allocated[rows]
         targets = np.maximum(targets, cur)
-        grow = targets > cur
-        if not grow.any():
+        delta = targets - cur
+        if not delta.any():
             return True  # SGLang makes no call when nothing is needed
         host = self.req_to_token.host
         ps = self.ps
@@ -428,7 +428,7 @@ class KVManager:
         else:  # every extent ends on a page boundary: no page is continued, last_loc is never read
             last = None
         # From page boundaries, the new pages are ceil((target - cur) / ps).
-        npages = self.full.pages_needed(cur, targets) if mid else (targets - cur + (ps - 1)) // ps
+        npages = self.full.pages_needed(cur, targets) if mid else (delta + (ps - 1)) // ps
         if int(npages.sum()) > self.full.num_free_pages:
             self.short_pool = "full"
             return False
@@ -455,17 +455,19 @@ class KVManager:
                                                     decode=decode and bool((swa_target - swa_prefix == 1).all()))
             self.swa.set_map(host[np.repeat(rows, sg.lens), sg.positions], sg.slots)
             self.ledger.take("swa", np.repeat(rows, sg.pages_per_req), sg.pages)
-        self._set_extents(rows, cur, targets, grow, cur_mod, writer, aligned)
+        self._set_extents(rows, targets, delta, cur_mod, writer, aligned)
         return True
 
-    def _set_extents(self, rows: np.ndarray, cur: np.ndarray, targets: np.ndarray, grow: np.ndarray,
-                     cur_mod: np.ndarray, writer: str, aligned: bool) -> None:
-        """Record the grown extents (targets >= cur, so K2 holds by construction) and move the
-        running sums, all in vector passes over the batch. cur_mod: cur % page_size."""
-        if not grow.all():
-            rows, cur, targets, cur_mod = rows[grow], cur[grow], targets[grow], cur_mod[grow]
+    def _set_extents(self, rows: np.ndarray, targets: np.ndarray, delta: np.ndarray, cur_mod: np.ndarray,
+                     writer: str, aligned: bool) -> None:
+        """Record the grown extents (delta = targets - old extents >= 0, so K2 holds by
+        construction) and move the running sums, all in vector passes over the batch.
+        cur_mod: the old extents % page_size."""
+        self._sum_extent += int(delta.sum())
+        if int(delta.min()) == 0:  # only the requests that grow get a new extent and writer
+            grow = delta > 0
+            rows, targets, cur_mod = rows[grow], targets[grow], cur_mod[grow]
         ps, by, kv = self.ps, self.stranded_by_writer, self.rows
-        self._sum_extent += int((targets - cur).sum())
         new_mod = targets % ps
         if new_mod.any():  # the stranded tail ceil_ps(extent) - extent of the new extents
             by[writer] += int(np.where(new_mod > 0, ps - new_mod, 0).sum())
