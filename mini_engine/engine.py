@@ -150,6 +150,8 @@ class Engine:
         # decode batch, then moved by its results only (no other writer adds outputs meanwhile).
         self._left_rows = np.zeros(self.mem.max_reqs, dtype=np.int64)
         self._tally = Tally(self.mem.max_reqs)  # decoding requests' step counters, by row
+        # What every decode step asks of the config (its properties look the algorithm up each time).
+        self._spec, self._most, self._swa = cfg.speculative, cfg.max_accept, cfg.has_swa
         self.step_no = 0
         # Overlap scheduling (mini_engine.overlap): a speculative step's result lands after
         # the next step is planned. Plain decode is never stale, so it stays synchronous.
@@ -304,7 +306,7 @@ class Engine:
             batch = [r for r in batch if r not in finishing]
             if not batch:
                 return self._land()
-        if self.cfg.has_swa:
+        if self._swa:
             # SGLang's prepare_for_decode: the window eviction comes before the reservation,
             # from a request's second decode batch on (the first may overlap its prefill).
             with self.manager.free_group():  # SGLang's maybe_evict_swa: one free group
@@ -356,7 +358,7 @@ class Engine:
         return True
 
     def _forward(self, batch: list[Request]) -> list[list[int]]:
-        if self.cfg.speculative:
+        if self._spec:
             return _results(self.backend.spec_step(batch), len(batch))
         return [[t] for t in _results(self.backend.decode(batch), len(batch))]
 
@@ -441,10 +443,11 @@ class Engine:
         cfg, stats = self.cfg, self.stats
         if lens is None:
             lens = np.fromiter(map(len, results), dtype=np.int64, count=k)
-        if int(lens.min()) < 1 or int(lens.max()) > cfg.max_accept:
-            i = int(np.flatnonzero((lens < 1) | (lens > cfg.max_accept))[0])
+        most = self._most
+        if int(lens.min()) < 1 or int(lens.max()) > most:
+            i = int(np.flatnonzero((lens < 1) | (lens > most))[0])
             raise RuntimeError(f"backend returned {int(lens[i])} tokens for request {batch[i].rid} "
-                               f"(allowed 1..{cfg.max_accept})")
+                               f"(allowed 1..{most})")
         if rows is None:
             rows = _rows(batch)
         left = self._left_rows[rows]
@@ -459,19 +462,20 @@ class Engine:
                     results[i] = results[i][: int(left[i])]
         else:
             n = lens
+        out = int(n.sum())  # output tokens
         # SGLang's decode result processing: the finished requests' frees form one group.
         with self.manager.free_group():
             self.manager.commit_batch(batch, n, rows)
             self._left_rows[rows] = room
             deque(map(list.extend, map(_OUTPUTS, batch), results), maxlen=0)
-            if cfg.speculative:
+            if self._spec:
                 # tau counts what the verify accepted, even past the output limit; every request
                 # here decoded, so counts by row (Request.bind)
                 tally = self._tally
                 tally.spec_steps[rows] += 1
                 tally.accepted[rows] += lens
                 stats.spec_verifies += k
-                stats.accepted_tokens += int(lens.sum())
+                stats.accepted_tokens += out if n is lens else int(lens.sum())
             if cfg.draft_window is not None:
                 # K9 itself is an audit check (memory.invariants); this only counts the peak.
                 stats.peak_compact_draft = max(stats.peak_compact_draft, *(
@@ -488,7 +492,7 @@ class Engine:
             ok = pos >= 0
             counts[pos[ok]] = n[ok]
         self.batch.commit(counts)
-        stats.output_tokens += int(n.sum())
+        stats.output_tokens += out
 
     def _positions(self, reqs: list[Request]) -> np.ndarray:
         """Each request's position in the batch arrays, by rid (-1: not there)."""

@@ -8,7 +8,6 @@ counts its sync.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from operator import attrgetter
 
 import numpy as np
@@ -129,19 +128,11 @@ class KVManager:
                 a.stage_frees()
         return all(a.need_sort for a in pools)
 
-    @contextmanager
-    def free_group(self):
+    def free_group(self) -> _FreeGroupBlock:
         """Hold every free of both pools to the end of the block, then release them in
         SGLang's group order (the allocator's free_group_begin), as SGLang does around
         one batch's result processing and its SWA eviction."""
-        pools = self._allocators()
-        for a in pools:
-            a.free_group_begin()
-        try:
-            yield
-        finally:
-            for a in pools:
-                a.free_group_end()
+        return _FreeGroupBlock(self._allocators())
 
     def _allocators(self) -> list[PagedAllocator]:
         return [self.full] + ([self.swa.allocator] if self.swa is not None else [])
@@ -429,6 +420,8 @@ class KVManager:
             last = None
         # From page boundaries, the new pages are ceil((target - cur) / ps).
         npages = self.full.pages_needed(cur, targets) if mid else (delta + (ps - 1)) // ps
+        new_mod = targets % ps
+        whole = not mid and not new_mod.any()  # every request grows by whole pages
         if int(npages.sum()) > self.full.num_free_pages:
             self.short_pool = "full"
             return False
@@ -441,7 +434,8 @@ class KVManager:
                     > self.swa.allocator.num_free_pages:
                 self.short_pool = "swa"
                 return False
-        got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True, npages=npages)
+        got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True, npages=npages,
+                                        whole=whole)
         page_rows = np.repeat(rows, got.pages_per_req)  # the row of each new page
         if got.page_starts is not None:  # whole pages: a row's slots are written page by page
             self.req_to_token.write_pages(page_rows, got.page_starts, got.slots, self.ps)
@@ -455,30 +449,30 @@ class KVManager:
                                                     decode=decode and bool((swa_target - swa_prefix == 1).all()))
             self.swa.set_map(host[np.repeat(rows, sg.lens), sg.positions], sg.slots)
             self.ledger.take("swa", np.repeat(rows, sg.pages_per_req), sg.pages)
-        self._set_extents(rows, targets, delta, cur_mod, writer, aligned)
+        self._set_extents(rows, targets, delta, cur_mod, new_mod, writer, aligned)
         return True
 
     def _set_extents(self, rows: np.ndarray, targets: np.ndarray, delta: np.ndarray, cur_mod: np.ndarray,
-                     writer: str, aligned: bool) -> None:
+                     new_mod: np.ndarray, writer: str, aligned: bool) -> None:
         """Record the grown extents (delta = targets - old extents >= 0, so K2 holds by
         construction) and move the running sums, all in vector passes over the batch.
-        cur_mod: the old extents % page_size."""
-        self._sum_extent += int(delta.sum())
-        if int(delta.min()) == 0:  # only the requests that grow get a new extent and writer
-            grow = delta > 0
-            rows, targets, cur_mod = rows[grow], targets[grow], cur_mod[grow]
+        cur_mod, new_mod: the old and the new extents % page_size."""
         ps, by, kv = self.ps, self.stranded_by_writer, self.rows
-        new_mod = targets % ps
+        self._sum_extent += int(delta.sum())
+        grow = None if int(delta.min()) > 0 else delta > 0  # None: every request grows
         if new_mod.any():  # the stranded tail ceil_ps(extent) - extent of the new extents
-            by[writer] += int(np.where(new_mod > 0, ps - new_mod, 0).sum())
+            tail = np.where(new_mod > 0, ps - new_mod, 0)
+            by[writer] += int((tail if grow is None else tail[grow]).sum())
         if cur_mod.any():  # the stranded tail each state's last writer recorded
             old_tail = np.where(cur_mod > 0, ps - cur_mod, 0)
-            lost = np.bincount(kv.writer[rows].astype(np.int64) + 1, weights=old_tail, minlength=len(WRITER_KINDS) + 1)
+            got, codes = (rows, old_tail) if grow is None else (rows[grow], old_tail[grow])
+            lost = np.bincount(kv.writer[got].astype(np.int64) + 1, weights=codes, minlength=len(WRITER_KINDS) + 1)
             for code in np.flatnonzero(lost[1:]).tolist():  # a tail without a writer (-1) counts nowhere
                 by[WRITER_KINDS[code]] -= int(lost[code + 1])
-        kv.allocated[rows] = targets
-        kv.writer[rows] = WRITER_CODE[writer]
-        kv.aligned[rows] = aligned
+        kv.allocated[rows] = targets  # a request that does not grow gets its own extent back
+        grown = rows if grow is None else rows[grow]  # only those that grow get a new writer
+        kv.writer[grown] = WRITER_CODE[writer]
+        kv.aligned[grown] = aligned
 
     def _write_cursor(self, state: ReqKVState, value: int, **context: int) -> int:
         """The one writer of swa_evicted_seqlen; K6 fires here, at the write."""
@@ -505,6 +499,23 @@ class KVManager:
         if self.auditor is None:
             raise InvariantViolation(v)
         self.auditor.report(v)
+
+
+class _FreeGroupBlock:
+    """KVManager.free_group's block (a class: a generator context costs a few us per step)."""
+
+    __slots__ = ("pools",)
+
+    def __init__(self, pools: list[PagedAllocator]):
+        self.pools = pools
+
+    def __enter__(self) -> None:
+        for a in self.pools:
+            a.free_group_begin()
+
+    def __exit__(self, *exc) -> None:
+        for a in self.pools:
+            a.free_group_end()
 
 
 def _jsonable(x: object) -> object:
