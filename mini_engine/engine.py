@@ -143,6 +143,7 @@ class Engine:
         self.sched = Scheduler(cfg, self.manager, _weak_callback(self._on_release))
         self.batch: BatchArrays | None = None
         self._batch_reqs: list = []  # the requests of the batch arrays, in their order
+        self._batch_outs: list = []  # and their outputs lists (a request keeps its list for life)
         self._aranged = np.arange(0, dtype=np.int64)
         self._left: set = set()  # rids released since the batch arrays were last filtered
         self._releases = 0  # requests released so far (a step without one keeps every position)
@@ -394,21 +395,26 @@ class Engine:
         extra = extra_slots = 0
         inflight = self.inflight
         if inflight is not None:
-            if self._all_live():
-                # The result commits min(accepted, remaining) for each request of it; a request of
-                # this batch that ran in it has the same row (nobody was released since).
-                _, ran_rows, lens = self._launch
-                land = np.minimum(lens, self._left_rows[ran_rows])
-                if inflight.batch != batch:
-                    by_row = np.zeros(len(kv.allocated), dtype=np.int64)
-                    by_row[ran_rows] = land
-                    land = by_row[rows]
+            left = self._left_rows[rows]
+            if self._all_live() and inflight.batch == batch:
+                # The result commits min(accepted, remaining) for each request of this very batch;
+                # it finishes those it gives their remaining (none, most steps: one check).
+                lens = self._launch[2]
+                land = np.minimum(lens, left)
+                done = None if int((left - lens).min()) > 0 else (land > 0) & (land == left)
             else:
-                landing = inflight.landing()
-                land = np.fromiter((landing.get(r.rid, 0) for r in batch), dtype=np.int64, count=len(batch))
+                if self._all_live():
+                    # A request of this batch that ran in it has the same row (nobody was released since).
+                    _, ran_rows, lens = self._launch
+                    by_row = np.zeros(len(kv.allocated), dtype=np.int64)
+                    by_row[ran_rows] = np.minimum(lens, self._left_rows[ran_rows])
+                    land = by_row[rows]
+                else:
+                    landing = inflight.landing()
+                    land = np.fromiter((landing.get(r.rid, 0) for r in batch), dtype=np.int64, count=len(batch))
+                done = (land > 0) & (land == left)  # the result in flight finishes it
             ahead -= land
-            done = (land > 0) & (land == self._left_rows[rows])  # the result in flight finishes it
-            if done.any():
+            if done is not None and done.any():
                 extra = int(done.sum())
                 extra_slots = int((alloc[done] - before[rows[done]]).sum())
         ahead = int(ahead.sum())
@@ -463,11 +469,12 @@ class Engine:
         else:
             n = lens
         out = int(n.sum())  # output tokens
+        in_order = batch == self._batch_reqs  # the batch arrays hold this batch, in its order
         # SGLang's decode result processing: the finished requests' frees form one group.
         with self.manager.free_group():
             self.manager.commit_batch(batch, n, rows)
             self._left_rows[rows] = room
-            deque(map(list.extend, map(_OUTPUTS, batch), results), maxlen=0)
+            deque(map(list.extend, self._batch_outs if in_order else map(_OUTPUTS, batch), results), maxlen=0)
             if self._spec:
                 # tau counts what the verify accepted, even past the output limit; every request
                 # here decoded, so counts by row (Request.bind)
@@ -484,7 +491,7 @@ class Engine:
             if ends:
                 for i in np.flatnonzero(room == 0).tolist():
                     self.sched.finish(batch[i])
-        if batch == self._batch_reqs:  # the batch arrays hold this batch, in its order
+        if in_order:
             counts = n
         else:
             pos = self._positions(batch)  # -1: missing from the batch arrays (K10 reported at the sync)
@@ -545,6 +552,7 @@ class Engine:
         by_rid = {r.rid: r for r in self._batch_reqs}
         by_rid.update((r.rid, r) for r in reqs)
         self._batch_reqs = [by_rid.get(rid) for rid in self.batch.rids]
+        self._batch_outs = [getattr(r, "outputs", None) for r in self._batch_reqs]  # their token lists
 
     def _filter_batch(self, decoding: set | None = None) -> None:
         """Requests that were released (or, given the decoding rids, do not decode) leave the batch."""
