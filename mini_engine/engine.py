@@ -375,9 +375,10 @@ class Engine:
             return []
         if not self._all_live():
             return finishing_in_flight(batch, inflight)
-        hits = np.flatnonzero(self._left_rows[self._launch[1]] <= 1)  # its next output finishes it
-        if not len(hits):
+        left = self._left_rows[self._launch[1]]
+        if int(left.min()) > 1:  # nobody's next output finishes it (most steps)
             return []
+        hits = np.flatnonzero(left <= 1)
         fin = [inflight.batch[i] for i in hits.tolist()]
         if inflight.batch == batch:
             return fin
