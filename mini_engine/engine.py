@@ -311,7 +311,7 @@ class Engine:
             # SGLang's prepare_for_decode: the window eviction comes before the reservation,
             # from a request's second decode batch on (the first may overlap its prefill).
             with self.manager.free_group():  # SGLang's maybe_evict_swa: one free group
-                for r in batch:
+                for r in self._swa_due(batch):
                     if r.decode_batches:
                         self.manager.evict_swa(r.kv, r.kv.committed)
         if batch == self._batch_reqs:  # all counted by row already (bound when they first decoded)
@@ -357,6 +357,15 @@ class Engine:
         self.stats.plan_s += (t1 - t0) + (time.perf_counter() - t2)  # host time, the forward excluded
         self.stats.decode_steps += 1
         return True
+
+    def _swa_due(self, batch: list[Request]) -> list[Request]:
+        """The requests whose SWA cursor the window rule may move now, in batch order: the
+        first test of sizing.swa_evict_target (committed - window >= cursor + interval) over
+        the batch in one pass; evict_swa decides the rest, for those only."""
+        rows = self.batch.rows if batch == self._batch_reqs else _rows(batch)
+        kv, mem = self.manager.rows, self.mem
+        due = kv.committed[rows] - kv.swa_evicted[rows] >= mem.window + mem.profile.swa_eviction_interval
+        return [batch[i] for i in np.flatnonzero(due).tolist()]
 
     def _forward(self, batch: list[Request]) -> list[list[int]]:
         if self._spec:
