@@ -411,8 +411,16 @@ class KVManager:
             return True  # SGLang makes no call when nothing is needed
         host = self.req_to_token.host
         ps = self.ps
-        cur_mod = cur % ps  # where growth continues a page (and the stranded tails of the old extents)
-        mid = bool(cur_mod.any())
+        # whole: every old and new extent is on a page boundary (the aligned writers' common
+        # step), so no page is continued and no tail is stranded, one test for the batch.
+        whole = not ((cur | targets) % ps).any()
+        if whole:
+            cur_mod = new_mod = None
+            mid = False
+        else:
+            cur_mod = cur % ps  # where growth continues a page (and the stranded tails of the old extents)
+            new_mod = targets % ps
+            mid = bool(cur_mod.any())
         if mid or self.trace is not None or self.swa is not None:
             # The slot of position cur - 1 (one flat gather: cheaper than 2-D fancy indexing).
             last = np.where(cur > 0, host.reshape(-1)[rows * host.shape[1] + np.maximum(cur - 1, 0)], -1)
@@ -420,8 +428,6 @@ class KVManager:
             last = None
         # From page boundaries, the new pages are ceil((target - cur) / ps).
         npages = self.full.pages_needed(cur, targets) if mid else (delta + (ps - 1)) // ps
-        new_mod = targets % ps
-        whole = not mid and not new_mod.any()  # every request grows by whole pages
         if int(npages.sum()) > self.full.num_free_pages:
             self.short_pool = "full"
             return False
@@ -435,7 +441,7 @@ class KVManager:
                 self.short_pool = "swa"
                 return False
         got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True, npages=npages,
-                                        whole=whole)
+                                        whole=whole and ps > 1)
         page_rows = np.repeat(rows, got.pages_per_req)  # the row of each new page
         if got.page_starts is not None:  # whole pages: a row's slots are written page by page
             self.req_to_token.write_pages(page_rows, got.page_starts, got.slots, self.ps)
@@ -452,18 +458,18 @@ class KVManager:
         self._set_extents(rows, targets, delta, cur_mod, new_mod, writer, aligned)
         return True
 
-    def _set_extents(self, rows: np.ndarray, targets: np.ndarray, delta: np.ndarray, cur_mod: np.ndarray,
-                     new_mod: np.ndarray, writer: str, aligned: bool) -> None:
+    def _set_extents(self, rows: np.ndarray, targets: np.ndarray, delta: np.ndarray, cur_mod: np.ndarray | None,
+                     new_mod: np.ndarray | None, writer: str, aligned: bool) -> None:
         """Record the grown extents (delta = targets - old extents >= 0, so K2 holds by
         construction) and move the running sums, all in vector passes over the batch.
-        cur_mod, new_mod: the old and the new extents % page_size."""
+        cur_mod, new_mod: the old and the new extents % page_size (None: all on page boundaries)."""
         ps, by, kv = self.ps, self.stranded_by_writer, self.rows
         self._sum_extent += int(delta.sum())
         grow = None if int(delta.min()) > 0 else delta > 0  # None: every request grows
-        if new_mod.any():  # the stranded tail ceil_ps(extent) - extent of the new extents
+        if new_mod is not None and new_mod.any():  # the stranded tail ceil_ps(extent) - extent of the new extents
             tail = np.where(new_mod > 0, ps - new_mod, 0)
             by[writer] += int((tail if grow is None else tail[grow]).sum())
-        if cur_mod.any():  # the stranded tail each state's last writer recorded
+        if cur_mod is not None and cur_mod.any():  # the stranded tail each state's last writer recorded
             old_tail = np.where(cur_mod > 0, ps - cur_mod, 0)
             got, codes = (rows, old_tail) if grow is None else (rows[grow], old_tail[grow])
             lost = np.bincount(kv.writer[got].astype(np.int64) + 1, weights=codes, minlength=len(WRITER_KINDS) + 1)
