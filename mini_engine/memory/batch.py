@@ -17,8 +17,7 @@ import numpy as np
 from mini_engine.memory.kv_state import ReqKVState
 from mini_engine.memory.sizing import next_extents
 
-FIELDS = ("rows", "committed", "allocated")  # what K10 compares with the request states
-COLUMNS = FIELDS + ("left",)
+FIELDS = ("rows", "committed", "allocated")
 
 
 @dataclass
@@ -27,23 +26,14 @@ class BatchArrays:
     rows: np.ndarray
     committed: np.ndarray
     allocated: np.ndarray
-    # Output tokens each request may still produce (its remaining): the engine reads who the
-    # next result finishes from here. It moves by the same filter, merge and commit as
-    # committed, so a bookkeeping slip that would skew it shows in K10's committed too.
-    left: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        if self.left is None:
-            self.left = np.zeros(len(self.rids), dtype=np.int64)
 
     @classmethod
-    def from_states(cls, states: list[ReqKVState], left=None) -> BatchArrays:
+    def from_states(cls, states: list[ReqKVState]) -> BatchArrays:
         n = len(states)
         # One pass over the states for all three columns.
         cols = np.array([(s.row, s.committed, s.allocated) for s in states], dtype=np.int64).reshape(n, 3)
         return cls(rids=[s.rid for s in states], rows=cols[:, 0].copy(), committed=cols[:, 1].copy(),
-                   allocated=cols[:, 2].copy(),
-                   left=None if left is None else np.asarray(left, dtype=np.int64).reshape(n).copy())
+                   allocated=cols[:, 2].copy())
 
     def __len__(self) -> int:
         return len(self.rids)
@@ -52,13 +42,13 @@ class BatchArrays:
         """Keep only the given batch positions, in that order."""
         keep = np.asarray(keep_indices, dtype=np.int64).reshape(-1)
         self.rids = [self.rids[i] for i in keep.tolist()]
-        for name in COLUMNS:
+        for name in FIELDS:
             setattr(self, name, getattr(self, name)[keep])
 
     def merge(self, other: BatchArrays) -> None:
         """Append other's requests after ours."""
         self.rids = self.rids + other.rids
-        for name in COLUMNS:
+        for name in FIELDS:
             setattr(self, name, np.concatenate([getattr(self, name), getattr(other, name)]))
 
     def plan_extents(self, reserve: int, page_size: int, aligned: bool, row_width: int) -> np.ndarray:
@@ -80,10 +70,8 @@ class BatchArrays:
         self.allocated = extents.copy()
 
     def commit(self, counts: np.ndarray) -> None:
-        """The verify accepted counts[i] more positions of request i (batch order): as many
-        more output tokens."""
+        """The verify accepted counts[i] more positions of request i (batch order)."""
         counts = np.asarray(counts, dtype=np.int64)
         if counts.shape != self.committed.shape:
             raise ValueError(f"{counts.shape[0] if counts.ndim else 0} counts for a batch of {len(self)}")
         self.committed += counts
-        self.left -= counts
