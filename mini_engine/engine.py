@@ -38,7 +38,7 @@ from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.invariants import Auditor, Violation
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
-from mini_engine.overlap import InFlight, finishing_in_flight
+from mini_engine.overlap import InFlight, finishing_in_flight, reserved_ahead
 from mini_engine.request import Request, Status, Tally, check_context
 from mini_engine.scheduler import Scheduler
 from mini_engine.stats import Stats
@@ -397,37 +397,40 @@ class Engine:
     def _count_ahead(self, batch: list[Request], rows: np.ndarray, before: np.ndarray) -> None:
         """Slots reserved past the true committed lengths (the in-flight result counted).
 
-        overlap.reserved_ahead over the batch in vector passes; before: every row's extent
-        before the reservation."""
+        overlap.reserved_ahead over the batch in vector passes while every request of the
+        result in flight still runs; before: every row's extent before the reservation."""
+        inflight = self.inflight
+        if inflight is not None and not self._all_live():
+            # Someone was released since the result in flight ran: overlap's rule, per request.
+            prior = {r.rid: int(before[r.kv.row]) for r in batch}
+            self._add_ahead(*reserved_ahead(batch, prior, inflight.landing()))
+            return
         kv = self.manager.rows
         alloc = kv.allocated[rows]
         ahead = alloc - kv.committed[rows]
         extra = extra_slots = 0
-        inflight = self.inflight
         if inflight is not None:
             left = self._left_rows[rows]
-            if self._all_live() and inflight.batch == batch:
+            if inflight.batch == batch:
                 # The result commits min(accepted, remaining) for each request of this very batch;
                 # it finishes those it gives their remaining (none, most steps: one check).
                 lens = self._launch[2]
                 land = np.minimum(lens, left)
                 done = None if int((left - lens).min()) > 0 else (land > 0) & (land == left)
             else:
-                if self._all_live():
-                    # A request of this batch that ran in it has the same row (nobody was released since).
-                    _, ran_rows, lens = self._launch
-                    by_row = np.zeros(len(kv.allocated), dtype=np.int64)
-                    by_row[ran_rows] = np.minimum(lens, self._left_rows[ran_rows])
-                    land = by_row[rows]
-                else:
-                    landing = inflight.landing()
-                    land = np.fromiter((landing.get(r.rid, 0) for r in batch), dtype=np.int64, count=len(batch))
+                # A request of this batch that ran in it has the same row (nobody was released since).
+                _, ran_rows, lens = self._launch
+                by_row = np.zeros(len(kv.allocated), dtype=np.int64)
+                by_row[ran_rows] = np.minimum(lens, self._left_rows[ran_rows])
+                land = by_row[rows]
                 done = (land > 0) & (land == left)  # the result in flight finishes it
             ahead -= land
             if done is not None and done.any():
                 extra = int(done.sum())
                 extra_slots = int((alloc[done] - before[rows[done]]).sum())
-        ahead = int(ahead.sum())
+        self._add_ahead(int(ahead.sum()), extra, extra_slots)
+
+    def _add_ahead(self, ahead: int, extra: int, extra_slots: int) -> None:
         stats = self.stats
         stats.peak_reserved_ahead = max(stats.peak_reserved_ahead, ahead)
         stats.reserved_ahead_sum += ahead
