@@ -21,8 +21,10 @@ from __future__ import annotations
 import enum
 import time
 import weakref
+from collections import deque
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 # numpy loads numpy.ma lazily inside the first np.unique (the page frees use it);
@@ -39,12 +41,18 @@ from mini_engine.memory.invariants import Auditor, Violation
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
 from mini_engine.overlap import InFlight, finishing_in_flight, reserved_ahead
-from mini_engine.request import Request, Status, check_context
+from mini_engine.request import Request, Status, Tally, check_context
 from mini_engine.scheduler import Scheduler
 from mini_engine.stats import Stats
 from mini_engine.step_batch import BatchBuilder, Layout
 
 MAX_SAMPLES = 20
+# Columns of a batch of requests, one C-level pass each.
+_KV_ROW, _OUTPUTS = attrgetter("kv.row"), attrgetter("outputs")
+
+
+def _rows(reqs: list[Request]) -> np.ndarray:
+    return np.fromiter(map(_KV_ROW, reqs), dtype=np.int64, count=len(reqs))
 
 
 class StepOutcome(enum.Enum):
@@ -140,7 +148,17 @@ class Engine:
         self.stats = Stats(cfg.page_size, cfg.max_accept, swa=cfg.has_swa)
         self.sched = Scheduler(cfg, self.manager, _weak_callback(self._on_release))
         self.batch: BatchArrays | None = None
+        self._batch_reqs: list = []  # the requests of the batch arrays, in their order
+        self._batch_outs: list = []  # and their outputs lists (a request keeps its list for life)
+        self._aranged = np.arange(0, dtype=np.int64)
         self._left: set = set()  # rids released since the batch arrays were last filtered
+        self._releases = 0  # requests released so far (a step without one keeps every position)
+        # Output tokens each decoding request may still produce, by row: set when it joins the
+        # decode batch, then moved by its results only (no other writer adds outputs meanwhile).
+        self._left_rows = np.zeros(self.mem.max_reqs, dtype=np.int64)
+        self._tally = Tally(self.mem.max_reqs)  # decoding requests' step counters, by row
+        # What every decode step asks of the config (its properties look the algorithm up each time).
+        self._spec, self._most = cfg.speculative, cfg.max_accept
         self.step_no = 0
         # Overlap scheduling (mini_engine.overlap): a decode step's result lands after the
         # next step is planned. Plain decode counts its token committed when it allocates
@@ -148,6 +166,8 @@ class Engine:
         self.overlap = cfg.rules.overlap
         self.commit_at_alloc = not cfg.algo.stale_under_overlap
         self.inflight: InFlight | None = None
+        # The in-flight step's (releases when it ran, its rows, its result lengths).
+        self._launch: tuple = (-1, None, None)
         self.error: str | None = None
         self.requests: list[Request] = []
 
@@ -291,14 +311,14 @@ class Engine:
     def _decode(self, batch: list[Request]) -> bool | None:
         t0 = time.perf_counter()
         # Overlap: a request the in-flight result finishes by length sits this plan out.
-        finishing = finishing_in_flight(batch, self.inflight)
+        finishing = self._finishing(batch)
         if finishing:
             batch = [r for r in batch if r not in finishing]
             if not batch:
                 return self._land()
         if self.commit_at_alloc and self.inflight is not None:
             self._commit_in_flight()
-        before = {r.rid: int(r.kv.allocated) for r in batch}
+        before = self.manager.rows.allocated.copy()  # every row's extent before the reservation
         # SGLang's order: check and retract on the pools as they are, then evict, then allocate.
         got = self.sched.reserve_decode(batch, wait=bool(finishing))
         if not got:
@@ -306,36 +326,104 @@ class Engine:
             if got is None and not landed:
                 return None  # the pool is exhausted
             return landed  # after its frees, the next plan tries again
-        for r in got:
-            r.decode_batches += 1
+        if got == self._batch_reqs:  # all counted by row already (bound when they first decoded)
+            self._tally.decode_batches[self.batch.rows] += 1
+        else:
+            for r in got:
+                if r._tally is None:
+                    r.bind(self._tally, r.kv.row)
+                r.decode_batches += 1
         batch = got
         self._sync_batch(batch)
-        self._count_ahead(batch, before)
+        # The batch arrays' rows when they hold exactly this batch (a wrong row there would fail
+        # K10's rid check at the end of the step), else read from the requests.
+        rows = self.batch.rows if batch == self._batch_reqs else _rows(batch)
+        self._count_ahead(batch, rows, before)
         if self.overlap:
             # SGLang's event_loop_overlap: step N's result is processed after step N+1 is planned.
             # A request it finishes drops out of step N+1 (that result would be skipped).
+            released = self._releases
             self._land()
-            batch = [r for r in batch if r.status is Status.RUNNING and r.kv is not None]
+            if self._releases != released:
+                batch = [r for r in batch if r.status is Status.RUNNING and r.kv is not None]
+                rows = _rows(batch)
         t1 = time.perf_counter()
         results = self._forward(batch) if batch else []
         t2 = time.perf_counter()
+        lens = np.fromiter(map(len, results), dtype=np.int64, count=len(results))
         if self.overlap:
             self.inflight = InFlight(batch, results) if batch else None
+            self._launch = (self._releases, rows, lens)
         else:
-            self._process(batch, results)
+            self._process(batch, results, lens, rows)
         self.stats.plan_s += (t1 - t0) + (time.perf_counter() - t2)  # host time, the forward excluded
         self.stats.decode_steps += 1
         return True
 
     def _forward(self, batch: list[Request]) -> list[list[int]]:
-        if self.cfg.speculative:
+        if self._spec:
             return _results(self.backend.forward(self.batches.verify(batch)), len(batch))
         return [[t] for t in _results(self.backend.forward(self.batches.decode(batch)), len(batch))]
 
-    def _count_ahead(self, batch: list[Request], before: dict[int, int]) -> None:
-        """Slots reserved past the true committed lengths (the in-flight result counted)."""
-        landing = self.inflight.landing() if self.inflight is not None else {}
-        ahead, extra, extra_slots = reserved_ahead(batch, before, landing)
+    def _all_live(self) -> bool:
+        """Nobody was released since the result in flight ran: every request of it still runs
+        on the KV state (and row) it ran with, so InFlight.live() keeps them all."""
+        return self._releases == self._launch[0]
+
+    def _finishing(self, batch: list[Request]) -> list[Request]:
+        """finishing_in_flight over the batch, read from the rows' remaining outputs."""
+        inflight = self.inflight
+        if inflight is None:
+            return []
+        if not self._all_live():
+            return finishing_in_flight(batch, inflight)
+        left = self._left_rows[self._launch[1]]
+        if int(left.min()) > 1:  # nobody's next output finishes it (most steps)
+            return []
+        hits = np.flatnonzero(left <= 1)
+        fin = [inflight.batch[i] for i in hits.tolist()]
+        if inflight.batch == batch:
+            return fin
+        ids = {id(r) for r in batch}
+        return [r for r in fin if id(r) in ids]
+
+    def _count_ahead(self, batch: list[Request], rows: np.ndarray, before: np.ndarray) -> None:
+        """Slots reserved past the true committed lengths (the in-flight result counted).
+
+        overlap.reserved_ahead over the batch in vector passes while every request of the
+        result in flight still runs; before: every row's extent before the reservation."""
+        inflight = self.inflight
+        if inflight is not None and not self._all_live():
+            # Someone was released since the result in flight ran: overlap's rule, per request.
+            prior = {r.rid: int(before[r.kv.row]) for r in batch}
+            self._add_ahead(*reserved_ahead(batch, prior, inflight.landing()))
+            return
+        kv = self.manager.rows
+        alloc = kv.allocated[rows]
+        ahead = alloc - kv.committed[rows]
+        extra = extra_slots = 0
+        if inflight is not None and not inflight.committed:  # committed: plain decode took it before the plan
+            left = self._left_rows[rows]
+            if inflight.batch == batch:
+                # The result commits min(accepted, remaining) for each request of this very batch;
+                # it finishes those it gives their remaining (none, most steps: one check).
+                lens = self._launch[2]
+                land = np.minimum(lens, left)
+                done = None if int((left - lens).min()) > 0 else (land > 0) & (land == left)
+            else:
+                # A request of this batch that ran in it has the same row (nobody was released since).
+                _, ran_rows, lens = self._launch
+                by_row = np.zeros(len(kv.allocated), dtype=np.int64)
+                by_row[ran_rows] = np.minimum(lens, self._left_rows[ran_rows])
+                land = by_row[rows]
+                done = (land > 0) & (land == left)  # the result in flight finishes it
+            ahead -= land
+            if done is not None and done.any():
+                extra = int(done.sum())
+                extra_slots = int((alloc[done] - before[rows[done]]).sum())
+        self._add_ahead(int(ahead.sum()), extra, extra_slots)
+
+    def _add_ahead(self, ahead: int, extra: int, extra_slots: int) -> None:
         stats = self.stats
         stats.peak_reserved_ahead = max(stats.peak_reserved_ahead, ahead)
         stats.reserved_ahead_sum += ahead
@@ -366,51 +454,93 @@ class Engine:
         inflight, self.inflight = self.inflight, None
         if inflight is None:
             return False
+        _, rows, lens = self._launch
+        if self._all_live():
+            self._process(inflight.batch, inflight.results, lens, rows, commit=not inflight.committed)
+            return True
         keep = inflight.live()  # a request retracted since it ran has its result dropped
-        self._process([inflight.batch[i] for i in keep], [inflight.results[i] for i in keep],
+        self._process([inflight.batch[i] for i in keep], [inflight.results[i] for i in keep], lens[keep],
                       commit=not inflight.committed)
         return True
 
-    def _process(self, batch: list[Request], results: list[list[int]], commit: bool = True) -> None:
+    def _process(self, batch: list[Request], results: list[list[int]], lens: np.ndarray | None = None,
+                 rows: np.ndarray | None = None, commit: bool = True) -> None:
         """A decode step's result: commit what each request accepted, finish those at their limit.
 
+        One numpy pass over the batch for the lengths; per request only the token lists
+        (and the rare finish). lens: each result's length; rows: the requests' rows.
         commit=False: the commits were taken before (plain decode under overlap)."""
+        k = len(batch)
+        if not k:
+            return
         cfg, stats = self.cfg, self.stats
-        spec, dw, most = cfg.speculative, cfg.draft_window, cfg.max_accept
-        accepted = out = 0
-        counts = np.zeros(len(self.batch), dtype=np.int64)  # committed per batch position
-        pos = {rid: i for i, rid in enumerate(self.batch.rids)}
+        if lens is None:
+            lens = np.fromiter(map(len, results), dtype=np.int64, count=k)
+        most = self._most
+        if int(lens.min()) < 1 or int(lens.max()) > most:
+            i = int(np.flatnonzero((lens < 1) | (lens > most))[0])
+            raise RuntimeError(f"backend returned {int(lens[i])} tokens for request {batch[i].rid} "
+                               f"(allowed 1..{most})")
+        if rows is None:
+            rows = _rows(batch)
+        left = self._left_rows[rows]
+        room = left - lens  # below 0: the output limit cuts the accepted run; 0 or below: it finishes
+        ends = int(room.min()) <= 0
+        if ends:
+            n = np.minimum(lens, left)
+            room = left - n
+            if (lens > left).any():
+                results = list(results)
+                for i in np.flatnonzero(lens > left).tolist():
+                    results[i] = results[i][: int(left[i])]
+        else:
+            n = lens
+        out = int(n.sum())  # output tokens
+        in_order = batch == self._batch_reqs  # the batch arrays hold this batch, in its order
         # SGLang's decode result processing: the finished requests' frees form one group.
         with self.manager.free_group():
-            for r, toks in zip(batch, results):
-                n = len(toks)
-                if not 1 <= n <= most:
-                    raise RuntimeError(f"backend returned {n} tokens for request {r.rid} (allowed 1..{most})")
-                if spec:
-                    accepted += n  # tau counts what the verify accepted, even past the output limit
-                    r.spec_steps += 1
-                    r.accepted += n
-                left = r.remaining
-                if n > left:
-                    toks, n = toks[:left], left
-                if commit:
-                    self.manager.commit(r.kv, n)
-                    at = pos.get(r.rid, -1)  # -1: missing from the batch arrays (K10 reported at the sync)
-                    if at >= 0:
-                        counts[at] = n
-                r.outputs.extend(toks)
-                out += n
-                if dw is not None:
-                    # K9 itself is an audit check (memory.invariants); the loop only counts the peak.
-                    stats.peak_compact_draft = max(stats.peak_compact_draft,
-                                                   sizing.compact_draft_len(r.kv.committed, dw, cfg.page_size))
-                if n == left:
-                    self.sched.finish(r)
-        self.batch.commit(counts)
-        if spec:
-            stats.spec_verifies += len(batch)
-            stats.accepted_tokens += accepted
+            if commit:
+                self.manager.commit_batch(batch, n, rows)
+            self._left_rows[rows] = room
+            deque(map(list.extend, self._batch_outs if in_order else map(_OUTPUTS, batch), results), maxlen=0)
+            if self._spec:
+                # tau counts what the verify accepted, even past the output limit; every request
+                # here decoded, so counts by row (Request.bind)
+                tally = self._tally
+                tally.spec_steps[rows] += 1
+                tally.accepted[rows] += lens
+                stats.spec_verifies += k
+                stats.accepted_tokens += out if n is lens else int(lens.sum())
+            if cfg.draft_window is not None:
+                # K9 itself is an audit check (memory.invariants); this only counts the peak.
+                stats.peak_compact_draft = max(stats.peak_compact_draft, *(
+                    sizing.compact_draft_len(c, cfg.draft_window, cfg.page_size)
+                    for c in self.manager.rows.committed[rows].tolist()))
+            if ends:
+                for i in np.flatnonzero(room == 0).tolist():
+                    self.sched.finish(batch[i])
+        if commit:
+            if in_order:
+                counts = n
+            else:
+                pos = self._positions(batch)  # -1: missing from the batch arrays (K10 reported at the sync)
+                counts = np.zeros(len(self.batch), dtype=np.int64)
+                ok = pos >= 0
+                counts[pos[ok]] = n[ok]
+            self.batch.commit(counts)
         stats.output_tokens += out
+
+    def _positions(self, reqs: list[Request]) -> np.ndarray:
+        """Each request's position in the batch arrays, by rid (-1: not there)."""
+        if reqs == self._batch_reqs:
+            return self._arange(len(reqs))
+        pos = {rid: i for i, rid in enumerate(self.batch.rids)}
+        return np.fromiter((pos.get(r.rid, -1) for r in reqs), dtype=np.int64, count=len(reqs))
+
+    def _arange(self, n: int) -> np.ndarray:
+        if len(self._aranged) != n:
+            self._aranged = np.arange(n, dtype=np.int64)
+        return self._aranged
 
     def _sync_batch(self, batch: list[Request]) -> np.ndarray:
         """After the reservation: requests that left leave the batch arrays, those that joined
@@ -420,28 +550,38 @@ class Engine:
         """
         if self.batch is None:
             self.batch = BatchArrays.from_states([])
-        rids = [r.rid for r in batch]
         b = self.batch
         # The common step: nobody left since the last filter and the same requests decode in
         # the same order, so there is nothing to filter, merge or look up.
-        if self._left or b.rids != rids:
+        if self._left or batch != self._batch_reqs:
+            rids = [r.rid for r in batch]
             self._filter_batch(set(rids))
             pos = {rid: i for i, rid in enumerate(b.rids)}
-            joined = [r.kv for r in batch if r.rid not in pos]
+            joined = [r for r in batch if r.rid not in pos]
             if joined:
-                b.merge(BatchArrays.from_states(joined))
+                b.merge(BatchArrays.from_states([r.kv for r in joined]))
+                # A joining request's remaining outputs; from here on its results keep it.
+                self._left_rows[_rows(joined)] = [r.remaining for r in joined]
                 pos = {rid: i for i, rid in enumerate(b.rids)}  # read back: a missed merge shows as K10
+            self._match_batch(batch)
             where = np.fromiter((pos.get(rid, -1) for rid in rids), dtype=np.int64, count=len(rids))
         else:
-            where = np.arange(len(rids), dtype=np.int64)
+            where = self._arange(len(batch))
         b.set_allocated(b.plan_extents(self.sched.step_reserve, self.cfg.page_size, self.manager.step_aligned,
                                        self.mem.row_width))
-        if (where < 0).any():
+        if where is not self._aranged and (where < 0).any():
             for r, at in zip(batch, where.tolist()):
                 if at < 0:  # a missed merge: its commits have no place in the arrays
                     self.auditor.report(Violation("K10", r.rid, self.step_no,
                                                   {"row": r.kv.row, "reason": "decoding but not in the batch"}))
         return where
+
+    def _match_batch(self, reqs: list[Request]) -> None:
+        """The requests of the batch arrays, in their order (read from the arrays' rids)."""
+        by_rid = {r.rid: r for r in self._batch_reqs}
+        by_rid.update((r.rid, r) for r in reqs)
+        self._batch_reqs = [by_rid.get(rid) for rid in self.batch.rids]
+        self._batch_outs = [getattr(r, "outputs", None) for r in self._batch_reqs]  # their token lists
 
     def _filter_batch(self, decoding: set | None = None) -> None:
         """Requests that were released (or, given the decoding rids, do not decode) leave the batch."""
@@ -455,6 +595,7 @@ class Engine:
                 if rid not in left and (decoding is None or rid in decoding)]
         if len(keep) != len(rids):
             self.batch.filter(keep)
+            self._match_batch([])
 
     def _end_step(self) -> None:
         self._filter_batch()  # requests that finished or were retracted this step
@@ -468,7 +609,9 @@ class Engine:
     # -- bookkeeping -------------------------------------------------------------
 
     def _on_release(self, r: Request, retracted: bool) -> None:
+        self._releases += 1
         self.stats.on_release(int(r.kv.allocated), self.mem.profile.free)
+        r.unbind()  # its row goes back: the counters stay with the request
         r.decode_batches = 0  # a retracted request starts over
         self._left.add(r.rid)
         self.backend.release(r)

@@ -10,7 +10,34 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from mini_engine.errors import ConfigError
+
+COUNTERS = ("decode_batches", "spec_steps", "accepted")
+
+
+class Tally:
+    """Per-row step counters of the requests in the decode batch, so a step moves them all
+    in one numpy pass. A request bound to a row reads its counters through it (Request.bind)."""
+
+    def __init__(self, rows: int):
+        for name in COUNTERS:
+            setattr(self, name, np.zeros(rows, dtype=np.int64))
+
+
+def _counter(name: str, doc: str) -> property:
+    own = "_" + name
+
+    def get(self) -> int:
+        tally = self._tally
+        return getattr(self, own) + (int(getattr(tally, name)[self._row]) if tally is not None else 0)
+
+    def put(self, value: int) -> None:
+        tally = self._tally
+        setattr(self, own, value - (int(getattr(tally, name)[self._row]) if tally is not None else 0))
+
+    return property(get, put, doc=doc)
 
 
 class Status(enum.Enum):
@@ -36,11 +63,36 @@ class Request:
     prefill_target: int = 0
     prefilled: int = 0
     retractions: int = 0
+    # The step counters below (properties) keep their value here while no Tally is bound.
+    _decode_batches: int = field(default=0, repr=False)
+    _spec_steps: int = field(default=0, repr=False)
+    _accepted: int = field(default=0, repr=False)
+    _tally: Any = field(default=None, repr=False, compare=False)
+    _row: int = field(default=-1, repr=False)
+
     # Decode batches this request has been in since it (re)started: SGLang evicts SWA
     # only from the second one (the first may still overlap the prefill).
-    decode_batches: int = 0
-    spec_steps: int = 0
-    accepted: int = 0  # tokens accepted over all spec steps, bonus included
+    decode_batches = _counter("decode_batches", "decode batches since the request (re)started")
+    spec_steps = _counter("spec_steps", "speculative verifies over the request's life")
+    accepted = _counter("accepted", "tokens accepted over all spec steps, bonus included")
+
+    def bind(self, tally: Tally, row: int) -> None:
+        """Count from now on in tally's row (which starts from 0 for this request)."""
+        self.unbind()
+        for name in COUNTERS:
+            getattr(tally, name)[row] = 0
+        self._tally, self._row = tally, row
+
+    def unbind(self) -> None:
+        """Fold the row's counts back into the request and leave the row."""
+        tally = self._tally
+        if tally is None:
+            return
+        for name in COUNTERS:
+            arr = getattr(tally, name)
+            setattr(self, "_" + name, getattr(self, "_" + name) + int(arr[self._row]))
+            arr[self._row] = 0
+        self._tally, self._row = None, -1
 
     @property
     def seq_len(self) -> int:

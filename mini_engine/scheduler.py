@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+
 from mini_engine.config import EngineConfig
 from mini_engine.retraction import Retraction
 from mini_engine.request import Request, Status
@@ -245,12 +247,19 @@ class Scheduler:
         """SGLang's maybe_evict_swa in prepare_for_decode, after update_running_batch's
         retraction and before the allocation: one free group, and only from a request's
         second decode batch on (decode_batch_idx >= 1: the first may overlap its prefill)."""
-        if self.manager.swa is None:
+        mgr = self.manager
+        if mgr.swa is None:
             return
-        with self.manager.free_group():
-            for r in batch:
+        # The first test of sizing.swa_evict_target (committed - window >= cursor + interval)
+        # over the batch in one pass; evict_swa decides the rest, for those only.
+        rows = np.fromiter((r.kv.row for r in batch), dtype=np.int64, count=len(batch))
+        kv, mem = mgr.rows, mgr.mem
+        due = kv.committed[rows] - kv.swa_evicted[rows] >= mem.window + mem.profile.swa_eviction_interval
+        with mgr.free_group():
+            for i in np.flatnonzero(due).tolist():
+                r = batch[i]
                 if r.decode_batches:
-                    self.manager.evict_swa(r.kv, r.kv.committed)
+                    mgr.evict_swa(r.kv, r.kv.committed)
 
     def _retract_for(self, batch: list[Request]) -> bool:
         """Retract the retraction rule's victim; it leaves the batch being reserved too.

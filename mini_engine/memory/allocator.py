@@ -47,7 +47,20 @@ class Allocation:
     lens: np.ndarray  # int64 [B], slots per request
     pages: np.ndarray  # int64, the new pages, request-major
     pages_per_req: np.ndarray  # int64 [B]
-    positions: np.ndarray  # int64, the position of each slot in its request's row
+    positions_: np.ndarray | None = None  # see positions
+    # When every request grew by whole pages: the position of each new page's first slot
+    # (so a writer can address whole pages); None otherwise.
+    page_starts: np.ndarray | None = None
+    page_size: int = 1
+
+    @property
+    def positions(self) -> np.ndarray:
+        """int64, the position of each slot in its request's row (from page_starts when only
+        those were made: the whole-page writer does not need it)."""
+        if self.positions_ is None:
+            within = np.arange(self.page_size, dtype=np.int64)
+            self.positions_ = (self.page_starts[:, None] + within).reshape(-1)
+        return self.positions_
 
     def split(self) -> list[np.ndarray]:
         return np.split(self.slots, np.cumsum(self.lens)[:-1]) if len(self.lens) else []
@@ -71,6 +84,8 @@ class PagedAllocator:
         self._freed_any = False  # need_sort can only be chosen before the first free
         self._is_free = np.ones(num_pages + 1, dtype=bool)
         self._is_free[0] = False
+        self._within = np.arange(self.page_size, dtype=np.int64)  # offsets within a page
+        self._offsets = np.arange(0, dtype=np.int64)  # k * page_size for k = 0, 1, ... (grown on demand)
 
     # -- queries ---------------------------------------------------------------
     @property
@@ -103,18 +118,28 @@ class PagedAllocator:
         self.need_sort = True
 
     # -- allocation ------------------------------------------------------------
+    def _page_offsets(self, n: int) -> np.ndarray:
+        """[0, ps, 2 ps, ...) of length n, a view of a kept array."""
+        if len(self._offsets) < n:
+            self._offsets = np.arange(max(n, 2 * len(self._offsets)), dtype=np.int64) * self.page_size
+        return self._offsets[:n]
+
     def pages_needed(self, prefix_lens: np.ndarray, seq_lens: np.ndarray) -> np.ndarray:
         ps = self.page_size
-        return -(-seq_lens // ps) - (-(-prefix_lens // ps))
+        return (seq_lens + (ps - 1)) // ps - (prefix_lens + (ps - 1)) // ps
 
     def allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False,
-                 trusted: bool = False) -> Allocation | None:
+                 trusted: bool = False, npages: np.ndarray | None = None,
+                 whole: bool | None = None) -> Allocation | None:
         """Flat form of alloc_extend; all-or-nothing (None and no page taken when short).
 
         decode marks SGLang's alloc_decode (plain decode, one token per request):
         same slots, but its own merge test under need_sort. trusted: the caller (the
         KVManager) built int64 arrays from its own rows, so the boundary checks of
-        outside input (a replayed trace, a test) are skipped on the per-step path.
+        outside input (a replayed trace, a test) are skipped on the per-step path;
+        it may pass npages (pages_needed, already computed) and whole (whether every
+        prefix and seq length is on a page boundary), and last_locs is read only
+        where a page is continued (prefix not on a page boundary): None when there is none.
         """
         if trusted:
             prefix, seq, last = prefix_lens, seq_lens, last_locs
@@ -127,7 +152,8 @@ class PagedAllocator:
             if len(prefix) and ((seq < prefix).any() or (prefix < 0).any()):
                 raise ValueError("alloc_extend needs 0 <= prefix_len <= seq_len for every request")
         ps = self.page_size
-        npages = self.pages_needed(prefix, seq)
+        if npages is None or not trusted:
+            npages = self.pages_needed(prefix, seq)
         total = int(npages.sum())
         if ps > 1 and not trusted:
             # Checked before any page is taken: a refused call must leave the pool as it was.
@@ -146,20 +172,31 @@ class PagedAllocator:
         self._is_free[pages] = False
 
         lens = seq - prefix
+        if whole is None or not trusted:
+            whole = ps > 1 and not ((prefix | seq) % ps).any()
+        if whole and ps > 1:
+            # Every request grows by whole pages (the aligned writers' common step): a new page's
+            # slots are the whole page, its positions a whole page of the row; no per-request work.
+            # Each new page's first position: the request's prefix, one page further per page.
+            starts = np.repeat(prefix - (np.cumsum(npages) - npages) * ps, npages) + self._page_offsets(total)
+            return Allocation(slots=(pages[:, None] * ps + self._within).reshape(-1), lens=lens, pages=pages,
+                              pages_per_req=npages, page_starts=starts, page_size=ps)
         # Slots through a table of the pages each request touches, in position order: a
         # continued last page (last_loc's page, when prefix is mid-page), then its new pages
         # as they come off the free list. slot % ps == position % ps on every page, so a
         # slot is its page * ps + position % ps: a few whole-array passes, no per-request work.
-        grows = lens > 0
         first_page = prefix // ps
-        touched = np.where(grows, (seq - 1) // ps - first_page + 1, 0)
+        cont = (lens > 0) & (prefix % ps != 0)  # growth continues last_loc's page
+        touched = npages + cont  # pages each request writes: its new ones and a continued one
         table_off = np.cumsum(touched) - touched
-        cont = grows & (prefix % ps != 0)
         table = np.empty(int(touched.sum()), dtype=np.int64)
-        is_new = np.ones(len(table), dtype=bool)
-        is_new[table_off[cont]] = False
-        table[table_off[cont]] = last[cont] // ps
-        table[is_new] = pages
+        if cont.any():
+            is_new = np.ones(len(table), dtype=bool)
+            is_new[table_off[cont]] = False
+            table[table_off[cont]] = last[cont] // ps
+            table[is_new] = pages
+        else:
+            table[:] = pages
         n = int(lens.sum())
         pos = np.arange(n, dtype=np.int64) + np.repeat(prefix - (np.cumsum(lens) - lens), lens)
         at = np.repeat(table_off - first_page, lens)
@@ -169,7 +206,7 @@ class PagedAllocator:
         else:
             slots = table[pos // ps + at] * ps + pos % ps
         return Allocation(slots=slots, lens=lens, pages=pages,
-                          pages_per_req=npages, positions=pos)
+                          pages_per_req=npages, positions_=pos)
 
     def alloc_extend(self, prefix_lens, seq_lens, last_locs) -> list[np.ndarray] | None:
         """One slot array per request: rest of the last page, whole new pages, a new partial page."""
@@ -177,13 +214,15 @@ class PagedAllocator:
         return None if got is None else got.split()
 
     def traced_allocate(self, prefix_lens, seq_lens, last_locs, *, decode: bool = False,
-                        trusted: bool = False) -> Allocation | None:
+                        trusted: bool = False, npages: np.ndarray | None = None,
+                        whole: bool | None = None) -> Allocation | None:
         """allocate() plus the trace record alloc_extend would write (the manager's path).
 
         A decode call is written as the alloc_extend it is, marked "decode": true so
         a replay takes SGLang's alloc_decode merge test.
         """
-        got = self.allocate(prefix_lens, seq_lens, last_locs, decode=decode, trusted=trusted)
+        got = self.allocate(prefix_lens, seq_lens, last_locs, decode=decode, trusted=trusted, npages=npages,
+                            whole=whole)
         if self.trace is not None:
             rec = {
                 "op": "alloc_extend", "pool": self.pool,

@@ -8,7 +8,6 @@ counts its sync.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from operator import attrgetter
 
 import numpy as np
@@ -17,16 +16,16 @@ from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation,
 from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.invariants import Auditor, Violation, check_all
-from mini_engine.memory.kv_state import ReqKVState
+from mini_engine.memory.kv_state import WRITER_CODE, WRITER_KINDS, KVRows, ReqKVState
 from mini_engine.memory.ledger import PageLedger
 from mini_engine.memory.req_to_token import ReqToTokenPool
 from mini_engine.memory.sizing import next_extents, pd_swa_tail_len, swa_evict_target
 from mini_engine.memory.swa import SWAPool
 from mini_engine.memory.trace import TraceWriter
 
-WRITER_KINDS = ("prefill", "decode", "spec", "pd")
-# Columns of a batch of states, one C-level pass each (a generator costs ~5x more per request).
-_ALLOCATED, _COMMITTED, _ROW, _SWA_EVICTED = (attrgetter(a) for a in ("allocated", "committed", "row", "swa_evicted"))
+__all__ = ["KVManager", "WRITER_KINDS"]
+# The rows of a batch of states, one C-level pass (a generator costs ~5x more per request).
+_ROW = attrgetter("row")
 
 
 def _column(get, states: list[ReqKVState]) -> np.ndarray:
@@ -49,6 +48,9 @@ class KVManager:
         pools = {"full": mem.num_pages, "swa": mem.swa_num_pages or 0}
         self.ledger = PageLedger(pools, mem.max_reqs)
         self.states: dict[int, ReqKVState] = {}  # live requests by row
+        # Every live request's lengths, by row: a batch reads and commits them in one pass.
+        self.rows = KVRows(mem.max_reqs)
+        self._last_batch: tuple[list, np.ndarray] = ([], np.empty(0, dtype=np.int64))  # _rows_of's memo
         self.step = 0
         # Running sums over live requests, so the per-step counters are O(1).
         self._sum_extent = 0
@@ -126,19 +128,11 @@ class KVManager:
                 a.stage_frees()
         return all(a.need_sort for a in pools)
 
-    @contextmanager
-    def free_group(self):
+    def free_group(self) -> _FreeGroupBlock:
         """Hold every free of both pools to the end of the block, then release them in
         SGLang's group order (the allocator's free_group_begin), as SGLang does around
         one batch's result processing and its SWA eviction."""
-        pools = self._allocators()
-        for a in pools:
-            a.free_group_begin()
-        try:
-            yield
-        finally:
-            for a in pools:
-                a.free_group_end()
+        return _FreeGroupBlock(self._allocators())
 
     def _allocators(self) -> list[PagedAllocator]:
         return [self.full] + ([self.swa.allocator] if self.swa is not None else [])
@@ -148,7 +142,8 @@ class KVManager:
         row = self.req_to_token.alloc()
         if row is None:
             return None
-        state = ReqKVState(rid=rid, row=row)
+        self.rows.reset(row)
+        state = ReqKVState(rid=rid, row=row, rows=self.rows)
         self.states[row] = state
         return state
 
@@ -168,15 +163,18 @@ class KVManager:
             return True
         ps, width = self.ps, self.mem.row_width
         aligned = self.step_aligned if algo is None else self.profile.aligns(algo)
-        cur = _column(_ALLOCATED, states)
-        com = _column(_COMMITTED, states)
-        rows = _column(_ROW, states)
+        rows = self._rows_of(states)
+        cur = self.rows.allocated[rows]
+        com = self.rows.committed[rows]
         nxt = next_extents(cur, com, reserve, ps, aligned)
         # K4: the row must have headroom for the reservation, plus the page round-up
         # when the reservation page-ceils.
-        short = (width - com < reserve + (ps - 1 if aligned else 0)) | (nxt > width)
-        cut = bool(short.any())
+        # short = (width - com < reserve + pad) | (nxt > width); nxt > width needs cur > width or
+        # com > width - reserve - pad, so two reductions tell whether any row is short.
+        pad = ps - 1 if aligned else 0
+        cut = int(com.max()) > width - reserve - pad or int(nxt.max()) > width
         if cut:
+            short = (width - com < reserve + pad) | (nxt > width)
             self.row_overflow_slots += int(np.maximum(nxt - width, 0).sum())
             for i in np.flatnonzero(short):
                 self._report(Violation("K4", states[i].rid, self.step, {
@@ -208,16 +206,16 @@ class KVManager:
         When not, short_pool names the pool that is short."""
         if not states:
             return True
-        cur = _column(_ALLOCATED, states)
-        aligned = self.step_aligned
-        nxt = next_extents(cur, _column(_COMMITTED, states), reserve, self.ps, aligned)
+        rows = self._rows_of(states)
+        cur = self.rows.allocated[rows]
+        nxt = next_extents(cur, self.rows.committed[rows], reserve, self.ps, self.step_aligned)
         return self._fits(states, cur, np.maximum(np.minimum(nxt, self.mem.row_width), cur))
 
     def extend_fits(self, states: list[ReqKVState], new_lens: list[int]) -> bool:
         """Whether extend_batch(states, new_lens) would get its pages, allocating nothing."""
         if not states:
             return True
-        cur = _column(_ALLOCATED, states)
+        cur = self.rows.allocated[_column(_ROW, states)]
         targets = np.array([self._extent_for(s, n, "extend") for s, n in zip(states, new_lens)], dtype=np.int64)
         return self._fits(states, cur, np.maximum(targets, cur))
 
@@ -240,6 +238,37 @@ class KVManager:
             new = min(max(new, state.committed), state.allocated)
         self._sum_committed += new - state.committed
         state.committed = new
+
+    def _rows_of(self, states: list[ReqKVState]) -> np.ndarray:
+        """The states' rows; a decode batch is usually the last one again, whose rows are kept
+        (a state's row is fixed for its life, so the same states have the same rows)."""
+        last, rows = self._last_batch
+        if states != last:  # ReqKVState compares by identity
+            rows = _column(_ROW, states)
+            self._last_batch = (list(states), rows)
+        return rows
+
+    def commit_batch(self, states: list[ReqKVState], counts: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """commit(states[i], counts[i]) for a whole decode batch, in one numpy pass.
+
+        rows: the states' rows, when the caller has already gathered them.
+        """
+        if rows is None:
+            rows = _column(_ROW, states)
+        counts = np.asarray(counts, dtype=np.int64)
+        if not len(counts):
+            return
+        com, ext = self.rows.committed[rows], self.rows.allocated[rows]
+        new = com + counts
+        if int(counts.min()) < 0 or int((ext - new).min()) < 0:  # K3, reported per request as commit does
+            for i in np.flatnonzero((counts < 0) | (new > ext)).tolist():
+                self._report(Violation("K3", states[i].rid, self.step, {
+                    "committed": int(com[i]), "n": int(counts[i]), "allocated": int(ext[i])}))
+            new = np.minimum(np.maximum(new, com), ext)
+            self._sum_committed += int((new - com).sum())
+        else:
+            self._sum_committed += int(counts.sum())
+        self.rows.committed[rows] = new
 
     def evict_swa(self, state: ReqKVState, pre_len: int | None = None, *, interval: int | None = None) -> int:
         """SGLang's window rule once pre_len (default: committed) positions are final; returns SWA pages freed.
@@ -318,6 +347,7 @@ class KVManager:
         self.req_to_token.free(row, extent)
         del self.states[row]
         self._seen.pop(row, None)
+        state.detach()  # its row is free for the next request; the state keeps its values
         state.released = True
         return row
 
@@ -401,27 +431,53 @@ class KVManager:
         The allocator gets the whole batch, requests that do not grow included, as
         SGLang's does: under need_sort its merge test counts them.
         """
-        if cur is None:
-            cur = _column(_ALLOCATED, states)
-        targets = np.maximum(targets, cur)
-        grow = targets > cur
-        if not grow.any():
-            return True  # SGLang makes no call when nothing is needed
         if rows is None:
             rows = _column(_ROW, states)
+        if cur is None:
+            cur = self.rows.allocated[rows]
+        targets = np.maximum(targets, cur)
+        delta = targets - cur
+        if not delta.any():
+            return True  # SGLang makes no call when nothing is needed
         host = self.req_to_token.host
-        # The slot of position cur - 1 (one flat gather: cheaper than 2-D fancy indexing).
-        last = np.where(cur > 0, host.reshape(-1)[rows * host.shape[1] + np.maximum(cur - 1, 0)], -1)
-        if not self._fits(states, cur, targets):
+        ps = self.ps
+        # whole: every old and new extent is on a page boundary (the aligned writers' common
+        # step), so no page is continued and no tail is stranded, one test for the batch.
+        whole = not ((cur | targets) % ps).any()
+        if whole:
+            cur_mod = new_mod = None
+            mid = False
+        else:
+            cur_mod = cur % ps  # where growth continues a page (and the stranded tails of the old extents)
+            new_mod = targets % ps
+            mid = bool(cur_mod.any())
+        if mid or self.trace is not None or self.swa is not None:
+            # The slot of position cur - 1 (one flat gather: cheaper than 2-D fancy indexing).
+            last = np.where(cur > 0, host.reshape(-1)[rows * host.shape[1] + np.maximum(cur - 1, 0)], -1)
+        else:  # every extent ends on a page boundary: no page is continued, last_loc is never read
+            last = None
+        # From page boundaries, the new pages are ceil((target - cur) / ps).
+        npages = self.full.pages_needed(cur, targets) if mid else (delta + (ps - 1)) // ps
+        if int(npages.sum()) > self.full.num_free_pages:
+            self.short_pool = "full"
             return False
         if self.swa is not None:
             # SWA pages start at the cursor: a fresh PD request holds none below it.
-            swa_prefix = np.maximum(cur, _column(_SWA_EVICTED, states))
+            base = self.rows.swa_evicted[rows]
+            swa_prefix = np.maximum(cur, base)
             swa_target = np.maximum(targets, swa_prefix)
-        got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True)
-        row_rep = np.repeat(rows, got.lens)
-        self.req_to_token.write_flat(row_rep, got.positions, got.slots)
-        self.ledger.take("full", np.repeat(rows, got.pages_per_req), got.pages)
+            if int(self.swa.allocator.pages_needed(swa_prefix, swa_target).sum()) \
+                    > self.swa.allocator.num_free_pages:
+                self.short_pool = "swa"
+                return False
+        got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True, npages=npages,
+                                        whole=whole and ps > 1)
+        page_rows = np.repeat(rows, got.pages_per_req)  # the row of each new page
+        if got.page_starts is not None:  # whole pages: a row's slots are written page by page
+            self.req_to_token.write_pages(page_rows, got.page_starts, got.slots, self.ps)
+        else:
+            self.req_to_token.write_flat(np.repeat(rows, got.lens), got.positions, got.slots)
+        self.ledger.take("full", page_rows, got.pages)
         if self.swa is not None:
             # Continue the SWA copy of the last page only where growth continues the row.
             swa_last = np.where((swa_prefix == cur) & (cur > 0), self.swa.translate(np.maximum(last, 0)), -1)
@@ -429,7 +485,7 @@ class KVManager:
                                                     decode=decode and bool((swa_target - swa_prefix == 1).all()))
             self.swa.set_map(host[np.repeat(rows, sg.lens), sg.positions], sg.slots)
             self.ledger.take("swa", np.repeat(rows, sg.pages_per_req), sg.pages)
-        self._set_extents(states, cur, targets, grow, writer, aligned)
+        self._set_extents(rows, targets, delta, cur_mod, new_mod, writer, aligned)
         return True
 
     def _fits(self, states: list[ReqKVState], cur: np.ndarray, targets: np.ndarray) -> bool:
@@ -439,28 +495,34 @@ class KVManager:
             self.short_pool = "full"
             return False
         if self.swa is not None:
-            swa_prefix = np.maximum(cur, _column(_SWA_EVICTED, states))
+            swa_prefix = np.maximum(cur, self.rows.swa_evicted[_column(_ROW, states)])
             if int(self.swa.allocator.pages_needed(swa_prefix, np.maximum(targets, swa_prefix)).sum()) \
                     > self.swa.allocator.num_free_pages:
                 self.short_pool = "swa"
                 return False
         return True
 
-    def _set_extents(self, states: list[ReqKVState], cur: np.ndarray, targets: np.ndarray, grow: np.ndarray,
-                     writer: str, aligned: bool) -> None:
-        """Record the grown extents (targets >= cur, so K2 holds by construction) and move the
-        running sums: the totals in one vector pass, per state only what must be per state."""
-        idx = np.flatnonzero(grow)
-        old, new = cur[idx], targets[idx]
-        ps, by = self.ps, self.stranded_by_writer
-        self._sum_extent += int((new - old).sum())
-        by[writer] += int((-(-new // ps) * ps - new).sum())
-        grown = states if len(idx) == len(states) else [states[i] for i in idx.tolist()]
-        old_tail = -(-old // ps) * ps - old  # the stranded tail each state's last writer recorded
-        for s, n, t in zip(grown, new.tolist(), old_tail.tolist()):
-            if t:
-                by[s.writer] -= t
-            s.allocated, s.writer, s.aligned = n, writer, aligned
+    def _set_extents(self, rows: np.ndarray, targets: np.ndarray, delta: np.ndarray, cur_mod: np.ndarray | None,
+                     new_mod: np.ndarray | None, writer: str, aligned: bool) -> None:
+        """Record the grown extents (delta = targets - old extents >= 0, so K2 holds by
+        construction) and move the running sums, all in vector passes over the batch.
+        cur_mod, new_mod: the old and the new extents % page_size (None: all on page boundaries)."""
+        ps, by, kv = self.ps, self.stranded_by_writer, self.rows
+        self._sum_extent += int(delta.sum())
+        grow = None if int(delta.min()) > 0 else delta > 0  # None: every request grows
+        if new_mod is not None and new_mod.any():  # the stranded tail ceil_ps(extent) - extent of the new extents
+            tail = np.where(new_mod > 0, ps - new_mod, 0)
+            by[writer] += int((tail if grow is None else tail[grow]).sum())
+        if cur_mod is not None and cur_mod.any():  # the stranded tail each state's last writer recorded
+            old_tail = np.where(cur_mod > 0, ps - cur_mod, 0)
+            got, codes = (rows, old_tail) if grow is None else (rows[grow], old_tail[grow])
+            lost = np.bincount(kv.writer[got].astype(np.int64) + 1, weights=codes, minlength=len(WRITER_KINDS) + 1)
+            for code in np.flatnonzero(lost[1:]).tolist():  # a tail without a writer (-1) counts nowhere
+                by[WRITER_KINDS[code]] -= int(lost[code + 1])
+        kv.allocated[rows] = targets  # a request that does not grow gets its own extent back
+        grown = rows if grow is None else rows[grow]  # only those that grow get a new writer
+        kv.writer[grown] = WRITER_CODE[writer]
+        kv.aligned[grown] = aligned
 
     def _write_cursor(self, state: ReqKVState, value: int, **context: int) -> int:
         """The one writer of swa_evicted_seqlen; K6 fires here, at the write."""
@@ -487,6 +549,23 @@ class KVManager:
         if self.auditor is None:
             raise InvariantViolation(v)
         self.auditor.report(v)
+
+
+class _FreeGroupBlock:
+    """KVManager.free_group's block (a class: a generator context costs a few us per step)."""
+
+    __slots__ = ("pools",)
+
+    def __init__(self, pools: list[PagedAllocator]):
+        self.pools = pools
+
+    def __enter__(self) -> None:
+        for a in self.pools:
+            a.free_group_begin()
+
+    def __exit__(self, *exc) -> None:
+        for a in self.pools:
+            a.free_group_end()
 
 
 def _jsonable(x: object) -> object:

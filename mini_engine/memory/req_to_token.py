@@ -18,6 +18,7 @@ class ReqToTokenPool:
         self.size = check_positive("max_reqs", size)
         self.width = check_positive("row_width", width)
         self.host = np.zeros((size, width), dtype=np.int64)
+        self._within: dict[int, np.ndarray] = {}  # offsets within a page, by page size
         self.changes = ChangeLog()  # flat indices of host written since the mirror last synced
         # A stack, so the first row handed out is 0 and the order is deterministic.
         self._free_rows = list(range(size - 1, -1, -1))
@@ -36,6 +37,18 @@ class ReqToTokenPool:
         self.host[row, :end] = 0
         self.changes.add_range(row * self.width, row * self.width + end)
         self._free_rows.append(row)
+
+    def write_pages(self, rows: np.ndarray, starts: np.ndarray, slots: np.ndarray, page_size: int) -> None:
+        """Whole-page write: page i covers positions [starts[i], starts[i] + page_size) of row
+        rows[i]; slots holds their slots, page after page."""
+        if len(slots) == 0:
+            return
+        within = self._within.get(page_size)
+        if within is None:
+            within = self._within[page_size] = np.arange(page_size, dtype=np.int64)
+        flat = ((rows * self.width + starts)[:, None] + within).reshape(-1)
+        self.host.reshape(-1)[flat] = slots
+        self.changes.add(flat)
 
     def write_flat(self, rows: np.ndarray, positions: np.ndarray, slots: np.ndarray) -> None:
         """Batched write: host[rows[i], positions[i]] = slots[i]."""

@@ -64,9 +64,11 @@ def next_extents(cur, committed, reserve: int, page_size: int, aligned: bool):
     The one copy of the reservation rule: the manager plans with it and the batch
     arrays re-derive it from their own arrays, so K10 compares two inputs, not two rules.
     """
-    want = committed + reserve
-    if aligned:
-        want = -(-want // page_size) * page_size
+    if aligned:  # ceil_ps(committed + reserve)
+        want = committed + (reserve + page_size - 1)
+        want = want - want % page_size
+    else:
+        want = committed + reserve
     return np.maximum(cur, want)
 
 
