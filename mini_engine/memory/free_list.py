@@ -22,9 +22,14 @@ A part of PagedAllocator (allocator.py), which owns the list these methods keep.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from mini_engine.errors import InvariantViolation
+
+if TYPE_CHECKING:
+    from mini_engine.memory.allocator import PagedAllocator
 
 
 class FreeList:
@@ -205,3 +210,19 @@ class FreeGroup:
         self.entries.append((op, given, pages))
         return pages
 
+
+class FreeGroupBlock:
+    """KVManager.free_group's block (a class: a generator context costs a few us per step)."""
+
+    __slots__ = ("pools",)
+
+    def __init__(self, pools: list[PagedAllocator]):
+        self.pools = pools
+
+    def __enter__(self) -> None:
+        for a in self.pools:
+            a.free_group_begin()
+
+    def __exit__(self, *exc) -> None:
+        for a in self.pools:
+            a.free_group_end()
