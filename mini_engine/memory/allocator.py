@@ -5,22 +5,9 @@ that padded rows point at and is never handed out. Allocation keeps
 slot % ps == position % ps, so a partly filled last page is continued in place.
 
 The order of the free list is SGLang 0.5.23's, call for call (same calls -> same
-page ids as its own allocator; `kvbench conform` checks it):
-
-* allocation takes pages from the front of the free list;
-* ps > 1 (PagedTokenToKVPoolAllocator): a free puts its pages in front of the
-  list, in the order given (LIFO: the pages freed last are handed out first);
-  the dedup free gives them sorted (a unique);
-* ps == 1 (TokenToKVPoolAllocator): a free appends the slots at the back, in the
-  order given, without a dedup;
-* need_sort (SGLang sets it on both sides of PD disaggregation): frees are staged
-  and merged back, sorted, only when an allocation might run short. The test is
-  SGLang's, not the exact count: extend merges when
-  extend_tokens // ps + batch + 1 > len(free), decode when batch > len(free), ps 1
-  when tokens > len(free). A merge happens before the capacity check, so a refused
-  call can still reorder the list (never change its set);
-* a free group (free_group_begin / free_group_end) holds every free to its end,
-  then releases them in SGLang's group order (see free_group_begin).
+page ids as its own allocator; `kvbench conform` checks it): allocation takes
+pages from the front of the free list; where frees put pages back, need_sort's
+staging and free groups are free_list.py.
 """
 
 from __future__ import annotations
@@ -30,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mini_engine.errors import InvariantViolation, check_choice, check_positive
+from mini_engine.errors import check_choice, check_positive
+from mini_engine.memory.free_list import FreeGroup, FreeList
 
 if TYPE_CHECKING:
     from mini_engine.memory.invariants import Auditor
@@ -66,7 +54,7 @@ class Allocation:
         return np.split(self.slots, np.cumsum(self.lens)[:-1]) if len(self.lens) else []
 
 
-class PagedAllocator:
+class PagedAllocator(FreeList):
     def __init__(self, num_pages: int, page_size: int, pool: str = "full",
                  trace: TraceWriter | None = None, auditor: Auditor | None = None,
                  *, need_sort: bool = False):
@@ -79,7 +67,7 @@ class PagedAllocator:
         self.syncs = 0  # device reads a real engine would pay (dedup free only)
         self._free = np.arange(1, num_pages + 1, dtype=np.int64)
         self._released: list[np.ndarray] = []  # staged frees (need_sort only)
-        self._group: _FreeGroup | None = None
+        self._group: FreeGroup | None = None
         self._num_released = 0
         self._freed_any = False  # need_sort can only be chosen before the first free
         self._is_free = np.ones(num_pages + 1, dtype=bool)
@@ -102,20 +90,6 @@ class PagedAllocator:
 
     def is_free(self, pages: np.ndarray) -> np.ndarray:
         return self._is_free[pages]
-
-    @property
-    def has_freed(self) -> bool:
-        """Whether any free was made (held in an open group included)."""
-        return self._freed_any or (self._group is not None and bool(self._group.entries))
-
-    def stage_frees(self) -> None:
-        """Turn on need_sort (SGLang's PD pools), which must hold from the first free on."""
-        if self.need_sort:
-            return
-        if self.has_freed:
-            raise RuntimeError(f"need_sort on pool {self.pool} after it freed pages: "
-                               "a pool has one free-list order for its whole life")
-        self.need_sort = True
 
     # -- allocation ------------------------------------------------------------
     def _page_offsets(self, n: int) -> np.ndarray:
@@ -241,168 +215,6 @@ class PagedAllocator:
         seq = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
         got = self.traced_allocate(seq - 1, seq, last_locs, decode=True)
         return None if got is None else got.split()
-
-    # -- freeing ---------------------------------------------------------------
-    def free(self, indices) -> np.ndarray:
-        """Legacy dedup free: the unique pages of slot indices.
-
-        On a device, unique has a data-dependent output shape, so the host must wait
-        for it: one sync.
-        """
-        # A copy: the caller's array may be a view of a row that is rewritten while
-        # these pages are still held (a free group, need_sort's staging list).
-        idx = np.array(indices, dtype=np.int64).reshape(-1)
-        # ps 1: SGLang's token allocator frees the slots as given, no unique.
-        pages = idx if self.page_size == 1 else np.unique(idx // self.page_size)
-        # Counted per call, held or not: kvbench's dedup release rule pays a unique per
-        # release (SGLang itself frees rows by segment, without one).
-        self.syncs += 1
-        if self._group is not None:
-            return self._group.add("free", idx, self._check(pages))
-        freed = self._put(self._check(pages))
-        if self.trace is not None:
-            self._trace_free({"op": "free", "pool": self.pool, "indices": idx.tolist(),
-                              "available": self.available_size()})
-        return freed
-
-    def free_pages(self, page_ids) -> np.ndarray:
-        """Host whole-page free: the caller computed the pages, no dedup, no sync."""
-        pages = np.array(page_ids, dtype=np.int64).reshape(-1)  # a copy, as in free()
-        if self._group is not None:
-            return self._group.add("free_pages", pages, self._check(pages))
-        freed = self._put(self._check(pages))
-        if self.trace is not None:
-            self._trace_free({"op": "free_pages", "pool": self.pool, "page_ids": pages.tolist(),
-                              "available": self.available_size()})
-        return freed
-
-    def free_segment(self, row_slots: np.ndarray, start: int, end: int, *, offset: int = 0) -> np.ndarray:
-        """Free the pages of positions [start, end): one representative slot per page.
-
-        row_slots[i] is the slot of position offset + i. start must be page aligned
-        (K5): a segment that starts mid-page would free a page still live below it.
-        """
-        ps = self.page_size
-        if start % ps != 0:
-            self._violation("K5", start=start, end=end, page_size=ps,
-                            reason="segment start is not page aligned")
-            start = -(-start // ps) * ps
-        if end <= start:
-            return np.empty(0, dtype=np.int64)
-        reps = np.asarray(row_slots)[start - offset:end - offset:ps]
-        return self.free_pages(reps.astype(np.int64) // ps)
-
-    # -- free groups -----------------------------------------------------------
-    def free_group_begin(self) -> None:
-        """Hold every free until free_group_end, as SGLang does around one batch's releases.
-
-        Each free is checked (K5) when it is called; its pages reach the free list at
-        the end, in SGLang's order: at ps > 1 the dedup frees as one unique
-        and the page-id frees as one list in call order, the full pool's unique first
-        and the SWA pool's page ids first (which of the two lands in front differs:
-        SGLang's SWA allocator ends its page-id group before its slot group); at ps 1
-        every free in call order. The trace records those end-of-group calls, which are
-        the calls the pool's own allocator receives.
-        """
-        if self._group is not None:
-            raise RuntimeError("free groups cannot be nested")
-        self._group = _FreeGroup()
-
-    def free_group_end(self) -> None:
-        group, self._group = self._group, None
-        if group is None:
-            raise RuntimeError("free_group_end without free_group_begin")
-        if self.page_size == 1:
-            self._flush("free_pages", group.entries)
-            return
-        for op in ("free_pages", "free") if self.pool == "swa" else ("free", "free_pages"):
-            self._flush(op, [e for e in group.entries if e[0] == op])
-
-    def _flush(self, op: str, entries: list) -> None:
-        if not entries:
-            return
-        given = np.concatenate([e[1] for e in entries])
-        pages = np.concatenate([e[2] for e in entries])
-        if op == "free" and self.page_size > 1:
-            pages = np.unique(pages)  # its sync was counted at each held free
-        self._put(pages)
-        if self.trace is not None:
-            key = "indices" if op == "free" else "page_ids"
-            self._trace_free({"op": op, "pool": self.pool, key: given.tolist(),
-                              "available": self.available_size()})
-
-    # -- internals -------------------------------------------------------------
-    def _trace_free(self, rec: dict) -> None:
-        if self.need_sort:
-            rec["need_sort"] = True  # a replay stages this pool's frees too
-        self.trace.write(rec)
-
-    def _check(self, pages: np.ndarray) -> np.ndarray:
-        """The pages a free may release (K5 for the others), marked free from now on."""
-        if len(pages) == 0:
-            return pages
-        bad = (pages <= 0) | (pages > self.num_pages)
-        if bad.any():
-            self._violation("K5", pages=pages[bad][:8].tolist(), reason="page out of range or dummy page 0")
-            pages = pages[~bad]
-        again = self._is_free[pages]
-        if again.any():
-            self._violation("K5", pages=pages[again][:8].tolist(), reason="page freed twice")
-            pages = pages[~again]
-        if len(pages) > 1:
-            uniq, first = np.unique(pages, return_index=True)
-            if len(uniq) != len(pages):
-                self._violation("K5", reason="page freed twice in one call",
-                                pages=pages[:8].tolist())
-                pages = pages[np.sort(first)]  # each page once, in the order given
-        self._is_free[pages] = True
-        return pages
-
-    def _put(self, pages: np.ndarray) -> np.ndarray:
-        """Put checked pages on the free list, where SGLang's allocator puts them."""
-        if len(pages) == 0:
-            return pages
-        self._freed_any = True
-        if self.need_sort:
-            self._released.append(pages)
-            self._num_released += len(pages)
-        elif self.page_size == 1:
-            self._free = np.concatenate([self._free, pages])
-        else:
-            self._free = np.concatenate([pages, self._free])
-        return pages
-
-    def _may_run_short(self, tokens: int, batch: int, decode: bool) -> bool:
-        """SGLang's test for merging the staged frees before an allocation."""
-        if self.page_size == 1:
-            return tokens > len(self._free)
-        if decode:
-            return batch > len(self._free)
-        return tokens // self.page_size + batch + 1 > len(self._free)
-
-    def _merge_released(self) -> None:
-        self._free = np.sort(np.concatenate([self._free, *self._released]))
-        self._released = []
-        self._num_released = 0
-
-    def _violation(self, kid: str, **values) -> None:
-        from mini_engine.memory.invariants import Violation
-
-        v = Violation(kid, None, -1, {"pool": self.pool, **values})
-        if self.auditor is None:
-            raise InvariantViolation(v)
-        self.auditor.report(v)
-
-
-class _FreeGroup:
-    """The frees held by an open free group: (op, what the caller gave, checked pages)."""
-
-    def __init__(self) -> None:
-        self.entries: list[tuple[str, np.ndarray, np.ndarray]] = []
-
-    def add(self, op: str, given: np.ndarray, pages: np.ndarray) -> np.ndarray:
-        self.entries.append((op, given, pages))
-        return pages
 
 
 def _ints(x) -> list[int]:

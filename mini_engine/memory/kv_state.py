@@ -6,12 +6,14 @@ a ReqKVState is a view of its row in them. A state the manager released is
 detached: it keeps a private copy of its last values, since its row may belong
 to another request next.
 
-The extent (kv_allocated_len) has one writer, the KVManager's allocation
-(_grow), which only ever raises it to max(target, current): K2, it never decreases
-while the request lives. The state check K2 re-checks that after every step.
+The extent (kv_allocated_len) has one writer, the KVManager's allocation (_grow,
+in growth.py), which only ever raises it to max(target, current): K2, it never
+decreases while the request lives. The state check K2 re-checks that after every step.
 """
 
 from __future__ import annotations
+
+from operator import attrgetter
 
 import numpy as np
 
@@ -37,6 +39,14 @@ class KVRows:
         self.writer[row] = -1
         self.aligned[row] = False
 
+
+# The rows of a batch of states, one C-level pass (a generator costs ~5x more per request).
+_ROW = attrgetter("row")
+
+
+def state_rows(states: list[ReqKVState]) -> np.ndarray:
+    """The row of each state, as an int64 array (to index KVRows with)."""
+    return np.fromiter(map(_ROW, states), dtype=np.int64, count=len(states))
 
 def _length(name: str, doc: str) -> property:
     def get(self) -> int:

@@ -1,0 +1,91 @@
+"""Release: how KVManager frees a finished request's pages, under the profile's free rule.
+
+A part of KVManager (manager.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mini_engine.memory.invariants import Violation
+from mini_engine.memory.kv_state import ReqKVState
+
+
+class Release:
+    def release(self, state: ReqKVState) -> int:
+        """Free the request's pages under the profile's free rule and return its row."""
+        row, extent, ps = state.row, state.allocated, self.ps
+        if self.states.get(row) is not state:
+            # A stale state's row may already belong to another request: freeing it would free theirs.
+            raise ValueError(f"release of request {state.rid}: it is not live (released already?)")
+        host_row = self.req_to_token.host[row]
+        cursor = state.swa_evicted
+        if self.profile.free == "dedup":
+            if extent:
+                self._give_back("full", state, self.full.free(host_row[:extent]))
+            if self.swa is not None:
+                self._give_back("swa", state, self.swa.release_dedup(host_row, cursor, extent))
+        else:
+            for start, end, swa in self._release_pieces(state.committed, extent, cursor):
+                if swa:  # SGLang frees the SWA copy first, then the full page
+                    self._give_back("swa", state, self.swa.free_positions(host_row, start, end))
+                self._give_back("full", state, self.full.free_segment(host_row, start, end))
+            if self.swa is not None:
+                self.swa.clear_row(host_row, cursor, extent)
+        self.ledger.drop_row("full", row)
+        if self.swa is not None:
+            self.ledger.drop_row("swa", row)
+        self._sum_extent -= extent
+        self._sum_committed -= state.committed
+        if state.writer:
+            self.stranded_by_writer[state.writer] -= -(-extent // ps) * ps - extent
+        self.reserve_base[row] = self.reserve_of[row] = 0
+        self.req_to_token.free(row, extent)
+        del self.states[row]
+        self._seen.pop(row, None)
+        state.detach()  # its row is free for the next request; the state keeps its values
+        state.released = True
+        return row
+
+    def _release_pieces(self, owned: int, extent: int, cursor: int) -> list[tuple[int, int, bool]]:
+        """The (start, end, with_swa) position ranges a release frees, in SGLang's order.
+
+        SGLang's release_kv_cache frees the row [protected, owned) (protected is 0:
+        kvbench has no prefix tree), then the over-allocation [ceil_ps(owned),
+        allocated); within each, the part below the SWA cursor goes back full-side
+        only, first. Each range is one page-id free per pool, and which pages land
+        in front of the free list depends on that order. The ranges are clipped at
+        the free rule's end (_free_end), so together they free exactly its pages.
+        """
+        ps, end = self.ps, self._free_end(extent)
+        owned = min(owned, extent)
+        top = -(-owned // ps) * ps
+        out = []
+        for a, b in ((0, min(top, end)), (top, end)):
+            if b <= a:
+                continue
+            dead = min(max(cursor, a), b) if self.swa is not None else a
+            if dead > a:
+                out.append((a, dead, False))
+            if b > dead:
+                out.append((dead, b, self.swa is not None))
+        return out
+
+    def _free_end(self, extent: int) -> int:
+        """End of the pages a host free takes, by stride over the recorded extent.
+
+        segment (SGLang): every page the extent touches, the row's segment
+        [0, owned) plus the over-allocation [ceil_ps(owned), extent), so nothing
+        leaks. floor: whole pages of the extent only, so an unaligned extent drops
+        its last page (one leaked page per such release).
+        """
+        if self.profile.free == "floor":
+            return extent // self.ps * self.ps
+        return -(-extent // self.ps) * self.ps
+
+    def _give_back(self, pool: str, state: ReqKVState, freed: np.ndarray) -> None:
+        stray = self.ledger.give_back(pool, state.row, freed)
+        if len(stray):
+            self._report(Violation("K8", state.rid, self.step, {
+                "pool": pool, "reason": "freed pages the request did not hold",
+                "pages": stray[:8].tolist()}))

@@ -1,0 +1,78 @@
+"""SWACursor: the SWA cursor (swa_evicted_seqlen), its one writer and the two rules that move it.
+
+Window eviction frees the SWA pages a request's window has left behind; the decode
+side of PD disaggregation preallocates a transferred request with SWA pages for
+its tail only. Both write the cursor through _write_cursor, where K6 is checked.
+A part of KVManager (manager.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mini_engine.errors import EvictFloorError, check_positive
+from mini_engine.memory.invariants import Violation
+from mini_engine.memory.kv_state import ReqKVState
+from mini_engine.memory.sizing import pd_swa_tail_len, swa_evict_target
+
+
+class SWACursor:
+    def evict_swa(self, state: ReqKVState, pre_len: int | None = None, *, interval: int | None = None) -> int:
+        """SGLang's window rule once pre_len (default: committed) positions are final; returns SWA pages freed.
+
+        interval: the eviction interval (the profile's in decode, 1 within chunked
+        prefill); the threshold follows the profile's prefix cache (sizing.swa_evict_target).
+        """
+        if self.swa is None:
+            return 0
+        p = self.profile
+        old = state.swa_evicted
+        if pre_len is None:
+            pre_len = state.committed
+        new = swa_evict_target(pre_len, old, self.mem.window, self.ps,
+                               p.swa_eviction_interval if interval is None else interval, p.prefix_cache)
+        if new <= old:
+            return 0
+        new = self._write_cursor(state, new)
+        freed = self.swa.evict(self.req_to_token.host[state.row], old, new)
+        self._give_back("swa", state, freed)
+        return len(freed)
+
+    def pd_prealloc(self, state: ReqKVState, fill_len: int) -> bool:
+        """Decode side of PD: full KV for fill_len transferred tokens, SWA only for the tail.
+
+        The cursor is checked (K6) at its write: a caller that skips the floor fails there.
+        """
+        fill_len = check_positive("fill_len", fill_len)
+        if state.allocated or state.committed:
+            raise ValueError(f"pd_prealloc needs a fresh request; {state.rid} already has extent {state.allocated}")
+        target = self._extent_for(state, fill_len, "pd")
+        if self.swa is not None and self.ps > 1:  # SGLang takes the tail path only when ps > 1
+            window = self.mem.window
+            tail = pd_swa_tail_len(fill_len, window, self.ps, self.profile.pd_radix)
+            value = fill_len - tail
+            if self.trace is not None:
+                self.trace.write({"op": "swa_prealloc", "fill_len": fill_len, "window": window,
+                                  "tail": fill_len - value, "evicted": value})
+            self._write_cursor(state, value, fill_len=fill_len, window=window)
+        if not self._grow([state], np.array([target], dtype=np.int64), writer="pd",
+                          aligned=self.profile.aligns("pd")):
+            state.swa_evicted = 0  # the prealloc did not happen: the fresh state is restored whole
+            return False
+        self._sum_committed += fill_len
+        state.committed = fill_len
+        return True
+
+    def _write_cursor(self, state: ReqKVState, value: int, **context: int) -> int:
+        """The one writer of swa_evicted_seqlen; K6 fires here, at the write."""
+        prev, ps = state.swa_evicted, self.ps
+        if value < 0 or value % ps or value < prev:
+            values = {"value": value, "previous": prev, "page_size": ps, **context}
+            v = Violation("K6", state.rid, self.step, values)
+            if self.auditor is not None:
+                self.auditor.record(v)
+            if self.auditor is None or self.auditor.mode != "record":
+                raise EvictFloorError(state.rid, value, prev, ps, **context)
+            value = max(prev, max(0, value) // ps * ps)
+        state.swa_evicted = value
+        return value
