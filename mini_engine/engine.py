@@ -7,7 +7,8 @@ preallocated (their KV counts as committed) and transferred at the start of any
 step; they join the decode batch of that same step when no prefill runs.
 
 The decode step is mini_engine.decode_step, the upkeep of its batch arrays
-mini_engine.batch_upkeep, the result of a run mini_engine.run_result.
+mini_engine.batch_upkeep, the result of a run mini_engine.run_result, the pool
+sizes a config asks for mini_engine.pool_sizing.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from mini_engine.config import EngineConfig, require_cuda
 from mini_engine.decode_step import DecodeStep, _results
 from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation
 from mini_engine.memory.batch import BatchArrays
-from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.invariants import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
 from mini_engine.overlap import InFlight
+from mini_engine.pool_sizing import admission_pages, decode_reserve, memory_config, request_pages
 from mini_engine.request import Request, Status, Tally, check_context
 from mini_engine.run_result import RunResult, run_result, unfinished
 from mini_engine.scheduler import Scheduler
@@ -49,51 +50,12 @@ class StepOutcome(enum.Enum):
     IDLE = "idle"  # tick only: no request waits, runs or is still to arrive; no step ran
 
 
-def decode_reserve(cfg: EngineConfig) -> int:
-    """The speculative reservation ahead of committed (0 for plain decode)."""
-    return cfg.step_reserve if cfg.speculative else 0
-
-
-def memory_config(cfg: EngineConfig) -> MemoryConfig:
-    profile = cfg.rules
-    return MemoryConfig(
-        page_size=cfg.page_size,
-        num_pages=cfg.num_pages,
-        max_reqs=cfg.max_running,
-        row_width=cfg.max_context + cfg.algo.row_headroom(cfg, profile.row_headroom),
-        policy=cfg.policy,
-        free_policy=cfg.free_policy,
-        swa_num_pages=swa_pages(cfg.num_pages, profile.swa_ratio) if cfg.has_swa else None,
-        window=cfg.window if cfg.has_swa else None,
-        draft_window=cfg.draft_window,
-        algo=cfg.algo.writer_name if cfg.speculative else None,  # the profile writer it plans as
-        profile=profile,
-    ).validate()
-
-
 def open_trace(cfg: EngineConfig, path_or_file) -> TraceWriter:
     """The allocation trace writer of an engine built from ``cfg``: its header names
     that engine's pools and options. The caller owns it: open it as a context manager
     around the engine's run, so it is closed (and a crash keeps every line written
     before it) in one place, the caller's ``with``."""
     return TraceWriter.for_memory(path_or_file, memory_config(cfg), cfg.to_dict())
-
-
-def swa_pages(full_pages: int, ratio: float) -> int:
-    """SWA pool pages: the profile's share of the full pool (at least one page)."""
-    return max(1, int(full_pages * ratio))
-
-
-def request_pages(cfg: EngineConfig, prompt_len: int, max_new: int) -> int:
-    """Pages one request may hold at its peak: full context plus the decode reservation."""
-    tokens = prompt_len + max_new + decode_reserve(cfg)
-    # An unaligned writer may leave the tail of a page stranded: one page more.
-    return -(-tokens // cfg.page_size) + (0 if cfg.rules.all_aligned else 1)
-
-
-def admission_pages(cfg: EngineConfig) -> int:
-    """Pages admission can count on: the smaller of the two pools (SGLang's min(full, swa))."""
-    return min(cfg.num_pages, swa_pages(cfg.num_pages, cfg.rules.swa_ratio)) if cfg.has_swa else cfg.num_pages
 
 
 class Engine(DecodeStep, BatchUpkeep):
