@@ -10,6 +10,7 @@ import pytest
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.request import Request
+from mini_engine.run_result import run_result
 
 
 def one_dflash_request(trace_file=None, **opts):
@@ -48,7 +49,7 @@ def test_swa_worked_example_first_eviction_at_decode_step_16(overlap, step):
     assert [cur for s, _, cur in cursors if s == step] == [128]
     assert all(cur == 0 for s, _, cur in cursors if s < step)
     assert max(held[:step + 2]) == 12
-    res = eng._result(eng.requests, "ok", 1.0)
+    res = run_result(eng, eng.requests, "ok", 1.0)
     assert res.stats["peak_swa_pages_held"] == 12
 
 

@@ -1,0 +1,261 @@
+"""The decode step: plan, forward and result processing of one decode batch.
+
+Per decode step the host plans everything before the backend runs, in SGLang's
+order: whether the batch fits (retracting until it does), the SWA window eviction,
+the reservation (``prepare`` with the algorithm's reserve, or 1 slot for plain
+decode), the batch arrays (filter/merge as requests leave and join); after the
+verify, the commit. Under overlap scheduling the previous step's result lands
+between the plan and the forward (mini_engine.overlap). The batch arrays evolve by
+those steps alone (filter, merge, the planned extents, the accepted counts), so
+K10 checks the engine's bookkeeping against the request states.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from operator import attrgetter
+
+import numpy as np
+
+from mini_engine.batch_upkeep import _rows
+from mini_engine.memory import sizing
+from mini_engine.overlap import InFlight, finishing_in_flight, reserved_ahead
+from mini_engine.request import Request, Status
+
+# The outputs column of a batch of requests, one C-level pass.
+_OUTPUTS = attrgetter("outputs")
+
+
+class DecodeStep:
+    """Engine's decode-step methods, kept apart so each file stays short. The state they
+    read and write is the engine's own, set up in Engine.__init__."""
+
+    def _decode(self, batch: list[Request]) -> bool | None:
+        t0 = time.perf_counter()
+        # Overlap: a request the in-flight result finishes by length sits this plan out.
+        finishing = self._finishing(batch)
+        if finishing:
+            batch = [r for r in batch if r not in finishing]
+            if not batch:
+                return self._land()
+        if self.commit_at_alloc and self.inflight is not None:
+            self._commit_in_flight()
+        before = self.manager.rows.allocated.copy()  # every row's extent before the reservation
+        # SGLang's order: check and retract on the pools as they are, then evict, then allocate.
+        got = self.sched.reserve_decode(batch, wait=bool(finishing))
+        if not got:
+            landed = self._land()  # waiting on the frees of the result in flight: no decode batch
+            if got is None and not landed:
+                return None  # the pool is exhausted
+            return landed  # after its frees, the next plan tries again
+        if got == self._batch_reqs:  # all counted by row already (bound when they first decoded)
+            self._tally.decode_batches[self.batch.rows] += 1
+        else:
+            for r in got:
+                if r._tally is None:
+                    r.bind(self._tally, r.kv.row)
+                r.decode_batches += 1
+        batch = got
+        self._sync_batch(batch)
+        # The batch arrays' rows when they hold exactly this batch (a wrong row there would fail
+        # K10's rid check at the end of the step), else read from the requests.
+        rows = self.batch.rows if batch == self._batch_reqs else _rows(batch)
+        self._count_ahead(batch, rows, before)
+        if self.overlap:
+            # SGLang's event_loop_overlap: step N's result is processed after step N+1 is planned.
+            # A request it finishes drops out of step N+1 (that result would be skipped).
+            released = self._releases
+            self._land()
+            if self._releases != released:
+                batch = [r for r in batch if r.status is Status.RUNNING and r.kv is not None]
+                rows = _rows(batch)
+        t1 = time.perf_counter()
+        results = self._forward(batch) if batch else []
+        t2 = time.perf_counter()
+        lens = np.fromiter(map(len, results), dtype=np.int64, count=len(results))
+        if self.overlap:
+            self.inflight = InFlight(batch, results) if batch else None
+            self._launch = (self._releases, rows, lens)
+        else:
+            self._process(batch, results, lens, rows)
+        self.stats.plan_s += (t1 - t0) + (time.perf_counter() - t2)  # host time, the forward excluded
+        self.stats.decode_steps += 1
+        return True
+
+    def _forward(self, batch: list[Request]) -> list[list[int]]:
+        if self._spec:
+            return _results(self.backend.forward(self.batches.verify(batch)), len(batch))
+        return [[t] for t in _results(self.backend.forward(self.batches.decode(batch)), len(batch))]
+
+    def _all_live(self) -> bool:
+        """Nobody was released since the result in flight ran: every request of it still runs
+        on the KV state (and row) it ran with, so InFlight.live() keeps them all."""
+        return self._releases == self._launch[0]
+
+    def _finishing(self, batch: list[Request]) -> list[Request]:
+        """finishing_in_flight over the batch, read from the rows' remaining outputs."""
+        inflight = self.inflight
+        if inflight is None:
+            return []
+        if not self._all_live():
+            return finishing_in_flight(batch, inflight)
+        left = self._left_rows[self._launch[1]]
+        if int(left.min()) > 1:  # nobody's next output finishes it (most steps)
+            return []
+        hits = np.flatnonzero(left <= 1)
+        fin = [inflight.batch[i] for i in hits.tolist()]
+        if inflight.batch == batch:
+            return fin
+        ids = {id(r) for r in batch}
+        return [r for r in fin if id(r) in ids]
+
+    def _count_ahead(self, batch: list[Request], rows: np.ndarray, before: np.ndarray) -> None:
+        """Slots reserved past the true committed lengths (the in-flight result counted).
+
+        overlap.reserved_ahead over the batch in vector passes while every request of the
+        result in flight still runs; before: every row's extent before the reservation."""
+        inflight = self.inflight
+        if inflight is not None and not self._all_live():
+            # Someone was released since the result in flight ran: overlap's rule, per request.
+            prior = {r.rid: int(before[r.kv.row]) for r in batch}
+            self._add_ahead(*reserved_ahead(batch, prior, inflight.landing()))
+            return
+        kv = self.manager.rows
+        alloc = kv.allocated[rows]
+        ahead = alloc - kv.committed[rows]
+        extra = extra_slots = 0
+        if inflight is not None and not inflight.committed:  # committed: plain decode took it before the plan
+            left = self._left_rows[rows]
+            if inflight.batch == batch:
+                # The result commits min(accepted, remaining) for each request of this very batch;
+                # it finishes those it gives their remaining (none, most steps: one check).
+                lens = self._launch[2]
+                land = np.minimum(lens, left)
+                done = None if int((left - lens).min()) > 0 else (land > 0) & (land == left)
+            else:
+                # A request of this batch that ran in it has the same row (nobody was released since).
+                _, ran_rows, lens = self._launch
+                by_row = np.zeros(len(kv.allocated), dtype=np.int64)
+                by_row[ran_rows] = np.minimum(lens, self._left_rows[ran_rows])
+                land = by_row[rows]
+                done = (land > 0) & (land == left)  # the result in flight finishes it
+            ahead -= land
+            if done is not None and done.any():
+                extra = int(done.sum())
+                extra_slots = int((alloc[done] - before[rows[done]]).sum())
+        self._add_ahead(int(ahead.sum()), extra, extra_slots)
+
+    def _add_ahead(self, ahead: int, extra: int, extra_slots: int) -> None:
+        stats = self.stats
+        stats.peak_reserved_ahead = max(stats.peak_reserved_ahead, ahead)
+        stats.reserved_ahead_sum += ahead
+        stats.overlap_extra_reservations += extra
+        stats.overlap_extra_slots += extra_slots
+
+    def _commit_in_flight(self) -> None:
+        """Plain decode under overlap: the in-flight step's token counts as committed before
+        the next plan (SGLang's alloc_for_decode advanced kv_committed_len when it allocated
+        it), while its outputs, finishes and frees land after that plan (_land)."""
+        inflight = self.inflight
+        if inflight.committed:
+            return
+        counts = np.zeros(len(self.batch), dtype=np.int64)
+        pos = {rid: i for i, rid in enumerate(self.batch.rids)}
+        for i in inflight.live():
+            r = inflight.batch[i]
+            n = min(len(inflight.results[i]), r.remaining)
+            self.manager.commit(r.kv, n)
+            at = pos.get(r.rid, -1)
+            if at >= 0:
+                counts[at] = n
+        self.batch.commit(counts)
+        inflight.committed = True
+
+    def _land(self) -> bool:
+        """Process the in-flight decode result, if any (overlap). True when one landed."""
+        inflight, self.inflight = self.inflight, None
+        if inflight is None:
+            return False
+        _, rows, lens = self._launch
+        if self._all_live():
+            self._process(inflight.batch, inflight.results, lens, rows, commit=not inflight.committed)
+            return True
+        keep = inflight.live()  # a request retracted since it ran has its result dropped
+        self._process([inflight.batch[i] for i in keep], [inflight.results[i] for i in keep], lens[keep],
+                      commit=not inflight.committed)
+        return True
+
+    def _process(self, batch: list[Request], results: list[list[int]], lens: np.ndarray | None = None,
+                 rows: np.ndarray | None = None, commit: bool = True) -> None:
+        """A decode step's result: commit what each request accepted, finish those at their limit.
+
+        One numpy pass over the batch for the lengths; per request only the token lists
+        (and the rare finish). lens: each result's length; rows: the requests' rows.
+        commit=False: the commits were taken before (plain decode under overlap)."""
+        k = len(batch)
+        if not k:
+            return
+        cfg, stats = self.cfg, self.stats
+        if lens is None:
+            lens = np.fromiter(map(len, results), dtype=np.int64, count=k)
+        most = self._most
+        if int(lens.min()) < 1 or int(lens.max()) > most:
+            i = int(np.flatnonzero((lens < 1) | (lens > most))[0])
+            raise RuntimeError(f"backend returned {int(lens[i])} tokens for request {batch[i].rid} "
+                               f"(allowed 1..{most})")
+        if rows is None:
+            rows = _rows(batch)
+        left = self._left_rows[rows]
+        room = left - lens  # below 0: the output limit cuts the accepted run; 0 or below: it finishes
+        ends = int(room.min()) <= 0
+        if ends:
+            n = np.minimum(lens, left)
+            room = left - n
+            if (lens > left).any():
+                results = list(results)
+                for i in np.flatnonzero(lens > left).tolist():
+                    results[i] = results[i][: int(left[i])]
+        else:
+            n = lens
+        out = int(n.sum())  # output tokens
+        in_order = batch == self._batch_reqs  # the batch arrays hold this batch, in its order
+        # SGLang's decode result processing: the finished requests' frees form one group.
+        with self.manager.free_group():
+            if commit:
+                self.manager.commit_batch(batch, n, rows)
+            self._left_rows[rows] = room
+            deque(map(list.extend, self._batch_outs if in_order else map(_OUTPUTS, batch), results), maxlen=0)
+            if self._spec:
+                # tau counts what the verify accepted, even past the output limit; every request
+                # here decoded, so counts by row (Request.bind)
+                tally = self._tally
+                tally.spec_steps[rows] += 1
+                tally.accepted[rows] += lens
+                stats.spec_verifies += k
+                stats.accepted_tokens += out if n is lens else int(lens.sum())
+            if cfg.draft_window is not None:
+                # K9 itself is an audit check (memory.invariants); this only counts the peak.
+                stats.peak_compact_draft = max(stats.peak_compact_draft, *(
+                    sizing.compact_draft_len(c, cfg.draft_window, cfg.page_size)
+                    for c in self.manager.rows.committed[rows].tolist()))
+            if ends:
+                for i in np.flatnonzero(room == 0).tolist():
+                    self.sched.finish(batch[i])
+        if commit:
+            if in_order:
+                counts = n
+            else:
+                pos = self._positions(batch)  # -1: missing from the batch arrays (K10 reported at the sync)
+                counts = np.zeros(len(self.batch), dtype=np.int64)
+                ok = pos >= 0
+                counts[pos[ok]] = n[ok]
+            self.batch.commit(counts)
+        stats.output_tokens += out
+
+
+def _results(results: list, n: int) -> list:
+    # zip() would drop the missing ones silently and the loop would wait on them forever.
+    if len(results) != n:
+        raise RuntimeError(f"backend returned {len(results)} results for a batch of {n}")
+    return results

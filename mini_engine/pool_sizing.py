@@ -1,0 +1,46 @@
+"""What a config asks of the KV pools: the memory layer's config, the decode
+reservation, a request's peak pages and the pages admission can count on."""
+
+from __future__ import annotations
+
+from mini_engine.config import EngineConfig
+from mini_engine.memory.config import MemoryConfig
+
+
+def decode_reserve(cfg: EngineConfig) -> int:
+    """The speculative reservation ahead of committed (0 for plain decode)."""
+    return cfg.step_reserve if cfg.speculative else 0
+
+
+def memory_config(cfg: EngineConfig) -> MemoryConfig:
+    profile = cfg.rules
+    return MemoryConfig(
+        page_size=cfg.page_size,
+        num_pages=cfg.num_pages,
+        max_reqs=cfg.max_running,
+        row_width=cfg.max_context + cfg.algo.row_headroom(cfg, profile.row_headroom),
+        policy=cfg.policy,
+        free_policy=cfg.free_policy,
+        swa_num_pages=swa_pages(cfg.num_pages, profile.swa_ratio) if cfg.has_swa else None,
+        window=cfg.window if cfg.has_swa else None,
+        draft_window=cfg.draft_window,
+        algo=cfg.algo.writer_name if cfg.speculative else None,  # the profile writer it plans as
+        profile=profile,
+    ).validate()
+
+
+def swa_pages(full_pages: int, ratio: float) -> int:
+    """SWA pool pages: the profile's share of the full pool (at least one page)."""
+    return max(1, int(full_pages * ratio))
+
+
+def request_pages(cfg: EngineConfig, prompt_len: int, max_new: int) -> int:
+    """Pages one request may hold at its peak: full context plus the decode reservation."""
+    tokens = prompt_len + max_new + decode_reserve(cfg)
+    # An unaligned writer may leave the tail of a page stranded: one page more.
+    return -(-tokens // cfg.page_size) + (0 if cfg.rules.all_aligned else 1)
+
+
+def admission_pages(cfg: EngineConfig) -> int:
+    """Pages admission can count on: the smaller of the two pools (SGLang's min(full, swa))."""
+    return min(cfg.num_pages, swa_pages(cfg.num_pages, cfg.rules.swa_ratio)) if cfg.has_swa else cfg.num_pages
