@@ -85,6 +85,7 @@ def decode_throughput(w: Workload, algo: str, peak_bw: float | None) -> dict:
     from mini_engine.engine import Engine, decode_reserve
     from mini_engine.model.backend import ModelBackend
     from mini_engine.pool_budget import footprint
+    from mini_engine.step_batch import Phase
 
     opts = ALGOS[algo]
     probe = EngineConfig(model=w.shape, device=w.device, **opts)
@@ -98,11 +99,22 @@ def decode_throughput(w: Workload, algo: str, peak_bw: float | None) -> dict:
     engine = Engine(cfg, backend=backend)
     times, contexts, tokens = [], [], []
     step = engine.step
+    forward, read = backend.forward, []
+
+    def counted_forward(batch):
+        # The context a decode/verify forward reads: each request's final KV plus the token
+        # at its root. Read from the batch, not the requests: under overlap a request's
+        # outputs land a step after its forward.
+        if batch.phase in (Phase.DECODE, Phase.VERIFY):
+            read.append(int(batch.committed.sum()) + len(batch))
+        return forward(batch)
+
+    backend.forward = counted_forward
 
     def timed_step():
         s = engine.stats
         before = (s.decode_steps, s.prefill_steps, s.output_tokens)
-        ctx = sum(r.seq_len for r in engine.sched.running)
+        read.clear()
         sync(w.device)
         t0 = time.perf_counter()
         out = step()
@@ -110,7 +122,7 @@ def decode_throughput(w: Workload, algo: str, peak_bw: float | None) -> dict:
         dt = time.perf_counter() - t0
         if s.decode_steps > before[0] and s.prefill_steps == before[1]:  # a pure decode step
             times.append(dt)
-            contexts.append(ctx)
+            contexts.append(sum(read))
             tokens.append(s.output_tokens - before[2])
         return out
 

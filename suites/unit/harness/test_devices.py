@@ -3,7 +3,6 @@ and pins on a shared runner, driven through the real detection and launch code."
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import dataclass, field
 
@@ -182,15 +181,13 @@ class Launched(Exception):
 def test_sweep_on_gpus_4_to_7_pins_four_workers(fake, monkeypatch, results_root, cli):
     """The real `kvbench sweep nightly-gpu` up to the pytest launch, on a runner given GPUs 4-7."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-    launched, real = {}, subprocess.Popen
+    launched = {}
 
-    def popen(cmd, **kw):
-        if "pytest" not in cmd:  # git, asked for the commit
-            return real(cmd, **kw)
-        launched["cmd"] = cmd
+    def main(args, plugins=()):  # kvbench sweep runs pytest in-process with its plugin
+        launched["cmd"] = list(args)
         raise Launched
 
-    monkeypatch.setattr(subprocess, "Popen", popen)
+    monkeypatch.setattr(pytest, "main", main)
     with pytest.raises(Launched):
         cli("sweep", "nightly-gpu", "--no-mlflow")
     cmd = launched["cmd"]
@@ -203,9 +200,7 @@ def test_sweep_on_gpus_4_to_7_pins_four_workers(fake, monkeypatch, results_root,
 
 def test_sweep_with_more_workers_than_gpus_exits_2_with_one_line(fake, monkeypatch, results_root, cli, capsys):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    real = subprocess.Popen
-    monkeypatch.setattr(subprocess, "Popen", lambda cmd, **k: real(cmd, **k) if "pytest" not in cmd
-                        else pytest.fail("no worker may start"))
+    monkeypatch.setattr(pytest, "main", lambda *a, **k: pytest.fail("no worker may start"))
     assert cli("sweep", "nightly-gpu", "-j", "8", "--no-mlflow") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "-j 8" in err and "--oversubscribe" in err
