@@ -14,9 +14,6 @@ batch: which requests are retracted, and that the window eviction comes after th
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -24,18 +21,7 @@ import pytest
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request
-
-
-def _methods(module: str, cls: str, names: set[str], namespace: dict) -> dict:
-    spec = importlib.util.find_spec(module)
-    tree = ast.parse(Path(spec.origin).read_text())
-    klass = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
-    body = [n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name in names]
-    assert {n.name for n in body} == names, f"{module}.{cls} no longer defines {names}"
-    for n in body:
-        n.decorator_list = []
-    exec(compile(ast.Module(body=body, type_ignores=[]), spec.origin, "exec"), namespace)
-    return namespace
+from sglang_source import methods
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +29,7 @@ def sglang_step(sg):  # sg: the installed SGLang, or a skip (a failure under KVB
     quiet = SimpleNamespace(warning=lambda *a, **k: None)
     common = {"List": list, "Tuple": tuple, "Optional": object, "Req": object, "ScheduleBatch": object,
               "logger": quiet}
-    batch = _methods("sglang.srt.managers.schedule_batch", "ScheduleBatch",
+    batch = methods("sglang.srt.managers.schedule_batch", "ScheduleBatch",
                      {"check_decode_mem", "new_tokens_required_next_decode", "retract_decode",
                       "_get_decode_retraction_order"},
                      {**common, "num_beam_member_rows": lambda reqs: 0,
@@ -51,7 +37,7 @@ def sglang_step(sg):  # sg: the installed SGLang, or a skip (a failure under KVB
                       "get_schedule": lambda: SimpleNamespace(retraction_policy="fcfs"),
                       "NewTokenRatioTracker": SimpleNamespace(
                           estimate_new_token_ratio_after_retract=lambda reqs: 0.5)})
-    sched = _methods("sglang.srt.managers.scheduler", "Scheduler", {"update_running_batch"},
+    sched = methods("sglang.srt.managers.scheduler", "Scheduler", {"update_running_batch"},
                      {**common, "TEST_RETRACT": False, "TEST_RETRACT_INTERVAL": 1})
     return batch, sched["update_running_batch"]
 

@@ -16,10 +16,7 @@ kvbench's engine plans, for random requests, acceptance and page sizes.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 from collections import deque
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -29,25 +26,13 @@ from hypothesis import strategies as st
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request
-
-
-def _methods(module: str, cls: str, names: set[str], namespace: dict) -> dict:
-    """Compile the named methods of a class of an installed module, as plain functions, without importing it."""
-    spec = importlib.util.find_spec(module)
-    tree = ast.parse(Path(spec.origin).read_text())
-    klass = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
-    body = [n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name in names]
-    assert {n.name for n in body} == names, f"{module}.{cls} no longer defines {names}"
-    for n in body:
-        n.decorator_list = []
-    exec(compile(ast.Module(body=body, type_ignores=[]), spec.origin, "exec"), namespace)
-    return namespace
+from sglang_source import methods
 
 
 @pytest.fixture(scope="module")
 def sglang_rules(sg):  # sg: the installed SGLang, or a skip (a failure under KVBENCH_REQUIRE_SGLANG=1)
-    req = _methods("sglang.srt.managers.schedule_batch", "Req", {"next_output_finishes_by_length"}, {})
-    sched = _methods("sglang.srt.managers.scheduler", "Scheduler", {"_reqs_finishing_inflight"},
+    req = methods("sglang.srt.managers.schedule_batch", "Req", {"next_output_finishes_by_length"}, {})
+    sched = methods("sglang.srt.managers.scheduler", "Scheduler", {"_reqs_finishing_inflight"},
                      {"List": list, "ScheduleBatch": object, "Req": object})
     return SimpleNamespace(alloc_lens=sg.sizing.page_aligned_decode_alloc_lens,
                            finishes=req["next_output_finishes_by_length"],
@@ -151,7 +136,7 @@ def sglang_extend_evict(sg):
     from sglang.srt.environ import envs
 
     state = {}
-    ns = _methods("sglang.srt.managers.schedule_batch", "ScheduleBatch", {"maybe_evict_swa", "_swa_eviction_trigger"},
+    ns = methods("sglang.srt.managers.schedule_batch", "ScheduleBatch", {"maybe_evict_swa", "_swa_eviction_trigger"},
                   {"envs": envs, "_is_hip": False,
                    "get_schedule": lambda: SimpleNamespace(chunked_prefill_size=state["cps"])})
 

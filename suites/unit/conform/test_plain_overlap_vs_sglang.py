@@ -15,12 +15,9 @@ prefill's result at once).
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import io
 import json
 from collections import deque
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -30,24 +27,13 @@ from hypothesis import strategies as st
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.request import Request
-
-
-def _methods(module: str, cls: str, names: set[str], namespace: dict) -> dict:
-    spec = importlib.util.find_spec(module)
-    tree = ast.parse(Path(spec.origin).read_text())
-    klass = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
-    body = [n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name in names]
-    assert {n.name for n in body} == names, f"{module}.{cls} no longer defines {names}"
-    for n in body:
-        n.decorator_list = []
-    exec(compile(ast.Module(body=body, type_ignores=[]), spec.origin, "exec"), namespace)
-    return namespace
+from sglang_source import methods
 
 
 @pytest.fixture(scope="module")
 def rules(sg):  # sg: the installed SGLang, or a skip (a failure under KVBENCH_REQUIRE_SGLANG=1)
-    req = _methods("sglang.srt.managers.schedule_batch", "Req", {"next_output_finishes_by_length"}, {})
-    sched = _methods("sglang.srt.managers.scheduler", "Scheduler", {"_reqs_finishing_inflight"},
+    req = methods("sglang.srt.managers.schedule_batch", "Req", {"next_output_finishes_by_length"}, {})
+    sched = methods("sglang.srt.managers.scheduler", "Scheduler", {"_reqs_finishing_inflight"},
                      {"List": list, "ScheduleBatch": object, "Req": object})
     return SimpleNamespace(sg=sg, finishes=req["next_output_finishes_by_length"],
                            finishing=sched["_reqs_finishing_inflight"])

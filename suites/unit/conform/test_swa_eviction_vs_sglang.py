@@ -10,9 +10,6 @@ seqlen - 1.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,27 +18,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mini_engine.memory.sizing import swa_evict_target
-
-
-def _functions(module: str, names: set[str], namespace: dict) -> dict:
-    """Compile the named top-level functions of an installed module without importing it."""
-    spec = importlib.util.find_spec(module)
-    tree = ast.parse(Path(spec.origin).read_text())
-    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
-    assert {n.name for n in body} == names, f"{module} no longer defines {names}"
-    for n in body:
-        n.decorator_list = []
-    code = compile(ast.Module(body=body, type_ignores=[]), spec.origin, "exec")
-    exec(code, namespace)
-    return namespace
+from sglang_source import functions
 
 
 @pytest.fixture(scope="module")
 def sglang_evict(sg):  # sg: the installed SGLang, or a skip (a failure under KVBENCH_REQUIRE_SGLANG=1)
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
-    ns = _functions("sglang.srt.utils.common", {"ceil_div", "ceil_align"}, {})
-    ns = _functions("sglang.srt.mem_cache.common", {"free_swa_out_of_window_slots"},
+    ns = functions("sglang.srt.utils.common", {"ceil_div", "ceil_align"}, {})
+    ns = functions("sglang.srt.mem_cache.common", {"free_swa_out_of_window_slots"},
                     {"ComponentType": ComponentType, "ceil_align": ns["ceil_align"],
                      "Callable": object, "Optional": object, "Req": object, "ReqToTokenPool": object,
                      "BaseTokenToKVPoolAllocator": object})
