@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import traceback
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
 from mini_engine.config import EngineConfig
@@ -24,7 +23,6 @@ from harness.workloads import WorkloadConfig, make_requests
 STATUSES = ("ok", "violated", "failed", "pool_exhausted")
 
 _TABLES = ("engine", "workload")  # the tables of a run's config file
-_ALLOWED = "allowed: " + ", ".join(f"[{t}]" for t in _TABLES)
 
 
 def _normalise(config: dict[str, Any]) -> dict[str, Any]:
@@ -36,21 +34,9 @@ def _normalise(config: dict[str, Any]) -> dict[str, Any]:
 def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The options of a run's TOML file (``kvbench run --config``), flat: top-level keys
     and the [engine] and [workload] tables merged in; split_config says whose each is."""
-    from mini_engine.config import read_toml
+    from mini_engine.config import read_tables
 
-    where = str(Path(path))
-    flat: dict[str, Any] = {}
-    for key, value in read_toml(path).items():  # a missing or malformed file: one line
-        if key in _TABLES and isinstance(value, dict):
-            for sub, v in value.items():
-                if isinstance(v, dict):
-                    raise HarnessConfigError(f"config file {where!r}: unknown table [{key}.{sub}] ({_ALLOWED})")
-            flat.update(value)
-        elif isinstance(value, dict):
-            raise HarnessConfigError(f"config file {where!r}: unknown table [{key}] ({_ALLOWED})")
-        else:
-            flat[key] = value
-    return flat
+    return read_tables(path, _TABLES, HarnessConfigError)  # a missing or malformed file: one line
 
 
 def split_config(config: dict[str, Any]) -> tuple[EngineConfig, dict[str, Any]]:

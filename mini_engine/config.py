@@ -266,16 +266,25 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Engine options from a TOML file: top-level keys, and an [engine] table merged in."""
+    return read_tables(path, ("engine",))
+
+
+def read_tables(path: str | os.PathLike[str], tables: tuple[str, ...],
+                error: type[Exception] = ConfigError) -> dict[str, Any]:
+    """A TOML file's options, flat: its top-level keys with the named tables merged in.
+    Any other table, or a table nested in one of them, is `error` in one line. The
+    caller names the tables it owns (the engine [engine]; a harness run [workload] too)."""
+    allowed = "allowed: " + ", ".join(f"[{t}]" for t in tables)
     flat: dict[str, Any] = {}
     where = str(Path(path))
     for key, value in read_toml(path).items():
-        if key == "engine" and isinstance(value, dict):
+        if key in tables and isinstance(value, dict):
             for sub, v in value.items():
                 if isinstance(v, dict):
-                    raise ConfigError(f"config file {where!r}: unknown table [{key}.{sub}] (allowed: [engine])")
+                    raise error(f"config file {where!r}: unknown table [{key}.{sub}] ({allowed})")
             flat.update(value)
         elif isinstance(value, dict):
-            raise ConfigError(f"config file {where!r}: unknown table [{key}] (allowed: [engine])")
+            raise error(f"config file {where!r}: unknown table [{key}] ({allowed})")
         else:
             flat[key] = value
     return flat
