@@ -285,7 +285,7 @@ def _md(text: str) -> str:
 
 
 def write(path: Path, text: str) -> None:
+    from harness.results import replace_text
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    replace_text(path, text)

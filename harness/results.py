@@ -87,7 +87,7 @@ class RunDir:
         return meta
 
     def write_meta(self, meta: dict[str, Any]) -> None:
-        _replace(self.meta_path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        replace_text(self.meta_path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
     def rows(self) -> list[dict[str, Any]]:
         return read_jsonl(self.results)
@@ -109,11 +109,11 @@ class RunDir:
         self.logged.unlink(missing_ok=True)
 
 
-def _replace(path: Path, text: str) -> None:
-    # Replace atomically: a reader (or a SIGKILL) never sees half a file.
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
+def replace_text(path: Path, text: str) -> None:
+    """Write ``path`` atomically: a reader (or a SIGKILL) never sees half a file."""
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
     try:
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)  # a full disk: the old file stays whole, no debris beside it
