@@ -160,15 +160,20 @@ class DecodeStep:
         inflight = self.inflight
         if inflight.committed:
             return
+        if self._all_live():  # every request of it still runs on its row (most steps)
+            _, rows, lens = self._launch
+            reqs, left = inflight.batch, self._left_rows[rows]
+        else:
+            keep = inflight.live()  # a request retracted since it ran has its result dropped
+            reqs = [inflight.batch[i] for i in keep]
+            rows, lens = _rows(reqs), self._launch[2][keep]
+            left = np.fromiter((r.remaining for r in reqs), dtype=np.int64, count=len(reqs))
+        n = np.minimum(lens, left)  # cut at the output limit
+        self.manager.commit_batch(reqs, n, rows)
+        pos = self._positions(reqs)  # -1: missing from the batch arrays (K10 reported at the sync)
         counts = np.zeros(len(self.batch), dtype=np.int64)
-        pos = {rid: i for i, rid in enumerate(self.batch.rids)}
-        for i in inflight.live():
-            r = inflight.batch[i]
-            n = min(len(inflight.results[i]), r.remaining)
-            self.manager.commit(r.kv, n)
-            at = pos.get(r.rid, -1)
-            if at >= 0:
-                counts[at] = n
+        ok = pos >= 0
+        counts[pos[ok]] = n[ok]
         self.batch.commit(counts)
         inflight.committed = True
 
