@@ -115,7 +115,10 @@ _DECLARED = [
     _m("peak_compact_draft_len", "counter", "tokens", "spec", "longest compact DFLASH draft context (K9's bound)"),
     # time and rates
     _m("wall_s", "timing", "s", "timing", "wall time of the engine run"),
-    _m("plan_us_per_decode_step", "timing", "us", "timing", "host planning time per decode step (reserve, allocate, evict)"),
+    _m("plan_us_per_decode_step", "timing", "us", "timing",
+       "host planning time per decode step (retract, evict, reserve and allocate, the batch arrays)"),
+    _m("result_us_per_decode_step", "timing", "us", "timing",
+       "host time per decode step processing its result (commits, output tokens, finishes)"),
     _m("output_tokens_per_s", "timing", "tokens/s", "throughput", "output tokens per second of wall time", hib=True,
        column=2, head="out"),
     _m("steps_per_s", "timing", "steps/s", "throughput", "engine steps per second", hib=True),

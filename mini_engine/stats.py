@@ -23,7 +23,8 @@ class Stats:
     output_tokens: int = 0
     spec_verifies: int = 0  # one per request per spec step
     accepted_tokens: int = 0  # bonus included
-    plan_s: float = 0.0  # host planning time of decode steps (reserve + allocate + evict)
+    plan_s: float = 0.0  # host planning time of decode steps (retract, evict, reserve + allocate)
+    result_s: float = 0.0  # host time processing decode results (commits, outputs, finishes)
     peak_held: int = 0
     peak_reserved: int = 0
     peak_stranded: int = 0
@@ -99,6 +100,7 @@ class Stats:
             # Accepted drafts over drafted tokens: the bonus token is not a draft.
             "acceptance_rate": (tau - 1.0) / drafts if self.spec_verifies and drafts > 0 else 0.0,
             "plan_us_per_decode_step": 1e6 * self.plan_s / self.decode_steps if self.decode_steps else 0.0,
+            "result_us_per_decode_step": 1e6 * self.result_s / self.decode_steps if self.decode_steps else 0.0,
             "syncs": syncs,
             "syncs_per_step": syncs / self.steps if self.steps else 0.0,
             "peak_pages_held": self.peak_held,

@@ -109,6 +109,7 @@ def print_summary(row: dict[str, Any]) -> None:
         ("tau (bonus incl.)", _num(m.get("tau"), 3)),
         ("acceptance rate", _num(m.get("acceptance_rate"), 3)),
         ("host plan us / decode step", _num(m.get("plan_us_per_decode_step"), 1)),
+        ("host result us / decode step", _num(m.get("result_us_per_decode_step"), 1)),
         ("syncs / step", _num(m.get("syncs_per_step"), 3)),
         ("peak pages held", m.get("peak_pages_held")),
         ("peak reserved-unwritten slots", m.get("peak_reserved_slots")),
