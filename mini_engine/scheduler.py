@@ -228,7 +228,7 @@ class Scheduler:
                 if first:
                     self.ratio = self.rules.decay_step(self.ratio)
                 self._evict_window(batch)
-                if not self.manager.prepare(states, self.step_reserve):
+                if not self.manager.prepare(states, self.step_reserve, after_fits=True):
                     # The eviction only frees: SGLang's alloc after a passed check is fail-loud too.
                     raise RuntimeError("decode reservation refused after its capacity check passed")
                 return batch

@@ -152,7 +152,10 @@ class PagedAllocator(FreeList):
             # Every request grows by whole pages (the aligned writers' common step): a new page's
             # slots are the whole page, its positions a whole page of the row; no per-request work.
             # Each new page's first position: the request's prefix, one page further per page.
-            starts = np.repeat(prefix - (np.cumsum(npages) - npages) * ps, npages) + self._page_offsets(total)
+            if int(npages.max(initial=0)) <= 1:  # at most one new page each (most decode steps)
+                starts = prefix[npages > 0]
+            else:
+                starts = np.repeat(prefix - (np.cumsum(npages) - npages) * ps, npages) + self._page_offsets(total)
             return Allocation(slots=(pages[:, None] * ps + self._within).reshape(-1), lens=lens, pages=pages,
                               pages_per_req=npages, page_starts=starts, page_size=ps)
         # Slots through a table of the pages each request touches, in position order: a

@@ -26,17 +26,26 @@ class Growth:
         return self._grow([state], np.array([target], dtype=np.int64), writer="prefill",
                           aligned=self.profile.aligns("extend"))
 
-    def prepare(self, states: list[ReqKVState], reserve: int, *, algo: str | None = None) -> bool:
-        """Speculative decode reservation for a batch: one allocation, all-or-nothing."""
+    def prepare(self, states: list[ReqKVState], reserve: int, *, algo: str | None = None,
+                after_fits: bool = False) -> bool:
+        """Speculative decode reservation for a batch: one allocation, all-or-nothing.
+
+        after_fits: the caller asked prepare_fits(states, reserve) last and changed no
+        extent or committed length since (SGLang's SWA eviction between the check and
+        the allocation changes neither), so its gathered rows and planned extents are reused."""
         reserve = check_positive("reserve", reserve)
         if not states:
             return True
         ps, width = self.ps, self.mem.row_width
         aligned = self.step_aligned if algo is None else self.profile.aligns(algo)
-        rows = self._rows_of(states)
-        cur = self.rows.allocated[rows]
-        com = self.rows.committed[rows]
-        nxt = next_extents(cur, com, reserve, ps, aligned)
+        planned, self._fits_plan = self._fits_plan, None
+        if after_fits and planned is not None and planned[0] is states and planned[1:3] == (reserve, aligned):
+            rows, cur, com, nxt = planned[3:]
+        else:
+            rows = self._rows_of(states)
+            cur = self.rows.allocated[rows]
+            com = self.rows.committed[rows]
+            nxt = next_extents(cur, com, reserve, ps, aligned)
         # K4: the row must have headroom for the reservation, plus the page round-up
         # when the reservation page-ceils.
         # short = (width - com < reserve + pad) | (nxt > width); nxt > width needs cur > width or
@@ -78,7 +87,9 @@ class Growth:
             return True
         rows = self._rows_of(states)
         cur = self.rows.allocated[rows]
-        nxt = next_extents(cur, self.rows.committed[rows], reserve, self.ps, self.step_aligned)
+        com = self.rows.committed[rows]
+        nxt = next_extents(cur, com, reserve, self.ps, self.step_aligned)
+        self._fits_plan = (states, reserve, self.step_aligned, rows, cur, com, nxt)  # for prepare(after_fits=True)
         return self._fits(states, cur, np.maximum(np.minimum(nxt, self.mem.row_width), cur))
 
     def extend_fits(self, states: list[ReqKVState], new_lens: list[int]) -> bool:

@@ -51,6 +51,7 @@ class KVManager(Growth, SWACursor, Release):
         # Every live request's lengths, by row: a batch reads and commits them in one pass.
         self.rows = KVRows(mem.max_reqs)
         self._last_batch: tuple[list, np.ndarray] = ([], np.empty(0, dtype=np.int64))  # _rows_of's memo
+        self._fits_plan: tuple | None = None  # prepare_fits's gathered rows and planned extents, for prepare
         self.step = 0
         # Running sums over live requests, so the per-step counters are O(1).
         self._sum_extent = 0

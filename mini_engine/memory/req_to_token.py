@@ -43,6 +43,12 @@ class ReqToTokenPool:
         rows[i]; slots holds their slots, page after page."""
         if len(slots) == 0:
             return
+        if not self.changes.following and self.width % page_size == 0:
+            # Nobody needs the flat indices: write whole pages through a [rows, pages, ps] view
+            # of the table (starts are page boundaries), one 2-index scatter of page-wide rows.
+            pages = self.host.reshape(self.size, self.width // page_size, page_size)
+            pages[rows, starts // page_size] = slots.reshape(-1, page_size)
+            return
         within = self._within.get(page_size)
         if within is None:
             within = self._within[page_size] = np.arange(page_size, dtype=np.int64)
