@@ -88,6 +88,10 @@ class PagedAllocator(FreeList):
         """Every free page, for audits (not the hot path)."""
         return np.concatenate([self._free, *self._released]) if self._released else self._free.copy()
 
+    def free_parts(self) -> list[np.ndarray]:
+        """The free list and the staged frees, as they are (read-only views, for audits)."""
+        return [self._free, *self._released]
+
     def is_free(self, pages: np.ndarray) -> np.ndarray:
         return self._is_free[pages]
 

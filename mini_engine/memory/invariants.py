@@ -11,6 +11,7 @@ mirror is handed in as an object with `rows` and `swa_of` methods.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -78,57 +79,103 @@ class Auditor:
 
 # -- state checks over a KVManager ------------------------------------------------
 
-def _live(m: KVManager):
-    states = list(m.states.values())
-    n = len(states)
-    rows = np.fromiter((s.row for s in states), dtype=np.int64, count=n)
-    alloc = np.fromiter((s.allocated for s in states), dtype=np.int64, count=n)
-    com = np.fromiter((s.committed for s in states), dtype=np.int64, count=n)
-    return states, rows, alloc, com
+class Live:
+    """The live requests of a KVManager in vector form, gathered once per check: their
+    states (in the manager's order, which orders the violations), rows, lengths, cursors
+    and identities. A live state is a view of its row in the manager's KVRows, so the
+    row arrays are its values."""
+
+    __slots__ = ("states", "rows", "alloc", "com", "swa", "aligned", "ids")
+
+    def __init__(self, m: KVManager):
+        self.states = list(m.states.values())
+        n = len(self.states)
+        self.rows = np.fromiter(m.states.keys(), dtype=np.int64, count=n)
+        kv = m.rows
+        self.alloc, self.com = kv.allocated[self.rows], kv.committed[self.rows]
+        self.swa, self.aligned = kv.swa_evicted[self.rows], kv.aligned[self.rows]
+        self.ids = np.fromiter(map(id, self.states), dtype=np.int64, count=n)
 
 
-def check_k1(m: KVManager, step: int) -> list[Violation]:
+class Seen:
+    """What the last check saw, by row: which state (by identity; the states are kept
+    alive here, so an id is never reused while it is compared), its extent and its SWA
+    cursor. K2 and K6 compare a state with itself only."""
+
+    __slots__ = ("ids", "alloc", "swa", "_keep")
+
+    def __init__(self, n: int):
+        self.ids = np.zeros(n, dtype=np.int64)  # 0: nothing seen in the row
+        self.alloc = np.zeros(n, dtype=np.int64)
+        self.swa = np.zeros(n, dtype=np.int64)
+        self._keep: list = []
+
+    def take(self, live: Live) -> None:
+        self.ids[:] = 0
+        self.ids[live.rows] = live.ids
+        self.alloc[live.rows] = live.alloc
+        self.swa[live.rows] = live.swa
+        self._keep = live.states
+
+    def forget(self, row: int) -> None:
+        self.ids[row] = 0
+
+    def same(self, live: Live) -> np.ndarray:
+        """For each live state: whether the last check saw this very state in its row."""
+        return self.ids[live.rows] == live.ids
+
+
+_PROTECTED = attrgetter("protected")
+_RID = attrgetter("rid")
+
+
+def check_k1(m: KVManager, step: int, live: Live | None = None) -> list[Violation]:
     """K1: an extent a page-ceiling writer recorded is a page multiple with pages held == extent / ps
     (0 stranded slots); any extent holds exactly the pages it touches, ceil(extent / ps).
 
     Which writers page-ceil is the profile's align knob: under host-aligned every
     extent is held to 0 stranded slots; an exact writer's tail is stranded, not a breach.
     """
-    states, rows, alloc, _ = _live(m)
-    held = m.ledger.held["full"][rows]
-    aligned = np.fromiter((s.aligned for s in states), dtype=bool, count=len(states))
+    live = live or Live(m)
+    alloc = live.alloc
+    held = m.ledger.held["full"][live.rows]
     touched = -(-alloc // m.ps)
-    bad = (aligned & (alloc % m.ps != 0)) | (held != touched)
-    return [Violation("K1", states[i].rid, step, {
+    bad = (live.aligned & (alloc % m.ps != 0)) | (held != touched)
+    return [Violation("K1", live.states[i].rid, step, {
         "allocated": int(alloc[i]), "pages_held": int(held[i]), "page_size": m.ps,
-        "writer": states[i].writer, "stranded": int(held[i] * m.ps - alloc[i])}) for i in np.flatnonzero(bad)]
+        "writer": live.states[i].writer, "stranded": int(held[i] * m.ps - alloc[i])})
+        for i in np.flatnonzero(bad).tolist()]
 
 
-def check_k2(m: KVManager, step: int) -> list[Violation]:
+def check_k2(m: KVManager, step: int, live: Live | None = None) -> list[Violation]:
     """K2: no live extent went back since the last check (the writer refuses it too)."""
-    out = []
-    for row, s in m.states.items():
-        seen = m._seen.get(row)
-        if seen is not None and seen[0] is s and s.allocated < seen[1]:
-            out.append(Violation("K2", s.rid, step, {"old": seen[1], "new": s.allocated}))
-    return out
+    live = live or Live(m)
+    prev = m._seen.alloc[live.rows]
+    bad = m._seen.same(live) & (live.alloc < prev)
+    return [Violation("K2", live.states[i].rid, step, {"old": int(prev[i]), "new": int(live.alloc[i])})
+            for i in np.flatnonzero(bad).tolist()]
 
 
-def check_k3(m: KVManager, step: int) -> list[Violation]:
+def check_k3(m: KVManager, step: int, live: Live | None = None) -> list[Violation]:
     """K3: protected <= committed <= allocated <= row width; protected page aligned."""
+    live = live or Live(m)
     w, ps = m.mem.row_width, m.ps
-    return [Violation("K3", s.rid, step, {
-        "protected": s.protected, "committed": s.committed, "allocated": s.allocated, "row_width": w})
-        for s in m.states.values()
-        if not (0 <= s.protected <= s.committed <= s.allocated <= w) or s.protected % ps]
+    prot = np.fromiter(map(_PROTECTED, live.states), dtype=np.int64, count=len(live.states))
+    com, alloc = live.com, live.alloc
+    ok = (prot >= 0) & (prot <= com) & (com <= alloc) & (alloc <= w) & (prot % ps == 0)
+    return [Violation("K3", live.states[i].rid, step, {
+        "protected": int(prot[i]), "committed": int(com[i]), "allocated": int(alloc[i]), "row_width": w})
+        for i in np.flatnonzero(~ok).tolist()]
 
 
-def check_k4(m: KVManager, step: int) -> list[Violation]:
+def check_k4(m: KVManager, step: int, live: Live | None = None) -> list[Violation]:
     """K4: the last reservation still covers committed-at-prepare + reserve."""
-    base, reserve = m.reserve_base, m.reserve_of
-    return [Violation("K4", s.rid, step, {
-        "allocated": s.allocated, "committed_at_prepare": int(base[s.row]), "reserve": int(reserve[s.row])})
-        for s in m.states.values() if reserve[s.row] and s.allocated < base[s.row] + reserve[s.row]]
+    live = live or Live(m)
+    base, reserve = m.reserve_base[live.rows], m.reserve_of[live.rows]
+    bad = (reserve != 0) & (live.alloc < base + reserve)
+    return [Violation("K4", live.states[i].rid, step, {
+        "allocated": int(live.alloc[i]), "committed_at_prepare": int(base[i]), "reserve": int(reserve[i])})
+        for i in np.flatnonzero(bad).tolist()]
 
 
 def _pools(m: KVManager):
@@ -141,27 +188,34 @@ def check_k5(m: KVManager, step: int) -> list[Violation]:
     """K5 (state side): the free list holds each page once, never the dummy page 0."""
     out = []
     for name, a in _pools(m):
-        free = a.free_page_ids()
-        # bincount, not unique: this runs every step over the whole free list (a sort
-        # per step cost more than the forward at batch 1); bounds first (min/max: no
-        # temporary array), so it can count.
-        if len(free) and (free.min() <= 0 or free.max() > a.num_pages
-                          or np.bincount(free, minlength=a.num_pages + 1).max() > 1 or not a.is_free(free).all()):
-            out.append(Violation("K5", None, step, {"pool": name, "reason": "free list corrupt",
-                                                    "free": len(free)}))
+        # This runs every step over the whole free list: bounds first (min/max make no
+        # temporary), then one bool mark per page (no sort, no int64 count array), read
+        # in place (the list and the staged frees are not concatenated).
+        parts = [p for p in a.free_parts() if len(p)]
+        n = sum(map(len, parts))
+        if not n:
+            continue
+        ok = min(int(p.min()) for p in parts) > 0 and max(int(p.max()) for p in parts) <= a.num_pages
+        if ok:
+            marked = np.zeros(a.num_pages + 1, dtype=bool)
+            for p in parts:
+                marked[p] = True
+            # A page listed twice marks fewer pages than the list is long.
+            ok = np.count_nonzero(marked) == n and not np.count_nonzero(marked > a._is_free)
+        if not ok:
+            out.append(Violation("K5", None, step, {"pool": name, "reason": "free list corrupt", "free": n}))
     return out
 
 
-def check_k6(m: KVManager, step: int) -> list[Violation]:
+def check_k6(m: KVManager, step: int, live: Live | None = None) -> list[Violation]:
     """K6: cursors are >= 0, page multiples, and did not move back since the last check."""
-    out = []
-    for row, s in m.states.items():
-        seen = m._seen.get(row)
-        back = seen is not None and seen[0] is s and s.swa_evicted < seen[2]
-        if s.swa_evicted < 0 or s.swa_evicted % m.ps or back:
-            out.append(Violation("K6", s.rid, step, {
-                "value": s.swa_evicted, "previous": seen[2] if seen else 0, "page_size": m.ps}))
-    return out
+    live = live or Live(m)
+    seen, swa = m._seen, live.swa
+    prev = np.where(seen.ids[live.rows] != 0, seen.swa[live.rows], 0)  # 0 where the row was not seen
+    bad = (swa < 0) | (swa % m.ps != 0) | (seen.same(live) & (swa < prev))
+    return [Violation("K6", live.states[i].rid, step, {
+        "value": int(swa[i]), "previous": int(prev[i]), "page_size": m.ps})
+        for i in np.flatnonzero(bad).tolist()]
 
 
 def check_k7(m: KVManager, step: int) -> list[Violation]:
@@ -262,11 +316,19 @@ def check_k10(m: KVManager, step: int, batch: BatchArrays | None, mirror: Mirror
     if batch is None:
         return []
     out = []
-    for i, row in enumerate(batch.rows.tolist()):
-        s = m.states.get(row)
-        if s is None or s.rid != batch.rids[i] or s.committed != batch.committed[i] \
-                or s.allocated != batch.allocated[i]:
-            out.append(Violation("K10", batch.rids[i], step, {"row": row, "reason": "batch != request state"}))
+    rows = batch.rows
+    states = list(map(m.states.get, rows.tolist()))
+    if None in states or list(map(_RID, states)) != list(batch.rids):
+        wrong = [s is None or s.rid != rid for s, rid in zip(states, batch.rids)]
+    else:  # every row holds the request the batch names (a state is a view of its row)
+        wrong = False
+    if len(rows):
+        # A row's arrays at a row that is not live are another (or no) request's: those
+        # rows are wrong already, whatever the lengths say.
+        kv = m.rows
+        bad = (kv.committed[rows] != batch.committed) | (kv.allocated[rows] != batch.allocated) | wrong
+        out = [Violation("K10", batch.rids[i], step, {"row": int(rows[i]), "reason": "batch != request state"})
+               for i in np.flatnonzero(bad).tolist()]
     if mirror is not None and len(batch):
         out += _k10_mirror(m, step, batch, mirror)
     return out
@@ -300,8 +362,9 @@ def _k10_mirror(m: KVManager, step: int, batch: BatchArrays, mirror: Mirror) -> 
 
 def check_all(m: KVManager, step: int, batch: BatchArrays | None = None,
               mirror: Mirror | None = None) -> list[Violation]:
-    found = (check_k1(m, step) + check_k2(m, step) + check_k3(m, step) + check_k4(m, step)
-             + check_k5(m, step) + check_k6(m, step) + check_k7(m, step) + check_k8(m, step)
-             + check_k9(m, step) + check_k10(m, step, batch, mirror))
-    m._seen = {row: (s, s.allocated, s.swa_evicted) for row, s in m.states.items()}
+    live = Live(m)
+    found = (check_k1(m, step, live) + check_k2(m, step, live) + check_k3(m, step, live)
+             + check_k4(m, step, live) + check_k5(m, step) + check_k6(m, step, live) + check_k7(m, step)
+             + check_k8(m, step) + check_k9(m, step) + check_k10(m, step, batch, mirror))
+    m._seen.take(live)
     return found

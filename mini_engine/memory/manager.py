@@ -20,7 +20,7 @@ from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.free_list import FreeGroupBlock
 from mini_engine.memory.growth import Growth
-from mini_engine.memory.invariants import Auditor, Violation, check_all
+from mini_engine.memory.invariants import Auditor, Seen, Violation, check_all
 from mini_engine.memory.kv_state import WRITER_KINDS, KVRows, ReqKVState, state_rows
 from mini_engine.memory.ledger import PageLedger
 from mini_engine.memory.release import Release
@@ -65,7 +65,7 @@ class KVManager(Growth, SWACursor, Release):
         self.reserve_base = np.zeros(mem.max_reqs, dtype=np.int64)
         self.reserve_of = np.zeros(mem.max_reqs, dtype=np.int64)
         # What state checks saw last time, for K2/K6 as state properties.
-        self._seen: dict[int, tuple[object, int, int]] = {}
+        self._seen = Seen(mem.max_reqs)  # what the last state check saw (K2, K6)
         self._seen_leaked: dict[str, int] = {}
 
     @property

@@ -42,7 +42,7 @@ class Release:
         self.reserve_base[row] = self.reserve_of[row] = 0
         self.req_to_token.free(row, extent)
         del self.states[row]
-        self._seen.pop(row, None)
+        self._seen.forget(row)
         state.detach()  # its row is free for the next request; the state keeps its values
         state.released = True
         return row
