@@ -150,6 +150,15 @@ class PagedAllocator(FreeList):
         self._is_free[pages] = False
 
         lens = seq - prefix
+        if decode and trusted:
+            # alloc_decode: one slot each, the next of last_loc's page, or a new page's first
+            # slot where the position starts a page (npages is 1 exactly there, in order).
+            if last is None:  # every position starts a page
+                slots = pages * ps
+            else:
+                slots = last + 1
+                slots[npages > 0] = pages * ps
+            return Allocation(slots=slots, lens=lens, pages=pages, pages_per_req=npages, positions_=prefix)
         if whole is None or not trusted:
             whole = ps > 1 and not ((prefix | seq) % ps).any()
         if whole and ps > 1:

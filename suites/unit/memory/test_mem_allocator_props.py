@@ -44,6 +44,26 @@ class AllocatorModel(RuleBasedStateMachine):
                 self.reqs.append(r)
 
     @precondition(lambda self: self.reqs)
+    @rule(data=st.data())
+    def decode_step(self, data):
+        # The manager's per-step call: trusted int64 arrays, one slot each (alloc_decode's fast path).
+        k = data.draw(st.integers(1, len(self.reqs)))
+        picked = data.draw(st.lists(st.integers(0, len(self.reqs) - 1), min_size=k, max_size=k, unique=True))
+        rows = [self.reqs[i] for i in picked]
+        prefix = np.array([len(r) for r in rows], dtype=np.int64)
+        last = np.array([r[-1] if r else -1 for r in rows], dtype=np.int64)
+        npages = (prefix % self.ps == 0).astype(np.int64)
+        free_before = self.a.num_free_pages
+        got = self.a.allocate(prefix, prefix + 1, last, decode=True, trusted=True, npages=npages)
+        if int(npages.sum()) > free_before:
+            assert got is None and self.a.num_free_pages == free_before
+            return
+        assert got is not None and got.positions.tolist() == prefix.tolist()
+        for r, p, slot in zip(rows, prefix.tolist(), got.slots.tolist()):
+            assert slot % self.ps == p % self.ps and (p % self.ps == 0 or slot == r[-1] + 1)
+            r.append(slot)
+
+    @precondition(lambda self: self.reqs)
     @rule(data=st.data(), dedup=st.booleans())
     def free_request(self, data, dedup):
         r = self.reqs.pop(data.draw(st.integers(0, len(self.reqs) - 1)))
