@@ -74,7 +74,7 @@ class DecodeStep:
                 batch = [r for r in batch if r.status is Status.RUNNING and r.kv is not None]
                 rows = _rows(batch)
         t1 = time.perf_counter()
-        results = self._forward(batch) if batch else []
+        results = self._forward(batch, rows) if batch else []
         t2 = time.perf_counter()
         lens = np.fromiter(map(len, results), dtype=np.int64, count=len(results))
         if self.overlap:
@@ -91,9 +91,9 @@ class DecodeStep:
         self.stats.decode_steps += 1
         return True
 
-    def _forward(self, batch: list[Request]) -> list[list[int]]:
+    def _forward(self, batch: list[Request], rows: np.ndarray) -> list[list[int]]:
         if self._spec:
-            return _results(self.backend.forward(self.batches.verify(batch)), len(batch))
+            return _results(self.backend.forward(self.batches.verify(batch, rows)), len(batch))
         return [[t] for t in _results(self.backend.forward(self.batches.decode(batch)), len(batch))]
 
     def _all_live(self) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 
 import numpy as np
 
@@ -167,8 +168,13 @@ class BatchBuilder:
             batch.mirror = self.feed.drain()  # the host writes since the last decode, once per step
         return batch
 
-    def verify(self, reqs: list) -> StepBatch:
-        extents = np.fromiter((r.kv.allocated for r in reqs), dtype=np.int64, count=len(reqs))
+    def verify(self, reqs: list, rows: np.ndarray | None = None) -> StepBatch:
+        """rows: the requests' req_to_token rows, when the caller has them (a state's
+        lengths are its row's, so the extents are one gather)."""
+        if rows is None:
+            extents = np.fromiter((r.kv.allocated for r in reqs), dtype=np.int64, count=len(reqs))
+        else:
+            extents = self.m.rows.allocated[rows]
         return self._build(Phase.VERIFY, reqs, _seq_lens(reqs) - 1, extents)
 
     def _build(self, phase: Phase, reqs: list, starts: np.ndarray, ends: np.ndarray) -> StepBatch:
@@ -183,5 +189,11 @@ class BatchBuilder:
         return batch
 
 
+_PROMPT, _OUTPUTS = attrgetter("prompt"), attrgetter("outputs")
+
+
 def _seq_lens(reqs: list) -> np.ndarray:
-    return np.fromiter((len(r.prompt) + len(r.outputs) for r in reqs), dtype=np.int64, count=len(reqs))
+    # Two C-level passes (map over attrgetter), several times cheaper than one generator.
+    n = len(reqs)
+    return (np.fromiter(map(len, map(_PROMPT, reqs)), dtype=np.int64, count=n)
+            + np.fromiter(map(len, map(_OUTPUTS, reqs)), dtype=np.int64, count=n))
