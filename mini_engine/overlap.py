@@ -39,8 +39,11 @@ Scheduler._chunk_final_len).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from mini_engine.request import Request, Status
+
+_KV = attrgetter("kv")
 
 
 @dataclass
@@ -53,7 +56,7 @@ class InFlight:
     committed: bool = False  # its commits were taken before the next plan (plain decode)
 
     def __post_init__(self) -> None:
-        self.states = [r.kv for r in self.batch]
+        self.states = list(map(_KV, self.batch))  # one C-level pass: this runs every decode step
 
     def live(self) -> list[int]:
         """Positions whose result still lands: the request runs on the KV state it ran with.
