@@ -17,6 +17,7 @@ from torch import nn
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
 from mini_engine.model.config import ModelConfig
+from mini_engine.model.decode_fused import decode_layer_kernel, fused_decode
 from mini_engine.model.layers import DecoderLayer, RMSNorm, materialize, rope_cos_sin, rope_tables, seeded_init
 
 Attend = Callable[..., torch.Tensor]
@@ -175,7 +176,11 @@ class Transformer(nn.Module):
         x = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(positions, self.cfg, x.dtype)
         rope = rope_tables(cos, sin)
-        for i, layer in enumerate(self.model.layers):
+        layers = self.model.layers
+        kernel = decode_layer_kernel(layers, meta, x, rope, attend is paged_attention)
+        if kernel is not None:
+            return fused_decode(kernel, layers, x, rope, meta, cache)
+        for i, layer in enumerate(layers):
             x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend, rope=rope)
         return x
 

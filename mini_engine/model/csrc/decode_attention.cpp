@@ -1,0 +1,196 @@
+// Paged decode attention on a CPU: one query per sequence, keys read in place.
+//
+// The pure-torch decode path gathers every page of every sequence into a padded
+// [B, KV heads, keys, D] copy, builds an additive mask and calls SDPA: per step that
+// is two copies and a masked kernel per layer, most of a tiny model's step time.
+// Here each (sequence, KV head) walks its own positions through the page table,
+// straight from the pool, for each query head sharing the KV head: its scores, an
+// exact softmax (max, exp, sum), then the weighted sum of values. No copy, no mask,
+// no padding; positions outside the window are never visited.
+//
+// Registered as torch.ops.kvbench_cpu.decode_attention (no Python binding module:
+// the dispatcher's schema is the interface, which keeps the build to ATen headers);
+// decode_layer.cpp calls it directly.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+// A dot product over 16 independent lanes reduced as a tree: the compiler turns the
+// lanes into one or two vector registers. (Four partial sums reduced one by one were
+// three times slower: the reduction, not the products, bounds a short head dim.)
+template <typename T>
+inline T dot(const T* a, const T* b, int64_t n) {
+  T acc[16] = {0};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];
+  for (; i < n; ++i) acc[i & 15] += a[i] * b[i];
+  for (int l = 0; l < 8; ++l) acc[l] += acc[l + 8];
+  for (int l = 0; l < 4; ++l) acc[l] += acc[l + 4];
+  return (acc[0] + acc[2]) + (acc[1] + acc[3]);
+}
+
+// s[j] = exp(s[j] - mx) over an array. For float a branch-free polynomial (Cephes'
+// expf, within 2 ulp) that the compiler vectorises; a libm call per score cost as much
+// as the rest of the kernel. Scores here are <= 0 after the shift.
+inline void exp_shifted(float* s, int64_t n, float mx) {
+  for (int64_t j = 0; j < n; ++j) {
+    float x = s[j] - mx;
+    x = std::max(x, -87.0f);  // exp(-87) ~ 1.6e-38: the weight of a key that far below is nil
+    // floor(y + 0.5) by truncation of a positive number (x >= -87 keeps it above zero).
+    const float fn = static_cast<float>(static_cast<int32_t>(x * 1.44269504088896341f + 128.5f) - 128);
+    float r = x - fn * 0.693359375f;
+    r = r + fn * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const int32_t bits = (static_cast<int32_t>(fn) + 127) << 23;
+    float scale;
+    __builtin_memcpy(&scale, &bits, sizeof(scale));
+    s[j] = p * scale;
+  }
+}
+
+inline void exp_shifted(double* s, int64_t n, double mx) {
+  for (int64_t j = 0; j < n; ++j) s[j] = std::exp(s[j] - mx);
+}
+
+// Calls f(j, slot) for positions lo <= lo + j < len, a page at a time: one table read
+// per page and no division per key (a 64-bit divide costs tens of cycles).
+template <typename F>
+inline void for_each_slot(const int64_t* pages, int64_t page_size, int64_t lo, int64_t len, F&& f) {
+  int64_t pos = lo;
+  while (pos < len) {
+    const int64_t page = pos / page_size;
+    const int64_t stop = std::min(len, (page + 1) * page_size);
+    const int64_t base = pages[page] * page_size - page * page_size;  // slot of pos = base + pos
+    for (; pos < stop; ++pos) f(pos - lo, base + pos);
+  }
+}
+
+// One (sequence, KV head) pair, one query head g at a time: its scores over the visible
+// keys, an exact softmax, then the weighted values. DC is the head dim when known at
+// compile time (the accumulator then lives in registers), 0 for any other.
+template <typename T, int DC>
+void attend(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pages,
+            const at::Tensor& lens, int64_t page_size, int64_t window, double scale, at::Tensor& out) {
+  const int64_t B = q.size(0), H = q.size(1), D = DC > 0 ? DC : q.size(2);
+  const int64_t KVH = k_cache.size(1), G = H / KVH, P = pages.size(1);
+  const T* qp = q.data_ptr<T>();
+  const T* kp = k_cache.data_ptr<T>();
+  const T* vp = v_cache.data_ptr<T>();
+  const int64_t* pg = pages.data_ptr<int64_t>();
+  const int64_t* ln = lens.data_ptr<int64_t>();
+  T* op = out.data_ptr<T>();
+  const int64_t slot_stride = KVH * D;  // caches are [slots, KVH, D], contiguous
+  const T sc = static_cast<T>(scale);
+  at::parallel_for(0, B * KVH, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> scores;
+    std::vector<T> acc_heap(DC > 0 ? 0 : D);
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t b = w / KVH, h = w % KVH;
+      const int64_t len = std::min(ln[b], P * page_size);
+      // The window keeps key j when q_pos - j < window, with q_pos = len - 1.
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, len - window) : 0;
+      const int64_t n = len - lo;
+      scores.resize(std::max<int64_t>(n, 1));
+      T* s = scores.data();
+      const T* kh = kp + h * D;
+      const T* vh = vp + h * D;
+      for (int64_t g = 0; g < G; ++g) {
+        const T* qg = qp + (b * H + h * G + g) * D;
+        T* o = op + (b * H + h * G + g) * D;
+        if (n <= 0) {
+          std::fill(o, o + D, T(0));
+          continue;
+        }
+        for_each_slot(pg + b * P, page_size, lo, len,
+                      [&](int64_t j, int64_t slot) {
+                        s[j] = dot(qg, kh + slot * slot_stride, D) * sc;
+                        // The pool is far larger than any cache: ask for the value row now,
+                        // the weighted sum below reads it after the softmax.
+                        if (g == 0) {
+                          const char* vr = reinterpret_cast<const char*>(vh + slot * slot_stride);
+                          for (int64_t off = 0; off < D * static_cast<int64_t>(sizeof(T)); off += 64)
+                            __builtin_prefetch(vr + off);
+                        }
+                      });
+        T mx = s[0];
+        for (int64_t j = 1; j < n; ++j) mx = std::max(mx, s[j]);
+        exp_shifted(s, n, mx);
+        T sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += s[j];
+        const T inv = T(1) / sum;
+        T acc_reg[DC > 0 ? DC : 1] = {};
+        T* acc = DC > 0 ? acc_reg : acc_heap.data();
+        if (DC == 0) std::fill(acc, acc + D, T(0));
+        for_each_slot(pg + b * P, page_size, lo, len, [&](int64_t j, int64_t slot) {
+          const T p = s[j];
+          const T* vr = vh + slot * slot_stride;
+          for (int64_t d = 0; d < D; ++d) acc[d] += p * vr[d];
+        });
+        for (int64_t d = 0; d < D; ++d) o[d] = acc[d] * inv;
+      }
+    }
+  });
+}
+
+template <typename T>
+void attend_any(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pages,
+                const at::Tensor& lens, int64_t page_size, int64_t window, double scale, at::Tensor& out) {
+  switch (q.size(2)) {
+    case 32: return attend<T, 32>(q, k_cache, v_cache, pages, lens, page_size, window, scale, out);
+    case 64: return attend<T, 64>(q, k_cache, v_cache, pages, lens, page_size, window, scale, out);
+    case 128: return attend<T, 128>(q, k_cache, v_cache, pages, lens, page_size, window, scale, out);
+    default: return attend<T, 0>(q, k_cache, v_cache, pages, lens, page_size, window, scale, out);
+  }
+}
+
+at::Tensor attention_op(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                        const at::Tensor& pages, const at::Tensor& lens, int64_t page_size, int64_t window,
+                        double scale) {
+  TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 3 && v_cache.dim() == 3, "q and the caches are [rows, heads, D]");
+  TORCH_CHECK(q.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous(), "contiguous tensors only");
+  TORCH_CHECK(k_cache.scalar_type() == q.scalar_type() && v_cache.scalar_type() == q.scalar_type(),
+              "q and the caches share one dtype");
+  TORCH_CHECK(q.size(1) % k_cache.size(1) == 0 && q.size(2) == k_cache.size(2), "head shapes do not match");
+  TORCH_CHECK(pages.dim() == 2 && pages.size(0) == q.size(0) && lens.size(0) == q.size(0), "one page row per query");
+  TORCH_CHECK(pages.scalar_type() == at::kLong && lens.scalar_type() == at::kLong, "int64 page table and lengths");
+  at::Tensor p = pages.contiguous(), l = lens.contiguous();
+  at::Tensor out = at::empty_like(q);
+  if (q.scalar_type() == at::kFloat) {
+    attend_any<float>(q, k_cache, v_cache, p, l, page_size, window, scale, out);
+  } else if (q.scalar_type() == at::kDouble) {
+    attend_any<double>(q, k_cache, v_cache, p, l, page_size, window, scale, out);
+  } else {
+    TORCH_CHECK(false, "decode_attention takes float32 or float64");
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace kvbench {
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const at::Tensor& pages, const at::Tensor& lens, int64_t page_size, int64_t window,
+                            double scale) {
+  return attention_op(q, k_cache, v_cache, pages, lens, page_size, window, scale);
+}
+}  // namespace kvbench
+
+TORCH_LIBRARY_FRAGMENT(kvbench_cpu, m) {
+  m.def("decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor pages, Tensor lens, int page_size, "
+        "int window, float scale) -> Tensor");
+  m.impl("decode_attention", c10::DispatchKey::CPU, &attention_op);
+}
