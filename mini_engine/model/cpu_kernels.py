@@ -77,6 +77,7 @@ def _load():
                            is_python_module=False, verbose=False)
         return True
     except Exception as err:  # a failed build must never stop a run: the torch path is always there
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        log.warning("CPU decode kernels not built (%s): decode attention runs in plain torch", first[:200])
+        # The builder's message carries the whole compiler command: its first words suffice.
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(": [")[0]
+        log.warning("CPU decode kernels not built (%s): decode attention runs in plain torch", first[:160])
         return False

@@ -16,6 +16,10 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -79,6 +83,62 @@ inline void for_each_slot(const int64_t* pages, int64_t page_size, int64_t lo, i
   }
 }
 
+// s[j] = scale * q . k(lo + j) for the positions lo <= p < len of one sequence and KV head.
+template <typename T>
+inline void key_scores(const T* q, const T* kh, int64_t slot_stride, const int64_t* pages, int64_t page_size, int64_t lo,
+                   int64_t len, int64_t D, T scale, T* s) {
+  for_each_slot(pages, page_size, lo, len, [&](int64_t j, int64_t slot) { s[j] = dot(q, kh + slot * slot_stride, D) * scale; });
+}
+
+#if defined(__AVX512F__)
+// 16 vectors in, one out: lane t holds the sum of v[t]'s 16 lanes. A transpose-and-add
+// tree (45 shuffles and adds for 16 keys) instead of a horizontal sum per key (a dozen
+// dependent instructions each): the reduction, not the products, bounds a short head.
+inline __m512 reduce16(__m512* v) {
+  __m512 p[8], w[4];
+  for (int i = 0; i < 8; ++i)  // lanes: (v[2i], v[2i+1]) partial sums, alternating
+    p[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {  // each 128-bit lane: partial sums of v[4i .. 4i+3]
+    const __m512d a = _mm512_castps_pd(p[2 * i]), b = _mm512_castps_pd(p[2 * i + 1]);
+    w[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  const __m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x44), _mm512_shuffle_f32x4(w[0], w[1], 0xEE));
+  const __m512 y = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x44), _mm512_shuffle_f32x4(w[2], w[3], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
+}
+
+template <>
+inline void key_scores<float>(const float* q, const float* kh, int64_t slot_stride, const int64_t* pages,
+                          int64_t page_size, int64_t lo, int64_t len, int64_t D, float scale, float* s) {
+  if (D % 16 != 0 || D > 256) {
+    for_each_slot(pages, page_size, lo, len, [&](int64_t j, int64_t slot) { s[j] = dot(q, kh + slot * slot_stride, D) * scale; });
+    return;
+  }
+  const int64_t C = D / 16;
+  __m512 qv[16];
+  for (int64_t c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(q + 16 * c);
+  const __m512 sv = _mm512_set1_ps(scale);
+  int64_t pos = lo;
+  while (pos < len) {  // runs of up to 16 consecutive slots inside one page
+    const int64_t page = pos / page_size;
+    const int64_t stop = std::min({len, (page + 1) * page_size, pos + 16});
+    const float* k0 = kh + (pages[page] * page_size + pos - page * page_size) * slot_stride;
+    const int64_t cnt = stop - pos;
+    __m512 v[16];
+    for (int64_t t = 0; t < 16; ++t) {
+      __m512 acc = _mm512_setzero_ps();
+      if (t < cnt) {
+        const float* kr = k0 + t * slot_stride;
+        for (int64_t c = 0; c < C; ++c) acc = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kr + 16 * c), acc);
+      }
+      v[t] = acc;
+    }
+    _mm512_mask_storeu_ps(s + (pos - lo), static_cast<__mmask16>((1u << cnt) - 1), _mm512_mul_ps(reduce16(v), sv));
+    pos = stop;
+  }
+}
+#endif
+
 // One (sequence, KV head) pair, one query head g at a time: its scores over the visible
 // keys, an exact softmax, then the weighted values. DC is the head dim when known at
 // compile time (the accumulator then lives in registers), 0 for any other.
@@ -115,17 +175,15 @@ void attend(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
           std::fill(o, o + D, T(0));
           continue;
         }
-        for_each_slot(pg + b * P, page_size, lo, len,
-                      [&](int64_t j, int64_t slot) {
-                        s[j] = dot(qg, kh + slot * slot_stride, D) * sc;
-                        // The pool is far larger than any cache: ask for the value row now,
-                        // the weighted sum below reads it after the softmax.
-                        if (g == 0) {
-                          const char* vr = reinterpret_cast<const char*>(vh + slot * slot_stride);
-                          for (int64_t off = 0; off < D * static_cast<int64_t>(sizeof(T)); off += 64)
-                            __builtin_prefetch(vr + off);
-                        }
-                      });
+        key_scores(qg, kh, slot_stride, pg + b * P, page_size, lo, len, D, sc, s);
+        if (g == 0) {
+          // The pool is far larger than any cache: ask for the value rows now, the
+          // weighted sum below reads them after the softmax.
+          for_each_slot(pg + b * P, page_size, lo, len, [&](int64_t, int64_t slot) {
+            const char* vr = reinterpret_cast<const char*>(vh + slot * slot_stride);
+            for (int64_t off = 0; off < D * static_cast<int64_t>(sizeof(T)); off += 64) __builtin_prefetch(vr + off);
+          });
+        }
         T mx = s[0];
         for (int64_t j = 1; j < n; ++j) mx = std::max(mx, s[j]);
         exp_shifted(s, n, mx);
