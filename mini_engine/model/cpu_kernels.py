@@ -20,7 +20,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).with_name("csrc") / name for name in ("decode_attention.cpp", "decode_layer.cpp")]
+CSRC = Path(__file__).with_name("csrc")
+SOURCES = [CSRC / name for name in ("decode_attention.cpp", "decode_layer.cpp")]
 NAME = "kvbench_cpu_kernels"  # + the host's CPU features (see _build_name)
 # -march=native: the loops vectorise to the host's widest registers (a fifth faster than
 # the x86-64 baseline with AVX-512). -fno-trapping-math lets the exp loop vectorise (no
@@ -56,6 +57,8 @@ def _build_name() -> str:
             flags += next((line for line in f if line.startswith(("flags", "Features"))), "")
     except OSError:
         pass
+    # torch rebuilds when a source changes, not a header: the headers' text names the build too.
+    flags += "".join(h.read_text() for h in sorted(CSRC.glob("*.h")))
     return f"{NAME}_{hashlib.sha1(flags.encode()).hexdigest()[:10]}"
 
 

@@ -24,6 +24,8 @@
 #include <cmath>
 #include <vector>
 
+#include "fast_exp.h"
+
 namespace {
 
 // A dot product over 16 independent lanes reduced as a tree: the compiler turns the
@@ -41,29 +43,9 @@ inline T dot(const T* a, const T* b, int64_t n) {
   return (acc[0] + acc[2]) + (acc[1] + acc[3]);
 }
 
-// s[j] = exp(s[j] - mx) over an array. For float a branch-free polynomial (Cephes'
-// expf, within 2 ulp) that the compiler vectorises; a libm call per score cost as much
-// as the rest of the kernel. Scores here are <= 0 after the shift.
+// s[j] = exp(s[j] - mx) over an array (the shifted scores are <= 0).
 inline void exp_shifted(float* s, int64_t n, float mx) {
-  for (int64_t j = 0; j < n; ++j) {
-    float x = s[j] - mx;
-    x = std::max(x, -87.0f);  // exp(-87) ~ 1.6e-38: the weight of a key that far below is nil
-    // floor(y + 0.5) by truncation of a positive number (x >= -87 keeps it above zero).
-    const float fn = static_cast<float>(static_cast<int32_t>(x * 1.44269504088896341f + 128.5f) - 128);
-    float r = x - fn * 0.693359375f;
-    r = r + fn * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const int32_t bits = (static_cast<int32_t>(fn) + 127) << 23;
-    float scale;
-    __builtin_memcpy(&scale, &bits, sizeof(scale));
-    s[j] = p * scale;
-  }
+  for (int64_t j = 0; j < n; ++j) s[j] = kvbench::fast_exp(s[j] - mx);
 }
 
 inline void exp_shifted(double* s, int64_t n, double mx) {
@@ -215,9 +197,8 @@ void attend_any(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor
   }
 }
 
-at::Tensor attention_op(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                        const at::Tensor& pages, const at::Tensor& lens, int64_t page_size, int64_t window,
-                        double scale) {
+void attention_into(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& pages,
+                    const at::Tensor& lens, int64_t page_size, int64_t window, double scale, at::Tensor& out) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 3 && v_cache.dim() == 3, "q and the caches are [rows, heads, D]");
   TORCH_CHECK(q.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous(), "contiguous tensors only");
   TORCH_CHECK(k_cache.scalar_type() == q.scalar_type() && v_cache.scalar_type() == q.scalar_type(),
@@ -225,8 +206,8 @@ at::Tensor attention_op(const at::Tensor& q, const at::Tensor& k_cache, const at
   TORCH_CHECK(q.size(1) % k_cache.size(1) == 0 && q.size(2) == k_cache.size(2), "head shapes do not match");
   TORCH_CHECK(pages.dim() == 2 && pages.size(0) == q.size(0) && lens.size(0) == q.size(0), "one page row per query");
   TORCH_CHECK(pages.scalar_type() == at::kLong && lens.scalar_type() == at::kLong, "int64 page table and lengths");
+  TORCH_CHECK(out.is_contiguous() && out.sizes() == q.sizes() && out.scalar_type() == q.scalar_type(), "out like q");
   at::Tensor p = pages.contiguous(), l = lens.contiguous();
-  at::Tensor out = at::empty_like(q);
   if (q.scalar_type() == at::kFloat) {
     attend_any<float>(q, k_cache, v_cache, p, l, page_size, window, scale, out);
   } else if (q.scalar_type() == at::kDouble) {
@@ -234,16 +215,23 @@ at::Tensor attention_op(const at::Tensor& q, const at::Tensor& k_cache, const at
   } else {
     TORCH_CHECK(false, "decode_attention takes float32 or float64");
   }
+}
+
+at::Tensor attention_op(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                        const at::Tensor& pages, const at::Tensor& lens, int64_t page_size, int64_t window,
+                        double scale) {
+  at::Tensor out = at::empty_like(q);
+  attention_into(q, k_cache, v_cache, pages, lens, page_size, window, scale, out);
   return out;
 }
 
 }  // namespace
 
 namespace kvbench {
-at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                            const at::Tensor& pages, const at::Tensor& lens, int64_t page_size, int64_t window,
-                            double scale) {
-  return attention_op(q, k_cache, v_cache, pages, lens, page_size, window, scale);
+void decode_attention_into(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                           const at::Tensor& pages, const at::Tensor& lens, int64_t page_size, int64_t window,
+                           double scale, at::Tensor& out) {
+  attention_into(q, k_cache, v_cache, pages, lens, page_size, window, scale, out);
 }
 }  // namespace kvbench
 

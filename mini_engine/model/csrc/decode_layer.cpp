@@ -3,23 +3,27 @@
 // A tiny model's decode step is bound by per-op cost: a layer is some twenty torch
 // calls from Python (norms, projections, RoPE's roll/mul/mul/add, two cache writes,
 // attention, residuals), each a few microseconds of dispatch around microseconds of
-// work. Here the same layer is one call. The norms, projections, SiLU and residual
-// adds are the very ATen ops the Python layer calls (at::rms_norm, at::linear, ...),
-// so their results are bitwise those of the torch path; RoPE and the cache writes
-// are loops with the same float operations in the same order (built with
-// -ffp-contract=off: no fused multiply-add changes a rounding); attention is
+// work. Here the same layer is one call: the projections and residual adds are the
+// ATen ops the Python layer calls (at::linear, at::add); RoPE and the cache writes are
+// loops with the same float operations in the same order (no fused multiply-add, so
+// the same roundings); RMSNorm and silu(gate) * up are one loop each, equal to torch's
+// up to float rounding (a double sum of squares, a polynomial exp); attention is
 // decode_attention.cpp's kernel.
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <cstring>
 #include <optional>
+#include <type_traits>
+
+#include "fast_exp.h"
 
 namespace kvbench {
-at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                            const at::Tensor& pages, const at::Tensor& lens, int64_t page_size, int64_t window,
-                            double scale);
+void decode_attention_into(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                           const at::Tensor& pages, const at::Tensor& lens, int64_t page_size, int64_t window,
+                           double scale, at::Tensor& out);
 }
 
 namespace {
@@ -74,38 +78,115 @@ void rope_and_write(const at::Tensor& qkv, at::Tensor& q, at::Tensor& k_cache, a
 #pragma GCC pop_options
 #endif
 
+// RMSNorm of each row: x * (1 / sqrt(mean(x^2) + eps)) * w, the order of torch's ops, the
+// sum of squares in double. at::rms_norm is half a dozen ATen calls per row batch
+// (pow, mean, add, rsqrt, two muls), tens of microseconds at decode sizes.
+template <typename T>
+at::Tensor& rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor& out) {
+  const at::Tensor xc = x.contiguous();
+  const int64_t rows = xc.size(0), n = xc.size(1);
+  const T* xp = xc.data_ptr<T>();
+  const T* wp = w.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = xp + r * n;
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const T inv = T(1) / std::sqrt(static_cast<T>(ss / n) + static_cast<T>(eps));
+    T* orow = op + r * n;
+    for (int64_t i = 0; i < n; ++i) orow[i] = xr[i] * inv * wp[i];
+  }
+  return out;
+}
+
+// silu(gate) * up over [gate | up] rows, in one pass.
+template <typename T>
+at::Tensor& silu_mul(const at::Tensor& gate_up, at::Tensor& out) {
+  const int64_t rows = gate_up.size(0), n = gate_up.size(1) / 2;
+  const T* gp = gate_up.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* g = gp + r * 2 * n;
+    const T* u = g + n;
+    T* o = op + r * n;
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<T, float>) {
+        o[i] = g[i] / (1.0f + kvbench::fast_exp(-g[i])) * u[i];
+      } else {
+        o[i] = g[i] / (T(1) + std::exp(-g[i])) * u[i];
+      }
+    }
+  }
+  return out;
+}
+
+// The layer's intermediates, kept between calls: a fresh 128 KiB tensor per call is a
+// fresh mapping (glibc's mmap threshold) and a page fault per page, which cost as much
+// as the matmuls at decode sizes. One set per thread; resize_ reallocates only to grow.
+at::Tensor& workspace(int slot, at::IntArrayRef sizes, const at::TensorOptions& opts) {
+  static thread_local at::Tensor buffers[10];
+  at::Tensor& t = buffers[slot];
+  if (!t.defined() || t.scalar_type() != opts.dtype().toScalarType()) {
+    t = at::empty(sizes, opts);
+  } else {
+    t.resize_(sizes);
+  }
+  return t;
+}
+
+template <typename T>
+at::Tensor layer(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& w_post, const at::Tensor& w_qkv,
+                 const at::Tensor& w_o, const at::Tensor& w_gate_up, const at::Tensor& w_down,
+                 const std::optional<at::Tensor>& q_norm, const std::optional<at::Tensor>& k_norm, at::Tensor& k_cache,
+                 at::Tensor& v_cache, const at::Tensor& out_slots, const at::Tensor& pages, const at::Tensor& lens,
+                 const at::Tensor& cos, const at::Tensor& ssin, int64_t H, int64_t KVH, double eps, int64_t page_size,
+                 int64_t window, double scale) {
+  const int64_t B = x.size(0), hidden = x.size(1), D = k_cache.size(2), W = w_qkv.size(0);
+  const int64_t inter = w_gate_up.size(0) / 2;
+  const auto opts = x.options();
+  // at::mm(a, w.t()) is the call at::linear makes for a 2-D input without bias.
+  at::Tensor& normed = rms_norm<T>(x, w_in, eps, workspace(0, {B, hidden}, opts));
+  at::Tensor qkv = at::mm_out(workspace(1, {B, W}, opts), normed, w_qkv.t());  // [B, (H + 2 KVH) D]
+  if (q_norm.has_value()) {
+    // Qwen3: per-head norms before RoPE.
+    at::Tensor heads = qkv.view({B, H + 2 * KVH, D});
+    at::Tensor qn = rms_norm<T>(heads.narrow(1, 0, H).reshape({B * H, D}), *q_norm, eps,
+                                workspace(2, {B * H, D}, opts)).view({B, H, D});
+    at::Tensor kn = rms_norm<T>(heads.narrow(1, H, KVH).reshape({B * KVH, D}), *k_norm, eps,
+                                workspace(3, {B * KVH, D}, opts)).view({B, KVH, D});
+    qkv = at::cat({qn, kn, heads.narrow(1, H + KVH, KVH)}, 1).view({B, -1});
+  }
+  at::Tensor& q = workspace(4, {B, H, D}, opts);
+  rope_and_write<T>(qkv, q, k_cache, v_cache, out_slots, cos, ssin, H, KVH, D);
+  at::Tensor& o = workspace(5, {B, H, D}, opts);
+  kvbench::decode_attention_into(q, k_cache, v_cache, pages, lens, page_size, window, scale, o);
+  at::Tensor& proj = at::mm_out(workspace(6, {B, hidden}, opts), o.view({B, H * D}), w_o.t());
+  at::Tensor& h = at::add_out(workspace(7, {B, hidden}, opts), x, proj);
+  at::Tensor& gate_up = at::mm_out(workspace(8, {B, 2 * inter}, opts), rms_norm<T>(h, w_post, eps, normed),
+                                   w_gate_up.t());
+  at::Tensor& act = silu_mul<T>(gate_up, workspace(9, {B, inter}, opts));
+  at::Tensor& down = at::mm_out(proj, act, w_down.t());
+  return at::add(h, down);  // a new tensor: the caller keeps it, the workspace is reused
+}
+
 at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& w_post, const at::Tensor& w_qkv,
                         const at::Tensor& w_o, const at::Tensor& w_gate_up, const at::Tensor& w_down,
                         const std::optional<at::Tensor>& q_norm, const std::optional<at::Tensor>& k_norm,
                         at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& out_slots, const at::Tensor& pages,
                         const at::Tensor& lens, const at::Tensor& cos, const at::Tensor& ssin, int64_t heads,
                         int64_t kv_heads, double eps, int64_t page_size, int64_t window, double scale) {
-  const int64_t B = x.size(0), hidden = x.size(1), D = k_cache.size(2), H = heads, KVH = kv_heads;
+  const int64_t B = x.size(0), D = k_cache.size(2);
   TORCH_CHECK(x.dim() == 2 && k_cache.is_contiguous() && v_cache.is_contiguous(), "x [B, hidden], contiguous caches");
   TORCH_CHECK(cos.is_contiguous() && ssin.is_contiguous() && cos.numel() == B * D, "rope tables [B, 1, D]");
   TORCH_CHECK(out_slots.scalar_type() == at::kLong && out_slots.numel() == B, "one int64 slot per row");
-  at::Tensor qkv = at::linear(at::rms_norm(x, {hidden}, w_in, eps), w_qkv);  // [B, (H + 2 KVH) D]
-  if (q_norm.has_value()) {
-    // Qwen3: per-head norms before RoPE, the torch path's ops on the same views.
-    at::Tensor v = qkv.view({B, H + 2 * KVH, D});
-    at::Tensor qn = at::rms_norm(v.narrow(1, 0, H), {D}, *q_norm, eps);
-    at::Tensor kn = at::rms_norm(v.narrow(1, H, KVH), {D}, *k_norm, eps);
-    qkv = at::cat({qn, kn, v.narrow(1, H + KVH, KVH)}, 1).view({B, -1});
-  }
-  qkv = qkv.contiguous();
-  at::Tensor q = at::empty({B, H, D}, x.options());
+  TORCH_CHECK(w_in.is_contiguous() && w_post.is_contiguous(), "contiguous norm weights");
   if (x.scalar_type() == at::kFloat) {
-    rope_and_write<float>(qkv, q, k_cache, v_cache, out_slots, cos, ssin, H, KVH, D);
-  } else {
-    TORCH_CHECK(x.scalar_type() == at::kDouble, "decode_layer takes float32 or float64");
-    rope_and_write<double>(qkv, q, k_cache, v_cache, out_slots, cos, ssin, H, KVH, D);
+    return layer<float>(x, w_in, w_post, w_qkv, w_o, w_gate_up, w_down, q_norm, k_norm, k_cache, v_cache, out_slots,
+                        pages, lens, cos, ssin, heads, kv_heads, eps, page_size, window, scale);
   }
-  at::Tensor o = kvbench::decode_attention(q, k_cache, v_cache, pages, lens, page_size, window, scale);
-  at::Tensor h = at::add(x, at::linear(o.view({B, H * D}), w_o));
-  at::Tensor gate_up = at::linear(at::rms_norm(h, {hidden}, w_post, eps), w_gate_up);
-  const int64_t inter = gate_up.size(1) / 2;
-  at::Tensor act = at::mul(at::silu(gate_up.narrow(1, 0, inter)), gate_up.narrow(1, inter, inter));
-  return at::add(h, at::linear(act, w_down));
+  TORCH_CHECK(x.scalar_type() == at::kDouble, "decode_layer takes float32 or float64");
+  return layer<double>(x, w_in, w_post, w_qkv, w_o, w_gate_up, w_down, q_norm, k_norm, k_cache, v_cache, out_slots,
+                       pages, lens, cos, ssin, heads, kv_heads, eps, page_size, window, scale);
 }
 
 }  // namespace
