@@ -3,8 +3,10 @@
 // A tiny model's decode step is bound by per-op cost: a layer is some twenty torch
 // calls from Python (norms, projections, RoPE's roll/mul/mul/add, two cache writes,
 // attention, residuals), each a few microseconds of dispatch around microseconds of
-// work. Here the same layer is one call: the projections and residual adds are the
-// ATen ops the Python layer calls (at::linear, at::add); RoPE and the cache writes are
+// work. Here the same layer is one call. The projection weights come as [in, out]
+// matrices (decode_fused.py passes contiguous transposed copies: MKL's sgemm is a
+// fifth faster on them than on the [out, in] weights, bitwise the same products for
+// more than one row); the residual adds are at::add as in the Python layer; RoPE and the cache writes are
 // loops with the same float operations in the same order (no fused multiply-add, so
 // the same roundings); RMSNorm and silu(gate) * up are one loop each, equal to torch's
 // up to float rounding (a double sum of squares, a polynomial exp); attention is
@@ -141,12 +143,11 @@ at::Tensor layer(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& 
                  at::Tensor& v_cache, const at::Tensor& out_slots, const at::Tensor& pages, const at::Tensor& lens,
                  const at::Tensor& cos, const at::Tensor& ssin, int64_t H, int64_t KVH, double eps, int64_t page_size,
                  int64_t window, double scale) {
-  const int64_t B = x.size(0), hidden = x.size(1), D = k_cache.size(2), W = w_qkv.size(0);
-  const int64_t inter = w_gate_up.size(0) / 2;
+  const int64_t B = x.size(0), hidden = x.size(1), D = k_cache.size(2), W = w_qkv.size(1);
+  const int64_t inter = w_gate_up.size(1) / 2;
   const auto opts = x.options();
-  // at::mm(a, w.t()) is the call at::linear makes for a 2-D input without bias.
   at::Tensor& normed = rms_norm<T>(x, w_in, eps, workspace(0, {B, hidden}, opts));
-  at::Tensor qkv = at::mm_out(workspace(1, {B, W}, opts), normed, w_qkv.t());  // [B, (H + 2 KVH) D]
+  at::Tensor qkv = at::mm_out(workspace(1, {B, W}, opts), normed, w_qkv);  // [B, (H + 2 KVH) D]
   if (q_norm.has_value()) {
     // Qwen3: per-head norms before RoPE.
     at::Tensor heads = qkv.view({B, H + 2 * KVH, D});
@@ -160,12 +161,12 @@ at::Tensor layer(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& 
   rope_and_write<T>(qkv, q, k_cache, v_cache, out_slots, cos, ssin, H, KVH, D);
   at::Tensor& o = workspace(5, {B, H, D}, opts);
   kvbench::decode_attention_into(q, k_cache, v_cache, pages, lens, page_size, window, scale, o);
-  at::Tensor& proj = at::mm_out(workspace(6, {B, hidden}, opts), o.view({B, H * D}), w_o.t());
+  at::Tensor& proj = at::mm_out(workspace(6, {B, hidden}, opts), o.view({B, H * D}), w_o);
   at::Tensor& h = at::add_out(workspace(7, {B, hidden}, opts), x, proj);
   at::Tensor& gate_up = at::mm_out(workspace(8, {B, 2 * inter}, opts), rms_norm<T>(h, w_post, eps, normed),
-                                   w_gate_up.t());
+                                   w_gate_up);
   at::Tensor& act = silu_mul<T>(gate_up, workspace(9, {B, inter}, opts));
-  at::Tensor& down = at::mm_out(proj, act, w_down.t());
+  at::Tensor& down = at::mm_out(proj, act, w_down);
   return at::add(h, down);  // a new tensor: the caller keeps it, the workspace is reused
 }
 

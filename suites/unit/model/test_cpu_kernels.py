@@ -140,3 +140,16 @@ def test_the_switch_turns_the_kernels_off(monkeypatch):
     monkeypatch.setattr(cpu_kernels, "_state", {})
     monkeypatch.setenv("KVBENCH_CPU_KERNELS", "0")
     assert cpu_kernels.decode_attention() is None
+
+
+def test_in_out_copies_follow_a_weight_write():
+    """A checkpoint load writes through the parameters after the copies were made: they follow."""
+    layer = tiny().model.layers[0]
+    first = decode_fused.in_out_weights(layer, True)
+    assert torch.equal(first[0], layer.self_attn.qkv_weight.t())
+    assert decode_fused.in_out_weights(layer, True)[0] is first[0]  # kept between steps
+    with torch.no_grad():
+        layer.self_attn.q_proj.weight.fill_(0.5)
+    again = decode_fused.in_out_weights(layer, True)
+    assert torch.equal(again[0], layer.self_attn.qkv_weight.t())
+    assert decode_fused.in_out_weights(layer, False)[0].data_ptr() == layer.self_attn.qkv_weight.data_ptr()
