@@ -37,7 +37,7 @@ def _fusable(layer: DecoderLayer) -> bool:
 def fused_decode(kernel, layers, x: torch.Tensor, rope: tuple, meta: AttnMeta, cache) -> torch.Tensor:
     """Every layer through the kernel; the hidden states after the last one."""
     cos, ssin = rope
-    copies = x.shape[0] > 1
+    copies = x.shape[0] >= COPY_MIN_ROWS
     for i, layer in enumerate(layers):
         attn = layer.self_attn
         sliding = layer.sliding
@@ -57,16 +57,18 @@ def fused_decode(kernel, layers, x: torch.Tensor, rope: tuple, meta: AttnMeta, c
 # under this size (a copy doubles them): a tiny model's decode, the case bound by these
 # matmuls; a bigger model passes transposed views of its own weights.
 COPY_LIMIT_BYTES = 64 << 20
+COPY_MIN_ROWS = 16
 
 
 def in_out_weights(layer: DecoderLayer, copies: bool) -> tuple:
     """The layer's qkv, o, gate_up and down weights as [in, out] matrices.
 
     MKL's sgemm runs a fifth faster on a contiguous [in, out] matrix than on the
-    transposed view F.linear passes, with bitwise the same products for two rows or
-    more; for one row (batch 1) it takes another path that rounds differently from
-    F.linear, so batch 1 keeps the views (what HF's linear computes). The copies are
-    rebuilt when a weight changes (a checkpoint load bumps its version counter).
+    transposed view F.linear passes. From COPY_MIN_ROWS rows up the products were
+    bitwise F.linear's at every decode shape measured; with a handful of rows MKL
+    takes other kernels that round differently, so small batches keep the views (what
+    HF's linear computes). The copies are rebuilt when a weight changes (a checkpoint
+    load bumps its version counter).
     """
     attn, mlp = layer.self_attn, layer.mlp
     ws = (attn.qkv_weight, attn.o_proj.weight, mlp.gate_up, mlp.down_proj.weight)

@@ -17,7 +17,7 @@ from torch import nn
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
 from mini_engine.model.config import ModelConfig
-from mini_engine.model.decode_fused import decode_layer_kernel, fused_decode
+from mini_engine.model.decode_fused import COPY_MIN_ROWS, decode_layer_kernel, fused_decode
 from mini_engine.model.layers import DecoderLayer, RMSNorm, materialize, rope_cos_sin, rope_tables, seeded_init
 
 Attend = Callable[..., torch.Tensor]
@@ -138,6 +138,7 @@ class Transformer(nn.Module):
         if init:
             seeded_init(self, cfg.seed)
         self._head_acc: torch.Tensor | None = None  # set on first use, after any checkpoint load
+        self._head_t_cache: tuple | None = None  # (weight ptr and version, its [hidden, vocab] copy)
 
     @property
     def device(self) -> torch.device:
@@ -148,9 +149,18 @@ class Transformer(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head; float32 (float64 for a float64 model) so argmax is stable."""
-        h = self.model.norm(hidden)
+        h = self.model.norm.forward(hidden)
         w = self.head_weight_acc()
+        if h.shape[0] >= COPY_MIN_ROWS and w.dtype == h.dtype and w.device.type == "cpu":
+            # A contiguous [hidden, vocab] copy of the head: see decode_fused.in_out_weights.
+            return h @ self._head_t(w)
         return h.to(w.dtype) @ w.T
+
+    def _head_t(self, w: torch.Tensor) -> torch.Tensor:
+        key = (w.data_ptr(), w._version)
+        if self._head_t_cache is None or self._head_t_cache[0] != key:
+            self._head_t_cache = (key, w.t().contiguous())
+        return self._head_t_cache[1]
 
     def head_weight_acc(self) -> torch.Tensor:
         """The LM head in float32 (float64 for a float64 model). A bf16/fp16 head is upcast
