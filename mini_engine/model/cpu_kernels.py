@@ -30,21 +30,24 @@ FLAGS = ["-O3", "-march=native", "-fno-trapping-math"]
 _state: dict = {}
 
 
+def ops():
+    """torch.ops.kvbench_cpu (decode_attention, decode_layer, decode_layers, greedy_head), or
+    None where the kernels cannot be built."""
+    if "ops" not in _state:
+        _state["ops"] = torch.ops.kvbench_cpu if _load() else None
+    return _state["ops"]
+
+
 def decode_attention():
-    """torch.ops.kvbench_cpu.decode_attention, or None where it cannot be built."""
-    return _ops()[0]
+    """The paged decode attention kernel, or None."""
+    k = ops()
+    return None if k is None else k.decode_attention.default
 
 
 def decode_layer():
-    """torch.ops.kvbench_cpu.decode_layer, or None where it cannot be built."""
-    return _ops()[1]
-
-
-def _ops() -> tuple:
-    if "ops" not in _state:
-        _state["ops"] = (None, None) if not _load() else (torch.ops.kvbench_cpu.decode_attention,
-                                                         torch.ops.kvbench_cpu.decode_layer)
-    return _state["ops"]
+    """The one-layer decode kernel, or None."""
+    k = ops()
+    return None if k is None else k.decode_layer.default
 
 
 def _build_name() -> str:

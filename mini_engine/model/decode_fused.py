@@ -14,19 +14,22 @@ from __future__ import annotations
 import torch
 
 from mini_engine.model.attn_meta import AttnMeta
-from mini_engine.model.cpu_kernels import decode_layer
+from mini_engine.model.cpu_kernels import ops
 from mini_engine.model.layers import DecoderLayer, fused
 
 
+FUSED_DTYPES = (torch.float32, torch.float64)  # the kernels' loops; bf16/fp16 keep the torch path
+
+
 def decode_layer_kernel(layers, meta: AttnMeta, x: torch.Tensor, rope: tuple, torch_attention: bool):
-    """The compiled layer when this forward can take it, else None."""
+    """The compiled kernels when this forward can take them, else None."""
     if not (meta.page_size and torch_attention and x.device.type == "cpu"):
         return None
-    if x.dtype not in (torch.float32, torch.float64) or rope[0].dtype != x.dtype:
+    if x.dtype not in FUSED_DTYPES or rope[0].dtype != x.dtype:
         return None
     if not all(_fusable(layer) for layer in layers):
         return None
-    return decode_layer()
+    return ops()
 
 
 def _fusable(layer: DecoderLayer) -> bool:
@@ -34,23 +37,23 @@ def _fusable(layer: DecoderLayer) -> bool:
     return fused(attn.qkv_weight, attn.qkv_parts) and fused(mlp.gate_up, mlp.gate_up_parts)
 
 
-def fused_decode(kernel, layers, x: torch.Tensor, rope: tuple, meta: AttnMeta, cache) -> torch.Tensor:
-    """Every layer through the kernel; the hidden states after the last one."""
+def fused_decode(kernels, layers, x: torch.Tensor, rope: tuple, meta: AttnMeta, cache) -> torch.Tensor:
+    """Every layer in one kernel call; the hidden states after the last one."""
     cos, ssin = rope
     copies = x.shape[0] >= COPY_MIN_ROWS
-    for i, layer in enumerate(layers):
-        attn = layer.self_attn
-        sliding = layer.sliding
-        out_slots = meta.swa_out_slots if sliding else meta.out_slots
-        pages = meta.swa_kv_slots if sliding else meta.kv_slots
-        qn = attn.q_norm.weight if attn.q_norm is not None else None
-        kn = attn.k_norm.weight if attn.k_norm is not None else None
-        w_qkv, w_o, w_gate_up, w_down = in_out_weights(layer, copies)
-        x = kernel(x, layer.input_layernorm.weight, layer.post_attention_layernorm.weight, w_qkv, w_o, w_gate_up,
-                   w_down, qn, kn, cache.k[i], cache.v[i], out_slots, pages, meta.kv_lens_device, cos, ssin,
-                   attn.num_heads, attn.num_kv_heads, layer.input_layernorm.eps, meta.page_size, layer.window,
-                   attn.head_dim**-0.5)
-    return x
+    weights: list[torch.Tensor] = []
+    attn = layers[0].self_attn
+    qk_norm = attn.q_norm is not None
+    for layer in layers:
+        weights += (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+        weights += in_out_weights(layer, copies)
+        if qk_norm:
+            weights += (layer.self_attn.q_norm.weight, layer.self_attn.k_norm.weight)
+    return kernels.decode_layers.default(
+        x, weights, cache.k, cache.v, meta.out_slots, meta.kv_slots, meta.swa_out_slots, meta.swa_kv_slots,
+        [int(layer.sliding) for layer in layers], [layer.window for layer in layers], meta.kv_lens_device, cos, ssin,
+        attn.num_heads, attn.num_kv_heads, qk_norm, layers[0].input_layernorm.eps, meta.page_size,
+        attn.head_dim**-0.5)
 
 
 # Contiguous [in, out] copies of the projections are kept while a layer's weights stay

@@ -17,7 +17,8 @@ from torch import nn
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
 from mini_engine.model.config import ModelConfig
-from mini_engine.model.decode_fused import COPY_MIN_ROWS, decode_layer_kernel, fused_decode
+from mini_engine.model.cpu_kernels import ops
+from mini_engine.model.decode_fused import COPY_MIN_ROWS, FUSED_DTYPES, decode_layer_kernel, fused_decode
 from mini_engine.model.layers import DecoderLayer, RMSNorm, materialize, rope_cos_sin, rope_tables, seeded_init
 
 Attend = Callable[..., torch.Tensor]
@@ -155,6 +156,15 @@ class Transformer(nn.Module):
             # A contiguous [hidden, vocab] copy of the head: see decode_fused.in_out_weights.
             return h @ self._head_t(w)
         return h.to(w.dtype) @ w.T
+
+    def greedy(self, hidden: torch.Tensor) -> torch.Tensor:
+        """logits(hidden).argmax(-1); on a CPU with the compiled kernels, one call."""
+        w = self.head_weight_acc()
+        kernels = ops() if hidden.device.type == "cpu" and hidden.dtype == w.dtype in FUSED_DTYPES else None
+        if kernels is None:
+            return self.logits(hidden).argmax(-1)
+        head = self._head_t(w) if hidden.shape[0] >= COPY_MIN_ROWS else w.t()
+        return kernels.greedy_head.default(hidden, self.model.norm.weight, head, self.model.norm.eps)
 
     def _head_t(self, w: torch.Tensor) -> torch.Tensor:
         key = (w.data_ptr(), w._version)

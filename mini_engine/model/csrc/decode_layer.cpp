@@ -13,6 +13,7 @@
 // decode_attention.cpp's kernel.
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -129,6 +130,9 @@ at::Tensor& workspace(int slot, at::IntArrayRef sizes, const at::TensorOptions& 
   static thread_local at::Tensor buffers[10];
   at::Tensor& t = buffers[slot];
   if (!t.defined() || t.scalar_type() != opts.dtype().toScalarType()) {
+    // A normal tensor, not an inference tensor: a later call outside inference mode
+    // (a test's forward, say) may still write into it.
+    c10::InferenceMode normal(false);
     t = at::empty(sizes, opts);
   } else {
     t.resize_(sizes);
@@ -190,6 +194,49 @@ at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& w_in, const at::T
                        pages, lens, cos, ssin, heads, kv_heads, eps, page_size, window, scale);
 }
 
+// Every layer of a decode forward in one call: `weights` holds each layer's w_in, w_post,
+// w_qkv, w_o, w_gate_up, w_down (then q_norm, k_norm with qk_norm), `sliding[i]` picks
+// the SWA pool's slots and page table for layer i, `windows[i]` its window.
+at::Tensor decode_layers(const at::Tensor& x, at::TensorList weights, at::TensorList k_caches, at::TensorList v_caches,
+                         const at::Tensor& out_slots, const at::Tensor& pages, const std::optional<at::Tensor>& swa_out,
+                         const std::optional<at::Tensor>& swa_pages, at::IntArrayRef sliding, at::IntArrayRef windows,
+                         const at::Tensor& lens, const at::Tensor& cos, const at::Tensor& ssin, int64_t heads,
+                         int64_t kv_heads, bool qk_norm, double eps, int64_t page_size, double scale) {
+  const int64_t L = static_cast<int64_t>(k_caches.size()), per = qk_norm ? 8 : 6;
+  TORCH_CHECK(static_cast<int64_t>(weights.size()) == L * per && static_cast<int64_t>(v_caches.size()) == L &&
+                  static_cast<int64_t>(sliding.size()) == L && static_cast<int64_t>(windows.size()) == L,
+              "one set of weights, caches, a sliding flag and a window per layer");
+  at::Tensor h = x;
+  for (int64_t i = 0; i < L; ++i) {
+    const at::Tensor* w = weights.data() + i * per;
+    std::optional<at::Tensor> qn, kn;
+    if (qk_norm) {
+      qn = w[6];
+      kn = w[7];
+    }
+    const bool swa = sliding[i] != 0;
+    TORCH_CHECK(!swa || (swa_out.has_value() && swa_pages.has_value()), "a sliding layer needs the SWA slots");
+    h = decode_layer(h, w[0], w[1], w[2], w[3], w[4], w[5], qn, kn, k_caches[i], v_caches[i],
+                     swa ? *swa_out : out_slots, swa ? *swa_pages : pages, lens, cos, ssin, heads, kv_heads, eps,
+                     page_size, windows[i], scale);
+  }
+  return h;
+}
+
+// Greedy tokens of the last hidden states: the final RMSNorm, the LM head ([hidden, vocab],
+// a copy or a view) and the first index of each row's maximum, as torch.argmax.
+at::Tensor greedy_head(const at::Tensor& h, const at::Tensor& norm_w, const at::Tensor& head, double eps) {
+  TORCH_CHECK(h.dim() == 2 && h.scalar_type() == head.scalar_type() && norm_w.is_contiguous(), "h [B, hidden]");
+  at::Tensor normed = at::empty_like(h);
+  if (h.scalar_type() == at::kFloat) {
+    rms_norm<float>(h, norm_w, eps, normed);
+  } else {
+    TORCH_CHECK(h.scalar_type() == at::kDouble, "greedy_head takes float32 or float64");
+    rms_norm<double>(h, norm_w, eps, normed);
+  }
+  return at::mm(normed, head).argmax(-1);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(kvbench_cpu, m) {
@@ -198,4 +245,10 @@ TORCH_LIBRARY_FRAGMENT(kvbench_cpu, m) {
         "Tensor pages, Tensor lens, Tensor cos, Tensor ssin, int heads, int kv_heads, float eps, int page_size, "
         "int window, float scale) -> Tensor");
   m.impl("decode_layer", c10::DispatchKey::CPU, &decode_layer);
+  m.def("decode_layers(Tensor x, Tensor[] weights, Tensor(a!)[] k_caches, Tensor(b!)[] v_caches, Tensor out_slots, "
+        "Tensor pages, Tensor? swa_out, Tensor? swa_pages, int[] sliding, int[] windows, Tensor lens, Tensor cos, "
+        "Tensor ssin, int heads, int kv_heads, bool qk_norm, float eps, int page_size, float scale) -> Tensor");
+  m.impl("decode_layers", c10::DispatchKey::CPU, &decode_layers);
+  m.def("greedy_head(Tensor h, Tensor norm_w, Tensor head, float eps) -> Tensor");
+  m.impl("greedy_head", c10::DispatchKey::CPU, &greedy_head);
 }

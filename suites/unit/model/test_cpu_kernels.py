@@ -80,7 +80,7 @@ def _decode_forward(model, lens: list[int], fused: bool, monkeypatch) -> tuple[t
     ids = torch.arange(len(lens)) * 7 % cfg.vocab_size
     with monkeypatch.context() as m:
         if not fused:
-            m.setattr(decode_fused, "decode_layer", lambda: None)
+            m.setattr(decode_fused, "ops", lambda: None)
         with torch.inference_mode():
             h = model(ids, meta.q_pos, meta, cache)
     return h, cache
@@ -153,3 +153,12 @@ def test_in_out_copies_follow_a_weight_write():
     again = decode_fused.in_out_weights(layer, True)
     assert torch.equal(again[0], layer.self_attn.qkv_weight.t())
     assert decode_fused.in_out_weights(layer, False)[0].data_ptr() == layer.self_attn.qkv_weight.data_ptr()
+
+
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_greedy_head_equals_the_logits_argmax(rows):
+    _kernels()
+    model = tiny()
+    h = torch.randn(rows, model.cfg.hidden_size, generator=torch.Generator().manual_seed(rows))
+    with torch.inference_mode():
+        assert torch.equal(model.greedy(h), model.logits(h).argmax(-1))
