@@ -63,6 +63,17 @@ COPY_LIMIT_BYTES = 64 << 20
 COPY_MIN_ROWS = 16
 
 
+def prefill_weights(layer: DecoderLayer, x: torch.Tensor) -> tuple | None:
+    """in_out_weights for the Python layer (prefill, verify, drafters) where they pay: a
+    float32/float64 CPU forward of COPY_MIN_ROWS rows or more with fused projections."""
+    attn = layer.self_attn
+    if x.device.type != "cpu" or x.shape[0] < COPY_MIN_ROWS or x.dtype not in FUSED_DTYPES:
+        return None
+    if attn.qkv_weight is None or attn.qkv_weight.dtype != x.dtype or not _fusable(layer):
+        return None
+    return in_out_weights(layer, True)
+
+
 def in_out_weights(layer: DecoderLayer, copies: bool) -> tuple:
     """The layer's qkv, o, gate_up and down weights as [in, out] matrices.
 

@@ -18,7 +18,8 @@ from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
 from mini_engine.model.config import ModelConfig
 from mini_engine.model.cpu_kernels import ops
-from mini_engine.model.decode_fused import COPY_MIN_ROWS, FUSED_DTYPES, decode_layer_kernel, fused_decode
+from mini_engine.model.decode_fused import (COPY_MIN_ROWS, FUSED_DTYPES, decode_layer_kernel, fused_decode,
+                                            prefill_weights)
 from mini_engine.model.layers import DecoderLayer, RMSNorm, materialize, rope_cos_sin, rope_tables, seeded_init
 
 Attend = Callable[..., torch.Tensor]
@@ -77,7 +78,8 @@ def layer_step(
     attn = layer.self_attn
     window = layer.window if window is None else window
     swa_pool = layer.sliding if swa_pool is None else swa_pool
-    q, k, v = attn.qkv(layer.input_layernorm.forward(x), cos, sin, rope)
+    in_out = prefill_weights(layer, x)
+    q, k, v = attn.qkv(layer.input_layernorm.forward(x), cos, sin, rope, in_out[0] if in_out else None)
     if swa_pool:
         out_slots, kv_slots = meta.swa_out_slots, meta.swa_kv_slots
     else:
@@ -86,8 +88,9 @@ def layer_step(
     k_cache.index_copy_(0, out_slots, k)
     v_cache.index_copy_(0, out_slots, v)
     o = attend(q, k_cache, v_cache, meta, kv_slots, window, attn.head_dim**-0.5)
-    x = x + attn.o_proj.forward(o.reshape(x.shape[0], -1))
-    return x + layer.mlp.forward(layer.post_attention_layernorm.forward(x))
+    o = o.reshape(x.shape[0], -1)
+    x = x + (attn.o_proj.forward(o) if in_out is None else o @ in_out[1])
+    return x + layer.mlp.forward(layer.post_attention_layernorm.forward(x), in_out and in_out[2:])
 
 
 def dense_layer_step(layer: DecoderLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -237,6 +237,34 @@ at::Tensor greedy_head(const at::Tensor& h, const at::Tensor& norm_w, const at::
   return at::mm(normed, head).argmax(-1);
 }
 
+// The two loops on their own, for the Python layer's prefill and verify forwards.
+at::Tensor rms_norm_op(const at::Tensor& x, const at::Tensor& w, double eps) {
+  TORCH_CHECK(w.dim() == 1 && x.size(-1) == w.size(0) && w.is_contiguous() && x.scalar_type() == w.scalar_type(),
+              "rms_norm: x [..., n], weight [n] of x's dtype");
+  const at::Tensor rows = x.reshape({-1, x.size(-1)});
+  at::Tensor out = at::empty(rows.sizes(), rows.options());
+  if (x.scalar_type() == at::kFloat) {
+    rms_norm<float>(rows, w, eps, out);
+  } else {
+    TORCH_CHECK(x.scalar_type() == at::kDouble, "rms_norm takes float32 or float64");
+    rms_norm<double>(rows, w, eps, out);
+  }
+  return out.view(x.sizes());
+}
+
+at::Tensor silu_mul_op(const at::Tensor& gate_up) {
+  TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0, "silu_mul: [rows, 2 x inter]");
+  const at::Tensor g = gate_up.contiguous();
+  at::Tensor out = at::empty({g.size(0), g.size(1) / 2}, g.options());
+  if (g.scalar_type() == at::kFloat) {
+    silu_mul<float>(g, out);
+  } else {
+    TORCH_CHECK(g.scalar_type() == at::kDouble, "silu_mul takes float32 or float64");
+    silu_mul<double>(g, out);
+  }
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(kvbench_cpu, m) {
@@ -251,4 +279,8 @@ TORCH_LIBRARY_FRAGMENT(kvbench_cpu, m) {
   m.impl("decode_layers", c10::DispatchKey::CPU, &decode_layers);
   m.def("greedy_head(Tensor h, Tensor norm_w, Tensor head, float eps) -> Tensor");
   m.impl("greedy_head", c10::DispatchKey::CPU, &greedy_head);
+  m.def("rms_norm(Tensor x, Tensor w, float eps) -> Tensor");
+  m.impl("rms_norm", c10::DispatchKey::CPU, &rms_norm_op);
+  m.def("silu_mul(Tensor gate_up) -> Tensor");
+  m.impl("silu_mul", c10::DispatchKey::CPU, &silu_mul_op);
 }
