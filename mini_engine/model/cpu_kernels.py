@@ -67,11 +67,11 @@ def _build_name() -> str:
 
 def _load():
     if os.environ.get("KVBENCH_CPU_KERNELS", "1") == "0":
-        log.info("CPU decode kernels off (KVBENCH_CPU_KERNELS=0): decode attention runs in plain torch")
+        log.info("CPU decode kernels off (KVBENCH_CPU_KERNELS=0): the model runs its pure-torch path")
         return False
     missing = [tool for tool in ("ninja", os.environ.get("CXX", "c++")) if shutil.which(tool) is None]
     if missing:
-        log.warning("CPU decode kernels not built (%s not found): decode attention runs in plain torch",
+        log.warning("CPU decode kernels not built (%s not found): the model runs its pure-torch path",
                     " and ".join(missing))
         return False
     try:
@@ -85,5 +85,5 @@ def _load():
     except Exception as err:  # a failed build must never stop a run: the torch path is always there
         # The builder's message carries the whole compiler command: its first words suffice.
         first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(": [")[0]
-        log.warning("CPU decode kernels not built (%s): decode attention runs in plain torch", first[:160])
+        log.warning("CPU decode kernels not built (%s): the model runs its pure-torch path", first[:160])
         return False

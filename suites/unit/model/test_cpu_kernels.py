@@ -130,7 +130,7 @@ def test_without_a_compiler_the_torch_path_runs(monkeypatch, caplog):
         assert cpu_kernels.decode_attention() is None
         assert cpu_kernels.decode_layer() is None
     lines = [r.getMessage() for r in caplog.records if r.name == cpu_kernels.__name__]
-    assert len(lines) == 1 and "not found" in lines[0] and "plain torch" in lines[0]
+    assert len(lines) == 1 and "not found" in lines[0] and "pure-torch" in lines[0]
     q, k, v, meta = _decode_case(1, [2, 9], 4, 2, 16)
     want = torch_decode(q, k, v, meta, meta.kv_slots, 0, 0.25)
     assert torch.equal(paged_attention(q, k, v, meta, meta.kv_slots, 0, 0.25), want)
