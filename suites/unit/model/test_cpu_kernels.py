@@ -162,3 +162,20 @@ def test_greedy_head_equals_the_logits_argmax(rows):
     h = torch.randn(rows, model.cfg.hidden_size, generator=torch.Generator().manual_seed(rows))
     with torch.inference_mode():
         assert torch.equal(model.greedy(h), model.logits(h).argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_norm_and_silu_loops_match_torch(dtype):
+    """The compiled RMSNorm and silu(gate) * up against torch's ops, extreme gates included."""
+    _kernels()
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(37, 96, generator=gen, dtype=dtype) * 3
+    w = torch.rand(96, generator=gen, dtype=dtype) + 0.5
+    tol = 2e-6 if dtype == torch.float32 else 1e-12
+    got = cpu_kernels.ops().rms_norm(x, w, 1e-6)
+    torch.testing.assert_close(got, torch.nn.functional.rms_norm(x, (96,), w, 1e-6), atol=tol, rtol=tol)
+    gate_up = torch.randn(37, 2 * 64, generator=gen, dtype=dtype) * 4
+    gate_up[0, :6] = torch.tensor([-200.0, -90.0, -31.0, 0.0, 90.0, 200.0], dtype=dtype)
+    gate, up = gate_up.chunk(2, dim=-1)
+    torch.testing.assert_close(cpu_kernels.ops().silu_mul(gate_up), torch.nn.functional.silu(gate) * up,
+                               atol=tol * 10, rtol=tol)
