@@ -13,6 +13,7 @@
 // decode_attention.cpp's kernel.
 
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/library.h>
 
@@ -243,7 +244,24 @@ at::Tensor greedy_head(const at::Tensor& h, const at::Tensor& norm_w, const at::
     TORCH_CHECK(h.scalar_type() == at::kDouble, "greedy_head takes float32 or float64");
     rms_norm<double>(h, norm_w, eps, normed);
   }
-  return at::mm(normed, head).argmax(-1);
+  const at::Tensor logits = at::mm(normed, head);
+  // The first index of each row's maximum, as torch.argmax; torch's reduction kernel
+  // costs several times this loop at decode sizes.
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  at::Tensor out = at::empty({rows}, h.options().dtype(at::kLong));
+  int64_t* op = out.data_ptr<int64_t>();
+  AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "greedy_head", [&] {
+    const scalar_t* lp = logits.data_ptr<scalar_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const scalar_t* row = lp + r * vocab;
+      int64_t best = 0;
+      for (int64_t i = 1; i < vocab; ++i) {
+        if (row[i] > row[best] || (std::isnan(row[i]) && !std::isnan(row[best]))) best = i;
+      }
+      op[r] = best;
+    }
+  });
+  return out;
 }
 
 // The two loops on their own, for the Python layer's prefill and verify forwards.
