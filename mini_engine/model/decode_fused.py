@@ -21,11 +21,11 @@ from mini_engine.model.layers import DecoderLayer, fused
 FUSED_DTYPES = (torch.float32, torch.float64)  # the kernels' loops; bf16/fp16 keep the torch path
 
 
-def decode_layer_kernel(layers, meta: AttnMeta, x: torch.Tensor, rope: tuple, torch_attention: bool):
+def decode_layer_kernel(layers, meta: AttnMeta, x: torch.Tensor, torch_attention: bool):
     """The compiled kernels when this forward can take them, else None."""
     if not (meta.page_size and torch_attention and x.device.type == "cpu"):
         return None
-    if x.dtype not in FUSED_DTYPES or rope[0].dtype != x.dtype:
+    if x.dtype not in FUSED_DTYPES:
         return None
     if not all(_fusable(layer) for layer in layers):
         return None
@@ -37,9 +37,9 @@ def _fusable(layer: DecoderLayer) -> bool:
     return fused(attn.qkv_weight, attn.qkv_parts) and fused(mlp.gate_up, mlp.gate_up_parts)
 
 
-def fused_decode(kernels, layers, x: torch.Tensor, rope: tuple, meta: AttnMeta, cache) -> torch.Tensor:
-    """Every layer in one kernel call; the hidden states after the last one."""
-    cos, ssin = rope
+def fused_decode(kernels, layers, x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, meta: AttnMeta,
+                 cache) -> torch.Tensor:
+    """Every layer in one kernel call (RoPE tables included); the hidden states after the last one."""
     copies = x.shape[0] >= COPY_MIN_ROWS
     weights: list[torch.Tensor] = []
     attn = layers[0].self_attn
@@ -51,8 +51,8 @@ def fused_decode(kernels, layers, x: torch.Tensor, rope: tuple, meta: AttnMeta, 
             weights += (layer.self_attn.q_norm.weight, layer.self_attn.k_norm.weight)
     return kernels.decode_layers.default(
         x, weights, cache.k, cache.v, meta.out_slots, meta.kv_slots, meta.swa_out_slots, meta.swa_kv_slots,
-        [int(layer.sliding) for layer in layers], [layer.window for layer in layers], meta.kv_lens_device, cos, ssin,
-        attn.num_heads, attn.num_kv_heads, qk_norm, layers[0].input_layernorm.eps, meta.page_size,
+        [int(layer.sliding) for layer in layers], [layer.window for layer in layers], meta.kv_lens_device, positions,
+        inv_freq, attn.num_heads, attn.num_kv_heads, qk_norm, layers[0].input_layernorm.eps, meta.page_size,
         attn.head_dim**-0.5)
 
 

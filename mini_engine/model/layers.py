@@ -40,11 +40,17 @@ def cpu_ops(x: torch.Tensor, w: torch.Tensor):
 
 
 def rope_cos_sin(positions: torch.Tensor, cfg: ModelConfig, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    acc = torch.float64 if dtype == torch.float64 else torch.float32
-    inv_freq = _inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, positions.device, acc)
+    inv_freq = rope_inv_freq(cfg, positions, dtype)
+    acc = inv_freq.dtype
     freqs = positions.to(acc)[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
+
+
+def rope_inv_freq(cfg: ModelConfig, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The RoPE frequencies in the accumulation dtype of `dtype` (like's by default), on like's device."""
+    acc = torch.float64 if (dtype or like.dtype) == torch.float64 else torch.float32
+    return _inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, like.device, acc)
 
 
 @functools.lru_cache(maxsize=16)

@@ -20,7 +20,8 @@ from mini_engine.model.config import ModelConfig
 from mini_engine.model.cpu_kernels import ops
 from mini_engine.model.decode_fused import (COPY_MIN_ROWS, FUSED_DTYPES, decode_layer_kernel, fused_decode,
                                             prefill_weights)
-from mini_engine.model.layers import DecoderLayer, RMSNorm, materialize, rope_cos_sin, rope_tables, seeded_init
+from mini_engine.model.layers import (DecoderLayer, RMSNorm, materialize, rope_cos_sin, rope_inv_freq, rope_tables,
+                                     seeded_init)
 
 Attend = Callable[..., torch.Tensor]
 
@@ -197,12 +198,12 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         """Hidden states after the last layer (before the final norm), one row per token."""
         x = self.model.embed_tokens(input_ids)
+        layers = self.model.layers
+        kernel = decode_layer_kernel(layers, meta, x, attend is paged_attention)
+        if kernel is not None:
+            return fused_decode(kernel, layers, x, positions, rope_inv_freq(self.cfg, x), meta, cache)
         cos, sin = rope_cos_sin(positions, self.cfg, x.dtype)
         rope = rope_tables(cos, sin)
-        layers = self.model.layers
-        kernel = decode_layer_kernel(layers, meta, x, rope, attend is paged_attention)
-        if kernel is not None:
-            return fused_decode(kernel, layers, x, rope, meta, cache)
         for i, layer in enumerate(layers):
             x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend, rope=rope)
         return x

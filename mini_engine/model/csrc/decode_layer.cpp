@@ -210,12 +210,17 @@ at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& w_in, const at::T
 at::Tensor decode_layers(const at::Tensor& x, at::TensorList weights, at::TensorList k_caches, at::TensorList v_caches,
                          const at::Tensor& out_slots, const at::Tensor& pages, const std::optional<at::Tensor>& swa_out,
                          const std::optional<at::Tensor>& swa_pages, at::IntArrayRef sliding, at::IntArrayRef windows,
-                         const at::Tensor& lens, const at::Tensor& cos, const at::Tensor& ssin, int64_t heads,
-                         int64_t kv_heads, bool qk_norm, double eps, int64_t page_size, double scale) {
+                         const at::Tensor& lens, const at::Tensor& positions, const at::Tensor& inv_freq,
+                         int64_t heads, int64_t kv_heads, bool qk_norm, double eps, int64_t page_size, double scale) {
   const int64_t L = static_cast<int64_t>(k_caches.size()), per = qk_norm ? 8 : 6;
   TORCH_CHECK(static_cast<int64_t>(weights.size()) == L * per && static_cast<int64_t>(v_caches.size()) == L &&
                   static_cast<int64_t>(sliding.size()) == L && static_cast<int64_t>(windows.size()) == L,
               "one set of weights, caches, a sliding flag and a window per layer");
+  // RoPE tables once for every layer, with layers.rope_cos_sin / rope_tables' ATen ops
+  // (the same values): cos of [f, f] and the signed sin [-sin f, sin f], f = pos * inv_freq.
+  const at::Tensor freqs = at::mul(positions.to(inv_freq.scalar_type()).unsqueeze(1), inv_freq.unsqueeze(0));
+  const at::Tensor c = at::cos(freqs), sn = at::sin(freqs);
+  const at::Tensor cos = at::cat({c, c}, 1), ssin = at::cat({at::neg(sn), sn}, 1);
   at::Tensor h = x;
   for (int64_t i = 0; i < L; ++i) {
     const at::Tensor* w = weights.data() + i * per;
@@ -301,8 +306,9 @@ TORCH_LIBRARY_FRAGMENT(kvbench_cpu, m) {
         "int window, float scale) -> Tensor");
   m.impl("decode_layer", c10::DispatchKey::CPU, &decode_layer);
   m.def("decode_layers(Tensor x, Tensor[] weights, Tensor(a!)[] k_caches, Tensor(b!)[] v_caches, Tensor out_slots, "
-        "Tensor pages, Tensor? swa_out, Tensor? swa_pages, int[] sliding, int[] windows, Tensor lens, Tensor cos, "
-        "Tensor ssin, int heads, int kv_heads, bool qk_norm, float eps, int page_size, float scale) -> Tensor");
+        "Tensor pages, Tensor? swa_out, Tensor? swa_pages, int[] sliding, int[] windows, Tensor lens, "
+        "Tensor positions, Tensor inv_freq, int heads, int kv_heads, bool qk_norm, float eps, int page_size, "
+        "float scale) -> Tensor");
   m.impl("decode_layers", c10::DispatchKey::CPU, &decode_layers);
   m.def("greedy_head(Tensor h, Tensor norm_w, Tensor head, float eps) -> Tensor");
   m.impl("greedy_head", c10::DispatchKey::CPU, &greedy_head);

@@ -114,12 +114,11 @@ def test_decode_layer_is_taken_only_for_a_decode_forward():
     model = tiny()
     layers = model.model.layers
     x = torch.zeros(2, model.cfg.hidden_size)
-    rope = (torch.zeros(2, 1, model.cfg.head_dim), torch.zeros(2, 1, model.cfg.head_dim))
     _, _, _, meta = _decode_case(0, [3, 5], 4, 2, 16)
-    assert decode_fused.decode_layer_kernel(layers, meta, x, rope, True) is not None
-    assert decode_fused.decode_layer_kernel(layers, meta, x, rope, False) is None  # the Triton backend
+    assert decode_fused.decode_layer_kernel(layers, meta, x, True) is not None
+    assert decode_fused.decode_layer_kernel(layers, meta, x, False) is None  # the Triton backend
     meta.page_size = 0  # a flat (build_meta) forward: prefill, verify, drafters
-    assert decode_fused.decode_layer_kernel(layers, meta, x, rope, True) is None
+    assert decode_fused.decode_layer_kernel(layers, meta, x, True) is None
 
 
 def test_without_a_compiler_the_torch_path_runs(monkeypatch, caplog):
