@@ -1,13 +1,14 @@
-"""Plain decode on a CPU through the compiled decode layer (csrc/decode_layer.cpp).
+"""Plain decode on a CPU through the compiled decode layers (csrc/decode_layer.cpp).
 
 A tiny model's decode step is bound by per-call cost, not FLOPs: the Python layer
 (layer_step) is some twenty torch calls per layer. Where the kernels are built, a
 decode forward (one query per sequence, page-table metadata, the torch attention
-backend, a float32/float64 model with fused projections) runs each layer as one call
-instead. Its norms, projections and residuals are the same ATen ops, RoPE and the
-cache writes the same float operations, so it differs from layer_step only where the
-attention kernel rounds differently from SDPA. Anything else keeps layer_step.
-"""
+backend, a float32/float64 model with fused projections) runs every layer in one
+call instead, RoPE tables included. Its projections and residuals are the same ATen
+products, RoPE and the cache writes the same float operations; it differs from
+layer_step only in rounding: the attention kernel against SDPA, and nothing else
+when layer_step itself runs the kernels' RMSNorm and SiLU loops (layers.cpu_ops).
+Anything else keeps layer_step."""
 
 from __future__ import annotations
 

@@ -1,16 +1,17 @@
-// One decoder layer of a plain decode step on a CPU, in one call.
+// The decoder layers of a plain decode step on a CPU, in one call.
 //
 // A tiny model's decode step is bound by per-op cost: a layer is some twenty torch
 // calls from Python (norms, projections, RoPE's roll/mul/mul/add, two cache writes,
 // attention, residuals), each a few microseconds of dispatch around microseconds of
-// work. Here the same layer is one call. The projection weights come as [in, out]
-// matrices (decode_fused.py passes contiguous transposed copies: MKL's sgemm is a
-// fifth faster on them than on the [out, in] weights, bitwise the same products for
-// more than one row); the residual adds are at::add as in the Python layer; RoPE and the cache writes are
+// work. Here every layer is one call. The projection weights come as [in, out]
+// matrices (decode_fused.py passes contiguous transposed copies from 16 rows up: MKL's
+// sgemm is a fifth faster on them, with F.linear's products; transposed views below);
+// the residual adds are at::add as in the Python layer; RoPE and the cache writes are
 // loops with the same float operations in the same order (no fused multiply-add, so
 // the same roundings); RMSNorm and silu(gate) * up are one loop each, equal to torch's
 // up to float rounding (a double sum of squares, a polynomial exp); attention is
-// decode_attention.cpp's kernel.
+// decode_attention.cpp's kernel. Also here: the greedy head (final norm, LM head,
+// argmax) and the RMSNorm / SiLU loops on their own for the Python layer.
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
