@@ -18,8 +18,8 @@ from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
 from mini_engine.model.config import ModelConfig
 from mini_engine.model.cpu_kernels import ops
-from mini_engine.model.decode_fused import (COPY_MIN_ROWS, FUSED_DTYPES, decode_layer_kernel, fused_decode,
-                                            prefill_weights)
+from mini_engine.model.decode_fused import (COPY_LIMIT_BYTES, COPY_MIN_ROWS, FUSED_DTYPES, decode_layer_kernel,
+                                            fused_decode, prefill_weights)
 from mini_engine.model.layers import (DecoderLayer, RMSNorm, materialize, rope_cos_sin, rope_inv_freq, rope_tables,
                                      seeded_init)
 
@@ -156,7 +156,7 @@ class Transformer(nn.Module):
         """Final norm + LM head; float32 (float64 for a float64 model) so argmax is stable."""
         h = self.model.norm.forward(hidden)
         w = self.head_weight_acc()
-        if h.shape[0] >= COPY_MIN_ROWS and w.dtype == h.dtype and w.device.type == "cpu":
+        if self._copy_head(h, w):
             # A contiguous [hidden, vocab] copy of the head: see decode_fused.in_out_weights.
             return h @ self._head_t(w)
         return h.to(w.dtype) @ w.T
@@ -167,8 +167,13 @@ class Transformer(nn.Module):
         kernels = ops() if hidden.device.type == "cpu" and hidden.dtype == w.dtype in FUSED_DTYPES else None
         if kernels is None:
             return self.logits(hidden).argmax(-1)
-        head = self._head_t(w) if hidden.shape[0] >= COPY_MIN_ROWS else w.t()
+        head = self._head_t(w) if self._copy_head(hidden, w) else w.t()
         return kernels.greedy_head.default(hidden, self.model.norm.weight, head, self.model.norm.eps)
+
+    @staticmethod
+    def _copy_head(h: torch.Tensor, w: torch.Tensor) -> bool:
+        return (h.shape[0] >= COPY_MIN_ROWS and w.dtype == h.dtype and w.device.type == "cpu"
+                and w.numel() * w.element_size() <= COPY_LIMIT_BYTES)
 
     def _head_t(self, w: torch.Tensor) -> torch.Tensor:
         key = (w.data_ptr(), w._version)
