@@ -8,7 +8,9 @@ reused by every layer.
 Decode path (decode_meta, one query per sequence): whole pages are gathered through
 the page table into [B, KV heads, pages x ps, D] and handed to
 scaled_dot_product_attention with the G query heads of a KV head as its query rows;
-the only mask is [B, 1, 1, keys]: key validity (length) and the window.
+the only mask is [B, 1, 1, keys]: key validity (length) and the window. On a CPU,
+where the C++ kernel (cpu_kernels.py) is built, decode reads the pool in place
+instead: no gather, no mask.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from mini_engine.model.attn_meta import AttnMeta
+from mini_engine.model.cpu_kernels import decode_attention
 
 
 def _padded_index(meta: AttnMeta) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -214,7 +217,24 @@ def _decode(
     window: int,
     scale: float,
 ) -> torch.Tensor:
-    """One query per sequence, keys gathered a page at a time."""
+    """One query per sequence: the compiled kernel where it is built, else keys gathered a page at a time."""
+    if q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64):
+        kernel = decode_attention()
+        if kernel is not None:
+            return kernel(q.contiguous(), k_cache, v_cache, pages, meta.kv_lens_device, meta.page_size, window, scale)
+    return torch_decode(q, k_cache, v_cache, meta, pages, window, scale)
+
+
+def torch_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttnMeta,
+    pages: torch.Tensor,
+    window: int,
+    scale: float,
+) -> torch.Tensor:
+    """The decode path in plain torch: whole pages gathered, one SDPA with a length mask."""
     B, H, D = q.shape
     KVH = k_cache.shape[1]
     ps = meta.page_size

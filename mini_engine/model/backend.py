@@ -285,9 +285,9 @@ class ModelBackend:
         return self.model(torch.tensor(ids, device=self.device), meta.q_pos, meta, self.cache, self.attend)
 
     def _next(self, h: torch.Tensor) -> list[int]:
-        logits = self.model.logits(h)
         if self.temperature <= 0:
-            return logits.argmax(-1).tolist()
+            return self.model.greedy(h).tolist()
+        logits = self.model.logits(h)
         p = torch.softmax(logits.double() / self.temperature, -1).cpu()
         return torch.multinomial(p, 1, generator=self.gen).squeeze(-1).tolist()
 

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mini_engine.model.config import ModelConfig
+from mini_engine.model.cpu_kernels import ops
 
 
 class RMSNorm(nn.Module):
@@ -23,17 +24,33 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kernels = cpu_ops(x, self.weight)
+        if kernels is not None:  # one loop, where torch's rms_norm is half a dozen ATen calls on a CPU
+            return kernels.rms_norm.default(x, self.weight, self.eps)
         # torch's rms_norm is these same ops in one call (x * rsqrt(mean(x^2) + eps) * weight,
         # in float32 at least: bf16 variance loses too much), without the Python per op.
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
+def cpu_ops(x: torch.Tensor, w: torch.Tensor):
+    """The compiled CPU kernels (cpu_kernels.ops) for a float32/float64 CPU tensor, else None."""
+    if x.device.type != "cpu" or x.dtype != w.dtype or x.dtype not in (torch.float32, torch.float64):
+        return None
+    return ops()
+
+
 def rope_cos_sin(positions: torch.Tensor, cfg: ModelConfig, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    acc = torch.float64 if dtype == torch.float64 else torch.float32
-    inv_freq = _inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, positions.device, acc)
+    inv_freq = rope_inv_freq(cfg, positions, dtype)
+    acc = inv_freq.dtype
     freqs = positions.to(acc)[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
+
+
+def rope_inv_freq(cfg: ModelConfig, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The RoPE frequencies in the accumulation dtype of `dtype` (like's by default), on like's device."""
+    acc = torch.float64 if (dtype or like.dtype) == torch.float64 else torch.float32
+    return _inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, like.device, acc)
 
 
 @functools.lru_cache(maxsize=16)
@@ -101,10 +118,17 @@ class MLP(nn.Module):
         self.gate_up = fuse_rows(self.gate_proj, self.up_proj)
         self.gate_up_parts = (self.gate_proj, self.up_proj)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, in_out: tuple | None = None) -> torch.Tensor:
+        """in_out: [in, out] copies of gate_up and down (decode_fused.in_out_weights)."""
         if fused(self.gate_up, self.gate_up_parts):
-            gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
-            return self.down_proj.forward(F.silu(gate) * up)
+            gate_up = F.linear(x, self.gate_up) if in_out is None else x @ in_out[0]
+            kernels = cpu_ops(x, self.gate_up) if gate_up.dim() == 2 else None
+            if kernels is not None:
+                act = kernels.silu_mul.default(gate_up)
+            else:
+                gate, up = gate_up.chunk(2, dim=-1)
+                act = F.silu(gate) * up
+            return self.down_proj.forward(act) if in_out is None else act @ in_out[1]
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -129,9 +153,11 @@ class SelfAttention(nn.Module):
         self.qkv_weight = fuse_rows(self.q_proj, self.k_proj, self.v_proj)
         self.qkv_parts = (self.q_proj, self.k_proj, self.v_proj)
 
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: tuple | None = None):
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope: tuple | None = None,
+            w_in_out: torch.Tensor | None = None):
         """q [T, H, D], k and v [T, KVH, D], RoPE applied. With `rope` (rope_tables) and a
-        fused weight: one matmul and, without q/k norms, one RoPE for q and k together."""
+        fused weight: one matmul and, without q/k norms, one RoPE for q and k together.
+        w_in_out: an [in, out] copy of the fused weight (decode_fused.in_out_weights)."""
         T = x.shape[0]
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
         if rope is None or not fused(self.qkv_weight, self.qkv_parts):
@@ -141,7 +167,7 @@ class SelfAttention(nn.Module):
             if self.q_norm is not None:
                 q, k = self.q_norm(q), self.k_norm(k)
             return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
-        qkv = F.linear(x, self.qkv_weight).view(T, H + 2 * KVH, D)
+        qkv = (F.linear(x, self.qkv_weight) if w_in_out is None else x @ w_in_out).view(T, H + 2 * KVH, D)
         v = qkv[:, H + KVH :]
         if self.q_norm is not None:
             q, k = self.q_norm(qkv[:, :H]), self.k_norm(qkv[:, H : H + KVH])

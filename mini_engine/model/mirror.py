@@ -36,12 +36,16 @@ class DeviceMirror:
 
     # -- audit reads (K10) -------------------------------------------------------
     def rows(self, rows: np.ndarray, width: int) -> np.ndarray:
+        if self.device.type == "cpu":  # the tensor's own memory: one numpy gather, no torch calls
+            return self.table.numpy()[rows, :width]
         idx = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(self.device)
         return self.table[idx, :width].cpu().numpy()
 
     def swa_of(self, full_slots: np.ndarray) -> np.ndarray | None:
         if self.swa_map is None:
             return None
+        if self.device.type == "cpu":
+            return self.swa_map.numpy()[full_slots]
         idx = torch.from_numpy(np.ascontiguousarray(full_slots, dtype=np.int64)).to(self.device)
         return self.swa_map[idx].cpu().numpy()
 

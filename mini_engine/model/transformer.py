@@ -17,7 +17,11 @@ from torch import nn
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
 from mini_engine.model.config import ModelConfig
-from mini_engine.model.layers import DecoderLayer, RMSNorm, materialize, rope_cos_sin, rope_tables, seeded_init
+from mini_engine.model.cpu_kernels import ops
+from mini_engine.model.decode_fused import (COPY_LIMIT_BYTES, COPY_MIN_ROWS, FUSED_DTYPES, decode_layer_kernel,
+                                            fused_decode, prefill_weights)
+from mini_engine.model.layers import (DecoderLayer, RMSNorm, materialize, rope_cos_sin, rope_inv_freq, rope_tables,
+                                     seeded_init)
 
 Attend = Callable[..., torch.Tensor]
 
@@ -75,7 +79,8 @@ def layer_step(
     attn = layer.self_attn
     window = layer.window if window is None else window
     swa_pool = layer.sliding if swa_pool is None else swa_pool
-    q, k, v = attn.qkv(layer.input_layernorm.forward(x), cos, sin, rope)
+    in_out = prefill_weights(layer, x)
+    q, k, v = attn.qkv(layer.input_layernorm.forward(x), cos, sin, rope, in_out[0] if in_out else None)
     if swa_pool:
         out_slots, kv_slots = meta.swa_out_slots, meta.swa_kv_slots
     else:
@@ -84,8 +89,9 @@ def layer_step(
     k_cache.index_copy_(0, out_slots, k)
     v_cache.index_copy_(0, out_slots, v)
     o = attend(q, k_cache, v_cache, meta, kv_slots, window, attn.head_dim**-0.5)
-    x = x + attn.o_proj.forward(o.reshape(x.shape[0], -1))
-    return x + layer.mlp.forward(layer.post_attention_layernorm.forward(x))
+    o = o.reshape(x.shape[0], -1)
+    x = x + (attn.o_proj.forward(o) if in_out is None else o @ in_out[1])
+    return x + layer.mlp.forward(layer.post_attention_layernorm.forward(x), in_out and in_out[2:])
 
 
 def dense_layer_step(layer: DecoderLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -137,6 +143,7 @@ class Transformer(nn.Module):
         if init:
             seeded_init(self, cfg.seed)
         self._head_acc: torch.Tensor | None = None  # set on first use, after any checkpoint load
+        self._head_t_cache: tuple | None = None  # (weight ptr and version, its [hidden, vocab] copy)
 
     @property
     def device(self) -> torch.device:
@@ -147,9 +154,32 @@ class Transformer(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head; float32 (float64 for a float64 model) so argmax is stable."""
-        h = self.model.norm(hidden)
+        h = self.model.norm.forward(hidden)
         w = self.head_weight_acc()
+        if self._copy_head(h, w):
+            # A contiguous [hidden, vocab] copy of the head: see decode_fused.in_out_weights.
+            return h @ self._head_t(w)
         return h.to(w.dtype) @ w.T
+
+    def greedy(self, hidden: torch.Tensor) -> torch.Tensor:
+        """logits(hidden).argmax(-1); on a CPU with the compiled kernels, one call."""
+        w = self.head_weight_acc()
+        kernels = ops() if hidden.device.type == "cpu" and hidden.dtype == w.dtype in FUSED_DTYPES else None
+        if kernels is None:
+            return self.logits(hidden).argmax(-1)
+        head = self._head_t(w) if self._copy_head(hidden, w) else w.t()
+        return kernels.greedy_head.default(hidden, self.model.norm.weight, head, self.model.norm.eps)
+
+    @staticmethod
+    def _copy_head(h: torch.Tensor, w: torch.Tensor) -> bool:
+        return (h.shape[0] >= COPY_MIN_ROWS and w.dtype == h.dtype and w.device.type == "cpu"
+                and w.numel() * w.element_size() <= COPY_LIMIT_BYTES)
+
+    def _head_t(self, w: torch.Tensor) -> torch.Tensor:
+        key = (w.data_ptr(), w._version)
+        if self._head_t_cache is None or self._head_t_cache[0] != key:
+            self._head_t_cache = (key, w.t().contiguous())
+        return self._head_t_cache[1]
 
     def head_weight_acc(self) -> torch.Tensor:
         """The LM head in float32 (float64 for a float64 model). A bf16/fp16 head is upcast
@@ -173,9 +203,13 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         """Hidden states after the last layer (before the final norm), one row per token."""
         x = self.model.embed_tokens(input_ids)
+        layers = self.model.layers
+        kernel = decode_layer_kernel(layers, meta, x, attend is paged_attention)
+        if kernel is not None:
+            return fused_decode(kernel, layers, x, positions, rope_inv_freq(self.cfg, x), meta, cache)
         cos, sin = rope_cos_sin(positions, self.cfg, x.dtype)
         rope = rope_tables(cos, sin)
-        for i, layer in enumerate(self.model.layers):
+        for i, layer in enumerate(layers):
             x = layer_step(layer, x, cos, sin, meta, cache.k[i], cache.v[i], attend, rope=rope)
         return x
 

@@ -14,7 +14,9 @@ HF runs at kvbench's thread count and at torch's default, and the ratio is taken
 against the faster of the two. Output tok/s, the ratio and the equal-output counts
 go to extra_info and are printed (-s). No time is asserted; greedy outputs must
 equal HF's token for token, for plain decoding and for every algorithm (greedy
-speculative decoding is lossless: K11 against HF's own generate()).
+speculative decoding is lossless: K11 against HF's own generate()). `cpu_kernels`
+says whether kvbench's compiled CPU decode kernels ran (model/cpu_kernels.py; set
+KVBENCH_CPU_KERNELS=0 to measure the pure-torch path).
 
     python -m pytest -n 0 suites/bench/test_bench_vs_hf.py -s
 """
@@ -35,6 +37,7 @@ pytestmark = [pytest.mark.bench, pytest.mark.slow]
 transformers = pytest.importorskip("transformers", reason="HF generate() is the baseline: pip install kvbench[test]")
 
 from harness.runner import run_config  # noqa: E402
+from mini_engine.model import cpu_kernels  # noqa: E402
 
 ALGOS = {
     "plain": dict(spec="none"),
@@ -141,6 +144,7 @@ def test_vs_hf_generate(benchmark, checkpoint, hf_model, batch, algo):
         "ratios": [round(r, 3) for r in ratios],
         "equal_outputs": equal, "requests": batch, "repeats": repeats, "tau": round(results["tau"], 3),
         "kvbench_threads": torch.get_num_threads(),
+        "cpu_kernels": cpu_kernels.ops() is not None,
     }
     benchmark.extra_info.update(info)
     print(f"\n[vs-hf] batch={batch} algo={algo} " + " ".join(f"{k}={v}" for k, v in info.items()))

@@ -177,8 +177,8 @@ def test_prefill_reads_the_lm_head_once_per_batch(monkeypatch):
     cfg = EngineConfig(**BASE, audit="raise")
     backend = ModelBackend(cfg, dtype="float64")
     calls = []
-    real = backend.model.logits
-    monkeypatch.setattr(backend.model, "logits", lambda h: calls.append(h.shape[0]) or real(h))
+    real = backend.model.greedy  # greedy decoding: the head and its argmax, one pass
+    monkeypatch.setattr(backend.model, "greedy", lambda h: calls.append(h.shape[0]) or real(h))
     Engine(cfg, backend=backend).run(requests(3, seed=5, out=(1, 2)))
     assert calls == [3]
 

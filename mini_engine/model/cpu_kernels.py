@@ -1,0 +1,89 @@
+"""The compiled CPU decode kernels (csrc/): paged decode attention and a whole decode layer.
+
+torch.utils.cpp_extension compiles the C++ sources with the host's g++ and ninja into
+its cache (TORCH_EXTENSIONS_DIR, by default ~/.cache/torch_extensions) the first time
+a CPU decode step asks for them, about a minute; later processes load the cached
+library in milliseconds, and concurrent processes (pytest-xdist workers) wait on the
+builder's lock file instead of compiling twice. Without a compiler or ninja, or with
+KVBENCH_CPU_KERNELS=0, one line is logged and the decode step keeps the pure-torch
+path: same results (up to float rounding in attention), slower.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+CSRC = Path(__file__).with_name("csrc")
+SOURCES = [CSRC / name for name in ("decode_attention.cpp", "decode_layer.cpp")]
+NAME = "kvbench_cpu_kernels"  # + the host's CPU features (see _build_name)
+# -march=native: the loops vectorise to the host's widest registers (a fifth faster than
+# the x86-64 baseline with AVX-512). -fno-trapping-math lets the exp loop vectorise (no
+# code here reads floating-point exception flags).
+FLAGS = ["-O3", "-march=native", "-fno-trapping-math"]
+_state: dict = {}
+
+
+def ops():
+    """torch.ops.kvbench_cpu (decode_attention, decode_layer, decode_layers, greedy_head), or
+    None where the kernels cannot be built."""
+    if "ops" not in _state:
+        _state["ops"] = torch.ops.kvbench_cpu if _load() else None
+    return _state["ops"]
+
+
+def decode_attention():
+    """The paged decode attention kernel, or None."""
+    k = ops()
+    return None if k is None else k.decode_attention.default
+
+
+def decode_layer():
+    """The one-layer decode kernel, or None."""
+    k = ops()
+    return None if k is None else k.decode_layer.default
+
+
+def _build_name() -> str:
+    import hashlib
+    import platform
+
+    flags = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags += next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
+    # torch rebuilds when a source changes, not a header: the headers' text names the build too.
+    flags += "".join(h.read_text() for h in sorted(CSRC.glob("*.h")))
+    return f"{NAME}_{hashlib.sha1(flags.encode()).hexdigest()[:10]}"
+
+
+def _load():
+    if os.environ.get("KVBENCH_CPU_KERNELS", "1") == "0":
+        log.info("CPU decode kernels off (KVBENCH_CPU_KERNELS=0): the model runs its pure-torch path")
+        return False
+    missing = [tool for tool in ("ninja", os.environ.get("CXX", "c++")) if shutil.which(tool) is None]
+    if missing:
+        log.warning("CPU decode kernels not built (%s not found): the model runs its pure-torch path",
+                    " and ".join(missing))
+        return False
+    try:
+        from torch.utils import cpp_extension
+
+        # The build is named after the CPU's features (FLAGS has -march=native), so a cache
+        # directory shared by different hosts never loads a foreign build.
+        cpp_extension.load(_build_name(), [str(s) for s in SOURCES], extra_cflags=FLAGS,
+                           is_python_module=False, verbose=False)
+        return True
+    except Exception as err:  # a failed build must never stop a run: the torch path is always there
+        # The builder's message carries the whole compiler command: its first words suffice.
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(": [")[0]
+        log.warning("CPU decode kernels not built (%s): the model runs its pure-torch path", first[:160])
+        return False
