@@ -113,16 +113,20 @@ void attend(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
         // position and is seen by the custom mask when there is one, else causally.
         const int64_t qpos = pos[q0 + i];
         const int8_t* m = mask != nullptr ? mask + mask_indptr[b] + i * nq : nullptr;
+        // The seen prefix keys are one range [lo, hi), at or above klo.
+        const int64_t lo = window > 0 ? std::max<int64_t>(0, qpos - window + 1) : 0;
+        const int64_t hi = std::min(prefix, qpos + 1);
+        std::fill(vis.begin(), vis.end(), uint8_t(0));
         int64_t seen = 0;
-        for (int64_t t = 0; t < np; ++t) {
-          const int64_t j = klo + t;
-          bool ok = t < n;
-          if (ok) {
-            const int64_t kpos = j < prefix ? j : pos[q0 + j - prefix];
-            ok = (j >= prefix && m != nullptr) ? m[j - prefix] != 0 : kpos <= qpos;
-            if (window > 0) ok = ok && qpos - kpos < window;
-          }
-          vis[t] = ok;
+        if (hi > lo) {
+          std::fill(vis.begin() + (lo - klo), vis.begin() + (hi - klo), uint8_t(1));
+          seen = hi - lo;
+        }
+        for (int64_t e = 0; e < nq; ++e) {
+          const int64_t kpos = pos[q0 + e];
+          bool ok = m != nullptr ? m[e] != 0 : kpos <= qpos;
+          if (window > 0) ok = ok && qpos - kpos < window;
+          vis[prefix - klo + e] = ok;
           seen += ok;
         }
         for (int64_t g = 0; g < G; ++g) {
