@@ -11,6 +11,13 @@ scaled_dot_product_attention with the G query heads of a KV head as its query ro
 the only mask is [B, 1, 1, keys]: key validity (length) and the window. On a CPU,
 where the C++ kernel (cpu_kernels.py) is built, decode reads the pool in place
 instead: no gather, no mask.
+
+Few-queries path (a general meta whose sequences have at most EXTEND_MAX_Q queries:
+speculative verify, the drafters' forwards, short extends): on a CPU where the
+kernels are built, csrc/extend_attention.cpp reads K/V through the slot rows in
+place with the same visibility rules (causal, custom mask, window): no padded
+gather, no mask tensor. Longer extends (prefill chunks) keep SDPA, whose blocked
+products win once a sequence has many queries.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from mini_engine.model.attn_meta import AttnMeta
-from mini_engine.model.cpu_kernels import decode_attention
+from mini_engine.model.cpu_kernels import decode_attention, extend_attention
 
 
 def _padded_index(meta: AttnMeta) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -76,6 +83,9 @@ def _mask(meta: AttnMeta, window: int) -> torch.Tensor:
 # Padded (query, key) pairs per group of sequences: bounds the score tensor when a batch
 # mixes a long prefill with many short sequences.
 GROUP_LIMIT = 1 << 22
+# Most queries a sequence may have for the compiled few-queries kernel: a verify tree or
+# block, a draft step, the context update after a verify.
+EXTEND_MAX_Q = 16
 
 
 def _groups(meta: AttnMeta) -> list[AttnMeta]:
@@ -130,6 +140,11 @@ def paged_attention(
     decode_meta, its page table). Returns [T, H, D]."""
     if meta.page_size:
         return _decode(q, k_cache, v_cache, meta, kv_slots, window, scale)
+    if meta.max_q <= EXTEND_MAX_Q and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64):
+        kernel = extend_attention()
+        if kernel is not None:
+            return kernel(q, k_cache, v_cache, kv_slots, meta.q_indptr, meta.kv_indptr, meta.q_pos,
+                          meta.custom_mask, meta.mask_indptr, window, scale)
     groups = _groups(meta)
     if len(groups) == 1:
         return _attend(q, k_cache, v_cache, meta, kv_slots, window, scale)

@@ -1,4 +1,5 @@
-"""The compiled CPU decode kernels (csrc/): paged decode attention and a whole decode layer.
+"""The compiled CPU kernels (csrc/): paged decode attention, a whole decode layer, and the
+few-queries attention of speculative verify and the drafters.
 
 torch.utils.cpp_extension compiles the C++ sources with the host's g++ and ninja into
 its cache (TORCH_EXTENSIONS_DIR, by default ~/.cache/torch_extensions) the first time
@@ -21,7 +22,7 @@ import torch
 log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = [CSRC / name for name in ("decode_attention.cpp", "decode_layer.cpp")]
+SOURCES = [CSRC / name for name in ("decode_attention.cpp", "decode_layer.cpp", "extend_attention.cpp")]
 NAME = "kvbench_cpu_kernels"  # + the host's CPU features (see _build_name)
 # -march=native: the loops vectorise to the host's widest registers (a fifth faster than
 # the x86-64 baseline with AVX-512). -fno-trapping-math lets the exp loop vectorise (no
@@ -31,8 +32,8 @@ _state: dict = {}
 
 
 def ops():
-    """torch.ops.kvbench_cpu (decode_attention, decode_layer, decode_layers, greedy_head), or
-    None where the kernels cannot be built."""
+    """torch.ops.kvbench_cpu (decode_attention, extend_attention, decode_layer, decode_layers,
+    greedy_head, rms_norm, silu_mul), or None where the kernels cannot be built."""
     if "ops" not in _state:
         _state["ops"] = torch.ops.kvbench_cpu if _load() else None
     return _state["ops"]
@@ -42,6 +43,12 @@ def decode_attention():
     """The paged decode attention kernel, or None."""
     k = ops()
     return None if k is None else k.decode_attention.default
+
+
+def extend_attention():
+    """The few-queries paged attention kernel (verify, drafters), or None."""
+    k = ops()
+    return None if k is None else k.extend_attention.default
 
 
 def decode_layer():

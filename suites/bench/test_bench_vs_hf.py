@@ -15,7 +15,8 @@ against the faster of the two. Output tok/s, the ratio and the equal-output coun
 go to extra_info and are printed (-s). No time is asserted; greedy outputs must
 equal HF's token for token, for plain decoding and for every algorithm (greedy
 speculative decoding is lossless: K11 against HF's own generate()). `cpu_kernels`
-says whether kvbench's compiled CPU decode kernels ran (model/cpu_kernels.py; set
+says whether kvbench's compiled CPU kernels ran (plain decode's layers, and the
+attention of verify and the drafters: model/cpu_kernels.py; set
 KVBENCH_CPU_KERNELS=0 to measure the pure-torch path).
 
     python -m pytest -n 0 suites/bench/test_bench_vs_hf.py -s

@@ -24,33 +24,9 @@
 #include <cmath>
 #include <vector>
 
-#include "fast_exp.h"
+#include "attend_math.h"
 
 namespace {
-
-// A dot product over 16 independent lanes reduced as a tree: the compiler turns the
-// lanes into one or two vector registers. (Four partial sums reduced one by one were
-// three times slower: the reduction, not the products, bounds a short head dim.)
-template <typename T>
-inline T dot(const T* a, const T* b, int64_t n) {
-  T acc[16] = {0};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];
-  for (; i < n; ++i) acc[i & 15] += a[i] * b[i];
-  for (int l = 0; l < 8; ++l) acc[l] += acc[l + 8];
-  for (int l = 0; l < 4; ++l) acc[l] += acc[l + 4];
-  return (acc[0] + acc[2]) + (acc[1] + acc[3]);
-}
-
-// s[j] = exp(s[j] - mx) over an array (the shifted scores are <= 0).
-inline void exp_shifted(float* s, int64_t n, float mx) {
-  for (int64_t j = 0; j < n; ++j) s[j] = kvbench::fast_exp(s[j] - mx);
-}
-
-inline void exp_shifted(double* s, int64_t n, double mx) {
-  for (int64_t j = 0; j < n; ++j) s[j] = std::exp(s[j] - mx);
-}
 
 // Calls f(j, slot) for positions lo <= lo + j < len, a page at a time: one table read
 // per page and no division per key (a 64-bit divide costs tens of cycles).
@@ -69,7 +45,7 @@ inline void for_each_slot(const int64_t* pages, int64_t page_size, int64_t lo, i
 template <typename T>
 inline void key_scores(const T* q, const T* kh, int64_t slot_stride, const int64_t* pages, int64_t page_size, int64_t lo,
                    int64_t len, int64_t D, T scale, T* s) {
-  for_each_slot(pages, page_size, lo, len, [&](int64_t j, int64_t slot) { s[j] = dot(q, kh + slot * slot_stride, D) * scale; });
+  for_each_slot(pages, page_size, lo, len, [&](int64_t j, int64_t slot) { s[j] = kvbench::dot(q, kh + slot * slot_stride, D) * scale; });
 }
 
 #if defined(__AVX512F__)
@@ -93,7 +69,7 @@ template <>
 inline void key_scores<float>(const float* q, const float* kh, int64_t slot_stride, const int64_t* pages,
                           int64_t page_size, int64_t lo, int64_t len, int64_t D, float scale, float* s) {
   if (D % 16 != 0 || D > 256) {
-    for_each_slot(pages, page_size, lo, len, [&](int64_t j, int64_t slot) { s[j] = dot(q, kh + slot * slot_stride, D) * scale; });
+    for_each_slot(pages, page_size, lo, len, [&](int64_t j, int64_t slot) { s[j] = kvbench::dot(q, kh + slot * slot_stride, D) * scale; });
     return;
   }
   const int64_t C = D / 16;
@@ -168,7 +144,7 @@ void attend(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
         }
         T mx = s[0];
         for (int64_t j = 1; j < n; ++j) mx = std::max(mx, s[j]);
-        exp_shifted(s, n, mx);
+        kvbench::exp_shifted(s, n, mx);
         T sum = 0;
         for (int64_t j = 0; j < n; ++j) sum += s[j];
         const T inv = T(1) / sum;
