@@ -99,7 +99,7 @@ class Scheduler:
         for r in self.running:
             if budget == 0:
                 break
-            if r.prefilled < r.prefill_target:  # Request.prefilling, inlined (every step, every request)
+            if r.prefilling:
                 chunk = self._chunk(r, budget)
                 if chunk is None:
                     break  # pool short: admitting more would only make it worse
@@ -203,8 +203,7 @@ class Scheduler:
     # -- decode --------------------------------------------------------------
 
     def decode_batch(self) -> list[Request]:
-        # Request.prefilling inlined: this runs every step over every running request.
-        return [r for r in self.running if r.prefilled >= r.prefill_target]
+        return [r for r in self.running if not r.prefilling]
 
     def reserve_decode(self, batch: list[Request], *, wait: bool = False) -> list[Request] | None:
         """Reserve the slots of one decode step, retracting the rule's victim on shortage.
