@@ -63,23 +63,21 @@ class FreeList:
         # Counted per call, held or not: kvbench's dedup release rule pays a unique per
         # release (SGLang itself frees rows by segment, without one).
         self.syncs += 1
-        if self._group is not None:
-            return self._group.add("free", idx, self._check(pages))
-        freed = self._put(self._check(pages))
-        if self.trace is not None:
-            self._trace_free({"op": "free", "pool": self.pool, "indices": idx.tolist(),
-                              "available": self.available_size()})
-        return freed
+        return self._release("free", idx, pages)
 
     def free_pages(self, page_ids) -> np.ndarray:
         """Host whole-page free: the caller computed the pages, no dedup, no sync."""
         pages = np.array(page_ids, dtype=np.int64).reshape(-1)  # a copy, as in free()
+        return self._release("free_pages", pages, pages)
+
+    def _release(self, op: str, given: np.ndarray, pages: np.ndarray) -> np.ndarray:
+        """One free call (op: free | free_pages, given: what the caller passed): held in the
+        open free group, else put on the free list and traced as the call it is."""
         if self._group is not None:
-            return self._group.add("free_pages", pages, self._check(pages))
+            return self._group.add(op, given, self._check(pages))
         freed = self._put(self._check(pages))
         if self.trace is not None:
-            self._trace_free({"op": "free_pages", "pool": self.pool, "page_ids": pages.tolist(),
-                              "available": self.available_size()})
+            self._trace_free(op, given)
         return freed
 
     def free_segment(self, row_slots: np.ndarray, start: int, end: int, *, offset: int = 0) -> np.ndarray:
@@ -133,12 +131,14 @@ class FreeList:
             pages = np.unique(pages)  # its sync was counted at each held free
         self._put(pages)
         if self.trace is not None:
-            key = "indices" if op == "free" else "page_ids"
-            self._trace_free({"op": op, "pool": self.pool, key: given.tolist(),
-                              "available": self.available_size()})
+            self._trace_free(op, given)
 
     # -- internals -------------------------------------------------------------
-    def _trace_free(self, rec: dict) -> None:
+    def _trace_free(self, op: str, given: np.ndarray) -> None:
+        """The record of one free call the pool's allocator receives (free: slot indices,
+        free_pages: page ids)."""
+        key = "indices" if op == "free" else "page_ids"
+        rec = {"op": op, "pool": self.pool, key: given.tolist(), "available": self.available_size()}
         if self.need_sort:
             rec["need_sort"] = True  # a replay stages this pool's frees too
         self.trace.write(rec)
