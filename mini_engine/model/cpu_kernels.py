@@ -32,7 +32,7 @@ _state: dict = {}
 
 
 def ops():
-    """torch.ops.kvbench_cpu (decode_attention, extend_attention, decode_layer, decode_layers,
+    """torch.ops.kvbench_cpu (decode_attention, extend_attention, decode_layers,
     greedy_head, rms_norm, silu_mul), or None where the kernels cannot be built."""
     if "ops" not in _state:
         _state["ops"] = torch.ops.kvbench_cpu if _load() else None
@@ -49,12 +49,6 @@ def extend_attention():
     """The few-queries paged attention kernel (verify, drafters), or None."""
     k = ops()
     return None if k is None else k.extend_attention.default
-
-
-def decode_layer():
-    """The one-layer decode kernel, or None."""
-    k = ops()
-    return None if k is None else k.decode_layer.default
 
 
 def _build_name() -> str:

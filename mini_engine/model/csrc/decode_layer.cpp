@@ -301,11 +301,6 @@ at::Tensor silu_mul_op(const at::Tensor& gate_up) {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(kvbench_cpu, m) {
-  m.def("decode_layer(Tensor x, Tensor w_in, Tensor w_post, Tensor w_qkv, Tensor w_o, Tensor w_gate_up, "
-        "Tensor w_down, Tensor? q_norm, Tensor? k_norm, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor out_slots, "
-        "Tensor pages, Tensor lens, Tensor cos, Tensor ssin, int heads, int kv_heads, float eps, int page_size, "
-        "int window, float scale) -> Tensor");
-  m.impl("decode_layer", c10::DispatchKey::CPU, &decode_layer);
   m.def("decode_layers(Tensor x, Tensor[] weights, Tensor(a!)[] k_caches, Tensor(b!)[] v_caches, Tensor out_slots, "
         "Tensor pages, Tensor? swa_out, Tensor? swa_pages, int[] sliding, int[] windows, Tensor lens, "
         "Tensor positions, Tensor inv_freq, int heads, int kv_heads, bool qk_norm, float eps, int page_size, "

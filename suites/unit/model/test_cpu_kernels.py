@@ -127,7 +127,7 @@ def test_without_a_compiler_the_torch_path_runs(monkeypatch, caplog):
     monkeypatch.setattr(cpu_kernels.shutil, "which", lambda tool: None)
     with caplog.at_level(logging.WARNING, logger=cpu_kernels.__name__):
         assert cpu_kernels.decode_attention() is None
-        assert cpu_kernels.decode_layer() is None
+        assert cpu_kernels.extend_attention() is None
     lines = [r.getMessage() for r in caplog.records if r.name == cpu_kernels.__name__]
     assert len(lines) == 1 and "not found" in lines[0] and "pure-torch" in lines[0]
     q, k, v, meta = _decode_case(1, [2, 9], 4, 2, 16)
