@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.baseline import counters_of, entry
+from harness.markdown import code
 from harness.metrics import lookup
 
 VERDICTS = ("ok", "regression", "improvement", "new", "missing", "not comparable")
@@ -78,7 +79,9 @@ class CompareReport:
                  for f in shown]
         if fmt == "markdown":
             lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+            # Names, statuses and anything not a number come from result files: code spans (harness.markdown).
+            lines += ["| " + " | ".join([code(row[0]), code(row[1]), *(_md_num(v) for v in (f.baseline, f.now)),
+                                         code(row[4]), row[5]]) + " |" for f, row in zip(shown, cells)]
         elif fmt == "text":
             widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(head)]
             lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
@@ -94,6 +97,10 @@ def _num(v: float | None) -> str:
     if v is None:
         return "-"
     return f"{v:g}" if isinstance(v, (int, float)) else str(v)
+
+
+def _md_num(v: object) -> str:
+    return _num(v) if v is None or isinstance(v, (int, float)) else code(v)
 
 
 def _counter_change(b: float, n: float) -> str:

@@ -15,17 +15,20 @@ nights' commits, the range a bisect would search.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.baseline import counters_of
 from harness.compare import compare_rows, reference_of_run
+from harness.markdown import code
 from harness.metric_kinds import kind
 from harness.results import RESULTS, load_rows
 from harness.errors import ConfigError
 
 MOVED = ("regression", "improvement")
+FIGURE_RE = re.compile(r"-?[0-9][0-9.e+-]*|-|")  # what _num writes (and no note): shown as is in Markdown
 
 
 @dataclass
@@ -215,9 +218,10 @@ def table(hist: History, *, metrics: list[str] | None = None, configs: list[str]
 
 def _block(title: str, head: list[str], cells: list[list[str]], fmt: str) -> list[str]:
     if fmt == "markdown":
-        esc = [[c.replace("|", "\\|") for c in row] for row in cells]
-        return ["", f"**`{title.replace('`', chr(39))}`**", "", "| " + " | ".join(head) + " |",
-                "|" + "---|" * len(head), *("| " + " | ".join(row) + " |" for row in esc)]
+        # Names, commits, statuses and notes come from result files: code spans (harness.markdown).
+        esc = [[c if FIGURE_RE.fullmatch(c) else code(c) for c in row] for row in cells]
+        return ["", f"**{code(title)}**", "", "| " + " | ".join(head[:1] + [code(h) for h in head[1:-1]] + head[-1:])
+                + " |", "|" + "---|" * len(head), *("| " + " | ".join(row) + " |" for row in esc)]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(head)]
     return ["", title, *("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
                          for row in [head, *cells])]
@@ -233,5 +237,5 @@ def nights_text(hist: History, fmt: str = "text") -> str:
         rows.append((str(i + 1), n.short, when, n.profile or "-", n.name))
     if fmt == "markdown":
         return "\n".join(["| # | commit | started (UTC) | hardware | run |", "|---|---|---|---|---|",
-                          *(f"| {a} | `{b}` | {c} | {d} | `{e.replace('|', '/')}` |" for a, b, c, d, e in rows)])
+                          *(f"| {a} | {code(b)} | {c} | {code(d)} | {code(e)} |" for a, b, c, d, e in rows)])
     return "\n".join(f"  {a:>2}  {b:<10}  {c}  {d:<8}  {e}" for a, b, c, d, e in rows)

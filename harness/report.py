@@ -21,8 +21,10 @@ from typing import Any
 from harness import history
 from harness.ci.links import mlflow_link
 from harness.compare import CompareReport, compare_rows, reference_of_run
+from harness.markdown import code, prose
 from harness.metric_kinds import higher_is_better, kind
 from harness.report_svg import heatmap, line_chart
+from harness.urls import check_web_url, is_web_url
 
 TREND_METRICS = ("peak_pages_held", "peak_stranded_slots", "peak_reserved_slots", "leaked_pages",
                  "output_tokens_per_s")
@@ -34,7 +36,9 @@ MAX_TABLE = 200
 def ui_base(night: history.Night, mlflow_url: str = "") -> str:
     """The MLflow UI to link to: given, $MLFLOW_UI_URL, or the run's server when it is one."""
     uri = str(night.meta.get("mlflow_uri") or "")
-    return mlflow_url or os.environ.get("MLFLOW_UI_URL", "") or (uri if uri.startswith(("http://", "https://")) else "")
+    # Each becomes an href and a Markdown link target: http(s) only (a javascript: URL would run).
+    given = check_web_url(mlflow_url, "--mlflow-url") or check_web_url(os.environ.get("MLFLOW_UI_URL", ""), "MLFLOW_UI_URL")
+    return given or (uri if is_web_url(uri) else "")
 
 
 def accounting_only(row: dict[str, Any]) -> bool:
@@ -257,31 +261,28 @@ def page(hist: history.History, *, metrics: list[str], configs: list[str] | None
 
 
 def summary(hist: history.History, report: CompareReport | None, html_name: str, mlflow_url: str = "") -> str:
-    """Markdown for $GITHUB_STEP_SUMMARY: runs, what moved, the newest compare."""
+    """Markdown for $GITHUB_STEP_SUMMARY: runs, what moved, the newest compare. Every
+    name, status, figure and commit from the runs is a code span (harness.markdown)."""
     newest = hist.nights[-1]
-    lines = [f"### kvbench report: {_md(newest.suite or '?')}, {len(hist.nights)} runs", "",
+    lines = [f"### kvbench report: {code(newest.suite or '?')}, {len(hist.nights)} runs", "",
              "| run | commit | configs | MLflow |", "|---|---|---|---|"]
     for n in hist.nights:
         link = mlflow_link(n.path, ui_base(n, mlflow_url))
-        lines.append(f"| `{_md(n.name)}` | `{_md(n.short)}` | {len(n.rows)} | {f'[run]({link})' if link else '-'} |")
+        lines.append(f"| {code(n.name)} | {code(n.short)} | {len(n.rows)} | {f'[run]({link})' if link else '-'} |")
     regressions = [m for m in hist.moves if m.verdict == "regression"]
     lines += ["", f"**Moved between consecutive runs:** {len(hist.moves)} figures, {len(regressions)} regressions."]
     for m in regressions[:10]:
-        lines.append(f"- `{_md(hist.names.get(m.key, m.key))}` `{_md(m.metric)}`: {_md(m.change)} "
-                     f"in `{m.good[:10]}..{m.bad[:10]}`")
+        lines.append(f"- {code(hist.names.get(m.key, m.key))} {code(m.metric)}: {code(m.change)} "
+                     f"in {code(f'{m.good[:10]}..{m.bad[:10]}')}")
     if report is not None:
-        lines += ["", f"**Newest run:** {_md(report.summary())}"]
+        lines += ["", f"**Newest run:** {prose(report.summary())}"]
         if any(f.verdict != "ok" for f in report.findings):
             table = report.table("markdown").splitlines()
             lines += ["", *table[:32]]
             if len(table) > 34:
                 lines.append(f"... {len(table) - 34} more rows in the HTML report")
-    lines += ["", f"Full report: `{_md(html_name)}` (trend charts, heatmaps; attached to this run)."]
+    lines += ["", f"Full report: {code(html_name)} (trend charts, heatmaps; attached to this run)."]
     return "\n".join(lines) + "\n"
-
-
-def _md(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
 
 
 def write(path: Path, text: str) -> None:

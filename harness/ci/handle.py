@@ -127,7 +127,8 @@ def _tag_and_rerun(plan: Plan, client: Client, perms: Permissions) -> int:
             # A run's name comes from the workflow file, which a pull request can edit.
             name = show(str(run.get("name") or run.get("id")), 80)
             url = str(run.get("url") or "")
-            lines.append(f"- rerunning failed jobs of {name}" + (f" ({reply.check_url(url)})" if _is_url(url) else ""))
+            link = f" ([run]({reply.check_url(url)}))" if _is_url(url) else ""  # a link, never a bare autolink
+            lines.append(f"- rerunning failed jobs of {name}{link}")
         if not runs:
             lines.append("- no failed workflow runs on the head commit")
     except GitHubError as err:

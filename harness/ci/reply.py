@@ -13,6 +13,8 @@ from dataclasses import asdict
 
 from harness.ci.bot import Group, Plan, USAGE
 from harness.errors import HarnessError
+from harness.markdown import prose
+from harness.urls import is_web_url
 
 STATE_RE = re.compile(r"<!-- kvbench-bot (\{.*?\}) -->", re.S)
 STATUSES = ("queued", "running", "passed", "failed", "cancelled", "error")
@@ -25,11 +27,6 @@ MARKERS = {
     "error": "\u26a0\ufe0f error",
 }
 MAX_TEXT = 600  # characters of one sentence of ours (a refusal, a note) in a reply
-# Outside code spans these mean something to GitHub's markdown (links, images, emphasis,
-# HTML, tables): escaped, they print as is. The text is one line after our own prefix.
-MARKDOWN = re.compile(r"([\\*_\[\]!<>|~&])")  # mid-line: '#', '+', '-' start nothing there
-SPAN = re.compile(r"(`[^`\n]*`)")
-URL_RE = re.compile(r"https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]{1,500}\Z", re.ASCII)
 
 
 class ReplyError(HarnessError):
@@ -37,27 +34,15 @@ class ReplyError(HarnessError):
 
 
 def check_url(url: str) -> str:
-    if not URL_RE.match(url) or ")" in url or "(" in url:
+    if not is_web_url(url):
         raise ReplyError(f"a link must be an http(s) URL without spaces or brackets (got {url[:80]!r})")
     return url
 
 
 def plain(text: str, keep_mention: str = "", limit: int = MAX_TEXT) -> str:
-    """A sentence of the bot's as inert text: one line, bounded, markdown escaped and
-    mentions broken outside the code spans that specs.show made of untrusted text."""
-    text = " ".join(str(text).split())
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    out = []
-    for part in SPAN.split(text):
-        if SPAN.fullmatch(part):
-            out.append(part)
-            continue
-        part = MARKDOWN.sub(r"\\\1", part)
-        mention = f"@{keep_mention}" if keep_mention else None
-        pieces = part.split(mention) if mention else [part]
-        out.append((mention or "").join(p.replace("@", "@\u200b") for p in pieces))
-    return "".join(out)
+    """A sentence of the bot's as inert text (harness.markdown.prose): the code spans that
+    show() made of untrusted text kept, the rest escaped, no mention but @keep_mention."""
+    return prose(text, limit, keep_mention)
 
 
 def safe_table(table: str) -> str:

@@ -107,7 +107,9 @@ def history(root: Path) -> list[Path]:
 def _fmt(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
-    return "-" if value is None else str(value)
+    if value is None or isinstance(value, int):
+        return "-" if value is None else str(value)
+    return code(value, 80)  # a figure that is no number is the result file's text
 
 
 def _streak(nights: list[Night], key: str, metric: str | None = None) -> int:

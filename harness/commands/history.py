@@ -39,7 +39,11 @@ def run(args: argparse.Namespace) -> int:
                           f"night is a directory with results.jsonl and a meta.json naming the suite)")
     hist = history.build(nights[-args.last:])
     head = f"kvbench history {args.suite}: {len(hist.nights)} nights, oldest first"
-    print(f"### {head}\n" if args.format == "markdown" else head)
+    if args.format == "markdown":
+        from harness.markdown import code  # the suite name is the user's text: a code span
+
+        head = f"### kvbench history {code(args.suite)}: {len(hist.nights)} nights, oldest first\n"
+    print(head)
     print(history.nights_text(hist, args.format))
     print(history.table(hist, metrics=args.metric, configs=args.config, show_all=args.all, fmt=args.format))
     moves = len({(m.key, m.metric) for m in hist.moves})

@@ -90,7 +90,7 @@ def test_report_dry_run_with_a_compare_table(tmp_path, kv):
     group = reply.parse(out.stdout).groups[0]
     assert group.status == "failed"  # the job passed, but the table shows regressions
     assert group.mlflow == ["https://mlflow.example/#/runs/" + "3d" * 16]
-    assert "| peak_pages_held | 118 | 120 |" in out.stdout and "leaked_pages" in out.stdout
+    assert "| `peak_pages_held` | 118 | 120 |" in out.stdout and "leaked_pages" in out.stdout
     # A suite-less group (tests) takes the job result as it is.
     out = kv("bot", "report", "--dry-run", "--body-file", body, "--comment-id", 1, "--group", 1,
              "--result", "cancelled", "--results", tmp_path / "absent")

@@ -91,7 +91,8 @@ def test_filter_grammar(expr, ok):
 
 def test_show_is_safe():
     shown = specs.show("a`b\u0430" + "x" * 100)
-    assert shown.startswith("`a'b\\u0430") and shown.endswith("...`") and len(shown) == 62
+    # ASCII only, cut to 60 characters, fenced past the backtick it holds (harness.markdown.code)
+    assert shown == "``a`b\\u0430" + "x" * 48 + "...``"
 
 
 HOSTILE = st.sampled_from(list(";|&$`<>()[]{}*?!~'\"\\\n\r\t /.:_-") + ["..", "::", "\uff0f", "\u0435", "\u2010",

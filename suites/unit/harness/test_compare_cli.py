@@ -70,8 +70,8 @@ def test_rerun_passes_and_planted_regressions_fail(runs, results_root, cli, caps
         append_row(planted.results, r)
     assert cli("compare", "c", "--format", "markdown") == 1
     out = capsys.readouterr().out
-    assert "| peak_stranded_slots |" in out and "+1" in out
-    assert "| violations.K5 | 0 | 1 | new violation" in out
+    assert "| `peak_stranded_slots` |" in out and "+1" in out
+    assert "| `violations.K5` | 0 | 1 | `new violation" in out
     assert "2 regressions" in out
 
 
@@ -165,7 +165,7 @@ def test_compare_two_arbitrary_runs(runs, results_root, cli, capsys):
     assert cli("compare", "a", "c", "--format", "markdown") == 1
     out = capsys.readouterr().out
     assert "| config | metric | A | B | change | verdict |" in out
-    assert f"| {rows[0]['test_id']} | leaked_pages |" in out and "| +1" in out
+    assert f"| `{rows[0]['test_id']}` | `leaked_pages` |" in out and "| `+1`" in out
     assert cli("compare", "c", str(a.path)) == 1
     assert "| -1" in capsys.readouterr().out.replace("  -1", "| -1")
     # A baseline file as the first argument is the one-run compare spelt out.

@@ -52,8 +52,8 @@ def test_cli_shows_the_last_nights_with_their_commits(nights_dir, cli, capsys):
     assert cli("history", "nightsuite", "--nights", nights_dir, "--metric", "leaked_pages",
                "--config", REGRESSED, "--format", "markdown") == 0
     out = capsys.readouterr().out
-    assert f"**`{REGRESSED}`**" in out and f"| metric | {C1[:10]} | {C2[:10]} | {C3[:10]} | moved |" in out
-    assert "| leaked_pages | 0 | 0 | 0 |  |" in out
+    assert f"**`{REGRESSED}`**" in out and f"| metric | `{C1[:10]}` | `{C2[:10]}` | `{C3[:10]}` | moved |" in out
+    assert "| `leaked_pages` | 0 | 0 | 0 |  |" in out
 
 
 def test_default_nights_are_the_results_root_runs(nights_dir, results_root, cli, capsys, tmp_path):

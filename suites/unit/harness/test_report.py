@@ -70,7 +70,7 @@ def test_timing_error_bars_come_from_the_samples(nights, cli, tmp_path):
 
 def test_summary_is_markdown_appended(page):
     md = page[1].read_text()
-    assert md.startswith("earlier step\n### kvbench report: nightsuite, 3 runs")
+    assert md.startswith("earlier step\n### kvbench report: `nightsuite`, 3 runs")
     assert "| `night-c` |" in md and "[run](https://mlflow.example/#/runs/" in md
     assert f"`{SLOWER}` `wall_s`" in md and "**Newest run:**" in md
     assert "| config | metric | baseline | now | change | verdict |" in md
