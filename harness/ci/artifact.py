@@ -24,6 +24,7 @@ MAX_ROWS = 20000
 NAME_RE = re.compile(r"[A-Za-z0-9_.:=,+/-]{1,400}\Z", re.ASCII)  # keys, test ids (no markdown, no '@')
 METRIC_RE = re.compile(r"[A-Za-z0-9_./-]{1,100}\Z", re.ASCII)
 WORD_RE = re.compile(r"[a-z_]{1,40}\Z", re.ASCII)  # status, verdict
+MAX_INT = 2**63  # no counter of a run comes near; a larger one is damage
 
 
 class ArtifactError(HarnessError):
@@ -96,7 +97,21 @@ def check_row(row: Any, where: str) -> None:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and (isinstance(value, bool) or math.isfinite(value))
+    # An int is checked by size, never converted: math.isfinite(10**400) raises OverflowError.
+    if isinstance(value, int):
+        return abs(value) <= MAX_INT
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def huge_figure(row: Any) -> str | None:
+    """The name of a metric or violation count of ``row`` that is an integer too large for
+    any counter (compare would overflow converting it), else None."""
+    for field in ("metrics", "violations"):
+        table = row.get(field) if isinstance(row, dict) else None
+        for name, value in (table.items() if isinstance(table, dict) else ()):
+            if isinstance(value, int) and abs(value) > MAX_INT:
+                return str(name)
+    return None
 
 
 def read_meta(run_dir: Path) -> dict[str, Any]:

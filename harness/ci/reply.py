@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 from harness.ci.bot import Group, Plan, USAGE
 from harness.errors import HarnessError
-from harness.markdown import prose
+from harness.markdown import code, prose
 from harness.urls import is_web_url
 
 STATE_RE = re.compile(r"<!-- kvbench-bot (\{.*?\}) -->", re.S)
@@ -78,7 +78,7 @@ def render(plan: Plan) -> str:
         at = f" on `{plan.head[:12]}`" if plan.head else ""
         lines.append(f"**kvbench bot** `/{plan.command}` for {who}: {n} run{'s' if n != 1 else ''}{at}")
     for i, group in enumerate(plan.groups, 1):
-        lines += ["", f"**{i}. runner `{group.runner}`** \u2014 {MARKERS[group.status]}"]
+        lines += ["", f"**{i}. runner {code(group.runner, 60)}** \u2014 {MARKERS[group.status]}"]
         if group.note:
             lines.append(plain(group.note))
         lines += ["```", group.command(), "```"]
@@ -99,6 +99,13 @@ def parse(body: str) -> Plan:
     try:
         state = json.loads(match.group(1))
         groups = [Group(**g) for g in state["groups"]]
+        for g in groups:
+            # A status this version does not know (an edited or newer reply) must not stop the
+            # update of another group: it shows as an error, and the others still move on.
+            if not isinstance(g.status, str) or g.status not in STATUSES:
+                g.status, g.note = "error", "the saved status of this group was not one the bot knows"
+            if not isinstance(g.runner, str):
+                raise TypeError("runner")
         notes = [str(n) for n in state.get("notes", [])]
         return Plan(state["command"], user=state["user"], pr=int(state["pr"]), groups=groups, notes=notes,
                     head=str(state.get("head", "")))

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.ci.artifact import huge_figure
 from harness.ci.github_client import Client
 from harness.ci.links import mlflow_link
 from harness.ci.text import code, plain
@@ -92,9 +93,27 @@ def load_nights(dirs: list[Path], baseline: dict, ui_url: str = "") -> list[Nigh
         if not (d / "results.jsonl").is_file():
             raise ConfigError(f"--nights: {d} has no results.jsonl")
         rows = load_rows(d)
+        for i, row in enumerate(rows, 1):
+            if (name := huge_figure(row)) is not None:
+                raise ConfigError(f"--nights: {d.name}/results.jsonl row {i}: {name[:60]!r} is an integer beyond "
+                                  f"2**63, which no run measures (a damaged night)")
         commit = str(RunDir(d).meta().get("git_commit") or "")
         nights.append(Night(d.name, d, compare_rows(rows, baseline), rows, mlflow_link(d, ui_url), commit))
     return nights
+
+
+def profile_of(dirs: list[Path]) -> str | None:
+    """The hardware profile the nights ran on (meta.json), None when none says; nights of
+    two profiles are refused: one baseline cannot judge both."""
+    profiles = set()
+    for d in dirs:
+        hardware = RunDir(Path(d)).meta().get("hardware")
+        if isinstance(hardware, dict) and isinstance(hardware.get("profile"), str):
+            profiles.add(hardware["profile"])
+    if len(profiles) > 1:
+        raise ConfigError(f"--nights: the nights ran on different hardware profiles ({', '.join(sorted(profiles))}); "
+                          "triage one profile at a time")
+    return profiles.pop() if profiles else None
 
 
 def history(root: Path) -> list[Path]:

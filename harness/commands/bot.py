@@ -49,6 +49,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from harness.ci import reply
     from harness.ci.bot import Comment, known_suites, plan_comment
 
+    if args.pr < 1:
+        raise ConfigError(f"--pr must be a pull request number >= 1 (got {args.pr})")
     root, registry, perms = _setup(args)
     comment = Comment(args.comment, args.user, args.association, args.pr, args.author or args.user)
     plan = plan_comment(comment, root, registry, perms, known_suites(root))
@@ -84,6 +86,9 @@ def _table(args: argparse.Namespace, root: Path) -> tuple[str | None, bool]:
         return f"_failed: artifact unreadable: {show(str(err), 200)}_", True
     except (HarnessError, KVBenchError) as err:  # an undeclared metric (UnknownMetric) is a KVBenchError
         return f"_the results could not be compared: {show(str(err), 300)}_", True
+    except (ArithmeticError, ValueError, TypeError) as err:
+        # Figures the checks let through but compare cannot use: the group fails, its status is still set.
+        return f"_the results could not be compared: {show(type(err).__name__)}_", True
     return report.table(fmt="markdown"), bool(report.regressed)
 
 
@@ -118,6 +123,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         body = Path(args.body_file).read_text(encoding="utf-8")
     except OSError:
         raise ConfigError(f"--body-file {args.body_file} cannot be read") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--body-file {args.body_file} is not UTF-8 text (a saved reply is)") from None
     print(reply.update(body, args.group, status, args.run_url, links, table), end="")
     return 0
 

@@ -32,12 +32,18 @@ def cmd_triage(args: argparse.Namespace) -> int:
     from harness.ci import triage
     from harness.ci.github_client import client_for
 
+    from harness.urls import check_web_url
+
+    # The link target of every night's MLflow run in the issue: http(s) only.
+    ui_url = check_web_url(args.mlflow_url or "", "--mlflow-url")
     # --runner names the issues; it must be a label of the registry (a typo would fork them).
-    where = _registry(args)[1].get(args.runner).label if args.runner else None
-    baseline = load_baseline(args.baseline)
-    where = where or str(baseline.get("profile") or Path(args.baseline).stem)
+    runner = _registry(args)[1].get(args.runner) if args.runner else None
     dirs = [Path(d) for d in args.nights] if args.nights else triage.history(Path(args.history))
-    nights = triage.load_nights(dirs, baseline, args.mlflow_url or "")
+    # As compare: counters of another hardware profile's baseline are not this machine's.
+    profile = runner.profile if runner else triage.profile_of(dirs)
+    baseline = load_baseline(args.baseline, expected_profile=profile)
+    where = runner.label if runner else str(baseline.get("profile") or Path(args.baseline).stem)
+    nights = triage.load_nights(dirs, baseline, ui_url)
     tp = triage.plan(nights, baseline, where, args.min_nights)
     client = client_for(args.github)
     for line in triage.apply(tp, client, where, nights[-1].name):
