@@ -95,12 +95,20 @@ def _rerun_test(args: list[str], repo_tree: Path, registry: Registry, perms: Per
             continue
         seen.add(spec.node_id)
         try:
-            label = registry.runner_for_test(repo_tree, spec.file, spec.test)
+            if spec.test:
+                split = {registry.runner_for_test(repo_tree, spec.file, spec.test): [spec.node_id]}
+            else:
+                # A whole file goes to every runner its tests ask for, each with its own tests.
+                split = registry.runners_for_file(repo_tree, spec.file)
+                split = {label: [f"{spec.file}::{t}" for t in tests] if len(split) > 1 else [spec.file]
+                         for label, tests in split.items()}
         except HarnessError as err:
             raise Refusal(str(err)) from None
-        if not grant.allows("rerun-test", label):
-            raise Refusal(f"no permission to run on runner `{label}` (needed by {spec.node_id})")
-        groups.setdefault(label, Group(label)).tests.append(spec.node_id)
+        for label, node_ids in split.items():
+            if not grant.allows("rerun-test", label):
+                raise Refusal(f"no permission to run on runner `{label}` (needed by {node_ids[0]})")
+            group = groups.setdefault(label, Group(label))
+            group.tests += [n for n in node_ids if n not in group.tests]
     return list(groups.values())
 
 

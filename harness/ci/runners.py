@@ -58,8 +58,34 @@ class Registry:
         return self.default
 
     def runner_for_test(self, root: Path, relpath: str, test: str | None = None) -> str:
-        """The label a test file (or one test in it) runs on; see ci/runners.toml for the order."""
+        """The label a test file (or one test in it) runs on; see ci/runners.toml for the order.
+        A whole file is asked of every test in it: one whose tests need different runners
+        names them (``runners_for_file`` splits it)."""
+        if test is None:
+            split = self.runners_for_file(root, relpath)
+            if len(split) > 1:
+                where = "; ".join(f"{label}: {', '.join(tests[:3])}" for label, tests in split.items())
+                raise ConfigError(f"{relpath}: its tests run on {len(split)} runners ({where}); name the tests")
+            return next(iter(split))
+        return self._resolve(testfiles.scan(root / relpath), relpath, test)
+
+    def runners_for_file(self, root: Path, relpath: str) -> dict[str, list[str]]:
+        """label -> the tests of a whole file that run there: function and class marks
+        count as for one test, so a file is never sent where one of its tests may not run.
+        A class whose methods share a runner is named once."""
         info = testfiles.scan(root / relpath)
+        split: dict[str, list[str]] = {}
+        for test in info.tests():
+            split.setdefault(self._resolve(info, relpath, test), []).append(test)
+        if not split:  # no test found statically: the module's runner
+            return {self._resolve(info, relpath, None): []}
+        for label, tests in split.items():
+            classes = {t.split("::")[0] for t in tests if "::" in t}
+            whole = {c for c in classes if all(f"{c}::{m}" in tests for m in info.methods[c])}
+            split[label] = list(dict.fromkeys(t.split("::")[0] if t.split("::")[0] in whole else t for t in tests))
+        return split
+
+    def _resolve(self, info: testfiles.TestInfo, relpath: str, test: str | None) -> str:
         label = info.runner_of(test) if test else info.module_runner
         if label is None:
             label = next((r.runner for r in self.files if fnmatch.fnmatchcase(relpath, r.glob)), None)

@@ -33,6 +33,10 @@ class TestInfo:
             return cls in self.functions or cls in self.classes
         return meth in self.methods.get(cls, {})
 
+    def tests(self) -> list[str]:
+        """Every test of the file as ``func`` or ``Class::method``, in file order."""
+        return [*self.functions, *(f"{c}::{m}" for c, methods in self.methods.items() for m in methods)]
+
     def runner_of(self, test: str) -> str | None:
         cls, _, meth = test.partition("::")
         if meth:

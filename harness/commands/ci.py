@@ -121,7 +121,13 @@ def cmd_runners(args: argparse.Namespace) -> int:
 
     for token in args.files:
         spec = parse_test_spec(token, root)
-        print(f"{spec.node_id} {registry.runner_for_test(root, spec.file, spec.test)}")
+        if spec.test:
+            print(f"{spec.node_id} {registry.runner_for_test(root, spec.file, spec.test)}")
+            continue
+        # A whole file: each runner its tests ask for, with those tests when there are several.
+        split = registry.runners_for_file(root, spec.file)
+        for label, tests in split.items():
+            print(f"{spec.file} {label}" if len(split) == 1 else f"{spec.file} {label} {' '.join(tests)}")
     return 0
 
 

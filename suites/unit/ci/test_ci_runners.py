@@ -31,7 +31,6 @@ def test_real_registry():
     ("suites/gpu/test_attention_gpu.py", None, "1-gpu-h100"),         # [[files]] rule
     ("suites/gpu/multi/test_tp8.py", None, "8-gpu-h200"),             # first matching rule wins
     ("suites/bench/test_marked_gpu.py", None, "1-gpu-h100"),          # gpu mark -> gpu_runner
-    ("suites/invariants/test_swa_floor.py", None, "1-gpu-h200"),      # module pytestmark
     ("suites/invariants/test_swa_floor.py", "test_floor", "1-gpu-h200"),
     ("suites/invariants/test_swa_floor.py", "TestPD::test_prealloc", "1-gpu-5090"),  # method mark
     ("suites/invariants/test_swa_floor.py", "TestPD::test_window", "1-gpu-h200"),
