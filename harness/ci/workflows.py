@@ -5,11 +5,7 @@
 * every ``kvbench ...`` command a ``run:`` script runs parses with the real CLI parser;
 * no ``run:`` script contains a ``${{ }}`` expression: values reach scripts through
   ``env:`` only, so no event text (a comment body, a branch name) is ever pasted into
-  shell source; nor does an ``actions/github-script`` script hold an expression of
-  text someone outside can write (``github.event.comment.body``, a pull request's
-  title, body or head ref, ...): it would be pasted into JavaScript;
-* a ``pull_request_target`` workflow never checks out the pull request's head: that
-  job runs with the base repository's secrets and a write token;
+  shell source (what else untrusted text or code may reach: workflow_injection.py);
 * a ``runner`` choice input offers only labels of ci/runners.toml (or ``all``).
 """
 
@@ -23,20 +19,14 @@ from pathlib import Path
 
 import yaml
 
+from harness.ci import workflow_injection
 from harness.ci.runners import Registry
+from harness.ci.workflow_injection import jobs, steps
 from harness.errors import HarnessError
 
 EXPR_RE = re.compile(r"^\$\{\{(.*)\}\}$", re.S)
 TOKEN_RE = re.compile(r"\s*(?:('[^']*')|(==|!=|&&|\|\||\(|\)|!)|([A-Za-z_][A-Za-z0-9_.-]*))")
 VAR_RE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
-# Event fields whose text comes from whoever opened the issue, pull request or comment.
-UNTRUSTED_RE = re.compile(
-    r"github\.(?:head_ref|event\.(?:comment\.body|issue\.(?:title|body)|pull_request\.(?:title|body|head\.(?:ref|label)"
-    r"|head\.repo\.(?:description|homepage|name|full_name))|review\.body|review_comment\.body|discussion\.(?:title|body)"
-    r"|head_commit\.(?:message|author\.(?:name|email))|commits|pages|workflow_run\.(?:head_branch|display_title"
-    r"|head_commit\.message)|inputs))")
-EXPRESSION_RE = re.compile(r"\$\{\{(.*?)\}\}", re.S)
-PR_HEAD_RE = re.compile(r"github\.(?:event\.pull_request\.head\.(?:sha|ref)|head_ref)|refs/pull/")
 SHELL_OPS = {"|", "||", "&&", ";", ">", ">>", "<", "2>", "&", ")", "then", "do"}
 
 
@@ -58,7 +48,13 @@ def load(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
-        raise WorkflowError(f"{path.name}: not valid YAML: {err}") from None
+        # One line: PyYAML's own message quotes the offending lines.
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        what = " ".join(str(getattr(err, "problem", "") or "unreadable").split())[:120]
+        raise WorkflowError(f"{path.name}: not valid YAML{where}: {what}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise WorkflowError(f"{path.name}: cannot be read ({type(err).__name__})") from None
     if not isinstance(data, dict):
         raise WorkflowError(f"{path.name}: a workflow is a mapping")
     if True in data:  # YAML 1.1 reads the key `on` as a boolean
@@ -132,8 +128,9 @@ def _contexts(workflow: dict, job: dict) -> list[dict[str, object]]:
     axes: dict[str, list[object]] = {}
     on = workflow.get("on") or {}
     dispatch = on.get("workflow_dispatch") if isinstance(on, dict) else None
-    for name, spec in ((dispatch or {}).get("inputs") or {}).items():
-        if spec.get("type") == "choice":
+    inputs = dispatch.get("inputs") if isinstance(dispatch, dict) else None
+    for name, spec in (inputs.items() if isinstance(inputs, dict) else ()):
+        if isinstance(spec, dict) and spec.get("type") == "choice":
             axes[f"inputs.{name}"] = list(spec.get("options") or [])
     matrix = ((job.get("strategy") or {}).get("matrix")) or {}
     combos: list[dict[str, object]] = [{}]
@@ -151,7 +148,7 @@ def _contexts(workflow: dict, job: dict) -> list[dict[str, object]]:
 def check_runs_on(path: Path, workflow: dict, registry: Registry) -> list[Problem]:
     known = {r.runs_on for r in registry.runners.values()}
     problems = []
-    for name, job in (workflow.get("jobs") or {}).items():
+    for name, job in jobs(workflow):
         runs_on = job.get("runs-on")
         if not isinstance(runs_on, str):
             problems.append(Problem(path.name, name, f"runs-on must be one label (got {runs_on!r})"))
@@ -186,9 +183,9 @@ def check_runs_on(path: Path, workflow: dict, registry: Registry) -> list[Proble
 def scripts(workflow: dict) -> list[tuple[str, str]]:
     """(job, run script) for every step with a run: key."""
     out = []
-    for name, job in (workflow.get("jobs") or {}).items():
-        for step in job.get("steps") or []:
-            if isinstance(step, dict) and "run" in step:
+    for name, job in jobs(workflow):
+        for step in steps(job):
+            if "run" in step:
                 out.append((name, str(step["run"])))
     return out
 
@@ -229,32 +226,6 @@ def check_scripts(path: Path, workflow: dict, parse) -> list[Problem]:
     return problems
 
 
-def check_untrusted(path: Path, workflow: dict) -> list[Problem]:
-    """github-script scripts with attacker-written expressions; pull_request_target with
-    a checkout of the pull request's code."""
-    problems = []
-    on = workflow.get("on")
-    triggers = set(on) if isinstance(on, (dict, list)) else {on}
-    for name, job in (workflow.get("jobs") or {}).items():
-        for step in job.get("steps") or [] if isinstance(job, dict) else []:
-            if not isinstance(step, dict):
-                continue
-            uses = str(step.get("uses", ""))
-            with_ = step.get("with") if isinstance(step.get("with"), dict) else {}
-            if uses.startswith("actions/github-script@"):
-                for expr in EXPRESSION_RE.findall(str(with_.get("script", ""))):
-                    if UNTRUSTED_RE.search(expr):
-                        problems.append(Problem(path.name, name, f"github-script pastes ${{{{{expr.strip()}}}}} into "
-                                                "its script; pass it through env: and read process.env"))
-            if "pull_request_target" in triggers and uses.startswith("actions/checkout@"):
-                ref = str(with_.get("ref", "")) + " " + str(with_.get("repository", ""))
-                if PR_HEAD_RE.search(ref) or "pull_request.head.repo" in ref:
-                    problems.append(Problem(path.name, name, "pull_request_target checks out the pull request's head "
-                                            f"({str(with_.get('ref', ''))[:80]}): its code would run with the base "
-                                            "repository's secrets and token"))
-    return problems
-
-
 def check_runner_inputs(path: Path, workflow: dict, registry: Registry) -> list[Problem]:
     on = workflow.get("on") if isinstance(workflow.get("on"), dict) else {}
     inputs = ((on.get("workflow_dispatch") or {}).get("inputs") or {}) if isinstance(on, dict) else {}
@@ -267,13 +238,22 @@ def check_runner_inputs(path: Path, workflow: dict, registry: Registry) -> list[
 
 def check_all(root: Path, registry: Registry, parse) -> list[Problem]:
     problems: list[Problem] = []
-    files = sorted((root / "ci" / "workflows").glob("*.yml"))
+    folder = root / "ci" / "workflows"
+    # GitHub runs both spellings; a check that read only *.yml would pass any *.yaml.
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".yml", ".yaml")) if folder.is_dir() else []
     if not files:
         return [Problem("ci/workflows", "-", "no workflow files")]
     for path in files:
-        workflow = load(path)
+        try:
+            workflow = load(path)
+        except WorkflowError as err:
+            problems.append(Problem(path.name, "-", str(err).removeprefix(f"{path.name}: ")))
+            continue
+        if not isinstance(workflow.get("jobs"), dict) or not all(isinstance(j, dict) for j in workflow["jobs"].values()):
+            problems.append(Problem(path.name, "-", "jobs: must be a mapping of job ids to jobs"))
+            continue
         problems += check_runs_on(path, workflow, registry)
         problems += check_scripts(path, workflow, parse)
-        problems += check_untrusted(path, workflow)
+        problems += [Problem(path.name, job, msg) for job, msg in workflow_injection.check(path, workflow)]
         problems += check_runner_inputs(path, workflow, registry)
     return problems

@@ -87,7 +87,11 @@ def lint(root: Path) -> list[str]:
     registry = load_registry(root / "ci" / "runners.toml")
     load_permissions(root / "ci" / "permissions.json", registry.labels)
     problems = [str(p) for p in workflows.check_all(root, registry, parse_cli)]
-    for path in sorted((root / "suites").rglob("*.py")):
+    suites = root / "suites"
+    # The tree may be a pull request's: a suites/ that links elsewhere (to `/`) is not walked.
+    if suites.is_symlink() or not suites.is_dir():
+        return problems + ["suites/: a symlink or not a directory; runner marks not checked"]
+    for path in sorted(p for p in suites.rglob("*.py") if not p.is_symlink()):
         if not specs.FILE_NAME_RE.match(path.name):
             continue
         rel = str(path.relative_to(root))
