@@ -42,6 +42,9 @@ def rerun_argv(registry: Registry, tree: Path, root: Path, runner: str, tests_js
         raise ConfigError("--tests must be a JSON list of test ids")
     if bool(tests) == bool(suite):
         raise ConfigError("give either --tests (a non-empty list) or --suite, not both")
+    if tests and expr:
+        # A filter selects configs of a suite's grid; tests given by id would run unfiltered.
+        raise ConfigError("--filter applies to --suite only (got --tests and --filter)")
     try:
         if suite:
             group = Group(runner, suite=specs.check_suite(suite, known_suites(root)),

@@ -24,6 +24,25 @@ def runs_urls(base: str, uri: str) -> list[tuple[str, str]]:
             for e in sorted(experiments, key=lambda e: e.name)]
 
 
+def _check_bind(host: str, port: int, error: type[Exception]) -> None:
+    """Refuse, in one line, a host that does not resolve or an address already taken:
+    the MLflow server logs such a failure and exits 0 (after up to a minute), so the
+    command would look as if it had served."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, ValueError):
+        raise error(f"--host {host!r} is not a host name or address this machine resolves") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        try:
+            probe.bind(addr)
+        except OSError as err:
+            raise error(f"--host {host} --port {port} cannot be served ({err.strerror}); "
+                        "pick another --port or stop what listens there") from None
+
+
 def run(args: argparse.Namespace) -> int:
     import os
     import shutil
@@ -39,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise MlflowUnavailable(f"no local MLflow store at {root / 'mlflow.db'}: run kvbench sweep first")
     if not 1 <= args.port <= 65535:
         raise MlflowUnavailable(f"--port must be in 1..65535 (got {args.port})")
+    _check_bind(args.host, args.port, MlflowUnavailable)
     exe = shutil.which("mlflow", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     if exe is None:
         raise MlflowUnavailable("the mlflow executable is not installed (pip install 'kvbench[harness]')")

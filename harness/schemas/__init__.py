@@ -89,7 +89,9 @@ def _where(loc: tuple[Any, ...]) -> str:
         elif str(part) in NOT_KEYS or str(part).startswith(("(", "function-")):
             continue
         else:
-            out += f".{part}" if out else str(part)
+            # A key holding a newline or control character would break the one-line error: quoted.
+            key = str(part) if str(part).isprintable() else repr(str(part))
+            out += f".{key}" if out else key
     return out
 
 

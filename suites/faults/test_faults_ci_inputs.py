@@ -126,3 +126,20 @@ def test_a_binary_body_file_is_one_line(tmp_path, cli, capsys):
 def test_bot_plan_needs_a_pull_request_number(pr, cli, capsys):
     assert cli("bot", "plan", "/rerun-test test_x.py", "--pr", pr, "--root", REPO) == 2
     _one_line(capsys, "--pr", ">= 1")
+
+
+def test_rerun_args_refuses_a_filter_with_tests(cli, capsys):
+    assert cli("ci", "rerun-args", "--runner", "cpu", "--run-id", "r1", "--root", REPO,
+               "--tests", json.dumps(["suites/unit/ci/test_ci_bot.py"]), "--filter", "ps:16") == 2
+    _one_line(capsys, "--filter", "--suite")
+
+
+def test_a_runner_label_with_a_newline_is_one_line(tmp_path, cli, capsys):
+    root = tmp_path / "repo"
+    shutil.copytree(REPO / "ci", root / "ci")
+    with (root / "ci" / "runners.toml").open("a") as fh:
+        fh.write('\n[runners."gpu\\n## merged"]\nprofile = "cpu"\ngpus = 0\nruns_on = "x"\n')
+    assert cli("ci", "runners", "--root", root) == 2
+    _one_line(capsys, "runners.'gpu\\n## merged'")
+    assert cli("ci", "rerun-args", "--runner", "cpu\n## x", "--run-id", "r1", "--suite", "smoke", "--root", REPO) == 2
+    _one_line(capsys, "runner must be one of")
