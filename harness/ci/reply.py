@@ -75,7 +75,7 @@ def render(plan: Plan) -> str:
         lines.append(f"**kvbench bot** `/tag-and-rerun-ci` for {who}")
     else:
         n = len(plan.groups)
-        at = f" on `{plan.head[:12]}`" if plan.head else ""
+        at = f" on {code(plan.head[:12])}" if plan.head else ""
         lines.append(f"**kvbench bot** `/{plan.command}` for {who}: {n} run{'s' if n != 1 else ''}{at}")
     for i, group in enumerate(plan.groups, 1):
         lines += ["", f"**{i}. runner {code(group.runner, 60)}** \u2014 {MARKERS[group.status]}"]
