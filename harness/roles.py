@@ -5,7 +5,8 @@ A role is checked by the import names of the packages its commands cannot run wi
 found with ``importlib.util.find_spec`` (nothing is imported, so the check costs no
 start-up time). Packages that only some paths import, each of which degrades or says so
 (MLflow under ``--no-mlflow``, matplotlib's plots, psutil's system metrics, NVML on a CPU
-machine, safetensors for a checkpoint), are not part of a role's check; a command that
+machine, safetensors for a checkpoint, scipy for repeated timings; ci/gpu-check.sh sweeps
+on GPU machines that may lack some of them), are not part of a role's check; a command that
 cannot do without one lists it in ``harness.commands.NEEDS``. Anything a check misses
 still ends as the same one line: the CLI turns an ImportError of a role package into it
 (``missing_extra``).
@@ -22,7 +23,7 @@ _ENGINE = ("numpy", "torch")
 # extra -> import names of what every command of that role imports.
 ROLE_PACKAGES: dict[str, tuple[str, ...]] = {
     "engine": _ENGINE,
-    "harness": _ENGINE + ("pydantic", "rich", "scipy", "pytest", "xdist"),
+    "harness": _ENGINE + ("pydantic", "rich", "pytest", "xdist"),
     "ci": ("yaml", "pydantic", "pytest"),
     # SGLang itself is installed apart (--no-deps); kvbench conform says so in its own line.
     "conform": _ENGINE,
@@ -31,7 +32,7 @@ ROLE_PACKAGES: dict[str, tuple[str, ...]] = {
 # Every import name an extra installs: a missing one of these is an install problem, any
 # other ImportError is a bug and keeps its traceback.
 EXTRA_PACKAGES = frozenset({p for names in ROLE_PACKAGES.values() for p in names}
-                           | {"mlflow", "psutil", "pynvml", "matplotlib", "safetensors", "_pytest"})
+                           | {"mlflow", "psutil", "pynvml", "matplotlib", "scipy", "safetensors", "_pytest"})
 
 
 def installed(name: str) -> bool:
