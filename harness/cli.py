@@ -7,8 +7,9 @@ import importlib
 import os
 import sys
 
-from harness.commands import COMMANDS, DEFAULT_EXTRA, EXTRA
-from harness.errors import HarnessError, missing_extra
+from harness import roles
+from harness.commands import COMMANDS, NEEDS, ROLE
+from harness.errors import HarnessError
 from mini_engine.errors import KVBenchError
 
 
@@ -50,14 +51,16 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         try:
+            # The role first: a command imports its packages only once they are known to be there.
+            roles.check(args.command, ROLE[args.command], NEEDS.get(args.command, ()))
             code = int(args.func(args) or 0)
         except (KVBenchError, HarnessError) as err:
             print(f"kvbench: error: {err}", file=sys.stderr)
             code = 2
         except ImportError as err:
-            # A role's packages are not installed (the bot's venv has no torch): say which
-            # extra to install. Any other ImportError is a bug and keeps its traceback.
-            missing = missing_extra(err, args.command, EXTRA.get(args.command, DEFAULT_EXTRA))
+            # A package of the role that only this path imports (safetensors for a checkpoint):
+            # the same one line. Any other ImportError is a bug and keeps its traceback.
+            missing = roles.missing_extra(err, args.command, ROLE[args.command])
             if missing is None:
                 raise
             print(f"kvbench: error: {missing}", file=sys.stderr)

@@ -12,6 +12,9 @@ which reads the variable as CUDA does:
   The list ends at the first entry that names no device (or one already named),
   as CUDA's does. Indices are NVML's, which are CUDA's when
   ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; on a machine of one GPU model the orders agree.
+  CUDA's own default is FASTEST_FIRST, so the workers a sweep starts get
+  ``PCI_BUS_ID`` (``pci_bus_order``), and a user who set another order on a machine
+  whose GPUs differ is told, in one line, that kvbench reads indices in bus order.
 
 A worker is pinned by the UUID of its device (``GPU-...`` or ``MIG-...``): the
 one identifier that means the same device whatever the enumeration order, and
@@ -29,6 +32,8 @@ from typing import Any
 from mini_engine.errors import KVBenchError
 
 ENV = "CUDA_VISIBLE_DEVICES"
+ORDER = "CUDA_DEVICE_ORDER"
+PCI_BUS_ID = "PCI_BUS_ID"
 
 
 class DeviceError(KVBenchError):
@@ -160,3 +165,40 @@ def plan_workers(jobs: int | None, gpu_ids: list[str], *, uses_gpu: bool, oversu
     if jobs < 2 or not gpu_ids:
         return WorkerPlan(jobs, ())
     return WorkerPlan(jobs, tuple(gpu_ids[i % n] for i in range(jobs)))
+
+
+def order_warning(nv, env: Mapping[str, str] | None = None) -> str | None:
+    """One line when CUDA_DEVICE_ORDER asks CUDA for another order than NVML's and the
+    GPUs differ (of one model, FASTEST_FIRST ties break by bus id: the orders agree)."""
+    env = os.environ if env is None else env
+    value = env.get(ORDER)
+    if nv is None or value is None or value == PCI_BUS_ID:
+        return None
+    names = sorted({_gpu(nv, i).name for i in range(int(nv.nvmlDeviceGetCount()))})
+    if len(names) < 2:
+        return None
+    return (f"kvbench: warning: {ORDER}={value!r} orders CUDA's indices otherwise than NVML's on this machine "
+            f"({', '.join(names)}); kvbench reads {ENV} in PCI bus order and starts its workers with "
+            f"{ORDER}={PCI_BUS_ID}")
+
+
+def check_order() -> str | None:
+    """order_warning for this machine and environment (None without NVML)."""
+    with nvml() as nv:
+        return order_warning(nv)
+
+
+@contextmanager
+def pci_bus_order() -> Iterator[None]:
+    """Workers started inside (xdist inherits this process's environment) number GPUs as
+    NVML does, which is how kvbench read CUDA_VISIBLE_DEVICES and profiled the GPUs; the
+    caller's environment is restored after."""
+    before = os.environ.get(ORDER)
+    os.environ[ORDER] = PCI_BUS_ID
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ORDER, None)
+        else:
+            os.environ[ORDER] = before

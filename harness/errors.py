@@ -20,21 +20,3 @@ class ConfigError(HarnessError, ValueError):
 class MissingExtra(HarnessError):
     """A command needs packages of a role (an extra) that is not installed."""
 
-
-# The import names of the packages the extras install; a missing one of these is an
-# install problem, any other ImportError is a bug and keeps its traceback.
-EXTRA_PACKAGES = frozenset({
-    "torch", "numpy", "safetensors",  # engine
-    "mlflow", "psutil", "pynvml", "matplotlib", "scipy", "rich", "xdist",  # harness
-    "yaml", "pytest", "_pytest",  # ci
-})
-
-
-def missing_extra(err: ImportError, command: str, extra: str) -> MissingExtra | None:
-    """The one-line error for ``err`` if it is a role's package missing, else None."""
-    name = (err.name or "").partition(".")[0]
-    if name not in EXTRA_PACKAGES:
-        return None
-    name = name.lstrip("_")  # _pytest is pytest's
-    return MissingExtra(f"kvbench {command} needs the {extra} extra ({name} is not installed): "
-                        f"pip install 'kvbench[{extra}]' (from a checkout: pip install -e '.[{extra}]')")

@@ -26,8 +26,6 @@ from harness.metric_kinds import higher_is_better, kind
 from harness.report_svg import heatmap, line_chart
 from harness.urls import check_web_url, is_web_url
 
-TREND_METRICS = ("peak_pages_held", "peak_stranded_slots", "peak_reserved_slots", "leaked_pages",
-                 "output_tokens_per_s")
 MAX_LINES = 8  # configs per trend chart; more are unreadable
 MAX_FACETS = 8
 MAX_TABLE = 200

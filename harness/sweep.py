@@ -241,6 +241,8 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     chosen = f" ({selected} selected by --filter)" if selected is not None else ""
     console.print(f"kvbench sweep {suite.name}: {len(suite.configs)} configs{chosen}, {jobs} worker(s), profile {hw.profile}, "
                   f"run {run_dir.run_id}" + (f" (resuming, {done_before} done)" if opts.resume else ""))
+    if order := devices.check_order():  # before the live progress, which would overdraw it
+        err_console.print(order, markup=False, soft_wrap=True)
     started = time.time()
     log = _Log(run_dir.path / "pytest.log")
     streams = sys.stdout, sys.stderr
@@ -248,7 +250,8 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     try:
         sys.stdout = sys.stderr = log  # pytest's terminal report is the log, the console is the progress
         try:
-            rc = int(pytest.main(pytest_args(jobs, opts.filter, plan.pins), plugins=[controller]))
+            with devices.pci_bus_order():
+                rc = int(pytest.main(pytest_args(jobs, opts.filter, plan.pins), plugins=[controller]))
         finally:
             sys.stdout, sys.stderr = streams
             display.stop()

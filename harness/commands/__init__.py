@@ -9,7 +9,8 @@ packages; ``func`` imports what its command needs.
 # Order is the order of ``kvbench --help``.
 COMMANDS = ("run", "sweep", "compare", "baseline", "history", "report", "bisect", "sync", "ui", "replay", "conform", "bot", "ci")
 
-# The extra (pyproject.toml) that installs what each command imports; the CLI names it
-# when a package is missing.
-EXTRA = {"replay": "engine", "conform": "conform", "bot": "ci", "ci": "ci"}
-DEFAULT_EXTRA = "harness"
+# The role (an extra of pyproject.toml) each command needs: the CLI checks it is installed
+# (harness.roles) before the command imports anything of it, and names the extra if not.
+ROLE = {**{name: "harness" for name in COMMANDS}, "replay": "engine", "conform": "conform", "bot": "ci", "ci": "ci"}
+# What a command cannot run without beyond its role's check (optional elsewhere in the role).
+NEEDS = {"sync": ("mlflow",), "ui": ("mlflow",)}

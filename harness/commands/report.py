@@ -6,10 +6,14 @@ import argparse
 
 from mini_engine.errors import ConfigError
 
+# The figures trended by default. Here, not in harness.report: --help lists them, and
+# building the parser must not import the report's modules (they need pydantic, which a
+# bare install lacks).
+TREND_METRICS = ("peak_pages_held", "peak_stranded_slots", "peak_reserved_slots", "leaked_pages",
+                 "output_tokens_per_s")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from harness.report import TREND_METRICS
-
     p = sub.add_parser("report", help="write an HTML report (trends, compare table, heatmaps) over runs",
                        description="Runs are ordered by start time (meta.json). The newest is compared with "
                                    "the one before it, or with --baseline.")
@@ -46,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     nights.sort(key=lambda n: (n.created, n.name))
     hist = history.build(nights)
     baseline = load_baseline(args.baseline) if args.baseline else None
-    html, cmp = report.page(hist, metrics=args.metric or list(report.TREND_METRICS), configs=args.config,
+    html, cmp = report.page(hist, metrics=args.metric or list(TREND_METRICS), configs=args.config,
                             heat_metric=args.heatmap, baseline=baseline, mlflow_url=args.mlflow_url)
     out = Path(args.out)
     try:

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import MissingExtra, missing_extra
+from harness.errors import MissingExtra
+from harness.commands import COMMANDS, ROLE
+from harness.roles import EXTRA_PACKAGES, ROLE_PACKAGES, missing_extra
 
 REPO = Path(__file__).resolve().parents[3]
 FIX = Path(__file__).resolve().parent / "fixtures"
@@ -50,9 +52,10 @@ sys.exit(code)
 """
 
 
-def kvbench(tmp_path: Path, *args: object, cwd: Path = REPO) -> tuple[subprocess.CompletedProcess, list[str]]:
+def kvbench(tmp_path: Path, *args: object, cwd: Path = REPO,
+            blocked: tuple[str, ...] = BLOCKED) -> tuple[subprocess.CompletedProcess, list[str]]:
     log = tmp_path / "refused.txt"
-    code = f"BLOCKED = {BLOCKED!r}\n{RUNNER}"
+    code = f"BLOCKED = {blocked!r}\n{RUNNER}"
     env = {**os.environ, "PYTHONPATH": str(REPO), "KVBENCH_RESULTS": str(tmp_path / "results")}
     proc = subprocess.run([sys.executable, "-c", code, str(log), *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
@@ -142,3 +145,35 @@ def test_only_a_role_package_counts_as_missing():
     assert missing_extra(ImportError("x"), "sweep", "harness") is None
     err = missing_extra(ModuleNotFoundError("x", name="mlflow.tracking"), "sync", "harness")
     assert isinstance(err, MissingExtra) and "(mlflow is not installed)" in str(err)
+
+
+# Arguments each command parses (what they name need not exist: the role check comes first).
+VALID_ARGS = {"run": [], "sweep": ["smoke"], "compare": ["r"], "baseline": ["r"], "history": ["smoke"],
+              "report": ["r"], "bisect": ["--good", "a", "--bad", "b", "--config", "c"], "sync": ["r"], "ui": [],
+              "replay": ["t.jsonl"], "conform": ["t.jsonl"], "bot": ["plan", "/rerun-test x"], "ci": ["lint"]}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_bare_install_refuses_every_command_in_one_line(tmp_path, command):
+    """`pip install .` with no extra: not even pydantic, yaml or pytest. Each command says
+    which extra it needs before importing anything of it (pydantic via harness.baseline
+    used to end in a traceback), and its --help still works."""
+    bare = tuple(sorted(EXTRA_PACKAGES | {"pydantic", "yaml", "pytest", "xdist"}))
+    proc, _ = kvbench(tmp_path, command, *VALID_ARGS[command], cwd=tmp_path, blocked=bare)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    extra = ROLE[command]
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"kvbench: error: kvbench {command} needs the {extra} extra (")
+    assert f"pip install 'kvbench[{extra}]'" in proc.stderr
+    proc, _ = kvbench(tmp_path, command, "--help", cwd=tmp_path, blocked=bare)
+    assert proc.returncode == 0 and f"usage: kvbench {command}" in proc.stdout, proc.stderr
+
+
+def test_every_role_is_an_extra_and_every_command_has_one():
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    extras = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    assert set(ROLE) == set(COMMANDS) and set(ROLE.values()) <= set(ROLE_PACKAGES) <= extras

@@ -3,6 +3,7 @@ and pins on a shared runner, driven through the real detection and launch code."
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -205,3 +206,47 @@ def test_sweep_with_more_workers_than_gpus_exits_2_with_one_line(fake, monkeypat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "-j 8" in err and "--oversubscribe" in err
     assert not any(results_root.rglob("meta.json"))  # refused before any run directory
+
+
+def _launch(cli, monkeypatch, *args):
+    """The real `kvbench sweep` up to the pytest launch: the environment its workers inherit."""
+    launched = {}
+
+    def main(cmd, plugins=()):
+        launched["order"] = os.environ.get("CUDA_DEVICE_ORDER")
+        raise Launched
+
+    monkeypatch.setattr(pytest, "main", main)
+    with pytest.raises(Launched):
+        cli("sweep", *args, "--no-mlflow")
+    return launched["order"]
+
+
+@pytest.mark.parametrize("gpus", ["4,5,6,7", "3"])  # pinned workers (--tx env) and one unpinned (-n)
+def test_workers_number_gpus_in_pci_bus_order(fake, monkeypatch, results_root, cli, capsys, gpus):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", gpus)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    assert _launch(cli, monkeypatch, "nightly-gpu") == "PCI_BUS_ID"
+    assert "CUDA_DEVICE_ORDER" not in os.environ  # the caller's environment is left as it was
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_another_order_on_mixed_gpus_warns_in_one_line(fake, monkeypatch, results_root, cli, capsys):
+    fake.gpus[1].name = "NVIDIA H100 80GB HBM3"  # CUDA's FASTEST_FIRST would number it apart
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    assert _launch(cli, monkeypatch, "nightly-gpu") == "PCI_BUS_ID"
+    assert os.environ["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "CUDA_DEVICE_ORDER" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("kvbench: warning: CUDA_DEVICE_ORDER='FASTEST_FIRST'")
+    assert "NVIDIA H100 80GB HBM3, NVIDIA H200" in warnings[0] and "PCI_BUS_ID" in warnings[0]
+
+
+def test_another_order_on_one_gpu_model_is_no_warning(fake, monkeypatch):
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    assert devices.order_warning(fake) is None  # every GPU an H200: the two orders agree
+    fake.gpus[7].name = "NVIDIA H100 80GB HBM3"
+    assert "FASTEST_FIRST" in devices.order_warning(fake)
+    assert devices.order_warning(fake, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}) is None
+    assert devices.order_warning(fake, {}) is None
+    assert devices.order_warning(None) is None  # no driver
