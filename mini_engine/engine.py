@@ -218,7 +218,7 @@ class Engine(DecodeStep, BatchUpkeep):
     def _transfer(self, reqs: list[Request]) -> None:
         firsts = _results(self.backend.forward(self.batches.transfer(reqs)), len(reqs))  # pd_prealloc committed the fill_len tokens
         # SGLang groups the frees of this batch only with the decode-side radix cache.
-        with self.manager.free_group() if self.mem.profile.pd_radix else nullcontext():
+        with self.manager.free_group() if self.cfg.rules.pd_radix else nullcontext():
             for r, tok in zip(reqs, firsts):
                 r.outputs.append(int(tok))
                 self.stats.output_tokens += 1
@@ -256,7 +256,7 @@ class Engine(DecodeStep, BatchUpkeep):
 
     def _on_release(self, r: Request, retracted: bool) -> None:
         self._releases += 1
-        self.stats.on_release(int(r.kv.allocated), self.mem.profile.free)
+        self.stats.on_release(int(r.kv.allocated), self.cfg.rules.free)
         r.unbind()  # its row goes back: the counters stay with the request
         r.decode_batches = 0  # a retracted request starts over
         self._left.add(r.rid)

@@ -57,12 +57,10 @@ from typing import Any
 
 from mini_engine.algos import ROW_HEADROOM_RULES
 from mini_engine.errors import ConfigError, check_choice, check_positive
+from mini_engine.memory.rules import FREE_RULES, POLICIES, PREFIX_CACHES, MemoryRules
 from mini_engine.retraction import RULES as RETRACTIONS
 
 WRITERS = ("extend", "decode", "pd", "eagle", "dflash")
-FREE_RULES = ("segment", "floor", "dedup")
-PREFIX_CACHES = ("radix", "chunk")
-POLICIES = ("aligned", "unaligned")  # shorthand for align: every writer or none
 OVERLAP = ("on", "off")
 
 
@@ -107,6 +105,12 @@ class Profile:
     @property
     def all_aligned(self) -> bool:
         return self.align >= set(WRITERS)
+
+    def memory_rules(self) -> MemoryRules:
+        """The knobs the memory layer reads, as plain values (it never sees the profile)."""
+        return MemoryRules(align=self.align, all_aligned=self.all_aligned, free=self.free,
+                           swa_eviction_interval=self.swa_eviction_interval,
+                           prefix_cache=self.prefix_cache, pd_radix=self.pd_radix, header=self.knobs())
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as plain JSON values (the trace header, a result row)."""

@@ -24,7 +24,7 @@ class Growth:
         if target <= state.allocated:
             return True
         return self._grow([state], np.array([target], dtype=np.int64), writer="prefill",
-                          aligned=self.profile.aligns("extend"))
+                          aligned=self.rules.aligns("extend"))
 
     def prepare(self, states: list[ReqKVState], reserve: int, *, algo: str | None = None,
                 after_fits: bool = False) -> bool:
@@ -37,7 +37,7 @@ class Growth:
         if not states:
             return True
         ps, width = self.ps, self.mem.row_width
-        aligned = self.step_aligned if algo is None else self.profile.aligns(algo)
+        aligned = self.step_aligned if algo is None else self.rules.aligns(algo)
         planned, self._fits_plan = self._fits_plan, None
         if after_fits and planned is not None and planned[0] is states and planned[1:3] == (reserve, aligned):
             rows, cur, com, nxt = planned[3:]
@@ -108,12 +108,12 @@ class Growth:
             return True
         targets = np.array([self._extent_for(s, check_positive("new_len", n, minimum=0), "extend")
                             for s, n in zip(states, new_lens)], dtype=np.int64)
-        return self._grow(states, targets, writer="prefill", aligned=self.profile.aligns("extend"))
+        return self._grow(states, targets, writer="prefill", aligned=self.rules.aligns("extend"))
 
     # -- internals ----------------------------------------------------------------
     def _extent_for(self, state: ReqKVState, n: int, writer: str) -> int:
         """The extent a writer records to cover positions < n: page-ceiled if the profile aligns it."""
-        target = -(-n // self.ps) * self.ps if self.profile.aligns(writer) else n
+        target = -(-n // self.ps) * self.ps if self.rules.aligns(writer) else n
         if target > self.mem.row_width:
             raise ConfigError(
                 f"row_width={self.mem.row_width} is too small for {n} positions of request "

@@ -36,9 +36,9 @@ class KVManager(Growth, SWACursor, Release):
     def __init__(self, mem: MemoryConfig, auditor: Auditor | None = None, trace: TraceWriter | None = None):
         self.mem = mem.validate()
         self.ps = mem.page_size
-        self.profile = mem.profile
+        self.rules = mem.rules
         # Whether a decode step's reservation page-ceils (the algorithm's writer, or plain decode's).
-        self.step_aligned = self.profile.aligns(mem.algo or "decode")
+        self.step_aligned = self.rules.aligns(mem.algo or "decode")
         self.auditor = auditor
         self.trace = trace
         self.full = PagedAllocator(mem.num_pages, mem.page_size, "full", trace, auditor)
@@ -71,7 +71,7 @@ class KVManager(Growth, SWACursor, Release):
     @property
     def aligned(self) -> bool:
         """Every writer page-ceils its extent (the host-aligned rules): no slot is ever stranded."""
-        return self.profile.all_aligned
+        return self.rules.all_aligned
 
     # -- counters the engine reads every step (O(1), host only) -------------------
     @property

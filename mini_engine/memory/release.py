@@ -20,7 +20,7 @@ class Release:
             raise ValueError(f"release of request {state.rid}: it is not live (released already?)")
         host_row = self.req_to_token.host[row]
         cursor = state.swa_evicted
-        if self.profile.free == "dedup":
+        if self.rules.free == "dedup":
             if extent:
                 self._give_back("full", state, self.full.free(host_row[:extent]))
             if self.swa is not None:
@@ -79,7 +79,7 @@ class Release:
         leaks. floor: whole pages of the extent only, so an unaligned extent drops
         its last page (one leaked page per such release).
         """
-        if self.profile.free == "floor":
+        if self.rules.free == "floor":
             return extent // self.ps * self.ps
         return -(-extent // self.ps) * self.ps
 

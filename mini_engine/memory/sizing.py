@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from mini_engine.errors import check_choice, check_positive
-
-POLICIES = ("aligned", "unaligned")
+from mini_engine.memory.rules import POLICIES
 
 
 def ceil_ps(x: int, ps: int) -> int:

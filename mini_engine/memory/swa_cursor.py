@@ -25,7 +25,7 @@ class SWACursor:
         """
         if self.swa is None:
             return 0
-        p = self.profile
+        p = self.rules
         old = state.swa_evicted
         if pre_len is None:
             pre_len = state.committed
@@ -49,14 +49,14 @@ class SWACursor:
         target = self._extent_for(state, fill_len, "pd")
         if self.swa is not None and self.ps > 1:  # SGLang takes the tail path only when ps > 1
             window = self.mem.window
-            tail = pd_swa_tail_len(fill_len, window, self.ps, self.profile.pd_radix)
+            tail = pd_swa_tail_len(fill_len, window, self.ps, self.rules.pd_radix)
             value = fill_len - tail
             if self.trace is not None:
                 self.trace.write({"op": "swa_prealloc", "fill_len": fill_len, "window": window,
                                   "tail": fill_len - value, "evicted": value})
             self._write_cursor(state, value, fill_len=fill_len, window=window)
         if not self._grow([state], np.array([target], dtype=np.int64), writer="pd",
-                          aligned=self.profile.aligns("pd")):
+                          aligned=self.rules.aligns("pd")):
             state.swa_evicted = 0  # the prealloc did not happen: the fresh state is restored whole
             return False
         self._sum_committed += fill_len
