@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mini_engine.config import EngineConfig
+from mini_engine.memory.sizing import swa_evict_due
 from mini_engine.retraction import Retraction
 from mini_engine.request import Request, Status
 
@@ -251,11 +252,11 @@ class Scheduler:
         mgr = self.manager
         if mgr.swa is None:
             return
-        # The first test of sizing.swa_evict_target (committed - window >= cursor + interval)
-        # over the batch in one pass; evict_swa decides the rest, for those only.
+        # The interval rule over the batch in one pass; evict_swa decides the rest, for those only.
         rows = np.fromiter((r.kv.row for r in batch), dtype=np.int64, count=len(batch))
-        kv, mem = mgr.rows, mgr.mem
-        due = kv.committed[rows] - kv.swa_evicted[rows] >= mem.window + mem.rules.swa_eviction_interval
+        kv = mgr.rows
+        due = swa_evict_due(kv.committed[rows], kv.swa_evicted[rows], mgr.mem.window,
+                            mgr.rules.swa_eviction_interval)
         with mgr.free_group():
             for i in np.flatnonzero(due).tolist():
                 r = batch[i]
