@@ -185,8 +185,8 @@ class DecodeStep:
 
     def _add_ahead(self, ahead: int, extra: int, extra_slots: int) -> None:
         stats = self.stats
-        stats.peak_reserved_ahead = max(stats.peak_reserved_ahead, ahead)
-        stats.reserved_ahead_sum += ahead
+        stats.peak_reserved_ahead_slots = max(stats.peak_reserved_ahead_slots, ahead)
+        stats.reserved_ahead_slots_sum += ahead
         stats.overlap_extra_reservations += extra
         stats.overlap_extra_slots += extra_slots
 
@@ -274,7 +274,7 @@ class DecodeStep:
                 stats.accepted_tokens += out if n is lens else int(lens.sum())
             if cfg.draft_window is not None:
                 # K9 itself is an audit check (memory.invariants); this only counts the peak.
-                stats.peak_compact_draft = max(stats.peak_compact_draft, *(
+                stats.peak_compact_draft_len = max(stats.peak_compact_draft_len, *(
                     sizing.compact_draft_len(c, cfg.draft_window, cfg.page_size)
                     for c in self.manager.rows.committed[rows].tolist()))
             if ends:
