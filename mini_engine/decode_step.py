@@ -21,6 +21,9 @@ from collections import deque
 from operator import attrgetter
 
 import numpy as np
+# numpy loads numpy.ma lazily inside the first np.unique (the page frees use it);
+# loading it with the engine keeps that one-off import out of the host planning time.
+import numpy.ma  # noqa: F401
 
 from mini_engine.backend import Backend
 from mini_engine.config import EngineConfig

@@ -19,10 +19,6 @@ import time
 import weakref
 from contextlib import nullcontext
 
-# numpy loads numpy.ma lazily inside the first np.unique (the page frees use it);
-# loading it here keeps that one-off import out of the host planning time.
-import numpy.ma  # noqa: F401
-
 from mini_engine.backend import Backend, create_backend
 from mini_engine.config import EngineConfig, require_cuda
 from mini_engine.decode_batch import DecodeBatch
