@@ -8,6 +8,10 @@ verify, the commit. Under overlap scheduling the previous step's result lands
 between the plan and the forward (mini_engine.overlap). The batch arrays evolve by
 those steps alone (filter, merge, the planned extents, the accepted counts), so
 K10 checks the engine's bookkeeping against the request states.
+
+DecodeStep holds what a decode step needs (the scheduler, the manager, the backend's
+batch builder, the stats, the running batch) and the one piece of state it alone
+writes: the result in flight and what it was launched with.
 """
 
 from __future__ import annotations
@@ -17,69 +21,97 @@ from collections import deque
 from operator import attrgetter
 
 import numpy as np
+# numpy loads numpy.ma lazily inside the first np.unique (the page frees use it);
+# loading it with the engine keeps that one-off import out of the host planning time.
+import numpy.ma  # noqa: F401
 
-from mini_engine.batch_upkeep import _rows
+from mini_engine.backend import Backend
+from mini_engine.config import EngineConfig
+from mini_engine.decode_batch import DecodeBatch, rows_of
 from mini_engine.memory import sizing
+from mini_engine.memory.manager import KVManager
 from mini_engine.overlap import InFlight, finishing_in_flight, reserved_ahead
-from mini_engine.request import Request, Status
+from mini_engine.request import Request, Status, Tally
+from mini_engine.scheduler import Scheduler
+from mini_engine.stats import Stats
+from mini_engine.step_batch import BatchBuilder
 
 # The outputs column of a batch of requests, one C-level pass.
 _OUTPUTS = attrgetter("outputs")
 
 
 class DecodeStep:
-    """Engine's decode-step methods, kept apart so each file stays short. The state they
-    read and write is the engine's own, set up in Engine.__init__."""
+    def __init__(self, cfg: EngineConfig, *, manager: KVManager, sched: Scheduler, backend: Backend,
+                 builder: BatchBuilder, stats: Stats, batch: DecodeBatch, tally: Tally):
+        self.cfg = cfg
+        self.manager = manager
+        self.sched = sched
+        self.backend = backend
+        self.batches = builder
+        self.stats = stats
+        self.batch = batch
+        self._tally = tally  # decoding requests' step counters, by row
+        # What every decode step asks of the config (its properties look the algorithm up each time).
+        self._spec, self._most = cfg.speculative, cfg.max_accept
+        # Overlap scheduling (mini_engine.overlap): a decode step's result lands after the
+        # next step is planned. Plain decode counts its token committed when it allocates
+        # (SGLang's alloc_for_decode), so that part of its result is taken before the plan.
+        self.overlap = cfg.rules.overlap
+        self.commit_at_alloc = not cfg.algo.stale_under_overlap
+        self.inflight: InFlight | None = None
+        # The in-flight step's (releases when it ran, its rows, its result lengths).
+        self._launch: tuple = (-1, None, None)
 
-    def _decode(self, batch: list[Request]) -> bool | None:
+    def run(self, batch: list[Request], step_no: int) -> bool | None:
+        """One decode step over the batch: True when it made progress, None when the pool is exhausted."""
         t0 = time.perf_counter()
         # Overlap: a request the in-flight result finishes by length sits this plan out.
         finishing = self._finishing(batch)
         if finishing:
             batch = [r for r in batch if r not in finishing]
             if not batch:
-                return self._land()
+                return self.land()
         if self.commit_at_alloc and self.inflight is not None:
             self._commit_in_flight()
         before = self.manager.rows.allocated.copy()  # every row's extent before the reservation
         # SGLang's order: check and retract on the pools as they are, then evict, then allocate.
         got = self.sched.reserve_decode(batch, wait=bool(finishing))
         if not got:
-            landed = self._land()  # waiting on the frees of the result in flight: no decode batch
+            landed = self.land()  # waiting on the frees of the result in flight: no decode batch
             if got is None and not landed:
                 return None  # the pool is exhausted
             return landed  # after its frees, the next plan tries again
-        if got == self._batch_reqs:  # all counted by row already (bound when they first decoded)
-            self._tally.decode_batches[self.batch.rows] += 1
+        if got == self.batch.reqs:  # all counted by row already (bound when they first decoded)
+            self._tally.decode_batches[self.batch.arrays.rows] += 1
         else:
             for r in got:
                 if r._tally is None:
                     r.bind(self._tally, r.kv.row)
                 r.decode_batches += 1
         batch = got
-        self._sync_batch(batch)
+        self.batch.sync(batch, step_no)
         # The batch arrays' rows when they hold exactly this batch (a wrong row there would fail
         # K10's rid check at the end of the step), else read from the requests.
-        rows = self.batch.rows if batch == self._batch_reqs else _rows(batch)
+        rows = self.batch.arrays.rows if batch == self.batch.reqs else rows_of(batch)
         self._count_ahead(batch, rows, before)
         landed_s = 0.0
         if self.overlap:
             # SGLang's event_loop_overlap: step N's result is processed after step N+1 is planned.
             # A request it finishes drops out of step N+1 (that result would be skipped).
-            released = self._releases
+            released = self.batch.releases
             tl = time.perf_counter()
-            self._land()
+            self.land()
             landed_s = time.perf_counter() - tl
-            if self._releases != released:
+            if self.batch.releases != released:
                 batch = [r for r in batch if r.status is Status.RUNNING and r.kv is not None]
-                rows = _rows(batch)
+                rows = rows_of(batch)
         t1 = time.perf_counter()
         results = self._forward(batch, rows) if batch else []
         t2 = time.perf_counter()
         lens = np.fromiter(map(len, results), dtype=np.int64, count=len(results))
         if self.overlap:
             self.inflight = InFlight(batch, results) if batch else None
-            self._launch = (self._releases, rows, lens)
+            self._launch = (self.batch.releases, rows, lens)
         else:
             self._process(batch, results, lens, rows)
         # Host time, the forward excluded: the plan (retract, evict, reserve and allocate, the
@@ -93,13 +125,13 @@ class DecodeStep:
 
     def _forward(self, batch: list[Request], rows: np.ndarray) -> list[list[int]]:
         if self._spec:
-            return _results(self.backend.forward(self.batches.verify(batch, rows)), len(batch))
-        return [[t] for t in _results(self.backend.forward(self.batches.decode(batch)), len(batch))]
+            return checked_results(self.backend.forward(self.batches.verify(batch, rows)), len(batch))
+        return [[t] for t in checked_results(self.backend.forward(self.batches.decode(batch)), len(batch))]
 
     def _all_live(self) -> bool:
         """Nobody was released since the result in flight ran: every request of it still runs
         on the KV state (and row) it ran with, so InFlight.live() keeps them all."""
-        return self._releases == self._launch[0]
+        return self.batch.releases == self._launch[0]
 
     def _finishing(self, batch: list[Request]) -> list[Request]:
         """finishing_in_flight over the batch, read from the rows' remaining outputs."""
@@ -108,7 +140,7 @@ class DecodeStep:
             return []
         if not self._all_live():
             return finishing_in_flight(batch, inflight)
-        left = self._left_rows[self._launch[1]]
+        left = self.batch.left_rows[self._launch[1]]
         if int(left.min()) > 1:  # nobody's next output finishes it (most steps)
             return []
         hits = np.flatnonzero(left <= 1)
@@ -134,7 +166,7 @@ class DecodeStep:
         ahead = alloc - kv.committed[rows]
         extra = extra_slots = 0
         if inflight is not None and not inflight.committed:  # committed: plain decode took it before the plan
-            left = self._left_rows[rows]
+            left = self.batch.left_rows[rows]
             if inflight.batch == batch:
                 # The result commits min(accepted, remaining) for each request of this very batch;
                 # it finishes those it gives their remaining (none, most steps: one check).
@@ -145,7 +177,7 @@ class DecodeStep:
                 # A request of this batch that ran in it has the same row (nobody was released since).
                 _, ran_rows, lens = self._launch
                 by_row = np.zeros(len(kv.allocated), dtype=np.int64)
-                by_row[ran_rows] = np.minimum(lens, self._left_rows[ran_rows])
+                by_row[ran_rows] = np.minimum(lens, self.batch.left_rows[ran_rows])
                 land = by_row[rows]
                 done = (land > 0) & (land == left)  # the result in flight finishes it
             ahead -= land
@@ -156,8 +188,8 @@ class DecodeStep:
 
     def _add_ahead(self, ahead: int, extra: int, extra_slots: int) -> None:
         stats = self.stats
-        stats.peak_reserved_ahead = max(stats.peak_reserved_ahead, ahead)
-        stats.reserved_ahead_sum += ahead
+        stats.peak_reserved_ahead_slots = max(stats.peak_reserved_ahead_slots, ahead)
+        stats.reserved_ahead_slots_sum += ahead
         stats.overlap_extra_reservations += extra
         stats.overlap_extra_slots += extra_slots
 
@@ -170,22 +202,18 @@ class DecodeStep:
             return
         if self._all_live():  # every request of it still runs on its row (most steps)
             _, rows, lens = self._launch
-            reqs, left = inflight.batch, self._left_rows[rows]
+            reqs, left = inflight.batch, self.batch.left_rows[rows]
         else:
             keep = inflight.live()  # a request retracted since it ran has its result dropped
             reqs = [inflight.batch[i] for i in keep]
-            rows, lens = _rows(reqs), self._launch[2][keep]
+            rows, lens = rows_of(reqs), self._launch[2][keep]
             left = np.fromiter((r.remaining for r in reqs), dtype=np.int64, count=len(reqs))
         n = np.minimum(lens, left)  # cut at the output limit
         self.manager.commit_batch(reqs, n, rows)
-        pos = self._positions(reqs)  # -1: missing from the batch arrays (K10 reported at the sync)
-        counts = np.zeros(len(self.batch), dtype=np.int64)
-        ok = pos >= 0
-        counts[pos[ok]] = n[ok]
-        self.batch.commit(counts)
+        self.batch.commit(reqs, n, in_order=False)
         inflight.committed = True
 
-    def _land(self) -> bool:
+    def land(self) -> bool:
         """Process the in-flight decode result, if any (overlap). True when one landed."""
         inflight, self.inflight = self.inflight, None
         if inflight is None:
@@ -218,8 +246,8 @@ class DecodeStep:
             raise RuntimeError(f"backend returned {int(lens[i])} tokens for request {batch[i].rid} "
                                f"(allowed 1..{most})")
         if rows is None:
-            rows = _rows(batch)
-        left = self._left_rows[rows]
+            rows = rows_of(batch)
+        left = self.batch.left_rows[rows]
         room = left - lens  # below 0: the output limit cuts the accepted run; 0 or below: it finishes
         ends = int(room.min()) <= 0
         if ends:
@@ -232,13 +260,13 @@ class DecodeStep:
         else:
             n = lens
         out = int(n.sum())  # output tokens
-        in_order = batch == self._batch_reqs  # the batch arrays hold this batch, in its order
+        in_order = batch == self.batch.reqs  # the batch arrays hold this batch, in its order
         # SGLang's decode result processing: the finished requests' frees form one group.
         with self.manager.free_group():
             if commit:
                 self.manager.commit_batch(batch, n, rows)
-            self._left_rows[rows] = room
-            deque(map(list.extend, self._batch_outs if in_order else map(_OUTPUTS, batch), results), maxlen=0)
+            self.batch.left_rows[rows] = room
+            deque(map(list.extend, self.batch.outs if in_order else map(_OUTPUTS, batch), results), maxlen=0)
             if self._spec:
                 # tau counts what the verify accepted, even past the output limit; every request
                 # here decoded, so counts by row (Request.bind)
@@ -249,25 +277,18 @@ class DecodeStep:
                 stats.accepted_tokens += out if n is lens else int(lens.sum())
             if cfg.draft_window is not None:
                 # K9 itself is an audit check (memory.invariants); this only counts the peak.
-                stats.peak_compact_draft = max(stats.peak_compact_draft, *(
+                stats.peak_compact_draft_len = max(stats.peak_compact_draft_len, *(
                     sizing.compact_draft_len(c, cfg.draft_window, cfg.page_size)
                     for c in self.manager.rows.committed[rows].tolist()))
             if ends:
                 for i in np.flatnonzero(room == 0).tolist():
                     self.sched.finish(batch[i])
         if commit:
-            if in_order:
-                counts = n
-            else:
-                pos = self._positions(batch)  # -1: missing from the batch arrays (K10 reported at the sync)
-                counts = np.zeros(len(self.batch), dtype=np.int64)
-                ok = pos >= 0
-                counts[pos[ok]] = n[ok]
-            self.batch.commit(counts)
+            self.batch.commit(batch, n, in_order)
         stats.output_tokens += out
 
 
-def _results(results: list, n: int) -> list:
+def checked_results(results: list, n: int) -> list:
     # zip() would drop the missing ones silently and the loop would wait on them forever.
     if len(results) != n:
         raise RuntimeError(f"backend returned {len(results)} results for a batch of {n}")

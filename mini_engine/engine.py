@@ -6,8 +6,9 @@ nano-vllm: prefill first, so admission keeps the batch full. PD arrivals are
 preallocated (their KV counts as committed) and transferred at the start of any
 step; they join the decode batch of that same step when no prefill runs.
 
-The decode step is mini_engine.decode_step, the upkeep of its batch arrays
-mini_engine.batch_upkeep, the result of a run mini_engine.run_result, the pool
+The engine holds its parts and runs the loop: the decode step is a DecodeStep
+(mini_engine.decode_step), the running decode batch's arrays a DecodeBatch
+(mini_engine.decode_batch), the result of a run mini_engine.run_result, the pool
 sizes a config asks for mini_engine.pool_sizing.
 """
 
@@ -18,21 +19,14 @@ import time
 import weakref
 from contextlib import nullcontext
 
-import numpy as np
-# numpy loads numpy.ma lazily inside the first np.unique (the page frees use it);
-# loading it here keeps that one-off import out of the host planning time.
-import numpy.ma  # noqa: F401
-
 from mini_engine.backend import Backend, create_backend
-from mini_engine.batch_upkeep import BatchUpkeep
 from mini_engine.config import EngineConfig, require_cuda
-from mini_engine.decode_step import DecodeStep, _results
+from mini_engine.decode_batch import DecodeBatch
+from mini_engine.decode_step import DecodeStep, checked_results
 from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation
-from mini_engine.memory.batch import BatchArrays
 from mini_engine.memory.invariants import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
-from mini_engine.overlap import InFlight
 from mini_engine.pool_sizing import admission_pages, decode_reserve, memory_config, request_pages
 from mini_engine.request import Request, Status, Tally, check_context
 from mini_engine.run_result import RunResult, run_result, unfinished
@@ -58,7 +52,7 @@ def open_trace(cfg: EngineConfig, path_or_file) -> TraceWriter:
     return TraceWriter.for_memory(path_or_file, memory_config(cfg), cfg.to_dict())
 
 
-class Engine(DecodeStep, BatchUpkeep):
+class Engine:
     def __init__(self, cfg: EngineConfig, backend: Backend | None = None, *,
                  trace: TraceWriter | None = None):
         self.cfg = cfg
@@ -82,29 +76,30 @@ class Engine(DecodeStep, BatchUpkeep):
                                     mirror=getattr(self.backend, "mirror", None) is not None)
         self.stats = Stats(cfg.page_size, cfg.max_accept, swa=cfg.has_swa)
         self.sched = Scheduler(cfg, self.manager, _weak_callback(self._on_release))
-        self.batch: BatchArrays | None = None
-        self._batch_reqs: list = []  # the requests of the batch arrays, in their order
-        self._batch_outs: list = []  # and their outputs lists (a request keeps its list for life)
-        self._aranged = np.arange(0, dtype=np.int64)
-        self._left: set = set()  # rids released since the batch arrays were last filtered
-        self._releases = 0  # requests released so far (a step without one keeps every position)
-        # Output tokens each decoding request may still produce, by row: set when it joins the
-        # decode batch, then moved by its results only (no other writer adds outputs meanwhile).
-        self._left_rows = np.zeros(self.mem.max_reqs, dtype=np.int64)
-        self._tally = Tally(self.mem.max_reqs)  # decoding requests' step counters, by row
-        # What every decode step asks of the config (its properties look the algorithm up each time).
-        self._spec, self._most = cfg.speculative, cfg.max_accept
+        # The running decode batch's host arrays, and the decode step that plans, runs and lands it.
+        self.decoding = DecodeBatch(self.manager, self.auditor, step_reserve=self.sched.step_reserve,
+                                    page_size=cfg.page_size)
+        self.decoder = DecodeStep(cfg, manager=self.manager, sched=self.sched, backend=self.backend,
+                                  builder=self.batches, stats=self.stats, batch=self.decoding,
+                                  tally=Tally(self.mem.max_reqs))
         self.step_no = 0
-        # Overlap scheduling (mini_engine.overlap): a decode step's result lands after the
-        # next step is planned. Plain decode counts its token committed when it allocates
-        # (SGLang's alloc_for_decode), so that part of its result is taken before the plan.
-        self.overlap = cfg.rules.overlap
-        self.commit_at_alloc = not cfg.algo.stale_under_overlap
-        self.inflight: InFlight | None = None
-        # The in-flight step's (releases when it ran, its rows, its result lengths).
-        self._launch: tuple = (-1, None, None)
         self.error: str | None = None
         self.requests: list[Request] = []
+
+    @property
+    def overlap(self) -> bool:
+        """Whether a decode step's result lands after the next plan (mini_engine.overlap)."""
+        return self.decoder.overlap
+
+    @property
+    def commit_at_alloc(self) -> bool:
+        """Plain decode under overlap: the in-flight token counts as committed before the plan."""
+        return self.decoder.commit_at_alloc
+
+    @property
+    def inflight(self):
+        """The decode result in flight (overlap), or None."""
+        return self.decoder.inflight
 
     # -- public API ----------------------------------------------------------
 
@@ -198,15 +193,15 @@ class Engine(DecodeStep, BatchUpkeep):
             progress = True
         if chunks:
             # Overlap: the prefill was planned (admitted) before the decode result in flight lands.
-            self._land()
+            self.decoder.land()
             self._prefill(chunks)
             progress = True
         elif batch := self.sched.decode_batch():
-            got = self._decode(batch)
+            got = self.decoder.run(batch, self.step_no)
             if got is None:
                 return StepOutcome.EXHAUSTED
             progress = progress or got
-        elif self._land():
+        elif self.decoder.land():
             progress = True
         elif not progress:
             # Nothing fits: running prefills are stuck on a short pool.
@@ -216,9 +211,9 @@ class Engine(DecodeStep, BatchUpkeep):
         return StepOutcome.RAN if progress else StepOutcome.STALLED
 
     def _transfer(self, reqs: list[Request]) -> None:
-        firsts = _results(self.backend.forward(self.batches.transfer(reqs)), len(reqs))  # pd_prealloc committed the fill_len tokens
+        firsts = checked_results(self.backend.forward(self.batches.transfer(reqs)), len(reqs))  # pd_prealloc committed the fill_len tokens
         # SGLang groups the frees of this batch only with the decode-side radix cache.
-        with self.manager.free_group() if self.mem.profile.pd_radix else nullcontext():
+        with self.manager.free_group() if self.cfg.rules.pd_radix else nullcontext():
             for r, tok in zip(reqs, firsts):
                 r.outputs.append(int(tok))
                 self.stats.output_tokens += 1
@@ -228,7 +223,7 @@ class Engine(DecodeStep, BatchUpkeep):
 
     def _prefill(self, chunks) -> None:
         reqs = [c.req for c in chunks]
-        toks = _results(self.backend.forward(self.batches.prefill(reqs, [c.start for c in chunks],
+        toks = checked_results(self.backend.forward(self.batches.prefill(reqs, [c.start for c in chunks],
                                                                   [c.end for c in chunks])), len(reqs))
         self.stats.prefill_steps += 1
         with self.manager.free_group():  # SGLang's prefill result processing: one free group
@@ -244,10 +239,10 @@ class Engine(DecodeStep, BatchUpkeep):
                         self.sched.finish(r)
 
     def _end_step(self) -> None:
-        self._filter_batch()  # requests that finished or were retracted this step
+        self.decoding.filter()  # requests that finished or were retracted this step
         if self.cfg.audit != "off":
             # K10 reads the backend's device mirror, when it keeps one (the accounting-only one does not).
-            self.manager.check(self.step_no, batch=self.batch, mirror=getattr(self.backend, "mirror", None))
+            self.manager.check(self.step_no, batch=self.decoding.arrays, mirror=getattr(self.backend, "mirror", None))
         self.stats.steps += 1
         self.stats.sample(self.manager, len(self.sched.running))
         self.step_no += 1
@@ -255,11 +250,10 @@ class Engine(DecodeStep, BatchUpkeep):
     # -- bookkeeping -------------------------------------------------------------
 
     def _on_release(self, r: Request, retracted: bool) -> None:
-        self._releases += 1
-        self.stats.on_release(int(r.kv.allocated), self.mem.profile.free)
+        self.stats.on_release(int(r.kv.allocated), self.cfg.rules.free)
         r.unbind()  # its row goes back: the counters stay with the request
         r.decode_batches = 0  # a retracted request starts over
-        self._left.add(r.rid)
+        self.decoding.released(r.rid)
         self.backend.release(r)
 
     def _drain(self) -> None:

@@ -126,7 +126,7 @@ CORE = (
     Option("policy", str, None, _KNOB + "shorthand: aligned = --align all, unaligned = --align none",
            choices=_choices("mini_engine.profiles", "POLICIES"), group="profile"),
     Option("align", str, None, _KNOB + "writers that page-ceil their extent: all, none or a comma list of "
-           "extend,decode,pd,eagle,dflash (ngram plans as eagle)", group="profile"),
+           "extend,decode,pd,eagle,dflash or a plugin algorithm's writer (ngram plans as eagle)", group="profile"),
     Option("free_policy", str, None, _KNOB + "how release frees pages (segment = SGLang's)", short="free",
            choices=_choices("mini_engine.profiles", "FREE_RULES"), group="profile", flag="--free"),
     Option("swa_eviction_interval", int, None, _KNOB + "SGLANG_SWA_EVICTION_INTERVAL, positions past the window "

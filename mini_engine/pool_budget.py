@@ -48,14 +48,14 @@ def footprint(cfg) -> Footprint:
 
     from mini_engine.model.backend import DEFAULT_DRAFT_LAYERS
     from mini_engine.model.config import SHAPES
-    from mini_engine.model.loader import _read_config, config_from_hf
+    from mini_engine.model.loader import read_hf_config, config_from_hf
 
     if cfg.model in SHAPES:
         mcfg = SHAPES[cfg.model]
         if cfg.device == "cpu" and mcfg.dtype == "bfloat16":
             mcfg = replace(mcfg, dtype="float32")
     else:  # a checkpoint directory: its config.json, without reading the weights
-        mcfg = config_from_hf(_read_config(Path(cfg.model)), Path(cfg.model), None)
+        mcfg = config_from_hf(read_hf_config(Path(cfg.model)), Path(cfg.model), None)
     elem = torch.empty((), dtype=mcfg.torch_dtype).element_size()
     per_layer_kv = 2 * mcfg.num_kv_heads * mcfg.head_dim * elem
     weights = mcfg.num_params() * elem

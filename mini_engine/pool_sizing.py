@@ -25,7 +25,7 @@ def memory_config(cfg: EngineConfig) -> MemoryConfig:
         window=cfg.window if cfg.has_swa else None,
         draft_window=cfg.draft_window,
         algo=cfg.algo.writer_name if cfg.speculative else None,  # the profile writer it plans as
-        profile=profile,
+        rules=profile.memory_rules(),
     ).validate()
 
 

@@ -10,7 +10,8 @@ Knobs, with SGLang 0.5.23's values first:
   align                  writers that page-ceil the extent they record: "extend"
                          (prefill and extend chunks), "decode" (plain decode),
                          "pd" (PD prealloc) and each speculative algorithm's
-                         reservation ("eagle", "dflash"). 0.5.23: eagle, dflash.
+                         reservation, by the writer it declares (writers(): the
+                         registry's, plugins included). 0.5.23: eagle, dflash.
   free                   how release computes the pages to free. "segment": every
                          page the extent touches, [0, ceil_ps(extent)), in both
                          pools (SGLang's free_kv_row plus the over-allocation free).
@@ -55,15 +56,22 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from mini_engine.algos import ROW_HEADROOM_RULES
+from mini_engine.algos import ALGORITHMS, ROW_HEADROOM_RULES
 from mini_engine.errors import ConfigError, check_choice, check_positive
+from mini_engine.memory.rules import BASE_WRITERS, FREE_RULES, POLICIES, PREFIX_CACHES, MemoryRules
 from mini_engine.retraction import RULES as RETRACTIONS
-
-WRITERS = ("extend", "decode", "pd", "eagle", "dflash")
-FREE_RULES = ("segment", "floor", "dedup")
-PREFIX_CACHES = ("radix", "chunk")
-POLICIES = ("aligned", "unaligned")  # shorthand for align: every writer or none
 OVERLAP = ("on", "off")
+
+
+def writers() -> tuple[str, ...]:
+    """The writers a profile can align: the engine's own, then the one each registered
+    speculative algorithm declares (Algorithm.writer_name), a plugin's too. Read when
+    asked, so an algorithm registered after this module loaded is one of them."""
+    out = list(BASE_WRITERS)
+    for algo in ALGORITHMS.values():
+        if algo.speculative and algo.writer_name not in out:
+            out.append(algo.writer_name)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -78,15 +86,18 @@ class Profile:
     row_headroom: str = "sglang"
     retraction: str = "sglang"
     overlap: bool = True
+    # Every writer page-ceils, whichever algorithms are registered (align "all"): what
+    # host-aligned is named for, so a plugin's reservation is aligned under it too.
+    align_all: bool = False
     # Knobs an override may not change: what the profile is named for.
     fixed: tuple[str, ...] = ()
     what_if: bool = False  # no shipped version behaves like this
     about: str = ""
 
     def __post_init__(self) -> None:
-        unknown = set(self.align) - set(WRITERS)
+        unknown = set(self.align) - set(writers())
         if unknown:
-            raise ConfigError(f"align must name writers among {', '.join(WRITERS)}, or all / none "
+            raise ConfigError(f"align must name writers among {', '.join(writers())}, or all / none "
                               f"(got {', '.join(sorted(unknown))})")
         check_choice("free", self.free, FREE_RULES)
         check_positive("swa_eviction_interval", self.swa_eviction_interval)
@@ -102,16 +113,25 @@ class Profile:
             raise ConfigError(f"swa_ratio must be a number in (0, 1] (got {r!r})")
 
     def aligns(self, writer: str) -> bool:
-        return writer in self.align
+        return self.align_all or writer in self.align
 
     @property
     def all_aligned(self) -> bool:
-        return self.align >= set(WRITERS)
+        return self.align_all or self.align >= set(writers())
+
+    def aligned_writers(self) -> list[str]:
+        return [w for w in writers() if self.aligns(w)]
+
+    def memory_rules(self) -> MemoryRules:
+        """The knobs the memory layer reads, as plain values (it never sees the profile)."""
+        return MemoryRules(align=frozenset(self.aligned_writers()), all_aligned=self.all_aligned, free=self.free,
+                           swa_eviction_interval=self.swa_eviction_interval,
+                           prefix_cache=self.prefix_cache, pd_radix=self.pd_radix, header=self.knobs())
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as plain JSON values (the trace header, a result row)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about")}
-        out["align"] = [w for w in WRITERS if w in self.align]
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about", "align_all")}
+        out["align"] = self.aligned_writers()
         return out
 
 
@@ -123,7 +143,7 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
             about="SGLang 0.5.23: only the speculative reservation is page-aligned; segment free"),
     Profile("sglang-pre-35265", align=frozenset({"eagle"}), **_SGLANG,
             about="SGLang before PR 35265: the DFLASH reservation is unaligned (EAGLE stays aligned)"),
-    Profile("host-aligned", align=frozenset(WRITERS), **{**_SGLANG, "free": "floor", "row_headroom": "generous", "overlap": False},
+    Profile("host-aligned", align=frozenset(), align_all=True, **{**_SGLANG, "free": "floor", "row_headroom": "generous", "overlap": False},
             fixed=("align", "free"),
             about="tracking issue 35223's target: every writer page-ceiled, whole-page host free"),
     Profile("floor-free", align=frozenset({"eagle"}), **{**_SGLANG, "free": "floor", "overlap": False},
@@ -145,19 +165,20 @@ def parse_overlap(value: object) -> bool:
     raise ConfigError(f"overlap must be on or off (got {value!r})")
 
 
-def parse_align(value: object) -> frozenset[str]:
-    """align as a set of writers, from "all", "none", a comma list or a list."""
+def parse_align(value: object) -> frozenset[str] | str:
+    """align as a set of writers, from "none", a comma list or a list; "all" stays
+    "all" (every writer, those registered later too)."""
     if isinstance(value, (list, tuple, set, frozenset)):
         names = [str(v) for v in value]
     elif isinstance(value, str):
         if value == "all":
-            return frozenset(WRITERS)
+            return "all"
         names = [] if value in ("none", "") else [v.strip() for v in value.split(",")]
     else:
-        raise ConfigError(f"align must be all, none or a comma list of {', '.join(WRITERS)} (got {value!r})")
-    bad = [n for n in names if n not in WRITERS]
+        raise ConfigError(f"align must be all, none or a comma list of {', '.join(writers())} (got {value!r})")
+    bad = [n for n in names if n not in writers()]
     if bad:
-        raise ConfigError(f"align must be all, none or a comma list of {', '.join(WRITERS)} (got {bad[0]!r})")
+        raise ConfigError(f"align must be all, none or a comma list of {', '.join(writers())} (got {bad[0]!r})")
     return frozenset(names)
 
 
@@ -178,15 +199,22 @@ def resolve(name: str, *, policy: str | None = None, **overrides: Any) -> Profil
         if policy == "aligned":
             knobs.setdefault("row_headroom", "generous")
     if "align" in knobs:
-        knobs["align"] = parse_align(knobs["align"])
+        align = parse_align(knobs["align"])
+        knobs["align_all"] = align == "all"
+        knobs["align"] = frozenset() if align == "all" else align
     if "free" in knobs:
         check_choice("free", knobs["free"], FREE_RULES)
     if "overlap" in knobs:
         knobs["overlap"] = parse_overlap(knobs["overlap"])
     for k in base.fixed:
-        if k in knobs and knobs[k] != getattr(base, k):
+        if k == "align" and "align" in knobs:
+            asked = replace(base, align=knobs["align"], align_all=knobs["align_all"])
+            if asked.aligned_writers() != base.aligned_writers():
+                raise ConfigError(f"align contradicts profile {name} (it is named for "
+                                  f"align={','.join(base.aligned_writers())}); drop align or choose another profile")
+            del knobs["align"], knobs["align_all"]
+        elif k in knobs and knobs[k] != getattr(base, k):
             was = getattr(base, k)
-            was = ",".join(w for w in WRITERS if w in was) if k == "align" else was
             raise ConfigError(f"{k} contradicts profile {name} (it is named for {k}={was}); "
                               f"drop {k} or choose another profile")
     return replace(base, **knobs) if knobs else base

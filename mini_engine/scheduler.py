@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mini_engine.config import EngineConfig
+from mini_engine.memory.sizing import swa_evict_due
 from mini_engine.retraction import Retraction
 from mini_engine.request import Request, Status
 
@@ -45,7 +46,8 @@ class Scheduler:
         self.running: list[Request] = []  # admission order, oldest first
         # Share of its remaining output a running request is expected to still need
         # (SGLang's new_token_ratio): decays each decode step, re-estimated after a retraction.
-        self.rules = Retraction(manager.profile.retraction)
+        self.profile = cfg.rules  # the knobs the scheduler reads: retraction, prefix cache, overlap
+        self.rules = Retraction(self.profile.retraction)
         self.ratio = self.rules.init
         self.retractions = 0
         self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
@@ -161,7 +163,7 @@ class Scheduler:
 
     def _chunk(self, r: Request, budget: int) -> PrefillChunk | None:
         end = min(r.prefill_target, r.prefilled + budget)
-        if self.manager.profile.prefix_cache == "chunk":
+        if self.profile.prefix_cache == "chunk":
             # The chunk cache shares no prefix: a chunked prefill evicts the window
             # below what is already final, every chunk (interval 1).
             pre_len = self._chunk_final_len(r)
@@ -194,7 +196,7 @@ class Scheduler:
         running: nothing before the request's third extend batch, then what is
         prefilled less one chunked_prefill_size.
         """
-        if not self.manager.profile.overlap:
+        if not self.profile.overlap:
             return r.prefilled
         if self.extend_batches.get(r.rid, 0) < 2:
             return 0
@@ -250,11 +252,11 @@ class Scheduler:
         mgr = self.manager
         if mgr.swa is None:
             return
-        # The first test of sizing.swa_evict_target (committed - window >= cursor + interval)
-        # over the batch in one pass; evict_swa decides the rest, for those only.
+        # The interval rule over the batch in one pass; evict_swa decides the rest, for those only.
         rows = np.fromiter((r.kv.row for r in batch), dtype=np.int64, count=len(batch))
-        kv, mem = mgr.rows, mgr.mem
-        due = kv.committed[rows] - kv.swa_evicted[rows] >= mem.window + mem.profile.swa_eviction_interval
+        kv = mgr.rows
+        due = swa_evict_due(kv.committed[rows], kv.swa_evicted[rows], mgr.mem.window,
+                            mgr.rules.swa_eviction_interval)
         with mgr.free_group():
             for i in np.flatnonzero(due).tolist():
                 r = batch[i]

@@ -25,26 +25,26 @@ class Stats:
     accepted_tokens: int = 0  # bonus included
     plan_s: float = 0.0  # host planning time of decode steps (retract, evict, reserve + allocate)
     result_s: float = 0.0  # host time processing decode results (commits, outputs, finishes)
-    peak_held: int = 0
-    peak_reserved: int = 0
-    peak_stranded: int = 0
-    stranded_sum: int = 0
+    peak_pages_held: int = 0
+    peak_reserved_slots: int = 0
+    peak_stranded_slots: int = 0
+    stranded_slots_sum: int = 0
     peak_running: int = 0
     retractions: int = 0
     swa_retractions: int = 0
     row_overflow_slots: int = 0
-    peak_swa_held: int = 0
+    peak_swa_pages_held: int = 0
     peak_stranded_by: dict[str, int] = field(default_factory=lambda: {k: 0 for k in WRITER_KINDS})
     releases: int = 0
     predicted_leaked_pages: int = 0
     predicted_leaked_swa_pages: int = 0
     pd_arrivals: int = 0
-    peak_compact_draft: int = 0
+    peak_compact_draft_len: int = 0
     # Reserved ahead of the true committed lengths (in-flight results counted), right after
     # each decode reservation; under overlap, the extra reservations of requests the
     # in-flight result finishes (mini_engine.overlap).
-    peak_reserved_ahead: int = 0
-    reserved_ahead_sum: int = 0
+    peak_reserved_ahead_slots: int = 0
+    reserved_ahead_slots_sum: int = 0
     overlap_extra_reservations: int = 0
     overlap_extra_slots: int = 0
     series: dict[str, list[int]] = field(default_factory=lambda: {"stranded": [], "reserved": [], "held": [],
@@ -69,14 +69,14 @@ class Stats:
         self.series["held"].append(held)
         swa_held = int(manager.swa_pages_held)
         self.series["swa_held"].append(swa_held)
-        self.peak_swa_held = max(self.peak_swa_held, swa_held)
+        self.peak_swa_pages_held = max(self.peak_swa_pages_held, swa_held)
         for k, v in manager.stranded_by_writer.items():
             if v > self.peak_stranded_by[k]:
                 self.peak_stranded_by[k] = v
-        self.stranded_sum += stranded
-        self.peak_stranded = max(self.peak_stranded, stranded)
-        self.peak_reserved = max(self.peak_reserved, reserved)
-        self.peak_held = max(self.peak_held, held)
+        self.stranded_slots_sum += stranded
+        self.peak_stranded_slots = max(self.peak_stranded_slots, stranded)
+        self.peak_reserved_slots = max(self.peak_reserved_slots, reserved)
+        self.peak_pages_held = max(self.peak_pages_held, held)
         self.peak_running = max(self.peak_running, running)
 
     def finalize(self, *, wall_s: float, syncs: int, leaked_pages: int, leaked_swa_pages: int, requests: int,
@@ -103,12 +103,12 @@ class Stats:
             "result_us_per_decode_step": 1e6 * self.result_s / self.decode_steps if self.decode_steps else 0.0,
             "syncs": syncs,
             "syncs_per_step": syncs / self.steps if self.steps else 0.0,
-            "peak_pages_held": self.peak_held,
-            "peak_reserved_slots": self.peak_reserved,
-            "peak_stranded_slots": self.peak_stranded,
-            "stranded_slots_sum": self.stranded_sum,
+            "peak_pages_held": self.peak_pages_held,
+            "peak_reserved_slots": self.peak_reserved_slots,
+            "peak_stranded_slots": self.peak_stranded_slots,
+            "stranded_slots_sum": self.stranded_slots_sum,
             **{f"peak_stranded_slots_{k}": v for k, v in self.peak_stranded_by.items()},
-            "peak_swa_pages_held": self.peak_swa_held,
+            "peak_swa_pages_held": self.peak_swa_pages_held,
             "leaked_pages": leaked_pages,
             "predicted_leaked_pages": self.predicted_leaked_pages,
             "leaked_swa_pages": leaked_swa_pages,
@@ -119,9 +119,9 @@ class Stats:
             "row_overflow_slots": self.row_overflow_slots,
             "releases": self.releases,
             "pd_arrivals": self.pd_arrivals,
-            "peak_compact_draft_len": self.peak_compact_draft,
-            "peak_reserved_ahead_slots": self.peak_reserved_ahead,
-            "reserved_ahead_slots_sum": self.reserved_ahead_sum,
+            "peak_compact_draft_len": self.peak_compact_draft_len,
+            "peak_reserved_ahead_slots": self.peak_reserved_ahead_slots,
+            "reserved_ahead_slots_sum": self.reserved_ahead_slots_sum,
             "overlap_extra_reservations": self.overlap_extra_reservations,
             "overlap_extra_slots": self.overlap_extra_slots,
             "violations": violations,

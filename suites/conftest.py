@@ -1,7 +1,9 @@
 """Shared pytest set-up for every suite.
 
 Triton reads TRITON_INTERPRET when a kernel is defined, so it is set here, before
-any test module imports the kernels, on machines without a CUDA device.
+any test module imports the kernels, on machines without a CUDA device. torch is
+optional here: the memory layer's tests run where only numpy is installed
+(.ci/run's numpy-only step), and the tests that need torch import it themselves.
 """
 
 from __future__ import annotations
@@ -9,7 +11,11 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
+
+try:  # the engine's torch extra; the accounting-only tests need numpy alone
+    import torch
+except ImportError:
+    torch = None
 
 try:  # the test extras; `kvbench sweep` runs the grid suite with the base install
     from hypothesis import settings
@@ -24,7 +30,9 @@ if settings is not None:
     settings.register_profile("long", max_examples=1000, stateful_step_count=300, deadline=None)
     settings.load_profile(os.environ.get("KVBENCH_HYPOTHESIS", "default"))
 
-if not torch.cuda.is_available():
+CUDA = torch is not None and torch.cuda.is_available()
+
+if torch is not None and not CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
     # The test models' matmuls take microseconds; on a shared CPU (and with one xdist
     # worker per core) intra-op thread handoffs cost milliseconds each (measured 68 us
@@ -34,7 +42,7 @@ if not torch.cuda.is_available():
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # GPU tests are skipped, not failed, where no GPU is visible (e.g. `-m gpu` on a laptop).
-    if torch.cuda.is_available():
+    if CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:

@@ -1,11 +1,15 @@
-"""MemoryConfig: the sizes and policies of the KV memory layer."""
+"""MemoryConfig: the sizes and rules of the KV memory layer.
+
+The rules arrive as plain values (memory.rules.MemoryRules): the engine derives
+them from its profile, so nothing here imports the engine.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mini_engine.errors import ConfigError, check_choice, check_positive
-from mini_engine.profiles import DEFAULT_PROFILE, FREE_RULES, POLICIES, Profile, resolve
+from mini_engine.errors import ConfigError, check_positive
+from mini_engine.memory.rules import MemoryRules
 
 
 @dataclass
@@ -14,28 +18,23 @@ class MemoryConfig:
     num_pages: int
     max_reqs: int
     row_width: int
-    policy: str | None = None  # shorthand override of the profile's align: aligned | unaligned
-    free_policy: str | None = None  # override of the profile's free rule: segment | floor | dedup
-    prefix_cache: str | None = None  # override of the profile's SWA eviction threshold: radix | chunk
+    policy: str | None = None  # shorthand override of the default rules' align: aligned | unaligned
+    free_policy: str | None = None  # override of the default rules' free rule: segment | floor | dedup
+    prefix_cache: str | None = None  # override of the default rules' SWA eviction threshold: radix | chunk
     swa_num_pages: int | None = None  # SWA pool; None = no SWA layers
     window: int | None = None  # SWA window in positions
     draft_window: int | None = None  # DFLASH compact draft cache (K9); None = not used
-    algo: str | None = None  # label written in the trace's prepare records
-    # The accounting rules; None: the default profile with policy / free_policy applied.
-    profile: Profile | None = None
+    algo: str | None = None  # the writer a speculative reservation plans as (and the trace's label)
+    # The accounting rules; None: SGLang 0.5.23's with policy / free_policy / prefix_cache applied.
+    rules: MemoryRules | None = None
 
     def validate(self) -> MemoryConfig:
         check_positive("page_size", self.page_size)
         check_positive("num_pages", self.num_pages)
         check_positive("max_reqs", self.max_reqs)
         check_positive("row_width", self.row_width)
-        if self.profile is None:
-            if self.policy is not None:
-                check_choice("policy", self.policy, POLICIES)
-            if self.free_policy is not None:
-                check_choice("free_policy", self.free_policy, FREE_RULES)
-            self.profile = resolve(DEFAULT_PROFILE, policy=self.policy, free=self.free_policy,
-                                   prefix_cache=self.prefix_cache)
+        if self.rules is None:
+            self.rules = MemoryRules.of(self.policy, self.free_policy, self.prefix_cache)
         if (self.swa_num_pages is None) != (self.window is None):
             raise ConfigError(
                 "swa_num_pages and window must be given together (SWA on) or both left unset "

@@ -3,7 +3,8 @@
 Every allocation of a request's positions goes through _grow, the one writer of
 the extent (K2): a batch is planned, checked against both pools and allocated in
 one call, all-or-nothing. The *_fits queries ask the same question without
-allocating. A part of KVManager (manager.py), which owns the state these read.
+allocating. A part of KVManager (manager.py): the tables it grows are the shared
+KVTables; its own state is the plan prepare_fits leaves for prepare.
 """
 
 from __future__ import annotations
@@ -14,17 +15,29 @@ from mini_engine.errors import ConfigError, check_positive
 from mini_engine.memory.invariants import Violation
 from mini_engine.memory.kv_state import WRITER_CODE, WRITER_KINDS, ReqKVState, state_rows
 from mini_engine.memory.sizing import next_extents
+from mini_engine.memory.tables import KVTables
 
 
 class Growth:
+    def __init__(self, t: KVTables):
+        self.t = t
+        # The tables and rules it reads, bound once (never replaced).
+        self.mem, self.ps, self.rules, self.trace = t.mem, t.ps, t.rules, t.trace
+        self.full, self.swa, self.req_to_token, self.ledger, self.rows = t.full, t.swa, t.req_to_token, t.ledger, t.rows
+        self.stranded_by_writer, self.reserve_base, self.reserve_of = t.stranded_by_writer, t.reserve_base, t.reserve_of
+        self.report, self.rows_of = t.report, t.rows_of
+        # Whether a decode step's reservation page-ceils (the algorithm's writer, or plain decode's).
+        self.step_aligned = self.rules.aligns(t.mem.algo or "decode")
+        self._fits_plan: tuple | None = None  # prepare_fits's gathered rows and planned extents, for prepare
+
     def extend(self, state: ReqKVState, new_len: int) -> bool:
         """Cover positions < new_len (a prefill chunk or a plain decode token)."""
         new_len = check_positive("new_len", new_len, minimum=0)
-        target = self._extent_for(state, new_len, "extend")
+        target = self.extent_for(state, new_len, "extend")
         if target <= state.allocated:
             return True
-        return self._grow([state], np.array([target], dtype=np.int64), writer="prefill",
-                          aligned=self.profile.aligns("extend"))
+        return self.grow([state], np.array([target], dtype=np.int64), writer="prefill",
+                          aligned=self.rules.aligns("extend"))
 
     def prepare(self, states: list[ReqKVState], reserve: int, *, algo: str | None = None,
                 after_fits: bool = False) -> bool:
@@ -37,12 +50,12 @@ class Growth:
         if not states:
             return True
         ps, width = self.ps, self.mem.row_width
-        aligned = self.step_aligned if algo is None else self.profile.aligns(algo)
+        aligned = self.step_aligned if algo is None else self.rules.aligns(algo)
         planned, self._fits_plan = self._fits_plan, None
         if after_fits and planned is not None and planned[0] is states and planned[1:3] == (reserve, aligned):
             rows, cur, com, nxt = planned[3:]
         else:
-            rows = self._rows_of(states)
+            rows = self.rows_of(states)
             cur = self.rows.allocated[rows]
             com = self.rows.committed[rows]
             nxt = next_extents(cur, com, reserve, ps, aligned)
@@ -54,9 +67,9 @@ class Growth:
         cut = int(com.max()) > width - reserve - pad or int(nxt.max()) > width
         if cut:
             short = (width - com < reserve + pad) | (nxt > width)
-            self.row_overflow_slots += int(np.maximum(nxt - width, 0).sum())
+            self.t.row_overflow_slots += int(np.maximum(nxt - width, 0).sum())
             for i in np.flatnonzero(short):
-                self._report(Violation("K4", states[i].rid, self.step, {
+                self.report(Violation("K4", states[i].rid, self.t.step, {
                     "committed": int(com[i]), "reserve": reserve, "nxt": int(nxt[i]),
                     "row_width": width, "page_size": ps}))
             nxt = np.minimum(nxt, width)
@@ -70,7 +83,7 @@ class Growth:
         writer = "spec" if algo or self.mem.algo else "decode"
         # Plain decode that grows every request by one slot is SGLang's alloc_decode.
         decode = writer == "decode" and bool((nxt - cur == 1).all())
-        if not self._grow(states, nxt, cur, rows, writer=writer, aligned=aligned, decode=decode):
+        if not self.grow(states, nxt, cur, rows, writer=writer, aligned=aligned, decode=decode):
             return False
         # K4's record of the reservation. A clamped one was reported above; the state
         # check audits the honoured ones.
@@ -85,7 +98,7 @@ class Growth:
         When not, short_pool names the pool that is short."""
         if not states:
             return True
-        rows = self._rows_of(states)
+        rows = self.rows_of(states)
         cur = self.rows.allocated[rows]
         com = self.rows.committed[rows]
         nxt = next_extents(cur, com, reserve, self.ps, self.step_aligned)
@@ -97,7 +110,7 @@ class Growth:
         if not states:
             return True
         cur = self.rows.allocated[state_rows(states)]
-        targets = np.array([self._extent_for(s, n, "extend") for s, n in zip(states, new_lens)], dtype=np.int64)
+        targets = np.array([self.extent_for(s, n, "extend") for s, n in zip(states, new_lens)], dtype=np.int64)
         return self._fits(states, cur, np.maximum(targets, cur))
 
     def extend_batch(self, states: list[ReqKVState], new_lens: list[int]) -> bool:
@@ -106,21 +119,21 @@ class Growth:
         for the whole batch, so under need_sort its merge test sees the batch's total)."""
         if not states:
             return True
-        targets = np.array([self._extent_for(s, check_positive("new_len", n, minimum=0), "extend")
+        targets = np.array([self.extent_for(s, check_positive("new_len", n, minimum=0), "extend")
                             for s, n in zip(states, new_lens)], dtype=np.int64)
-        return self._grow(states, targets, writer="prefill", aligned=self.profile.aligns("extend"))
+        return self.grow(states, targets, writer="prefill", aligned=self.rules.aligns("extend"))
 
     # -- internals ----------------------------------------------------------------
-    def _extent_for(self, state: ReqKVState, n: int, writer: str) -> int:
+    def extent_for(self, state: ReqKVState, n: int, writer: str) -> int:
         """The extent a writer records to cover positions < n: page-ceiled if the profile aligns it."""
-        target = -(-n // self.ps) * self.ps if self.profile.aligns(writer) else n
+        target = -(-n // self.ps) * self.ps if self.rules.aligns(writer) else n
         if target > self.mem.row_width:
             raise ConfigError(
                 f"row_width={self.mem.row_width} is too small for {n} positions of request "
                 f"{state.rid} (extent {target}); size rows with sizing.row_width")
         return target
 
-    def _grow(self, states: list[ReqKVState], targets: np.ndarray, cur: np.ndarray | None = None,
+    def grow(self, states: list[ReqKVState], targets: np.ndarray, cur: np.ndarray | None = None,
               rows: np.ndarray | None = None, *, writer: str, aligned: bool, decode: bool = False) -> bool:
         """Allocate positions [allocated, target) of each state in both pools, all-or-nothing.
 
@@ -158,7 +171,7 @@ class Growth:
         # From page boundaries, the new pages are ceil((target - cur) / ps).
         npages = self.full.pages_needed(cur, targets) if mid else (delta + (ps - 1)) // ps
         if int(npages.sum()) > self.full.num_free_pages:
-            self.short_pool = "full"
+            self.t.short_pool = "full"
             return False
         if self.swa is not None:
             # SWA pages start at the cursor: a fresh PD request holds none below it.
@@ -167,7 +180,7 @@ class Growth:
             swa_target = np.maximum(targets, swa_prefix)
             if int(self.swa.allocator.pages_needed(swa_prefix, swa_target).sum()) \
                     > self.swa.allocator.num_free_pages:
-                self.short_pool = "swa"
+                self.t.short_pool = "swa"
                 return False
         got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True, npages=npages,
                                         whole=whole and ps > 1)
@@ -191,13 +204,13 @@ class Growth:
         """Whether both pools have the pages to grow each state from cur to its target
         (targets >= cur); when not, short_pool names the pool that is short."""
         if int(self.full.pages_needed(cur, targets).sum()) > self.full.num_free_pages:
-            self.short_pool = "full"
+            self.t.short_pool = "full"
             return False
         if self.swa is not None:
             swa_prefix = np.maximum(cur, self.rows.swa_evicted[state_rows(states)])
             if int(self.swa.allocator.pages_needed(swa_prefix, np.maximum(targets, swa_prefix)).sum()) \
                     > self.swa.allocator.num_free_pages:
-                self.short_pool = "swa"
+                self.t.short_pool = "swa"
                 return False
         return True
 
@@ -207,7 +220,7 @@ class Growth:
         construction) and move the running sums, all in vector passes over the batch.
         cur_mod, new_mod: the old and the new extents % page_size (None: all on page boundaries)."""
         ps, by, kv = self.ps, self.stranded_by_writer, self.rows
-        self._sum_extent += int(delta.sum())
+        self.t.sum_extent += int(delta.sum())
         grow = None if int(delta.min()) > 0 else delta > 0  # None: every request grows
         if new_mod is not None and new_mod.any():  # the stranded tail ceil_ps(extent) - extent of the new extents
             tail = np.where(new_mod > 0, ps - new_mod, 0)

@@ -150,8 +150,8 @@ def check_k1(m: KVManager, step: int, live: Live | None = None) -> list[Violatio
 def check_k2(m: KVManager, step: int, live: Live | None = None) -> list[Violation]:
     """K2: no live extent went back since the last check (the writer refuses it too)."""
     live = live or Live(m)
-    prev = m._seen.alloc[live.rows]
-    bad = m._seen.same(live) & (live.alloc < prev)
+    prev = m.seen.alloc[live.rows]
+    bad = m.seen.same(live) & (live.alloc < prev)
     return [Violation("K2", live.states[i].rid, step, {"old": int(prev[i]), "new": int(live.alloc[i])})
             for i in np.flatnonzero(bad).tolist()]
 
@@ -210,7 +210,7 @@ def check_k5(m: KVManager, step: int) -> list[Violation]:
 def check_k6(m: KVManager, step: int, live: Live | None = None) -> list[Violation]:
     """K6: cursors are >= 0, page multiples, and did not move back since the last check."""
     live = live or Live(m)
-    seen, swa = m._seen, live.swa
+    seen, swa = m.seen, live.swa
     prev = np.where(seen.ids[live.rows] != 0, seen.swa[live.rows], 0)  # 0 where the row was not seen
     bad = (swa < 0) | (swa % m.ps != 0) | (seen.same(live) & (swa < prev))
     return [Violation("K6", live.states[i].rid, step, {
@@ -266,13 +266,13 @@ def check_k8(m: KVManager, step: int) -> list[Violation]:
         both = np.count_nonzero(taken & a._is_free)
         counted = int(m.ledger.held[name].sum())
         owned = np.count_nonzero(taken)  # < held when one page was taken twice
-        last = m._seen_leaked.get(name, 0)
+        last = m.seen_leaked.get(name, 0)
         if leaked != last or both or counted != held or owned != held:
             out.append(Violation("K8", None, step, {
                 "pool": name, "total": a.num_pages, "free": free, "held": held,
                 "leaked": leaked, "new_leaks": leaked - last, "free_and_held": both,
                 "held_twice": held - owned}))
-        m._seen_leaked[name] = leaked
+        m.seen_leaked[name] = leaked
     return out
 
 
@@ -366,5 +366,5 @@ def check_all(m: KVManager, step: int, batch: BatchArrays | None = None,
     found = (check_k1(m, step, live) + check_k2(m, step, live) + check_k3(m, step, live)
              + check_k4(m, step, live) + check_k5(m, step) + check_k6(m, step, live) + check_k7(m, step)
              + check_k8(m, step) + check_k9(m, step) + check_k10(m, step, batch, mirror))
-    m._seen.take(live)
+    m.seen.take(live)
     return found

@@ -5,73 +5,79 @@ arrays; no torch here): a device copy of the tables belongs to the model backend
 follows their change logs, so no call here syncs except the legacy dedup free, which
 counts its sync.
 
-This file holds the state, the counters, admission, commits and the state checks;
-the rest of the class is in one file per concept: growth.py (extents: extend,
-prepare, the *_fits queries), swa_cursor.py (SWA window eviction, PD prealloc),
-release.py (the free rules of a finished request).
+KVManager is composed of parts, one object per concept, over the shared state in
+KVTables (tables.py: the pools, rows, ledger, live states and counters): Growth
+(growth.py: extents: extend, prepare, the *_fits queries), SWACursor
+(swa_cursor.py: SWA window eviction, PD prealloc) and Release (release.py: the
+free rules of a finished request). Their public calls are bound here as the
+manager's own, so a call costs no extra hop. This file holds admission, commits,
+the counters and the state checks.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from mini_engine.errors import InvariantViolation
 from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.free_list import FreeGroupBlock
 from mini_engine.memory.growth import Growth
-from mini_engine.memory.invariants import Auditor, Seen, Violation, check_all
-from mini_engine.memory.kv_state import WRITER_KINDS, KVRows, ReqKVState, state_rows
-from mini_engine.memory.ledger import PageLedger
+from mini_engine.memory.invariants import Auditor, Violation, check_all
+from mini_engine.memory.kv_state import WRITER_KINDS, ReqKVState, state_rows
 from mini_engine.memory.release import Release
-from mini_engine.memory.req_to_token import ReqToTokenPool
 from mini_engine.memory.swa import SWAPool
 from mini_engine.memory.swa_cursor import SWACursor
+from mini_engine.memory.tables import KVTables
 from mini_engine.memory.trace import TraceWriter
 
 __all__ = ["KVManager", "WRITER_KINDS"]
 
 
-class KVManager(Growth, SWACursor, Release):
+class KVManager:
     def __init__(self, mem: MemoryConfig, auditor: Auditor | None = None, trace: TraceWriter | None = None):
-        self.mem = mem.validate()
-        self.ps = mem.page_size
-        self.profile = mem.profile
-        # Whether a decode step's reservation page-ceils (the algorithm's writer, or plain decode's).
-        self.step_aligned = self.profile.aligns(mem.algo or "decode")
-        self.auditor = auditor
-        self.trace = trace
-        self.full = PagedAllocator(mem.num_pages, mem.page_size, "full", trace, auditor)
-        self.swa = (SWAPool(mem.swa_num_pages, mem.page_size, mem.num_pages, trace, auditor)
-                    if mem.swa else None)
-        self.req_to_token = ReqToTokenPool(mem.max_reqs, mem.row_width)
-        pools = {"full": mem.num_pages, "swa": mem.swa_num_pages or 0}
-        self.ledger = PageLedger(pools, mem.max_reqs)
-        self.states: dict[int, ReqKVState] = {}  # live requests by row
-        # Every live request's lengths, by row: a batch reads and commits them in one pass.
-        self.rows = KVRows(mem.max_reqs)
-        self._last_batch: tuple[list, np.ndarray] = ([], np.empty(0, dtype=np.int64))  # _rows_of's memo
-        self._fits_plan: tuple | None = None  # prepare_fits's gathered rows and planned extents, for prepare
-        self.step = 0
-        # Running sums over live requests, so the per-step counters are O(1).
-        self._sum_extent = 0
-        self._sum_committed = 0
-        # Stranded slots (ceil_ps(extent) - extent) of live requests, by who wrote the extent.
-        self.stranded_by_writer = {k: 0 for k in WRITER_KINDS}
-        self.short_pool: str | None = None  # the pool that refused the last failed allocation
-        self.row_overflow_slots = 0  # reservations cut at the row's end (K4), summed
-        # Each row's last reservation (committed at the prepare, reserve; 0 = none or clamped),
-        # so K4 can be re-checked after the fact; by row, so a batch records it in one write.
-        self.reserve_base = np.zeros(mem.max_reqs, dtype=np.int64)
-        self.reserve_of = np.zeros(mem.max_reqs, dtype=np.int64)
-        # What state checks saw last time, for K2/K6 as state properties.
-        self._seen = Seen(mem.max_reqs)  # what the last state check saw (K2, K6)
-        self._seen_leaked: dict[str, int] = {}
+        mem = mem.validate()
+        full = PagedAllocator(mem.num_pages, mem.page_size, "full", trace, auditor)
+        swa = SWAPool(mem.swa_num_pages, mem.page_size, mem.num_pages, trace, auditor) if mem.swa else None
+        self.tables = t = KVTables(mem, auditor, trace, full, swa)
+        # The shared tables, under the names the engine, the batch builder and the checks read.
+        self.mem, self.ps, self.rules, self.auditor, self.trace = mem, t.ps, t.rules, auditor, trace
+        self.full, self.swa, self.req_to_token, self.ledger, self.rows = full, swa, t.req_to_token, t.ledger, t.rows
+        self.states, self.stranded_by_writer = t.states, t.stranded_by_writer
+        self.reserve_base, self.reserve_of, self.seen, self.seen_leaked = t.reserve_base, t.reserve_of, t.seen, t.seen_leaked
+        # The parts, and their calls bound as the manager's.
+        self.growth = Growth(t)
+        self.swa_cursor = SWACursor(t, self.growth)
+        self.releaser = Release(t)
+        g = self.growth
+        self.step_aligned = g.step_aligned
+        self.extend, self.extend_batch, self.prepare = g.extend, g.extend_batch, g.prepare
+        self.prepare_fits, self.extend_fits = g.prepare_fits, g.extend_fits
+        self.evict_swa, self.pd_prealloc = self.swa_cursor.evict_swa, self.swa_cursor.pd_prealloc
+        self.release = self.releaser.release
+
+    # -- counters the parts move (KVTables holds them) -------------------------------
+    @property
+    def step(self) -> int:
+        return self.tables.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.tables.step = value
+
+    @property
+    def short_pool(self) -> str | None:
+        """The pool that refused the last failed allocation."""
+        return self.tables.short_pool
+
+    @property
+    def row_overflow_slots(self) -> int:
+        """Reservations cut at the row's end (K4), summed."""
+        return self.tables.row_overflow_slots
 
     @property
     def aligned(self) -> bool:
         """Every writer page-ceils its extent (the host-aligned rules): no slot is ever stranded."""
-        return self.profile.all_aligned
+        return self.rules.all_aligned
 
     # -- counters the engine reads every step (O(1), host only) -------------------
     @property
@@ -90,11 +96,12 @@ class KVManager(Growth, SWACursor, Release):
     @property
     def stranded_slots(self) -> int:
         """Slots of held pages beyond the recorded extents: off the free list, recorded nowhere."""
-        return self.ledger.total["full"] * self.ps - self._sum_extent
+        return self.ledger.total["full"] * self.ps - self.tables.sum_extent
 
     @property
     def reserved_unwritten_slots(self) -> int:
-        return self._sum_extent - self._sum_committed
+        t = self.tables
+        return t.sum_extent - t.sum_committed
 
     @property
     def num_free_pages(self) -> int:
@@ -152,20 +159,11 @@ class KVManager(Growth, SWACursor, Release):
         """The forward wrote final KV for n more positions."""
         new = state.committed + n
         if n < 0 or new > state.allocated:
-            self._report(Violation("K3", state.rid, self.step, {
+            self.tables.report(Violation("K3", state.rid, self.step, {
                 "committed": state.committed, "n": n, "allocated": state.allocated}))
             new = min(max(new, state.committed), state.allocated)
-        self._sum_committed += new - state.committed
+        self.tables.sum_committed += new - state.committed
         state.committed = new
-
-    def _rows_of(self, states: list[ReqKVState]) -> np.ndarray:
-        """The states' rows; a decode batch is usually the last one again, whose rows are kept
-        (a state's row is fixed for its life, so the same states have the same rows)."""
-        last, rows = self._last_batch
-        if states != last:  # ReqKVState compares by identity
-            rows = state_rows(states)
-            self._last_batch = (list(states), rows)
-        return rows
 
     def commit_batch(self, states: list[ReqKVState], counts: np.ndarray, rows: np.ndarray | None = None) -> None:
         """commit(states[i], counts[i]) for a whole decode batch, in one numpy pass.
@@ -181,12 +179,12 @@ class KVManager(Growth, SWACursor, Release):
         new = com + counts
         if int(counts.min()) < 0 or int((ext - new).min()) < 0:  # K3, reported per request as commit does
             for i in np.flatnonzero((counts < 0) | (new > ext)).tolist():
-                self._report(Violation("K3", states[i].rid, self.step, {
+                self.tables.report(Violation("K3", states[i].rid, self.step, {
                     "committed": int(com[i]), "n": int(counts[i]), "allocated": int(ext[i])}))
             new = np.minimum(np.maximum(new, com), ext)
-            self._sum_committed += int((new - com).sum())
+            self.tables.sum_committed += int((new - com).sum())
         else:
-            self._sum_committed += int(counts.sum())
+            self.tables.sum_committed += int(counts.sum())
         self.rows.committed[rows] = new
 
     def slots(self, state: ReqKVState, start: int, end: int) -> np.ndarray:
@@ -206,15 +204,9 @@ class KVManager(Growth, SWACursor, Release):
             self.auditor.step = self.step
         found = check_all(self, self.step, batch, mirror)
         for v in found:
-            self._report(v)
+            self.tables.report(v)
         # Checks close a step: event violations from here on belong to the next one.
         self.step += 1
         if self.auditor is not None:
             self.auditor.step = self.step
         return found
-
-    # -- internals ----------------------------------------------------------------
-    def _report(self, v: Violation) -> None:
-        if self.auditor is None:
-            raise InvariantViolation(v)
-        self.auditor.report(v)

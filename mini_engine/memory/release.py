@@ -1,17 +1,23 @@
 """Release: how KVManager frees a finished request's pages, under the profile's free rule.
 
-A part of KVManager (manager.py).
+A part of KVManager (manager.py): it frees from the shared KVTables and has no state
+of its own.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from mini_engine.memory.invariants import Violation
 from mini_engine.memory.kv_state import ReqKVState
+from mini_engine.memory.tables import KVTables
 
 
 class Release:
+    def __init__(self, t: KVTables):
+        self.t = t
+        # The tables and rules it reads, bound once (never replaced).
+        self.ps, self.rules, self.states, self.req_to_token = t.ps, t.rules, t.states, t.req_to_token
+        self.full, self.swa, self.ledger = t.full, t.swa, t.ledger
+        self.stranded_by_writer, self.reserve_base, self.reserve_of = t.stranded_by_writer, t.reserve_base, t.reserve_of
+
     def release(self, state: ReqKVState) -> int:
         """Free the request's pages under the profile's free rule and return its row."""
         row, extent, ps = state.row, state.allocated, self.ps
@@ -20,34 +26,35 @@ class Release:
             raise ValueError(f"release of request {state.rid}: it is not live (released already?)")
         host_row = self.req_to_token.host[row]
         cursor = state.swa_evicted
-        if self.profile.free == "dedup":
+        if self.rules.free == "dedup":
             if extent:
-                self._give_back("full", state, self.full.free(host_row[:extent]))
+                self.t.give_back("full", state, self.full.free(host_row[:extent]))
             if self.swa is not None:
-                self._give_back("swa", state, self.swa.release_dedup(host_row, cursor, extent))
+                self.t.give_back("swa", state, self.swa.release_dedup(host_row, cursor, extent))
         else:
-            for start, end, swa in self._release_pieces(state.committed, extent, cursor):
+            for start, end, swa in self.pieces(state.committed, extent, cursor):
                 if swa:  # SGLang frees the SWA copy first, then the full page
-                    self._give_back("swa", state, self.swa.free_positions(host_row, start, end))
-                self._give_back("full", state, self.full.free_segment(host_row, start, end))
+                    self.t.give_back("swa", state, self.swa.free_positions(host_row, start, end))
+                self.t.give_back("full", state, self.full.free_segment(host_row, start, end))
             if self.swa is not None:
                 self.swa.clear_row(host_row, cursor, extent)
         self.ledger.drop_row("full", row)
         if self.swa is not None:
             self.ledger.drop_row("swa", row)
-        self._sum_extent -= extent
-        self._sum_committed -= state.committed
+        t = self.t
+        t.sum_extent -= extent
+        t.sum_committed -= state.committed
         if state.writer:
             self.stranded_by_writer[state.writer] -= -(-extent // ps) * ps - extent
         self.reserve_base[row] = self.reserve_of[row] = 0
         self.req_to_token.free(row, extent)
         del self.states[row]
-        self._seen.forget(row)
+        t.seen.forget(row)
         state.detach()  # its row is free for the next request; the state keeps its values
         state.released = True
         return row
 
-    def _release_pieces(self, owned: int, extent: int, cursor: int) -> list[tuple[int, int, bool]]:
+    def pieces(self, owned: int, extent: int, cursor: int) -> list[tuple[int, int, bool]]:
         """The (start, end, with_swa) position ranges a release frees, in SGLang's order.
 
         SGLang's release_kv_cache frees the row [protected, owned) (protected is 0:
@@ -79,13 +86,6 @@ class Release:
         leaks. floor: whole pages of the extent only, so an unaligned extent drops
         its last page (one leaked page per such release).
         """
-        if self.profile.free == "floor":
+        if self.rules.free == "floor":
             return extent // self.ps * self.ps
         return -(-extent // self.ps) * self.ps
-
-    def _give_back(self, pool: str, state: ReqKVState, freed: np.ndarray) -> None:
-        stray = self.ledger.give_back(pool, state.row, freed)
-        if len(stray):
-            self._report(Violation("K8", state.rid, self.step, {
-                "pool": pool, "reason": "freed pages the request did not hold",
-                "pages": stray[:8].tolist()}))

@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from mini_engine.errors import check_choice, check_positive
-
-POLICIES = ("aligned", "unaligned")
+from mini_engine.memory.rules import POLICIES
 
 
 def ceil_ps(x: int, ps: int) -> int:
@@ -129,16 +128,24 @@ def pd_swa_tail_len(fill_len: int, window: int, page_size: int, radix: bool = Fa
     return _window_tail(fill_len, window, ps)
 
 
+def swa_evict_due(pre_len, cursor, window: int, interval: int):
+    """SGLang 0.5.23's eviction interval: whether the cursor may move once pre_len
+    positions are final, pre_len - window >= cursor + interval (1 within chunked
+    prefill). Ints or whole batches (numpy arrays): the one copy of the rule, read
+    by swa_evict_target and by the decode step's pre-filter over its batch."""
+    return pre_len - window >= cursor + interval
+
+
 def swa_evict_target(pre_len: int, cursor: int, window: int, page_size: int, interval: int,
                      prefix_cache: str) -> int:
     """Where SGLang 0.5.23 moves the SWA cursor when pre_len positions are final.
 
-    Nothing moves until pre_len - window >= cursor + interval (the eviction
-    interval; 1 within chunked prefill). The prefix-sharing (radix) cache then
-    keeps max(window, ps) rounded up to whole pages below pre_len; the chunk cache
-    keeps the window. The cursor lands on a page boundary and never moves back.
+    Nothing moves until the eviction interval is due (swa_evict_due). The
+    prefix-sharing (radix) cache then keeps max(window, ps) rounded up to whole
+    pages below pre_len; the chunk cache keeps the window. The cursor lands on a
+    page boundary and never moves back.
     """
-    if pre_len - window < cursor + interval:
+    if not swa_evict_due(pre_len, cursor, window, interval):
         return cursor
     if prefix_cache == "chunk":
         threshold = pre_len - window

@@ -3,7 +3,8 @@
 Window eviction frees the SWA pages a request's window has left behind; the decode
 side of PD disaggregation preallocates a transferred request with SWA pages for
 its tail only. Both write the cursor through _write_cursor, where K6 is checked.
-A part of KVManager (manager.py).
+A part of KVManager (manager.py): it reads the shared KVTables, and a PD prealloc
+grows the request through the Growth part.
 """
 
 from __future__ import annotations
@@ -13,10 +14,19 @@ import numpy as np
 from mini_engine.errors import EvictFloorError, check_positive
 from mini_engine.memory.invariants import Violation
 from mini_engine.memory.kv_state import ReqKVState
+from mini_engine.memory.growth import Growth
 from mini_engine.memory.sizing import pd_swa_tail_len, swa_evict_target
+from mini_engine.memory.tables import KVTables
 
 
 class SWACursor:
+    def __init__(self, t: KVTables, growth: Growth):
+        self.t = t
+        self.growth = growth
+        # The tables and rules it reads, bound once (never replaced).
+        self.mem, self.ps, self.rules, self.trace, self.auditor = t.mem, t.ps, t.rules, t.trace, t.auditor
+        self.swa, self.req_to_token = t.swa, t.req_to_token
+
     def evict_swa(self, state: ReqKVState, pre_len: int | None = None, *, interval: int | None = None) -> int:
         """SGLang's window rule once pre_len (default: committed) positions are final; returns SWA pages freed.
 
@@ -25,7 +35,7 @@ class SWACursor:
         """
         if self.swa is None:
             return 0
-        p = self.profile
+        p = self.rules
         old = state.swa_evicted
         if pre_len is None:
             pre_len = state.committed
@@ -35,7 +45,7 @@ class SWACursor:
             return 0
         new = self._write_cursor(state, new)
         freed = self.swa.evict(self.req_to_token.host[state.row], old, new)
-        self._give_back("swa", state, freed)
+        self.t.give_back("swa", state, freed)
         return len(freed)
 
     def pd_prealloc(self, state: ReqKVState, fill_len: int) -> bool:
@@ -46,20 +56,20 @@ class SWACursor:
         fill_len = check_positive("fill_len", fill_len)
         if state.allocated or state.committed:
             raise ValueError(f"pd_prealloc needs a fresh request; {state.rid} already has extent {state.allocated}")
-        target = self._extent_for(state, fill_len, "pd")
+        target = self.growth.extent_for(state, fill_len, "pd")
         if self.swa is not None and self.ps > 1:  # SGLang takes the tail path only when ps > 1
             window = self.mem.window
-            tail = pd_swa_tail_len(fill_len, window, self.ps, self.profile.pd_radix)
+            tail = pd_swa_tail_len(fill_len, window, self.ps, self.rules.pd_radix)
             value = fill_len - tail
             if self.trace is not None:
                 self.trace.write({"op": "swa_prealloc", "fill_len": fill_len, "window": window,
                                   "tail": fill_len - value, "evicted": value})
             self._write_cursor(state, value, fill_len=fill_len, window=window)
-        if not self._grow([state], np.array([target], dtype=np.int64), writer="pd",
-                          aligned=self.profile.aligns("pd")):
+        if not self.growth.grow([state], np.array([target], dtype=np.int64), writer="pd",
+                          aligned=self.rules.aligns("pd")):
             state.swa_evicted = 0  # the prealloc did not happen: the fresh state is restored whole
             return False
-        self._sum_committed += fill_len
+        self.t.sum_committed += fill_len
         state.committed = fill_len
         return True
 
@@ -68,7 +78,7 @@ class SWACursor:
         prev, ps = state.swa_evicted, self.ps
         if value < 0 or value % ps or value < prev:
             values = {"value": value, "previous": prev, "page_size": ps, **context}
-            v = Violation("K6", state.rid, self.step, values)
+            v = Violation("K6", state.rid, self.t.step, values)
             if self.auditor is not None:
                 self.auditor.record(v)
             if self.auditor is None or self.auditor.mode != "record":

@@ -40,7 +40,7 @@ class TraceWriter:
             "swa_num_pages": mem.swa_num_pages,
             "row_width": mem.row_width,  # a reservation cut here is K4 (conform: SGLang writes past the row)
             # The accounting rules the trace was recorded under, so it replays on its own terms.
-            "profile": mem.validate().profile.knobs(),
+            "profile": mem.validate().rules.knobs(),
             "config": dict(config or {}, policy=mem.policy, free_policy=mem.free_policy,
                            window=mem.window),
         })

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from mini_engine.config import LAYER_PATTERNS
 from mini_engine.errors import ConfigError
 
-LAYER_PATTERNS = ("all-global", "all-local", "1:1", "3:1", "5:1")
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 

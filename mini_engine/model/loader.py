@@ -61,7 +61,8 @@ class Weights:
             raise CheckpointError(f"checkpoint {self.path}: missing parameter {missing[0]!r}{more}")
 
 
-def _read_config(path: Path) -> dict:
+def read_hf_config(path: Path) -> dict:
+    """A checkpoint directory's config.json as a dict; CheckpointError (one line) when it is missing or bad."""
     if not path.exists():
         raise CheckpointError(f"checkpoint directory {str(path)!r} does not exist")
     if not path.is_dir():
@@ -161,7 +162,7 @@ def _rope_scaling(scaling, path: Path) -> tuple[float, float, float, int] | None
 
 def load_checkpoint(path: str | Path, dtype: str | None = None) -> tuple[ModelConfig, Weights]:
     p = Path(path)
-    mcfg = config_from_hf(_read_config(p), p, dtype)
+    mcfg = config_from_hf(read_hf_config(p), p, dtype)
     files = sorted(p.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"checkpoint {str(p)!r} has no *.safetensors weight files")
@@ -190,7 +191,7 @@ def model_vocab_size(name: str) -> int:
     if name in SHAPES:
         return named_shape(name).vocab_size
     p = Path(name)
-    return config_from_hf(_read_config(p), p, None).vocab_size
+    return config_from_hf(read_hf_config(p), p, None).vocab_size
 
 
 def save_checkpoint(model: torch.nn.Module, mcfg: ModelConfig, path: str | Path) -> Path:

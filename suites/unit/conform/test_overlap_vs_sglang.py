@@ -163,7 +163,7 @@ def test_chunked_prefill_eviction_point_equals_sglangs(sglang_extend_evict, chun
     from mini_engine.scheduler import Scheduler
 
     prefilled = chunk * min(size, cps)  # chunk k starts after k chunks of at most cps
-    sched = SimpleNamespace(manager=SimpleNamespace(profile=SimpleNamespace(overlap=overlap)),
+    sched = SimpleNamespace(profile=SimpleNamespace(overlap=overlap),
                             extend_batches={0: chunk}, cfg=SimpleNamespace(chunked_prefill=cps))
     mine = Scheduler._chunk_final_len(sched, SimpleNamespace(rid=0, prefilled=prefilled))
     # a negative point (chunks smaller than chunked_prefill_size) evicts nothing in either

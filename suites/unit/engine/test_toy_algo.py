@@ -61,6 +61,23 @@ def test_kvbench_run_takes_the_toy_its_flag_and_its_reserve(tmp_path: Path):
     assert all(q["nxt"] == max(q["cur"], q["committed"] + 5) for r in prepares for q in r["reqs"])
 
 
+@pytest.mark.parametrize("flags", [("--align", "toy"), ("--profile", "host-aligned")])
+def test_a_profile_can_page_align_the_toy(tmp_path: Path, flags):
+    # The profiles' writers come from the registry: the toy declares its writer (its
+    # name), so --align names it and host-aligned (every writer) covers it.
+    out, trace = tmp_path / "row.json", tmp_path / "t.jsonl"
+    p = kvbench("run", "--spec", "toy", "--chain", "4", "--page-size", "16", "--num-requests", "4",
+                "--input-len", "40", "--output-len", "20", "--min-len", "8", "--audit", "record", *flags,
+                "--json", str(out), "--trace", str(trace), results=tmp_path)
+    assert p.returncode == 0, p.stderr
+    row = json.loads(out.read_text())
+    assert row["status"] == "ok" and sum(row["violations"].values()) == 0
+    assert row["metrics"]["peak_stranded_slots_spec"] == 0
+    prepares = [r for r in map(json.loads, trace.read_text().splitlines()[1:]) if r["op"] == "prepare"]
+    assert prepares and all(r["aligned"] and r["algo"] == "toy" for r in prepares)
+    assert all(q["nxt"] == max(q["cur"], -(-(q["committed"] + 5) // 16) * 16) for r in prepares for q in r["reqs"])
+
+
 def test_toy_flag_is_refused_without_the_plugin_and_for_another_algorithm(tmp_path: Path):
     p = kvbench("run", "--spec", "toy", results=tmp_path, plugins=None)
     assert p.returncode == 2 and "invalid choice: 'toy'" in p.stderr

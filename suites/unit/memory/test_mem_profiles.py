@@ -22,7 +22,7 @@ from mini_engine.profiles import PROFILES, resolve
 
 def make(profile: str, ps: int = 16, window: int | None = None, num_pages: int = 256, **knobs):
     mem = MemoryConfig(ps, num_pages, 4, 4096, swa_num_pages=num_pages if window else None, window=window,
-                       algo="dflash", profile=resolve(profile, **knobs))
+                       algo="dflash", rules=resolve(profile, **knobs).memory_rules())
     aud = Auditor("record")
     return KVManager(mem, aud), aud
 
@@ -92,7 +92,7 @@ def test_unaligned_release_returns_every_page_except_under_floor_free(ps, lens, 
     extents = [s.allocated for s in states]
     for s in states:
         m.release(s)
-    predicted = sum(e % ps != 0 for e in extents) if m.profile.free == "floor" else 0
+    predicted = sum(e % ps != 0 for e in extents) if m.rules.free == "floor" else 0
     assert m.leaked_pages() == predicted
     if profile in ("sglang-0.5.23", "sglang-pre-35265"):
         assert predicted == 0

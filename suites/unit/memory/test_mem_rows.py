@@ -28,7 +28,7 @@ def test_a_state_reads_and_writes_its_row():
     m, states = _manager()
     s = states[2]
     assert (s.committed, s.allocated) == (int(m.rows.committed[s.row]), int(m.rows.allocated[s.row]))
-    assert type(s.committed) is int and s.writer == "prefill" and s.aligned == m.profile.aligns("extend")
+    assert type(s.committed) is int and s.writer == "prefill" and s.aligned == m.rules.aligns("extend")
     m.rows.committed[s.row] += 1
     assert s.committed == 12
 

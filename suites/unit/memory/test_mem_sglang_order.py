@@ -29,10 +29,10 @@ def records(buf, op=None):
 def test_release_pieces_row_then_overallocation_swa_dead_part_full_side_first():
     m, _ = manager(swa=True)
     # owned 10, allocated 16, cursor 4 (ps 4): [0, 4) full only, then [4, 12) and [12, 16) both pools.
-    assert m._release_pieces(10, 16, 4) == [(0, 4, False), (4, 12, True), (12, 16, True)]
+    assert m.releaser.pieces(10, 16, 4) == [(0, 4, False), (4, 12, True), (12, 16, True)]
     m, _ = manager()
-    assert m._release_pieces(10, 16, 0) == [(0, 12, False), (12, 16, False)]
-    assert m._release_pieces(16, 16, 0) == [(0, 16, False)]
+    assert m.releaser.pieces(10, 16, 0) == [(0, 12, False), (12, 16, False)]
+    assert m.releaser.pieces(16, 16, 0) == [(0, 16, False)]
 
 
 def test_release_outside_a_group_puts_the_overallocation_in_front():

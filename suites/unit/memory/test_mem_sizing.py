@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 from mini_engine.errors import ConfigError
 from mini_engine.memory.sizing import (ceil_ps, compact_draft_bound, compact_draft_len, dflash_reserve,
                                        eagle_reserve, eagle_width, floor_ps, plan_extent, row_width,
-                                       swa_tail_len)
+                                       swa_evict_due, swa_evict_target, swa_tail_len)
 
 
 def test_ceil_floor():
@@ -107,3 +108,15 @@ def test_compact_bound_is_never_below_any_shorter_exact_length(estimate, window,
     bound = compact_draft_bound(estimate, window, ps)
     assert all(compact_draft_len(t, window, ps) <= bound for t in range(estimate + 1))
     assert compact_draft_bound(estimate + 1, window, ps) >= bound  # monotone envelope
+
+
+@given(st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 2000)), min_size=1, max_size=20),
+       st.integers(1, 300), st.integers(1, 200), st.sampled_from([1, 16, 64]), st.sampled_from(["radix", "chunk"]))
+def test_the_batch_interval_test_is_the_targets_own(pairs, window, interval, ps, prefix_cache):
+    # The decode step's pre-filter asks swa_evict_due over whole batches: a request it
+    # leaves out is one whose cursor swa_evict_target would not move.
+    pre = np.array([p for p, _ in pairs]); cur = np.array([c // ps * ps for _, c in pairs])
+    due = swa_evict_due(pre, cur, window, interval)
+    for p, c, d in zip(pre.tolist(), cur.tolist(), due.tolist()):
+        moved = swa_evict_target(p, c, window, ps, interval, prefix_cache) != c
+        assert d == swa_evict_due(p, c, window, interval) and (d or not moved)

@@ -1,0 +1,66 @@
+"""MemoryRules: the accounting knobs the memory layer reads, as plain values.
+
+The engine's profiles (mini_engine.profiles) name a production version and resolve
+its knobs; the memory layer reads only the few below, handed to it in MemoryConfig,
+so it imports nothing from the engine above it. A memory-only caller (a test, a
+replay) gets SGLang 0.5.23's rules, or the policy / free / prefix-cache shorthands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mini_engine.errors import check_choice, check_positive
+
+# The vocabularies of the memory knobs, defined here once (the profiles import them).
+FREE_RULES = ("segment", "floor", "dedup")
+PREFIX_CACHES = ("radix", "chunk")
+POLICIES = ("aligned", "unaligned")  # shorthand for align: every writer or none
+# Writers every engine has; each speculative algorithm adds its own (the registry's).
+BASE_WRITERS = ("extend", "decode", "pd")
+
+
+@dataclass(frozen=True)
+class MemoryRules:
+    align: frozenset[str] = frozenset({"eagle", "dflash"})  # writers that page-ceil their extent
+    # Every writer page-ceils (no slot is ever stranded); aligns() is then true for any writer.
+    all_aligned: bool = False
+    free: str = "segment"  # the free rule of a finished request: segment | floor | dedup
+    swa_eviction_interval: int = 128  # a decode step evicts once committed - window >= cursor + this
+    prefix_cache: str = "radix"  # the SWA eviction threshold: radix | chunk
+    pd_radix: bool = False  # the decode side's radix cache (the PD tail rule)
+    # The whole profile's knobs for the trace header (None: these rules'), so a trace
+    # replays on its own terms; not a rule the memory layer reads.
+    header: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_choice("free", self.free, FREE_RULES)
+        check_choice("prefix_cache", self.prefix_cache, PREFIX_CACHES)
+        check_positive("swa_eviction_interval", self.swa_eviction_interval)
+
+    @classmethod
+    def of(cls, policy: str | None = None, free: str | None = None,
+           prefix_cache: str | None = None) -> MemoryRules:
+        """SGLang 0.5.23's rules with the shorthands applied (None: keep the default)."""
+        knobs: dict[str, Any] = {}
+        if policy is not None:
+            check_choice("policy", policy, POLICIES)
+            knobs.update(align=frozenset(BASE_WRITERS) if policy == "aligned" else frozenset(),
+                         all_aligned=policy == "aligned")
+        if free is not None:
+            knobs["free"] = check_choice("free_policy", free, FREE_RULES)
+        if prefix_cache is not None:
+            knobs["prefix_cache"] = prefix_cache
+        return cls(**knobs)
+
+    def aligns(self, writer: str) -> bool:
+        return self.all_aligned or writer in self.align
+
+    def knobs(self) -> dict[str, Any]:
+        """The knobs as plain JSON values (the trace header)."""
+        if self.header is not None:
+            return dict(self.header)
+        return {"align": sorted(self.align), "all_aligned": self.all_aligned, "free": self.free,
+                "swa_eviction_interval": self.swa_eviction_interval,
+                "prefix_cache": self.prefix_cache, "pd_radix": self.pd_radix}

@@ -1,0 +1,78 @@
+"""KVTables: the state of the KV memory layer that its parts share.
+
+The pools, the req_to_token rows, the page ledger, the live states and the running
+sums and counters, declared in one place. KVManager builds them and hands them to
+its parts (growth, the SWA cursor, release), which read and write them here; each
+part keeps only its own state besides. A part binds the tables it uses once, at
+construction (they are never replaced), and goes through this object for the
+counters it moves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mini_engine.errors import InvariantViolation
+from mini_engine.memory.allocator import PagedAllocator
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.invariants import Auditor, Seen, Violation
+from mini_engine.memory.kv_state import WRITER_KINDS, KVRows, ReqKVState, state_rows
+from mini_engine.memory.ledger import PageLedger
+from mini_engine.memory.req_to_token import ReqToTokenPool
+from mini_engine.memory.swa import SWAPool
+from mini_engine.memory.trace import TraceWriter
+
+
+class KVTables:
+    def __init__(self, mem: MemoryConfig, auditor: Auditor | None, trace: TraceWriter | None,
+                 full: PagedAllocator, swa: SWAPool | None):
+        self.mem = mem
+        self.ps = mem.page_size
+        self.rules = mem.rules
+        self.auditor = auditor
+        self.trace = trace
+        self.full = full
+        self.swa = swa
+        self.req_to_token = ReqToTokenPool(mem.max_reqs, mem.row_width)
+        self.ledger = PageLedger({"full": mem.num_pages, "swa": mem.swa_num_pages or 0}, mem.max_reqs)
+        self.states: dict[int, ReqKVState] = {}  # live requests by row
+        # Every live request's lengths, by row: a batch reads and commits them in one pass.
+        self.rows = KVRows(mem.max_reqs)
+        self.step = 0  # stamps event violations; the state checks close a step
+        # Running sums over live requests, so the per-step counters are O(1).
+        self.sum_extent = 0
+        self.sum_committed = 0
+        # Stranded slots (ceil_ps(extent) - extent) of live requests, by who wrote the extent.
+        self.stranded_by_writer = {k: 0 for k in WRITER_KINDS}
+        self.short_pool: str | None = None  # the pool that refused the last failed allocation
+        self.row_overflow_slots = 0  # reservations cut at the row's end (K4), summed
+        # Each row's last reservation (committed at the prepare, reserve; 0 = none or clamped),
+        # so K4 can be re-checked after the fact; by row, so a batch records it in one write.
+        self.reserve_base = np.zeros(mem.max_reqs, dtype=np.int64)
+        self.reserve_of = np.zeros(mem.max_reqs, dtype=np.int64)
+        # What the last state check saw (K2, K6), and the leaked pages it last reported.
+        self.seen = Seen(mem.max_reqs)
+        self.seen_leaked: dict[str, int] = {}
+        self._last_batch: tuple[list, np.ndarray] = ([], np.empty(0, dtype=np.int64))  # rows_of's memo
+
+    def rows_of(self, states: list[ReqKVState]) -> np.ndarray:
+        """The states' rows; a decode batch is usually the last one again, whose rows are kept
+        (a state's row is fixed for its life, so the same states have the same rows)."""
+        last, rows = self._last_batch
+        if states != last:  # ReqKVState compares by identity
+            rows = state_rows(states)
+            self._last_batch = (list(states), rows)
+        return rows
+
+    def report(self, v: Violation) -> None:
+        if self.auditor is None:
+            raise InvariantViolation(v)
+        self.auditor.report(v)
+
+    def give_back(self, pool: str, state: ReqKVState, freed: np.ndarray) -> None:
+        """Freed pages leave the request's ledger; a page it did not hold is K8."""
+        stray = self.ledger.give_back(pool, state.row, freed)
+        if len(stray):
+            self.report(Violation("K8", state.rid, self.step, {
+                "pool": pool, "reason": "freed pages the request did not hold",
+                "pages": stray[:8].tolist()}))
