@@ -25,13 +25,12 @@ except ModuleNotFoundError:  # Python 3.10
 from mini_engine import algos
 from mini_engine.algos import SPECS
 from mini_engine.errors import ConfigError, check_choice, check_positive
-from mini_engine.memory.invariants import MODES
+from mini_engine.memory.rules import AUDIT_MODES
 from mini_engine.options import Option, by_name, check_float as _check_float, engine_options
 from mini_engine.pool_budget import footprint, pool_tokens
 from mini_engine.profiles import FREE_RULES, POLICIES, PREFIX_CACHES, PROFILES, Profile, resolve
 PROFILE_NAMES = tuple(PROFILES)
 __all__ = ["FREE_RULES", "POLICIES", "PREFIX_CACHES", "PROFILE_NAMES", "SPECS", "EngineConfig", "load_toml"]
-AUDIT_MODES = MODES  # the auditor's, defined once in memory.invariants
 DEVICES = ("cpu", "cuda")
 # local:global layer ratios; "all-global" means no SWA layer at all. Defined once here,
 # where a config is checked; the model builds its layer types from the same names.

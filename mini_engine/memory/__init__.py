@@ -1,12 +1,21 @@
 """Host-side KV planning: allocator, req_to_token, request KV state, sizing, SWA, PD, invariants, trace."""
 
-from mini_engine.memory.allocator import PagedAllocator
-from mini_engine.memory.config import MemoryConfig
-from mini_engine.memory.invariants import Auditor, Violation
-from mini_engine.memory.kv_state import ReqKVState
-from mini_engine.memory.manager import KVManager
-from mini_engine.memory.req_to_token import ReqToTokenPool
-from mini_engine.memory.trace import TraceWriter
+from importlib import import_module
 
-__all__ = ["Auditor", "KVManager", "MemoryConfig", "PagedAllocator", "ReqKVState",
-           "ReqToTokenPool", "TraceWriter", "Violation"]
+# The names below load on first use, not with the package: the vocabulary modules
+# (rules, config) must import without numpy, so that the CLI can build its parser (which
+# lists the engine's choices) on an install without the engine role and say so in one line.
+_EXPORTS = {
+    "Auditor": "invariants", "Violation": "invariants", "KVManager": "manager",
+    "MemoryConfig": "config", "PagedAllocator": "allocator", "ReqKVState": "kv_state",
+    "ReqToTokenPool": "req_to_token", "TraceWriter": "trace",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value

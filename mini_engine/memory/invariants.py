@@ -18,6 +18,7 @@ import numpy as np
 
 from mini_engine.errors import InvariantViolation, check_choice
 from mini_engine.memory import sizing
+from mini_engine.memory.rules import AUDIT_MODES
 
 if TYPE_CHECKING:
     from mini_engine.memory.batch import BatchArrays
@@ -34,7 +35,7 @@ class Mirror(Protocol):
         """The SWA slots the device map gives these full slots (None: no SWA map)."""
 
 
-MODES = ("record", "raise", "off")
+MODES = AUDIT_MODES
 MAX_RECORDS = 100
 
 

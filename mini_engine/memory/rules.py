@@ -17,6 +17,7 @@ from mini_engine.errors import check_choice, check_positive
 FREE_RULES = ("segment", "floor", "dedup")
 PREFIX_CACHES = ("radix", "chunk")
 POLICIES = ("aligned", "unaligned")  # shorthand for align: every writer or none
+AUDIT_MODES = ("record", "raise", "off")  # the auditor's: off, record violations, or raise on the first
 # Writers every engine has; each speculative algorithm adds its own (the registry's).
 BASE_WRITERS = ("extend", "decode", "pd")
 
