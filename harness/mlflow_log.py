@@ -251,7 +251,10 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
     meta = run_dir.meta()
     if not meta:
         raise KVBenchError(f"{run_dir.path} has no meta.json: not a sweep run directory")
-    uri = uri or meta.get("mlflow_uri") or tracking_uri(None, root)
+    # The destination is the user's choice alone (option, environment, local store):
+    # meta.json came with the run directory, which may be another's (a rerun's artifact),
+    # and a server named there would receive the upload and the environment's credentials.
+    uri = tracking_uri(uri, root)
     from harness.locks import store_lock
 
     # A sync may be the first to open a local store (the sweep ran without MLflow):
