@@ -139,17 +139,9 @@ def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = N
 
 
 def write_baseline(path: Path, baseline: dict[str, Any]) -> None:
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(_dumps(baseline))
-        os.replace(tmp, path)  # the old baseline stays whole until the new one is
-    except OSError as err:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise BaselineError(f"baseline {str(path)!r} cannot be written: {err.strerror or err}") from None
+    from harness.safe_write import write_text
+
+    write_text(path, _dumps(baseline), "baseline", mkdir=True)  # the old baseline stays whole until the new one is
 
 
 def _dumps(baseline: dict[str, Any]) -> str:

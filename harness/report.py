@@ -285,7 +285,6 @@ def _md(text: str) -> str:
 
 
 def write(path: Path, text: str) -> None:
-    from harness.results import replace_text
+    from harness.safe_write import write_text
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    replace_text(path, text)
+    write_text(path, text, "--out", mkdir=True)

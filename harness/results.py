@@ -110,14 +110,11 @@ class RunDir:
 
 
 def replace_text(path: Path, text: str) -> None:
-    """Write ``path`` atomically: a reader (or a SIGKILL) never sees half a file."""
-    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a full disk: the old file stays whole, no debris beside it
-        raise
+    """Write ``path`` atomically: a reader (or a SIGKILL) never sees half a file, and
+    only a regular file or a new path is replaced (safe_write)."""
+    from harness.safe_write import write_text
+
+    write_text(path, text, path.name)
 
 
 def open_run_dir(run: str | os.PathLike[str], *, root: Path | None = None) -> RunDir:
@@ -127,6 +124,7 @@ def open_run_dir(run: str | os.PathLike[str], *, root: Path | None = None) -> Ru
         q = (root or results_root()) / "runs" / str(run)
         if not q.is_dir():
             raise ResultsError(f"no run {str(run)!r}: not a directory and not in {q.parent}")
+        _not_a_link(q)
         p = q
     return RunDir(p.resolve())
 
@@ -165,7 +163,7 @@ def resume_run_dir(run: str, *, root: Path | None = None) -> RunDir:
     runs = ((root or results_root()) / "runs").resolve()
     p = Path(run)
     if _RUN_ID.match(run) and (runs / run).is_dir():
-        p = runs / run
+        p = _not_a_link(runs / run)
     elif p.is_dir() and p.resolve().parent == runs:
         p = p.resolve()
     else:
@@ -173,6 +171,15 @@ def resume_run_dir(run: str, *, root: Path | None = None) -> RunDir:
     if not (p / META).is_file():
         raise ResultsError(f"--resume: {p} is not a kvbench run (it has no {META})")
     return RunDir(p)
+
+
+def _not_a_link(p: Path) -> Path:
+    # A run id names a directory of the root; a link there would take the run's writes
+    # (meta.json, results, plots, the lock) to wherever it points.
+    if p.is_symlink():
+        raise ResultsError(f"run {p.name!r} in {p.parent} is a symbolic link; a run id must name a directory "
+                           f"of the results root (give the run's real path instead)")
+    return p
 
 
 STORE_METACHARACTERS = "?#%"
@@ -190,7 +197,9 @@ def check_store_root(root: Path) -> None:
 def append_line(path: Path, line: str) -> None:
     """Append one line atomically with respect to other appenders (flock + one write)."""
     data = (line.rstrip("\n") + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    from harness.safe_write import open_regular
+
+    fd = open_regular(path, path.name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:

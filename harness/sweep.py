@@ -136,7 +136,10 @@ class _Log(io.TextIOBase):
     pytest with an internal error (the row write is where a full disk is reported)."""
 
     def __init__(self, path: Path):
-        self._fh = path.open("a", encoding="utf-8", errors="replace")
+        from harness.safe_write import open_regular  # never appended through a link out of the run
+
+        self._fh = open(open_regular(path, "pytest.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
+                        encoding="utf-8", errors="replace")
         self._ok = True
 
     def writable(self) -> bool:

@@ -20,9 +20,12 @@ def run(args: argparse.Namespace) -> int:
     from harness.mlflow_log import git_commit
     from harness.results import results_root
 
+    from harness.safe_write import check_target
+
     rows, meta, profile = judged_run(args.run)
     out = Path(args.out) if args.out else default_path(profile, results_root())
-    existing = load_baseline(out, expected_profile=profile) if out.exists() else None
+    # Before reading it: a device node there (/dev/zero) would be read forever.
+    existing = load_baseline(out, expected_profile=profile) if check_target(out, "--out") else None
     # The commit that produced the rows, not the one checked out now.
     base, added, updated, skipped = build(rows, profile, meta.get("git_commit") or git_commit(), existing)
     write_baseline(out, base)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from mini_engine.errors import ConfigError
 
@@ -57,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
           + (f"; newest: {cmp.summary()}" if cmp else "") + ")")
     if args.summary:
         try:
-            with open(args.summary, "a", encoding="utf-8") as fh:
+            from harness.safe_write import open_regular
+
+            with open(open_regular(args.summary, "--summary", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
+                      encoding="utf-8") as fh:
                 fh.write(report.summary(hist, cmp, out.name, args.mlflow_url))
         except OSError as err:
             raise ConfigError(f"--summary {args.summary!r} cannot be written: {err.strerror or err} "
