@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     run_dir = open_run_dir(args.run)
     uri = tracking_uri(args.mlflow_uri, results_root())
-    print(f"kvbench: syncing run {run_dir.run_id} to {uri}", file=sys.stderr)
+    # Which store it is: named on the result line, and in every error (one line each).
     uploaded, present = sync(run_dir, uri, root=results_root())
     meta = run_dir.meta()
     rows = load_rows(run_dir.path)
