@@ -130,6 +130,9 @@ def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = N
         raise BaselineError(f"baseline {str(p)!r} is not valid JSON: {str(err)[:120]}") from None
     except OSError as err:
         raise BaselineError(f"baseline {str(p)!r} cannot be read: {err.strerror}") from None
+    from harness.numbers import check_numbers
+
+    check_numbers(data, f"baseline {str(p)!r}")
     parse(BaselineFile, data, f"baseline {str(p)!r}", BaselineError, tables="object")
     if expected_profile is not None and data["profile"] != expected_profile:
         raise BaselineError(

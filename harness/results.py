@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.numbers import check_numbers
 from mini_engine.errors import KVBenchError
 
 RESULTS = "results.jsonl"
@@ -84,6 +85,7 @@ class RunDir:
             raise ResultsError(f"{self.meta_path} cannot be read ({err.strerror})") from None
         if not isinstance(meta, dict):
             raise ResultsError(f"{self.meta_path} is not a JSON object")
+        check_numbers(meta, str(self.meta_path))
         return meta
 
     def write_meta(self, meta: dict[str, Any]) -> None:
@@ -274,6 +276,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
             raise ResultsError(f"{path}: line {i + 1} is not valid JSON (or nested too deeply, "
                                f"or holds NaN or Infinity)") from None
         if isinstance(obj, dict):
+            check_numbers(obj, f"{path}: line {i + 1}")  # int64 and finite, named, before any reader
             rows.append(obj)
     return rows
 

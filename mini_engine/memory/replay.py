@@ -36,6 +36,10 @@ OPTIONAL = {"pool": "pool", "decode": "bool", "need_sort": "bool", "aligned": "b
 HEADER = {"page_size": "size", "num_pages": "size"}
 HEADER_OPTIONAL = {"swa_num_pages": "size", "profile": "object", "config": "object"}
 REQ_FIELDS = ("cur", "committed", "nxt")  # one request of a prepare record
+# A pool a trace can name: slot ids are int32 in SGLang's req_to_token, so a pool has
+# fewer than 2**31 slots; replay and conform build host arrays (and conform torch
+# tensors) of that many entries, so a larger header is refused before any is built.
+MAX_POOL_SLOTS = 2**31 - 1
 
 @dataclass
 class Divergence:
@@ -82,6 +86,11 @@ def _read_header(path: str, line: str) -> dict:
             null = "null or " if key in HEADER_OPTIONAL and kind != "object" else ""
             raise TraceError(f"{path}: header {key} must be {null}{what.removeprefix('must be ')} "
                              f"(got {_short(head.get(key), 60)})")
+    for key in ("num_pages", "swa_num_pages"):
+        pages = head.get(key)
+        if pages is not None and (pages + 1) * head["page_size"] > MAX_POOL_SLOTS:
+            raise TraceError(f"{path}: header {key} x page_size must be under {MAX_POOL_SLOTS + 1} slots "
+                             f"(int32 slot ids, as in SGLang) (got {pages} x {head['page_size']})")
     return head
 
 
