@@ -94,9 +94,26 @@ def check_blessable(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         if row.get("status") == "failed":
             continue
+        bad = bad_counter(row)
+        if bad:
+            raise BaselineError(f"config {row['key']!r}: {bad}; a baseline blesses counts only")
         bad = non_finite(entry(row))
         if bad:
             raise BaselineError(f"config {row['key']!r} has a non-finite {bad}; a baseline holds finite numbers only")
+
+
+def bad_counter(row: dict[str, Any]) -> str | None:
+    """The first counter (an exact-gated metric, a violation count) of a row that is not a
+    count: counters_of would drop a string silently and bless a negative one."""
+    from harness.numbers import counter_problem
+
+    figures = [(f"metrics.{name}", v) for name, v in (row.get("metrics") or {}).items() if lookup(name).gate == "exact"]
+    figures += [(f"violations.{vid}", v) for vid, v in (row.get("violations") or {}).items()]
+    for name, value in figures:
+        why = counter_problem(value)
+        if why:
+            return f"{name} {why}"
+    return None
 
 
 def _verdicts(rows: list[dict[str, Any]], keys: list[str]) -> str:

@@ -58,3 +58,32 @@ def is_number(value: Any) -> bool:
 
 def _short(path: str) -> str:
     return path if len(path) <= 120 else path[:117] + "..."
+
+
+def counter_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a counter (a count of pages, slots, violations, or a ratio
+    of counts such as syncs_per_step): None when it is a number >= 0."""
+    if not is_number(value):
+        return f"is not a number (got {_kind(value)})"
+    if value < 0:
+        return f"must be a number >= 0 (got {value!r})"
+    return None
+
+
+def vanished(row: dict[str, Any], name: str) -> str:
+    """What became of a figure the reference has and this row does not give as a number."""
+    where = row.get("violations") or {} if name.startswith("violations.") else row.get("metrics") or {}
+    key = name.removeprefix("violations.")
+    if not isinstance(where, dict) or key not in where:
+        return "not measured now"
+    return f"not a number now ({_kind(where[key])})"
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f"string {value[:20]!r}"
+    return type(value).__name__
