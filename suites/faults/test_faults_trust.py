@@ -206,3 +206,25 @@ def test_a_deep_lock_note_does_not_block_resume(tmp_path):
     (tmp_path / "lock").write_text("[" * 4096)
     lock = run_lock(tmp_path).acquire()
     lock.release()
+
+
+@pytest.mark.parametrize("store", ["a directory", "a FIFO", "in a missing directory"])
+def test_an_unopenable_sqlite_store_fails_fast(tmp_path, capsys, monkeypatch, store):
+    """N12/N18: MLflow retried such a store for 107 s (36 lines of retries for a directory)."""
+    import time
+
+    root = tmp_path / "results"
+    make_run(root)
+    db = tmp_path / "store.db"
+    if store == "a directory":
+        db.mkdir()
+    elif store == "a FIFO":
+        os.mkfifo(db)
+    else:
+        db = tmp_path / "missing" / "store.db"
+    monkeypatch.setenv("KVBENCH_RESULTS", str(root))
+    started = time.monotonic()
+    code, _, err = cli(["sync", "art", "--mlflow-uri", f"sqlite:///{db}"], capsys)
+    assert code == 2 and len(err) == 1 and "cannot be opened" in err[0], err
+    assert time.monotonic() - started < 20
+    assert not (tmp_path / "store.db.lock").exists() or store != "a directory"
