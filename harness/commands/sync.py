@@ -33,7 +33,11 @@ def run(args: argparse.Namespace) -> int:
     plots = sorted(run_dir.plots.glob("*.png")) if run_dir.plots.is_dir() else []
     plots = plots or write_run_plots(rows, run_dir, lambda m: print(m, file=sys.stderr))
     try:
-        status = finish_parent(uri, meta["mlflow_parent"], rows, plots)
+        # A sweep that stopped before every config ran is not FINISHED (that says every
+        # config ran as expected): KILLED until a --resume and a later sync close it again.
+        expected = meta.get("configs")
+        short = isinstance(expected, int) and not meta.get("filter") and len(rows) < expected
+        status = finish_parent(uri, meta["mlflow_parent"], rows, plots, status="KILLED" if short else None)
     except Exception as err:
         raise unreachable(uri, err) from None
     print(f"synced run {run_dir.run_id} to {uri}: {uploaded} uploaded, {present} already there "

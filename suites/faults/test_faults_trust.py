@@ -228,3 +228,36 @@ def test_an_unopenable_sqlite_store_fails_fast(tmp_path, capsys, monkeypatch, st
     assert code == 2 and len(err) == 1 and "cannot be opened" in err[0], err
     assert time.monotonic() - started < 20
     assert not (tmp_path / "store.db.lock").exists() or store != "a directory"
+
+
+def test_baseline_refuses_a_run_a_sweep_still_writes(tmp_path, capsys, monkeypatch):
+    """N15: a run held by a live sweep (2 of 8 configs done) was blessed with exit 0."""
+    from harness.locks import run_lock
+
+    run = make_run(tmp_path / "results")
+    monkeypatch.setenv("KVBENCH_RESULTS", str(tmp_path / "results"))
+    out = tmp_path / "base.json"
+    lock = run_lock(run).acquire(purpose="kvbench sweep")
+    try:
+        code, _, err = cli(["baseline", "art", "--out", out], capsys)
+    finally:
+        lock.release()
+    assert code == 2 and len(err) == 1 and "still being written" in err[0], err
+    assert not out.exists()
+    code, _, err = cli(["baseline", "art", "--out", out], capsys)  # once the sweep is gone
+    assert code == 0 and out.is_file(), err
+
+
+def test_sync_of_a_partial_sweep_does_not_close_it_finished(tmp_path, capsys, monkeypatch):
+    """N15: FINISHED means every config ran as expected; 1 of 8 did."""
+    from mlflow import MlflowClient
+
+    root = tmp_path / "results"
+    run = make_run(root, meta={"suite": "tiny", "hardware": {"profile": "cpu"}, "configs": 8, "filter": None})
+    (run / "plots").mkdir()
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    monkeypatch.setenv("KVBENCH_RESULTS", str(root))
+    code, out, err = cli(["sync", "art", "--mlflow-uri", uri], capsys)
+    assert code == 0, err
+    parent = json.loads((run / "meta.json").read_text())["mlflow_parent"]
+    assert MlflowClient(tracking_uri=uri).get_run(parent).info.status == "KILLED"
