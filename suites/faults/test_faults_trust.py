@@ -261,3 +261,22 @@ def test_sync_of_a_partial_sweep_does_not_close_it_finished(tmp_path, capsys, mo
     assert code == 0, err
     parent = json.loads((run / "meta.json").read_text())["mlflow_parent"]
     assert MlflowClient(tracking_uri=uri).get_run(parent).info.status == "KILLED"
+
+
+def test_a_sweep_that_cannot_write_meta_leaves_its_id_free(tmp_path, capsys, monkeypatch):
+    """N15: a full disk before meta.json said 'finish with --resume F', which then refused
+    (no meta.json), as did --run-id F (it exists)."""
+    from harness import results
+
+    monkeypatch.setenv("KVBENCH_RESULTS", str(tmp_path / "results"))
+    suite = tmp_path / "tiny.toml"
+    suite.write_text("[defaults]\nnum_requests = 2\ninput_len = 16\noutput_len = 8\nmin_len = 8\n"
+                     "[axes]\npage_size = [1, 16]\n")
+
+    def full(self, meta):
+        raise OSError(28, os.strerror(28), str(self.meta_path))
+
+    monkeypatch.setattr(results.RunDir, "write_meta", full)
+    code, _, err = cli(["sweep", suite, "--no-mlflow", "--run-id", "F"], capsys)
+    assert code == 2 and len(err) == 1 and "run the sweep again" in err[0], err
+    assert not (tmp_path / "results" / "runs" / "F").exists()
