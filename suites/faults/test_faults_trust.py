@@ -280,3 +280,33 @@ def test_a_sweep_that_cannot_write_meta_leaves_its_id_free(tmp_path, capsys, mon
     code, _, err = cli(["sweep", suite, "--no-mlflow", "--run-id", "F"], capsys)
     assert code == 2 and len(err) == 1 and "run the sweep again" in err[0], err
     assert not (tmp_path / "results" / "runs" / "F").exists()
+
+
+@pytest.mark.parametrize("stdout", ["full device", "closed"])
+def test_stdout_that_cannot_be_written_is_one_line(tmp_path, stdout):
+    """N16: stdout on a full device (a private node with /dev/full's numbers) or closed."""
+    import subprocess
+    import sys
+
+    from faultkit import REPO, kvbench_env
+
+    if stdout == "full device":
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        node = tmp_path / "full"
+        os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(1, 7))
+        out = open(node, "w")
+    argv = [sys.executable, "-m", "harness.cli", "ci", "runners", "--root", str(REPO)]
+    try:
+        proc = subprocess.run(argv, cwd=REPO, env=kvbench_env(tmp_path), stderr=subprocess.PIPE, text=True,
+                              timeout=120, **({"stdout": out} if stdout == "full device" else {"stdout": subprocess.DEVNULL,
+                                                                                               "pass_fds": ()}),
+                              preexec_fn=(lambda: os.close(1)) if stdout == "closed" else None)
+    finally:
+        if stdout == "full device":
+            out.close()
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    if stdout == "closed":
+        assert proc.returncode == 0 and lines == [], proc.stderr
+    else:
+        assert proc.returncode == 2 and len(lines) == 1 and "No space left" in lines[0], proc.stderr
