@@ -34,7 +34,11 @@ class ResultsError(KVBenchError):
 
 def results_root() -> Path:
     """Where runs and the local MLflow store live: $KVBENCH_RESULTS or ./results."""
-    return Path(os.environ.get("KVBENCH_RESULTS", "results")).resolve()
+    raw = os.environ.get("KVBENCH_RESULTS", "results")
+    try:
+        return Path(raw).resolve()
+    except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13, OSError after)
+        raise ResultsError(f"KVBENCH_RESULTS {raw!r} is a loop of symbolic links; give a directory") from None
 
 
 def check_run_id(run_id: str) -> str:
@@ -86,6 +90,7 @@ class RunDir:
         if not isinstance(meta, dict):
             raise ResultsError(f"{self.meta_path} is not a JSON object")
         check_numbers(meta, str(self.meta_path))
+        _check_meta_shape(meta, self.meta_path)
         return meta
 
     def write_meta(self, meta: dict[str, Any]) -> None:
@@ -109,6 +114,21 @@ class RunDir:
     def reset_logged(self) -> None:
         """Forget what was logged: the run now logs to another tracking store."""
         self.logged.unlink(missing_ok=True)
+
+
+LAST_TIME = 253402300799  # 9999-12-31: a start time past it (or before 1970) is damage, and gmtime fails on it
+
+
+def _check_meta_shape(meta: dict[str, Any], path: Path) -> None:
+    """The fields of meta.json that readers index or format, in the shape they expect."""
+    for name in ("hardware",):
+        if meta.get(name) is not None and not isinstance(meta[name], dict):
+            raise ResultsError(f"{path}: field {name} must be an object (got {type(meta[name]).__name__})")
+    created = meta.get("created")
+    if created is not None and (isinstance(created, bool) or not isinstance(created, (int, float))
+                                or not 0 <= created <= LAST_TIME):
+        raise ResultsError(f"{path}: field created must be a start time in seconds since 1970, from 0 to "
+                           f"{LAST_TIME} (got {created!r})")
 
 
 def replace_text(path: Path, text: str) -> None:
@@ -300,7 +320,7 @@ def load_rows(path_or_run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     for row in rows:
         if not isinstance(row.get("key"), str):
             raise ResultsError(f"{p}: every row needs a string 'key' (got {type(row.get('key')).__name__})")
-        for field in ("metrics", "violations"):
+        for field in ("metrics", "violations", "config", "samples"):
             if not isinstance(row.get(field, {}), dict):
                 raise ResultsError(f"{p}: row {row['key']!r} has a '{field}' that is not an object")
         latest.pop(row["key"], None)  # keep first-seen order of the latest rows
