@@ -125,3 +125,29 @@ def test_bisect_bounds(tmp_path, capsys, argv, option):
     """N10: bisect --repeat is bounded like a suite's repeat; its per-commit timeout is an option."""
     code, _, err = cli(["bisect", "--good", "HEAD", "--bad", "HEAD", "--config", "x", *argv], capsys)
     assert code == 2 and len(err) == 1 and err[0].startswith(f"kvbench: error: {option} must be"), err
+
+
+@pytest.mark.parametrize("command", ["replay", "conform"])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          derandomize=True)
+@given(damage=st.sampled_from(["negative prefix", "negative seq", "seq below prefix", "lengths differ",
+                               "negative row_width"]))
+def test_a_malformed_trace_record_is_refused_not_a_divergence(tmp_path_factory, capsys, command, damage):
+    """N18: replay called these kvbench divergences (exit 1) where conform refused them (exit 2)."""
+    head = {"format": "kvbench-trace", "version": 1, "page_size": 1, "num_pages": 64, "row_width": 64}
+    rec = {"op": "alloc_extend", "pool": "full", "prefix_lens": [0], "seq_lens": [4], "last_locs": [-1],
+           "out": [[1, 2, 3, 4]], "available": 60}
+    if damage == "negative prefix":
+        rec["prefix_lens"] = [-3]
+    elif damage == "negative seq":
+        rec["seq_lens"] = [-4]
+    elif damage == "seq below prefix":
+        rec["prefix_lens"] = [8]
+    elif damage == "lengths differ":
+        rec["seq_lens"] = [4, 4]
+    else:
+        head["row_width"] = -1
+    trace = tmp_path_factory.mktemp("t") / "t.jsonl"
+    trace.write_text(json.dumps(head) + "\n" + json.dumps(rec) + "\n")
+    code, _, err = cli([command, trace], capsys)
+    assert code == 2 and len(err) == 1 and err[0].startswith("kvbench: error: "), err
