@@ -35,6 +35,8 @@ class ResultsError(KVBenchError):
 def results_root() -> Path:
     """Where runs and the local MLflow store live: $KVBENCH_RESULTS or ./results."""
     raw = os.environ.get("KVBENCH_RESULTS", "results")
+    if not raw.strip():  # set but empty (an unset shell variable): it would put runs/ in the current directory
+        raise ResultsError("KVBENCH_RESULTS is set but empty; give a directory, or unset it for ./results")
     try:
         return Path(raw).resolve()
     except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13, OSError after)

@@ -39,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
     from harness.numbers import NumberError
     from harness.results import ResultsError
 
+    from harness.metrics import check_metric_option
+
+    check_metric_option(args.metric, "--metric")
+    check_metric_option([args.heatmap], "--heatmap")
     nights, skipped = [], []
     for r in args.runs:
         try:
