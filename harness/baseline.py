@@ -94,9 +94,26 @@ def check_blessable(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         if row.get("status") == "failed":
             continue
+        bad = bad_counter(row)
+        if bad:
+            raise BaselineError(f"config {row['key']!r}: {bad}; a baseline blesses counts only")
         bad = non_finite(entry(row))
         if bad:
             raise BaselineError(f"config {row['key']!r} has a non-finite {bad}; a baseline holds finite numbers only")
+
+
+def bad_counter(row: dict[str, Any]) -> str | None:
+    """The first counter (an exact-gated metric, a violation count) of a row that is not a
+    count: counters_of would drop a string silently and bless a negative one."""
+    from harness.numbers import counter_problem
+
+    figures = [(f"metrics.{name}", v) for name, v in (row.get("metrics") or {}).items() if lookup(name).gate == "exact"]
+    figures += [(f"violations.{vid}", v) for vid, v in (row.get("violations") or {}).items()]
+    for name, value in figures:
+        why = counter_problem(value)
+        if why:
+            return f"{name} {why}"
+    return None
 
 
 def _verdicts(rows: list[dict[str, Any]], keys: list[str]) -> str:
@@ -130,6 +147,9 @@ def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = N
         raise BaselineError(f"baseline {str(p)!r} is not valid JSON: {str(err)[:120]}") from None
     except OSError as err:
         raise BaselineError(f"baseline {str(p)!r} cannot be read: {err.strerror}") from None
+    from harness.numbers import check_numbers
+
+    check_numbers(data, f"baseline {str(p)!r}")
     parse(BaselineFile, data, f"baseline {str(p)!r}", BaselineError, tables="object")
     if expected_profile is not None and data["profile"] != expected_profile:
         raise BaselineError(
@@ -139,17 +159,9 @@ def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = N
 
 
 def write_baseline(path: Path, baseline: dict[str, Any]) -> None:
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(_dumps(baseline))
-        os.replace(tmp, path)  # the old baseline stays whole until the new one is
-    except OSError as err:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise BaselineError(f"baseline {str(path)!r} cannot be written: {err.strerror or err}") from None
+    from harness.safe_write import write_text
+
+    write_text(path, _dumps(baseline), "baseline", mkdir=True)  # the old baseline stays whole until the new one is
 
 
 def _dumps(baseline: dict[str, Any]) -> str:

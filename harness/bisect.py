@@ -186,8 +186,13 @@ class WorktreeRunner:
         rows = []
         for i in range(self.repeat):
             out = tmp / f"row{i}.json"
-            proc = subprocess.run([self.python, "-m", "harness.cli", "run", "--config", str(cfg), "--json", str(out)],
-                                  cwd=tree, env=env, capture_output=True, text=True, timeout=self.timeout_s)
+            try:
+                proc = subprocess.run([self.python, "-m", "harness.cli", "run", "--config", str(cfg), "--json",
+                                       str(out)], cwd=tree, env=env, capture_output=True, text=True,
+                                      timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:  # a hanging candidate is one that cannot run the config
+                self.log(f"     cannot run here: no result within --timeout {self.timeout_s:g} s")
+                return None
             # 0: ran clean, 1: ran with violations or an exhausted pool (still a row); else it could not run.
             if proc.returncode not in (0, 1) or not out.is_file():
                 self.log(f"     cannot run here: {(proc.stderr.strip().splitlines() or ['exit ' + str(proc.returncode)])[-1]}")

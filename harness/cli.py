@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -40,6 +41,8 @@ def version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if sys.stdout is None:  # started with stdout closed (`>&-`): the output goes nowhere, the work still counts
+        sys.stdout = open(os.devnull, "w")
     try:
         try:
             parser = build_parser()
@@ -77,6 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141  # 128 + SIGPIPE: what a shell reports for a writer killed by a closed pipe
+    except OSError as err:
+        # stdout on a full device or file system (`> /dev/full`, a quota): every file
+        # kvbench writes says so itself (safe_write), so this is the terminal's output.
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        print(f"kvbench: error: the output cannot be written ({err.strerror})", file=sys.stderr)
+        return 2
     except RecursionError:  # a JSON or TOML reader met a file nested deeper than Python recurses
         print("kvbench: error: an input file is nested too deeply to read", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from harness.baseline import counters_of, entry
 from harness.markdown import code
 from harness.metrics import lookup
+from harness.numbers import is_number, vanished
 
 VERDICTS = ("ok", "regression", "improvement", "new", "missing", "not comparable")
 THRESHOLD = 0.10
@@ -50,7 +51,9 @@ class CompareReport:
 
     @property
     def regressed(self) -> bool:
-        return any(f.verdict == "regression" for f in self.findings)
+        # A figure that vanished (or turned into a string, true, null) from a config that
+        # ran is lost evidence, not an unchanged one: it gates like a regression.
+        return any(f.verdict == "regression" or (f.verdict == "missing" and f.metric != "*") for f in self.findings)
 
     @property
     def missing_configs(self) -> list[str]:
@@ -127,10 +130,16 @@ def compare_rows(rows: list[dict[str, Any]], baseline: dict[str, Any], *, thresh
             report.findings.append(Finding(key, "*", None, None, "not in the baseline", "new"))
             continue
         report.findings.extend(_status(key, base, row))
-        report.findings.extend(_counters(key, base.get("counters") or {}, counters_of(row)))
-        report.findings.extend(_timings(key, base.get("timings") or {}, row, threshold, alpha, timings_note))
+        found = _counters(key, base.get("counters") or {}, counters_of(row))
+        found += _timings(key, base.get("timings") or {}, row, threshold, alpha, timings_note)
+        for f in found:
+            if f.verdict == "missing":
+                f.change = vanished(row, f.metric)
+        report.findings.extend(found)
     # A baseline holds several suites; only configs of the suites this run swept can be missing.
     suites = {row.get("suite") for row in rows}
+    if None in suites:  # a row that names no suite: which configs it lacks is unknown, so every one counts
+        suites |= {base.get("suite") for base in base_configs.values()}
     for key, base in base_configs.items():
         if key not in seen and base.get("suite") in suites and (selected is None or selected(base.get("test_id") or "")):
             report.names.setdefault(key, base.get("test_id") or key)
@@ -172,7 +181,10 @@ def _timings(key: str, base: dict[str, dict[str, Any]], row: dict[str, Any], thr
     samples = row.get("samples") or {}
     for name, b in sorted(base.items()):
         n = metrics.get(name)
-        if not isinstance(n, (int, float)) or lookup(name).gate != "noise":
+        if lookup(name).gate != "noise":
+            continue
+        if not is_number(n):
+            out.append(Finding(key, name, float(b.get("median", 0.0)), None, "", "missing"))
             continue
         higher_is_better = lookup(name).higher_is_better
         bm = float(b.get("median", 0.0))

@@ -156,23 +156,37 @@ def find_nights(roots: Path | list[Path], suite: str | None = None) -> list[Nigh
 
 
 def build(nights: list[Night]) -> History:
-    """The moves between consecutive nights."""
+    """The moves between consecutive measurements of each config. A config is compared
+    with the newest earlier night that measured it, not with the night before: an empty
+    night (a crash) is no comparison point, and a partial one does not hide the moves
+    of the configs it lacks."""
     hist = History(nights)
     for night in nights:
         for row in night.rows:
             if row.get("test_id"):
                 hist.names.setdefault(row["key"], row["test_id"])
-    for i in range(1, len(nights)):
-        before, after = nights[i - 1], nights[i]
-        # Timings of two machines say nothing about each other; counters still do.
-        note = (f"not comparable (hardware profile {before.profile} vs {after.profile})"
-                if before.profile != after.profile else None)
-        report = compare_rows(after.rows, reference_of_run(before.rows, before.meta), timings_note=note)
-        for f in report.findings:
-            if f.verdict in MOVED:
-                hist.moves.append(Move(f.key, f.metric, i, f.baseline, f.now, f.change, f.verdict,
-                                       before.commit, after.commit))
+    last: dict[str, int] = {}  # config key -> index of the newest night so far that measured it
+    for i, after in enumerate(nights):
+        by_before: dict[int, list[dict[str, Any]]] = {}
+        for row in after.rows:
+            if row["key"] in last:
+                by_before.setdefault(last[row["key"]], []).append(row)
+        for j, rows in sorted(by_before.items()):
+            _compare(hist, nights[j], after, i, rows)
+        last.update((row["key"], i) for row in after.rows)
     return hist
+
+
+def _compare(hist: History, before: Night, after: Night, i: int, rows: list[dict[str, Any]]) -> None:
+    # Timings of two machines say nothing about each other; counters still do.
+    note = (f"not comparable (hardware profile {before.profile} vs {after.profile})"
+            if before.profile != after.profile else None)
+    reference = reference_of_run([before.row(row["key"]) for row in rows], before.meta)
+    report = compare_rows(rows, reference, timings_note=note)
+    for f in report.findings:
+        if f.verdict in MOVED:
+            hist.moves.append(Move(f.key, f.metric, i, f.baseline, f.now, f.change, f.verdict,
+                                   before.commit, after.commit))
 
 
 def _num(v: float | None) -> str:

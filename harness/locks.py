@@ -41,8 +41,10 @@ class Lock:
 
     def acquire(self, *, wait_s: float = 0.0, note: Callable[[str], None] = lambda m: None,
                 purpose: str = "") -> "Lock":
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        from harness.safe_write import open_regular
+
+        try:  # never through a symlink: truncating the note would empty its target
+            fd = open_regular(self.path, f"the lock of {self.what}", os.O_RDWR | os.O_CREAT)
         except OSError as err:
             raise LockBusy(f"cannot open the lock of {self.what} ({self.path}: {err.strerror})") from None
         deadline = time.monotonic() + wait_s
@@ -116,8 +118,8 @@ def store_lock(uri: str | None, note: Callable[[str], None] = lambda m: None) ->
     """Hold the lock of a local sqlite store while it is created, migrated or its
     experiment and parent run are made; None for a server (it serialises itself)."""
     db = sqlite_path(uri)
-    if db is None or not db.parent.is_dir():
-        return None
+    if db is None or not db.parent.is_dir() or db.is_symlink() or (db.exists() and not db.is_file()):
+        return None  # no store can be made there: opening it fails fast (mlflow_log.check_local_store)
     return Lock(db.with_name(db.name + ".lock"), f"the MLflow store {db}").acquire(
         wait_s=STORE_WAIT_S, note=note, purpose="creating the MLflow store and parent run")
 
@@ -126,7 +128,7 @@ def _read_owner(fd: int) -> dict[str, Any] | None:
     try:
         raw = os.pread(fd, 4096, 0)
         owner = json.loads(raw.decode()) if raw.strip() else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a damaged note is no owner, not a failure
         return None
     return owner if isinstance(owner, dict) else None
 

@@ -213,3 +213,14 @@ def bookkeeping_only(config: dict) -> bool:
     """True when a config's rates time the accounting alone (the ``none`` model backend)."""
     return (config or {}).get("model", "none") == "none"
 
+
+
+def check_metric_option(names: list[str] | None, option: str, extra: tuple[str, ...] = ()) -> None:
+    """A metric a user names for a chart or a table (--metric, --heatmap) must be one a
+    row can carry: a typo drew an empty chart and said nothing."""
+    from harness.errors import ConfigError
+
+    for name in names or []:
+        if name not in METRICS and name not in extra and not name.startswith("mem_"):
+            raise ConfigError(f"{option} must name a declared metric (e.g. {', '.join(sorted(METRICS)[:4])}, ...; "
+                              f"the full list: harness/metrics.py) (got {name!r})")

@@ -53,6 +53,37 @@ def tracking_uri(cli_uri: str | None, root: Path) -> str:
     return cli_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(root)
 
 
+def check_local_store(uri: str) -> None:
+    """A sqlite store that cannot be opened fails here at once: MLflow retries opening
+    it for about two minutes (a sync took 107 s, a 4-config sweep 4 minutes) before
+    saying so. What can be known up front: the file is a regular file or absent, and its
+    directory exists and can be written (sqlite writes a journal beside the file)."""
+    import stat
+
+    from harness.locks import sqlite_path
+
+    db = sqlite_path(uri)
+    if db is None:
+        return
+    why = None
+    try:
+        mode = os.lstat(db).st_mode
+        if not stat.S_ISREG(mode):
+            from harness.safe_write import kind_of
+
+            why = f"{db} is {kind_of(mode)}, not a database file"
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        why = f"{db}: {err.strerror}"
+    if why is None and not db.parent.is_dir():
+        why = f"its directory {db.parent} does not exist"
+    elif why is None and not os.access(db.parent, os.W_OK | os.X_OK):
+        why = f"its directory {db.parent} cannot be written"
+    if why:
+        raise MlflowUnavailable(f"MLflow store at {uri} cannot be opened: {why}")
+
+
 def experiment_name(suite: str) -> str:
     return f"kvbench-{suite}"
 
@@ -62,6 +93,7 @@ def key_hash(key: str) -> str:
 
 
 def client(uri: str):
+    check_local_store(uri)
     quiet_client_env()
     from mlflow import MlflowClient
 
@@ -251,7 +283,10 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
     meta = run_dir.meta()
     if not meta:
         raise KVBenchError(f"{run_dir.path} has no meta.json: not a sweep run directory")
-    uri = uri or meta.get("mlflow_uri") or tracking_uri(None, root)
+    # The destination is the user's choice alone (option, environment, local store):
+    # meta.json came with the run directory, which may be another's (a rerun's artifact),
+    # and a server named there would receive the upload and the environment's credentials.
+    uri = tracking_uri(uri, root)
     from harness.locks import store_lock
 
     # A sync may be the first to open a local store (the sweep ran without MLflow):
@@ -260,6 +295,8 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
     try:
         try:
             cl = client(uri)
+        except MlflowUnavailable:
+            raise
         except Exception as err:  # a damaged or unreadable sqlite file fails here, not on a call
             raise MlflowUnavailable(f"MLflow store at {uri} cannot be opened: {_first_line(err)}") from None
         exp = ensure_experiment(cl, experiment_name(meta["suite"]), uri, root)

@@ -273,9 +273,21 @@ def _suptitle(fig, text: str) -> None:
 def _save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    fig.savefig(path, dpi=90)
+    _write_png(fig, path, 90)
     plt.close(fig)
     return path
+
+
+def _write_png(fig, path: Path, dpi: int) -> None:
+    # Drawn in memory and written through safe_write: a plot name in a run directory
+    # is never a link out of it, and a reader never sees half an image.
+    import io
+
+    from harness.safe_write import write_bytes
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    write_bytes(path, buf.getvalue(), "plot")
 
 
 def series_plot(row: dict[str, Any], path: Path) -> Path | None:
@@ -309,5 +321,5 @@ def series_plot(row: dict[str, Any], path: Path) -> Path | None:
     slots.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="upper right")
     slots.set_title(str(row.get("test_id") or row.get("key"))[:90], fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=72)
+    _write_png(fig, path, 72)
     return path

@@ -284,7 +284,6 @@ def summary(hist: history.History, report: CompareReport | None, html_name: str,
 
 
 def write(path: Path, text: str) -> None:
-    from harness.results import replace_text
+    from harness.safe_write import write_text
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    replace_text(path, text)
+    write_text(path, text, "--out", mkdir=True)

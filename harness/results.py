@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.numbers import check_numbers
 from mini_engine.errors import KVBenchError
 
 RESULTS = "results.jsonl"
@@ -33,7 +34,13 @@ class ResultsError(KVBenchError):
 
 def results_root() -> Path:
     """Where runs and the local MLflow store live: $KVBENCH_RESULTS or ./results."""
-    return Path(os.environ.get("KVBENCH_RESULTS", "results")).resolve()
+    raw = os.environ.get("KVBENCH_RESULTS", "results")
+    if not raw.strip():  # set but empty (an unset shell variable): it would put runs/ in the current directory
+        raise ResultsError("KVBENCH_RESULTS is set but empty; give a directory, or unset it for ./results")
+    try:
+        return Path(raw).resolve()
+    except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13, OSError after)
+        raise ResultsError(f"KVBENCH_RESULTS {raw!r} is a loop of symbolic links; give a directory") from None
 
 
 def check_run_id(run_id: str) -> str:
@@ -84,6 +91,8 @@ class RunDir:
             raise ResultsError(f"{self.meta_path} cannot be read ({err.strerror})") from None
         if not isinstance(meta, dict):
             raise ResultsError(f"{self.meta_path} is not a JSON object")
+        check_numbers(meta, str(self.meta_path))
+        _check_meta_shape(meta, self.meta_path)
         return meta
 
     def write_meta(self, meta: dict[str, Any]) -> None:
@@ -109,15 +118,27 @@ class RunDir:
         self.logged.unlink(missing_ok=True)
 
 
+LAST_TIME = 253402300799  # 9999-12-31: a start time past it (or before 1970) is damage, and gmtime fails on it
+
+
+def _check_meta_shape(meta: dict[str, Any], path: Path) -> None:
+    """The fields of meta.json that readers index or format, in the shape they expect."""
+    for name in ("hardware",):
+        if meta.get(name) is not None and not isinstance(meta[name], dict):
+            raise ResultsError(f"{path}: field {name} must be an object (got {type(meta[name]).__name__})")
+    created = meta.get("created")
+    if created is not None and (isinstance(created, bool) or not isinstance(created, (int, float))
+                                or not 0 <= created <= LAST_TIME):
+        raise ResultsError(f"{path}: field created must be a start time in seconds since 1970, from 0 to "
+                           f"{LAST_TIME} (got {created!r})")
+
+
 def replace_text(path: Path, text: str) -> None:
-    """Write ``path`` atomically: a reader (or a SIGKILL) never sees half a file."""
-    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a full disk: the old file stays whole, no debris beside it
-        raise
+    """Write ``path`` atomically: a reader (or a SIGKILL) never sees half a file, and
+    only a regular file or a new path is replaced (safe_write)."""
+    from harness.safe_write import write_text
+
+    write_text(path, text, path.name)
 
 
 def open_run_dir(run: str | os.PathLike[str], *, root: Path | None = None) -> RunDir:
@@ -127,6 +148,7 @@ def open_run_dir(run: str | os.PathLike[str], *, root: Path | None = None) -> Ru
         q = (root or results_root()) / "runs" / str(run)
         if not q.is_dir():
             raise ResultsError(f"no run {str(run)!r}: not a directory and not in {q.parent}")
+        _not_a_link(q)
         p = q
     return RunDir(p.resolve())
 
@@ -165,7 +187,7 @@ def resume_run_dir(run: str, *, root: Path | None = None) -> RunDir:
     runs = ((root or results_root()) / "runs").resolve()
     p = Path(run)
     if _RUN_ID.match(run) and (runs / run).is_dir():
-        p = runs / run
+        p = _not_a_link(runs / run)
     elif p.is_dir() and p.resolve().parent == runs:
         p = p.resolve()
     else:
@@ -173,6 +195,15 @@ def resume_run_dir(run: str, *, root: Path | None = None) -> RunDir:
     if not (p / META).is_file():
         raise ResultsError(f"--resume: {p} is not a kvbench run (it has no {META})")
     return RunDir(p)
+
+
+def _not_a_link(p: Path) -> Path:
+    # A run id names a directory of the root; a link there would take the run's writes
+    # (meta.json, results, plots, the lock) to wherever it points.
+    if p.is_symlink():
+        raise ResultsError(f"run {p.name!r} in {p.parent} is a symbolic link; a run id must name a directory "
+                           f"of the results root (give the run's real path instead)")
+    return p
 
 
 STORE_METACHARACTERS = "?#%"
@@ -190,7 +221,9 @@ def check_store_root(root: Path) -> None:
 def append_line(path: Path, line: str) -> None:
     """Append one line atomically with respect to other appenders (flock + one write)."""
     data = (line.rstrip("\n") + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    from harness.safe_write import open_regular
+
+    fd = open_regular(path, path.name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
@@ -265,6 +298,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
             raise ResultsError(f"{path}: line {i + 1} is not valid JSON (or nested too deeply, "
                                f"or holds NaN or Infinity)") from None
         if isinstance(obj, dict):
+            check_numbers(obj, f"{path}: line {i + 1}")  # int64 and finite, named, before any reader
             rows.append(obj)
     return rows
 
@@ -288,7 +322,7 @@ def load_rows(path_or_run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     for row in rows:
         if not isinstance(row.get("key"), str):
             raise ResultsError(f"{p}: every row needs a string 'key' (got {type(row.get('key')).__name__})")
-        for field in ("metrics", "violations"):
+        for field in ("metrics", "violations", "config", "samples"):
             if not isinstance(row.get(field, {}), dict):
                 raise ResultsError(f"{p}: row {row['key']!r} has a '{field}' that is not an object")
         latest.pop(row["key"], None)  # keep first-seen order of the latest rows

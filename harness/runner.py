@@ -97,7 +97,11 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
     # The trace is ours: the one ``with`` closes it, so a run that raises keeps every
     # record written before the failing call. The RSS peak spans the engine's
     # construction (its pools and rows) and its run.
-    with RssPeak() as rss, open_trace(cfg, trace) if trace else nullcontext() as writer:
+    from harness.safe_write import replacing
+
+    # The trace file appears whole when the run ends (safe_write), never through a link.
+    with RssPeak() as rss, replacing(trace, "--trace") if trace else nullcontext() as fh, \
+            open_trace(cfg, fh) if trace else nullcontext() as writer:
         engine = Engine(cfg, trace=writer)
         engine.validate(reqs)
         try:

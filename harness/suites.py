@@ -109,6 +109,9 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
     except ValueError as err:  # an integer of more digits than Python converts
         raise SuiteError(f"suite {path.name}: not valid TOML: {str(err)[:120]}") from None
     where = f"suite {path.name}"
+    from harness.numbers import check_numbers
+
+    check_numbers(data, where)  # inf/nan bounds and int64 overflow, before the rules are built
     context = {"options": frozenset(option_names()), "metrics": known_metrics()}
     model = parse(SuiteFile, data, where, SuiteError, context)
     name = model.name if model.name is not None else path.stem
@@ -116,6 +119,7 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
     defaults, axes = dict(model.defaults), dict(model.axes)
     includes, excludes = [dict(t) for t in model.include], [dict(t) for t in model.exclude]
 
+    _check_grid_size(axes, includes, where)
     if not axes and not includes:  # _product({}) is one empty combo: an all-defaults config nobody asked for
         raise SuiteError(f"{where}: the suite has no configs (give [axes] or [[include]])")
     configs: list[dict[str, Any]] = []
@@ -168,6 +172,31 @@ def validate_config(config: dict[str, Any], where: str) -> None:
             load_prompts(workload["prompts"], default_output_len=workload["output_len"])
     except (KVBenchError, TypeError) as err:  # TypeError: a workload option of the wrong shape
         raise SuiteError(f"{where}: {err}") from None
+
+
+MAX_CONFIGS = 10_000  # a nightly grid is hundreds; 10**8 combos were an OOM kill before the first config
+
+
+def _grid_size(axes: dict[str, Any]) -> int:
+    """How many combos _product would build, counted without building them."""
+    size = 1
+    for values in axes.values():
+        size *= sum(_grid_size({k: v if isinstance(v, list) else [v] for k, v in value.items()})
+                    if isinstance(value, dict) else 1 for value in values)
+        if size > MAX_CONFIGS:
+            return size  # enough to refuse; the exact product may be astronomically large
+    return size
+
+
+def _check_grid_size(axes: dict[str, Any], includes: list[dict[str, Any]], where: str) -> None:
+    size = _grid_size(axes)
+    for inc in includes:
+        size += _grid_size({k: v if isinstance(v, list) else [v] for k, v in inc.items()})
+        if size > MAX_CONFIGS:
+            break
+    if size > MAX_CONFIGS:
+        raise SuiteError(f"{where}: the grid has more than {MAX_CONFIGS} configs (it builds at least {size} "
+                         f"before [[exclude]]); split the suite or narrow [axes]")
 
 
 def _product(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from harness.grid_filter import compile_filter
 from harness.locks import hold_run, store_lock
 from harness.mlflow_log import (client, ensure_experiment, ensure_parent, experiment_name,
                                 finish_parent, git_commit, start_system_metrics, sync, tracking_uri)
+from harness.safe_write import UnsafeTarget
 from harness.results import RunDir, check_store_root, create_run_dir, new_run_id, results_root, resume_run_dir
 from harness.suites import SUITES_DIR, Suite, SuiteError, load_suite
 from mini_engine.errors import KVBenchError
@@ -136,7 +137,10 @@ class _Log(io.TextIOBase):
     pytest with an internal error (the row write is where a full disk is reported)."""
 
     def __init__(self, path: Path):
-        self._fh = path.open("a", encoding="utf-8", errors="replace")
+        from harness.safe_write import open_regular  # never appended through a link out of the run
+
+        self._fh = open(open_regular(path, "pytest.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
+                        encoding="utf-8", errors="replace")
         self._ok = True
 
     def writable(self) -> bool:
@@ -204,12 +208,31 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
         if opts.resume:
             check_resumable(run_dir, suite)
         return _sweep(opts, suite, run_dir, hw, plan, selected, root, console, err_console)
-    except OSError as err:  # a full disk or a read-only root under the sweep's own files
-        where = err.filename or run_dir.path
-        raise SweepError(f"cannot write {where}: {err.strerror or err}; rows already written are kept, "
+    except (OSError, UnsafeTarget) as err:  # a full disk or a read-only root under the sweep's own files
+        if not opts.resume and not run_dir.meta_path.exists():
+            lock.release()
+            _forget(run_dir)  # a resume needs meta.json: a run that never got one keeps nothing
+            raise SweepError(f"cannot write {getattr(err, 'filename', None) or run_dir.meta_path}: "
+                             f"{getattr(err, 'strerror', None) or err}; nothing was kept, run the sweep again "
+                             f"(run id {run_dir.run_id} is free)") from None
+        where = getattr(err, "filename", None) or run_dir.path
+        raise SweepError(f"cannot write {where}: {getattr(err, 'strerror', None) or err}; rows already written are kept, "
                          f"finish with kvbench sweep {opts.suite} --resume {run_dir.run_id}") from None
     finally:
         lock.release()
+
+
+def _forget(run_dir: RunDir) -> None:
+    """Remove a fresh run directory the sweep made before it could write meta.json, so
+    its id is not stuck: neither --resume (no meta.json) nor --run-id (it exists) took it."""
+    for name in ("lock", "pytest.log", "mlflow_logged.txt", "results.jsonl"):
+        p = run_dir.path / name
+        if name != "results.jsonl" or (p.is_file() and p.stat().st_size == 0):
+            p.unlink(missing_ok=True)
+    try:
+        run_dir.path.rmdir()
+    except OSError:
+        pass  # something else is in it: left for a person to look at
 
 
 def check_resumable(run_dir: RunDir, suite: Suite) -> None:

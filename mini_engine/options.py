@@ -22,6 +22,9 @@ from typing import Any, Callable
 from mini_engine.errors import ConfigError, check_choice, check_positive
 
 
+INT64_MAX = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class Option:
     name: str
@@ -61,6 +64,8 @@ class Option:
             value = check_positive(self.name, value, minimum=int(self.minimum if self.minimum is not None else 0))
             if self.maximum is not None and value > self.maximum:
                 raise ConfigError(f"{self.name} must be an integer <= {int(self.maximum)} (got {value})")
+            if value > INT64_MAX:  # every count ends in a numpy int64 array (OverflowError past it)
+                raise ConfigError(f"{self.name} must be an integer <= {INT64_MAX} (got one of {len(str(value))} digits)")
             return value
         if self.type is float:
             if self.maximum is None:

@@ -173,7 +173,9 @@ def parse_align(value: object) -> frozenset[str] | str:
     elif isinstance(value, str):
         if value == "all":
             return "all"
-        names = [] if value in ("none", "") else [v.strip() for v in value.split(",")]
+        if not value.strip():  # an unset shell variable, not a choice: "none" says no writer aligns
+            raise ConfigError(f"align must be all, none or a comma list of {', '.join(writers())} (got an empty value)")
+        names = [] if value == "none" else [v.strip() for v in value.split(",")]
     else:
         raise ConfigError(f"align must be all, none or a comma list of {', '.join(writers())} (got {value!r})")
     bad = [n for n in names if n not in writers()]

@@ -20,12 +20,30 @@ def run(args: argparse.Namespace) -> int:
     from harness.mlflow_log import git_commit
     from harness.results import results_root
 
+    from harness.safe_write import check_target
+
+    _not_held(args.run)
     rows, meta, profile = judged_run(args.run)
     out = Path(args.out) if args.out else default_path(profile, results_root())
-    existing = load_baseline(out, expected_profile=profile) if out.exists() else None
+    # Before reading it: a device node there (/dev/zero) would be read forever.
+    existing = load_baseline(out, expected_profile=profile) if check_target(out, "--out") else None
     # The commit that produced the rows, not the one checked out now.
     base, added, updated, skipped = build(rows, profile, meta.get("git_commit") or git_commit(), existing)
     write_baseline(out, base)
     print(f"baseline {out} (profile {profile}): {len(base['configs'])} configs, {added} added, {updated} updated"
           + (f", {len(skipped)} failed configs not blessed" if skipped else ""))
     return 0
+
+
+def _not_held(run: str) -> None:
+    """A run a sweep still writes is not a baseline yet: 2 of 8 configs were blessed."""
+    from harness.locks import LockBusy, run_lock
+    from harness.results import run_dir_of
+
+    path = run_dir_of(run).path
+    if not (path / "lock").is_file():
+        return  # a copied run (an artifact) has no lock: nobody writes it
+    try:
+        run_lock(path).acquire().release()
+    except LockBusy as err:
+        raise LockBusy(f"run {path.name} is still being written: {err}") from None

@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", action="append", metavar="NAME",
                    help="judge only this metric (repeatable; default every counter and timing)")
     p.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per commit (timings need >= 2; default 1)")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+                   help="seconds one run of the config may take at a commit before that commit counts as unable "
+                        "to run it (default 1800)")
     p.add_argument("--repo", default=".", metavar="DIR", help="the git repository (default .)")
     p.add_argument("--summary", metavar="FILE", help="append the outcome as Markdown (e.g. \"$GITHUB_STEP_SUMMARY\")")
     p.set_defaults(func=run)
@@ -52,15 +55,19 @@ def run(args: argparse.Namespace) -> int:
 
     from harness import bisect
 
-    if args.repeat < 1:
-        raise ConfigError(f"--repeat must be an integer >= 1 (got {args.repeat})")
+    from harness.schemas.suite import MAX_REPEAT
+
+    if not 1 <= args.repeat <= MAX_REPEAT:  # a suite's repeat bound: more is a typo, not a measurement
+        raise ConfigError(f"--repeat must be an integer from 1 to {MAX_REPEAT} (got {args.repeat})")
+    if not 1 <= args.timeout <= 86400:  # also refuses nan and inf
+        raise ConfigError(f"--timeout must be a number of seconds from 1 to 86400 (got {args.timeout})")
     repo = Path(args.repo)
     good = bisect.resolve(repo, args.good, "--good")
     bad = bisect.resolve(repo, args.bad, "--bad")
     config, name = config_of(args.config, args.suite)
     commits = bisect.candidates(repo, good, bad)
     print(f"kvbench bisect {name}: {len(commits)} commits after {good[:12]} up to {bad[:12]}", flush=True)
-    runner = bisect.WorktreeRunner(repo, config, repeat=args.repeat, log=lambda s: print(s, flush=True))
+    runner = bisect.WorktreeRunner(repo, config, repeat=args.repeat, timeout_s=args.timeout, log=lambda s: print(s, flush=True))
     result = bisect.bisect(commits, good, runner, args.metric, log=lambda s: print(s, flush=True))
     if result.first_bad:
         subject = bisect.git(repo, "log", "-1", "--format=%s", result.first_bad)
@@ -73,7 +80,12 @@ def run(args: argparse.Namespace) -> int:
     print(line + (f"\n  {why}" if why else ""))
     if args.summary:
         try:
-            with open(args.summary, "a", encoding="utf-8") as fh:
+            import os
+
+            from harness.safe_write import open_regular
+
+            with open(open_regular(args.summary, "--summary", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
+                      encoding="utf-8") as fh:
                 fh.write(summary(name, good, bad, result, line, why))
         except OSError as err:
             raise ConfigError(f"--summary {args.summary!r} cannot be written: {err.strerror or err}") from None

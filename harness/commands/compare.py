@@ -96,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
     if missing and not (args.allow_missing or expr):
         print(f"{len(missing)} configs of {ref_name} missing from {b}: exit 1 (pass --allow-missing if intended)")
         return 1
+    lost = [f for f in report.findings if f.verdict == "missing" and f.metric != "*"]
+    if lost:  # the summary counts them as missing; say why that fails the comparison
+        print(f"{len(lost)} figures of {ref_name} vanished from {b} or are not numbers there: exit 1")
     return 1 if report.regressed else 0
 
 

@@ -32,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.last < 2:
         raise ConfigError(f"--last must be an integer >= 2 (got {args.last})")
+    from harness.metrics import check_metric_option
+
+    check_metric_option(args.metric, "--metric", extra=("status",))
     roots = [Path(d) for d in args.nights] if args.nights else [results_root() / "runs"]
     nights = history.find_nights(roots, args.suite)
     if not nights:

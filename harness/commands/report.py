@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from mini_engine.errors import ConfigError
 
@@ -38,10 +40,24 @@ def run(args: argparse.Namespace) -> int:
     from harness.baseline import load_baseline
     from harness.results import run_dir_of, run_rows
 
-    nights = []
+    from harness.numbers import NumberError
+    from harness.results import ResultsError
+
+    from harness.metrics import check_metric_option
+
+    check_metric_option(args.metric, "--metric")
+    check_metric_option([args.heatmap], "--heatmap")
+    nights, skipped = [], []
     for r in args.runs:
-        run_rows(r)  # a run that measured nothing is an error, not an empty chart
-        nights.append(history.load_night(run_dir_of(r).path))
+        try:
+            run_rows(r)  # a run that measured nothing is no night of the chart
+            nights.append(history.load_night(run_dir_of(r).path))
+        except (ResultsError, NumberError) as err:  # empty, crashed or damaged
+            skipped.append(str(err))
+    if not nights:  # every run is empty or unreadable: that is the error
+        raise ConfigError(f"report: no run can be charted ({skipped[0]})")
+    for why in skipped:  # one crashed night among the kept ones must not cost the nightly its report
+        print(f"kvbench: report: skipping {why}", file=sys.stderr)
     if len({n.path for n in nights}) != len(nights):
         raise ConfigError("report: a run is given twice")
     suites = {n.suite for n in nights}
@@ -60,9 +76,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {out} ({len(nights)} runs, {len(hist.moves)} figures moved"
           + (f"; newest: {cmp.summary()}" if cmp else "") + ")")
     if args.summary:
+        from harness.safe_write import UnsafeTarget, open_regular
+
         try:
-            with open(args.summary, "a", encoding="utf-8") as fh:
+            with open(open_regular(args.summary, "--summary", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
+                      encoding="utf-8") as fh:
                 fh.write(report.summary(hist, cmp, out.name, args.mlflow_url))
+        except UnsafeTarget as err:
+            raise ConfigError(f"{err} (the report {out} was written)") from None
         except OSError as err:
             raise ConfigError(f"--summary {args.summary!r} cannot be written: {err.strerror or err} "
                               f"(the report {out} was written)") from None

@@ -51,15 +51,16 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def _check_writable(path: str, what: str) -> bool:
-    """Fail early on an unwritable path; True if the file did not exist before."""
-    fresh = not os.path.exists(path)
-    try:
-        with open(path, "a", encoding="utf-8"):
-            pass
-    except OSError as err:
-        raise ConfigError(f"{what} file {path!r} cannot be written ({err.strerror})") from None
-    return fresh
+def _check_writable(path: str, what: str) -> None:
+    """Fail before the run on a path that could not take its result: not a regular
+    file or a new path (safe_write), or in a directory that cannot be written."""
+    from harness.safe_write import check_target
+
+    check_target(path, what)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what} file {path!r} cannot be written (its directory {directory!r} "
+                          f"is missing or not writable)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,18 +75,15 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     check_options(options)  # lengths against the memory there is, before a prompt is drawn
     # Found before the run, so a long run never ends with nowhere to put its results.
-    created = [p for p, what in ((args.json, "--json"), (args.trace, "--trace"))
-               if p and _check_writable(p, what)]
-    try:
-        row = leak_verdict(run_config(options, trace=args.trace, outputs=args.outputs))
-    except ConfigError:
-        for path in created:  # bad input: leave no empty result files behind
-            os.remove(path)
-        raise
+    for path, what in ((args.json, "--json"), (args.trace, "--trace")):
+        if path:
+            _check_writable(path, what)
+    # Bad input found in the run leaves no result files: each appears whole at its end.
+    row = leak_verdict(run_config(options, trace=args.trace, outputs=args.outputs))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(row, fh, indent=1)
-            fh.write("\n")
+        from harness.safe_write import write_text
+
+        write_text(args.json, json.dumps(row, indent=1) + "\n", "--json")
     print_summary(row)
     return 0 if row["status"] == "ok" else 1
 

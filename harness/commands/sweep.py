@@ -26,6 +26,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.sweep import SweepOptions, run_sweep
+    from mini_engine.errors import ConfigError
+
+    # Contradictions and empty values found before anything runs: each picked a reading silently.
+    if args.no_mlflow and args.mlflow_uri:
+        raise ConfigError("--no-mlflow and --mlflow-uri contradict each other; give one of them")
+    if args.run_id is not None and not args.run_id.strip():
+        raise ConfigError("--run-id must be 1-128 characters of letters, digits, '.', '_' or '-' (got an empty "
+                          "value); leave it out for a generated id")
 
     return run_sweep(SweepOptions(suite=args.suite, jobs=args.jobs, resume=args.resume, filter=args.filter,
                                   mlflow_uri=args.mlflow_uri, no_mlflow=args.no_mlflow, run_id=args.run_id,

@@ -9,7 +9,8 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sync", help="upload a run's missing configs to MLflow (idempotent) and close its parent run")
     p.add_argument("run", help="run id or run directory")
-    p.add_argument("--mlflow-uri", metavar="URI", help="tracking server (default: the one the sweep used)")
+    p.add_argument("--mlflow-uri", metavar="URI", help="tracking server (default: $MLFLOW_TRACKING_URI, else the local store "
+                                                      "under the results root; never the one meta.json names)")
     p.set_defaults(func=run)
 
 
@@ -20,17 +21,25 @@ def run(args: argparse.Namespace) -> int:
     from harness.results import load_rows, open_run_dir, results_root
     from harness.sweep import write_run_plots
 
+    from harness.mlflow_log import tracking_uri
+
     run_dir = open_run_dir(args.run)
-    uploaded, present = sync(run_dir, args.mlflow_uri, root=results_root())
+    uri = tracking_uri(args.mlflow_uri, results_root())
+    # Which store it is: named on the result line, and in every error (one line each).
+    uploaded, present = sync(run_dir, uri, root=results_root())
     meta = run_dir.meta()
     rows = load_rows(run_dir.path)
     # The sweep's plots, or new ones when the sweep died before drawing them.
     plots = sorted(run_dir.plots.glob("*.png")) if run_dir.plots.is_dir() else []
     plots = plots or write_run_plots(rows, run_dir, lambda m: print(m, file=sys.stderr))
     try:
-        status = finish_parent(meta["mlflow_uri"], meta["mlflow_parent"], rows, plots)
+        # A sweep that stopped before every config ran is not FINISHED (that says every
+        # config ran as expected): KILLED until a --resume and a later sync close it again.
+        expected = meta.get("configs")
+        short = isinstance(expected, int) and not meta.get("filter") and len(rows) < expected
+        status = finish_parent(uri, meta["mlflow_parent"], rows, plots, status="KILLED" if short else None)
     except Exception as err:
-        raise unreachable(meta["mlflow_uri"], err) from None
-    print(f"synced run {run_dir.run_id} to {meta['mlflow_uri']}: {uploaded} uploaded, {present} already there "
+        raise unreachable(uri, err) from None
+    print(f"synced run {run_dir.run_id} to {uri}: {uploaded} uploaded, {present} already there "
           f"(parent run {meta['mlflow_parent']}, {status}, {len(plots)} plots)")
     return 0

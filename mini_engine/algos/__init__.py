@@ -60,6 +60,9 @@ def load_plugins(names: str | None = None) -> None:
             importlib.import_module(name)
         except ImportError as err:
             raise ConfigError(f"{PLUGINS_ENV}: cannot import {name!r} ({err})") from None
+        except Exception as err:  # a syntax error in it, or its own code raising: still the user's setting
+            raise ConfigError(f"{PLUGINS_ENV}: module {name!r} failed to import "
+                              f"({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''})") from None
 
 
 for _algo in (Plain(), Eagle(), DFlash(), Ngram()):

@@ -24,7 +24,7 @@ from mini_engine.memory.trace import FORMAT, VERSION
 # Plain checks, not a validation library: the engine stays numpy-only (the harness's
 # config files use pydantic models, harness/schemas).
 RECORDS = {
-    "alloc_extend": {"prefix_lens": "ints", "seq_lens": "ints", "last_locs": "ints", "out": "any", "available": "int"},
+    "alloc_extend": {"prefix_lens": "counts", "seq_lens": "counts", "last_locs": "ints", "out": "any", "available": "int"},
     "free": {"indices": "ints", "available": "int"},
     "free_pages": {"page_ids": "ints", "available": "int"},
     "prepare": {"reserve": "count", "reqs": "reqs"},  # and "aligned" (newer traces) or "policy"
@@ -34,8 +34,12 @@ OPTIONAL = {"pool": "pool", "decode": "bool", "need_sort": "bool", "aligned": "b
 # The header (line 1), after its format and version: required fields, then those that
 # may be absent or null.
 HEADER = {"page_size": "size", "num_pages": "size"}
-HEADER_OPTIONAL = {"swa_num_pages": "size", "profile": "object", "config": "object"}
+HEADER_OPTIONAL = {"swa_num_pages": "size", "row_width": "size", "profile": "object", "config": "object"}
 REQ_FIELDS = ("cur", "committed", "nxt")  # one request of a prepare record
+# A pool a trace can name: slot ids are int32 in SGLang's req_to_token, so a pool has
+# fewer than 2**31 slots; replay and conform build host arrays (and conform torch
+# tensors) of that many entries, so a larger header is refused before any is built.
+MAX_POOL_SLOTS = 2**31 - 1
 
 @dataclass
 class Divergence:
@@ -82,6 +86,11 @@ def _read_header(path: str, line: str) -> dict:
             null = "null or " if key in HEADER_OPTIONAL and kind != "object" else ""
             raise TraceError(f"{path}: header {key} must be {null}{what.removeprefix('must be ')} "
                              f"(got {_short(head.get(key), 60)})")
+    for key in ("num_pages", "swa_num_pages"):
+        pages = head.get(key)
+        if pages is not None and (pages + 1) * head["page_size"] > MAX_POOL_SLOTS:
+            raise TraceError(f"{path}: header {key} x page_size must be under {MAX_POOL_SLOTS + 1} slots "
+                             f"(int32 slot ids, as in SGLang) (got {pages} x {head['page_size']})")
     return head
 
 
@@ -101,6 +110,17 @@ def _parse(path: str, lineno: int, line: str) -> dict:
         test, what = KINDS[kind]
         if not test(rec[key]):
             raise TraceError(f"{path}: line {lineno} ({op}) {key} {what} (got {_short(rec[key], 60)})")
+    if op == "alloc_extend":
+        # Malformed, not a divergence: a record no allocator call could have made (replay
+        # and conform then refuse it alike, exit 2).
+        lens = {len(rec[k]) for k in ("prefix_lens", "seq_lens", "last_locs")}
+        if len(lens) > 1:
+            raise TraceError(f"{path}: line {lineno} (alloc_extend) prefix_lens, seq_lens and last_locs must have "
+                             f"one entry per request (got lengths {len(rec['prefix_lens'])}, {len(rec['seq_lens'])}, "
+                             f"{len(rec['last_locs'])})")
+        if any(q < p for p, q in zip(rec["prefix_lens"], rec["seq_lens"])):
+            raise TraceError(f"{path}: line {lineno} (alloc_extend) each seq_lens entry must be >= its prefix_lens "
+                             f"entry")
     if op == "prepare" and "aligned" not in rec and rec.get("policy") not in ("aligned", "unaligned"):
         raise TraceError(f'{path}: line {lineno} (prepare) needs "aligned": true|false '
                          f'(or "policy": "aligned"|"unaligned")')
@@ -186,6 +206,7 @@ KINDS = {
     "size": (lambda x: _is_int(x) and x >= 1, "must be an integer >= 1"),
     "object": (lambda x: isinstance(x, dict), "must be an object"),
     "ints": (_int_list, "must be a list of integers"),
+    "counts": (lambda x: _int_list(x) and all(v >= 0 for v in x), "must be a list of integers >= 0"),
     "bool": (lambda x: isinstance(x, bool), "must be true or false"),
     "pool": (lambda x: x in ("full", "swa"), 'must be "full" or "swa"'),
     "reqs": (_reqs, "is malformed (a list of requests, each with integers >= 0 cur, committed and nxt)"),

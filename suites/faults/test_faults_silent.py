@@ -1,0 +1,53 @@
+"""Input that picked a reading silently is refused in one line (N17, L8): an empty
+--align, --run-id or $KVBENCH_RESULTS, --no-mlflow with --mlflow-uri, an unknown
+--metric or --heatmap."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_faults_trust import ROW, cli, make_run
+
+
+@pytest.mark.parametrize("argv, env, words", [
+    (["run", "--align", ""], {}, "align must be all, none"),
+    (["run", "--align", "  "], {}, "align must be all, none"),
+    (["sweep", "smoke", "--run-id", ""], {}, "--run-id must be"),
+    (["sweep", "smoke", "--no-mlflow", "--mlflow-uri", "sqlite:///x.db"], {}, "contradict"),
+    (["compare", "x"], {"KVBENCH_RESULTS": ""}, "KVBENCH_RESULTS is set but empty"),
+    (["report", "art", "--metric", "peak_pages_hel"], {}, "--metric must name a declared metric"),
+    (["report", "art", "--heatmap", "nope"], {}, "--heatmap must name a declared metric"),
+    (["history", "tiny", "--metric", "nope"], {}, "--metric must name a declared metric"),
+])
+def test_silent_readings_are_refused(tmp_path, capsys, monkeypatch, argv, env, words):
+    make_run(tmp_path / "results")
+    monkeypatch.setenv("KVBENCH_RESULTS", str(tmp_path / "results"))
+    monkeypatch.chdir(tmp_path)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    code, _, err = cli(argv + (["--out", tmp_path / "r.html"] if argv[0] == "report" else []), capsys)
+    assert code == 2 and len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "r.html").exists()
+
+
+def test_known_metrics_still_chart(tmp_path, capsys, monkeypatch):
+    make_run(tmp_path / "results")
+    monkeypatch.setenv("KVBENCH_RESULTS", str(tmp_path / "results"))
+    code, _, err = cli(["report", "art", "--metric", "leaked_pages", "--metric", "violations.K1",
+                        "--out", tmp_path / "r.html"], capsys)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("where", ["header", "prepare"])
+def test_conform_refuses_an_algorithm_it_does_not_know(tmp_path, capsys, where):
+    """N17: spec 'medusa' in a header or a prepare record: its reserve went unchecked, 'conforms'."""
+    import json
+
+    head = {"format": "kvbench-trace", "version": 1, "page_size": 1, "num_pages": 64,
+            "config": {"spec": "medusa" if where == "header" else "none"}}
+    rec = {"op": "prepare", "algo": "medusa" if where == "prepare" else "none", "reserve": 1, "aligned": False,
+           "reqs": [{"cur": 0, "committed": 0, "nxt": 1}]}
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps(head) + "\n" + json.dumps(rec) + "\n")
+    code, _, err = cli(["conform", trace], capsys)
+    assert code == 2 and len(err) == 1 and "medusa" in err[0], err
