@@ -38,6 +38,13 @@ KINDS = ("counter", "timing", "memory", "info")
 # worse and a Mann-Whitney U says the shift is real), "none" (shown, never gated).
 GATES = {"counter": "exact", "timing": "noise", "memory": "noise", "info": "none"}
 ROLLUPS = ("max", "sum")
+# How a derived figure converts its source (harness/kv_units.py):
+#   page_size  pages -> token slots (x page_size)
+#   kv_full    full-pool token slots -> bytes (x the model's KV bytes per token of its full layers)
+#   kv_swa     SWA-pool token slots -> bytes (x the KV bytes per token of its sliding layers)
+#   kv_all     slots reserved in every pool -> bytes (x the KV bytes per token of every layer)
+#   kv_pools   the per-step held series of both pools -> the peak of their bytes together
+SCALES = ("page_size", "kv_full", "kv_swa", "kv_all", "kv_pools")
 GROUPS = ("memory", "swa", "invariants", "engine", "spec", "throughput", "timing", "process", "device")
 WRITERS = ("prefill", "decode", "spec", "pd")  # who sets a request's extent (stranded slots per writer)
 INVARIANTS = tuple(f"K{i}" for i in range(1, 12))  # DESIGN.md section 2
@@ -61,6 +68,11 @@ class Metric:
     column: int = 0  # its place in the sweep's summary table, 0 for none
     head: str = ""  # the words of its column head before the unit ("peak stranded" + "slots")
     rollup: str = ""  # how the grouped table folds it over configs: "max", "sum", "" for not shown
+    # A figure the harness derives from another (harness/kv_units.py): ``of`` names the source,
+    # ``scale`` how it converts (SCALES). Pages are not comparable across page sizes; tokens and
+    # bytes are, so the dashboards show these and keep the pages beside them.
+    of: str = ""
+    scale: str = ""
 
     @property
     def gate(self) -> str:
@@ -87,10 +99,11 @@ class Metric:
 
 
 def _m(name: str, kind: str, unit: str, group: str, help: str, *, hib: bool = False, series: bool = False,
-       column: int = 0, head: str = "", rollup: str = "") -> Metric:
+       column: int = 0, head: str = "", rollup: str = "", of: str = "", scale: str = "") -> Metric:
     assert kind in KINDS and group in GROUPS and rollup in ("", *ROLLUPS), (name, kind, group, rollup)
     assert not rollup or column, (name, "a rolled-up figure is a column of the table too")
-    return Metric(name, kind, unit, group, hib, help, series, column, head, rollup)
+    assert bool(of) == bool(scale) and scale in ("", *SCALES), (name, of, scale)
+    return Metric(name, kind, unit, group, hib, help, series, column, head, rollup, of, scale)
 
 
 _DECLARED = [
@@ -160,6 +173,31 @@ _DECLARED = [
        "overlap: reservations given to requests the in-flight result finishes"),
     _m("overlap_extra_slots", "counter", "slots", "memory",
        "overlap: slots those extra reservations allocated (freed when the result lands)"),
+    # the memory figures in token slots and KV bytes (harness/kv_units.py); bytes only where the
+    # model's shape is known (a named shape or a checkpoint's config.json), target KV only
+    _m("peak_tokens_held", "counter", "tokens", "memory", "most full-pool token slots held at once (pages x page_size)",
+       of="peak_pages_held", scale="page_size"),
+    _m("peak_swa_tokens_held", "counter", "tokens", "swa", "most SWA-pool token slots held at once",
+       of="peak_swa_pages_held", scale="page_size"),
+    _m("leaked_tokens", "counter", "tokens", "memory", "full-pool token slots not back after drain",
+       of="leaked_pages", scale="page_size"),
+    _m("predicted_leaked_tokens", "counter", "tokens", "memory", "the formula's leaked token slots",
+       of="predicted_leaked_pages", scale="page_size"),
+    _m("leaked_swa_tokens", "counter", "tokens", "swa", "SWA-pool token slots not back after drain",
+       of="leaked_swa_pages", scale="page_size"),
+    _m("predicted_leaked_swa_tokens", "counter", "tokens", "swa", "the formula's leaked SWA token slots",
+       of="predicted_leaked_swa_pages", scale="page_size"),
+    _m("peak_kv_bytes_held", "counter", "bytes", "memory",
+       "most KV bytes held at once, both pools (layers x KV heads x head dim x dtype x 2 per slot)",
+       of="held", scale="kv_pools"),
+    _m("leaked_kv_bytes", "counter", "bytes", "memory", "KV bytes of the full-pool slots not back after drain",
+       of="leaked_tokens", scale="kv_full"),
+    _m("leaked_swa_kv_bytes", "counter", "bytes", "swa", "KV bytes of the SWA-pool slots not back after drain",
+       of="leaked_swa_tokens", scale="kv_swa"),
+    _m("peak_reserved_kv_bytes", "counter", "bytes", "memory", "KV bytes of the peak reserved-but-unwritten slots",
+       of="peak_reserved_slots", scale="kv_all"),
+    _m("peak_stranded_kv_bytes", "counter", "bytes", "memory", "KV bytes of the peak stranded slots",
+       of="peak_stranded_slots", scale="kv_all"),
     # retired: no longer emitted, still in recorded nights and baselines that compare and triage read
     _m("mem_peak_rss_bytes", "info", "bytes", "process", "retired: the process's lifetime RSS peak (test order, not the config)"),
     _m("k9_checks", "counter", "checks", "invariants", "retired: K9 bound checks made by the engine loop"),
@@ -178,6 +216,9 @@ assert len(METRICS) + len(SERIES) == len(_DECLARED), "a metric is declared twice
 # The sweep's summary table, in column order.
 COLUMNS: tuple[Metric, ...] = tuple(sorted((m for m in METRICS.values() if m.column), key=lambda m: m.column))
 assert len({m.column for m in COLUMNS}) == len(COLUMNS), "two metrics share a summary column"
+# The figures the harness derives, in declaration order (a source is declared before what derives from it).
+DERIVED: tuple[Metric, ...] = tuple(m for m in METRICS.values() if m.of)
+assert all(m.of in METRICS or m.of in SERIES for m in DERIVED), "a derived figure names an undeclared source"
 
 
 def lookup(name: str) -> Metric:

@@ -4,8 +4,8 @@ Pure functions of result rows and meta.json; harness/mlflow_log.py makes the cal
 Metric names come from the declared schema (harness/metrics.py): ``group/name``,
 so MLflow draws one section per group (memory, invariants, throughput, ...), and
 series under ``group/series/name``. A parent run carries, per value of the axes a
-dashboard charts (page_size, block_size, window), the sweep's peak pages held,
-stranded slots, leaked pages and throughput medians, so that one metric of the
+dashboard charts (page_size, block_size, window), the sweep's peak token slots and
+KV bytes held, stranded slots, leaked token slots and throughput medians, so that one metric of the
 parent runs of successive nights is a trend line.
 """
 
@@ -20,8 +20,10 @@ from harness.metrics import BOOKKEEPING, METRICS, bookkeeping_only, lookup, row_
 SERIES_POINTS = 256  # step metrics per series; the full series is in the row artifact
 AXES = ("page_size", "block_size", "window")
 # (metric, how the configs of one axis value fold into one number)
-AGGREGATES = (("peak_pages_held", "max"), ("peak_swa_pages_held", "max"), ("peak_stranded_slots", "max"),
-              ("leaked_pages", "sum"), ("leaked_swa_pages", "sum"), ("output_tokens_per_s", "median"))
+# Memory in token slots and KV bytes (harness/kv_units.py): pages are not comparable across page sizes.
+AGGREGATES = (("peak_tokens_held", "max"), ("peak_swa_tokens_held", "max"), ("peak_kv_bytes_held", "max"),
+              ("peak_stranded_slots", "max"), ("leaked_tokens", "sum"), ("leaked_swa_tokens", "sum"),
+              ("output_tokens_per_s", "median"))
 _FOLD = {"max": max, "sum": sum, "median": statistics.median}
 
 
@@ -140,7 +142,7 @@ def _piece(value: Any) -> str:
 
 
 def sweep_aggregates(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Per axis value, the sweep's figures: ``memory/peak_pages_held.max/page_size_16``.
+    """Per axis value, the sweep's figures: ``memory/peak_tokens_held.max/page_size_16``.
 
     Throughput folds only configs of one model backend (``.model_none`` is the
     bookkeeping's speed); failed configs measured nothing and are left out."""

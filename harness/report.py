@@ -24,7 +24,8 @@ from harness.compare import CompareReport, compare_rows, reference_of_run
 from harness.metric_kinds import higher_is_better, kind
 from harness.report_svg import heatmap, line_chart
 
-TREND_METRICS = ("peak_pages_held", "peak_stranded_slots", "peak_reserved_slots", "leaked_pages",
+# Memory in token slots, comparable across page sizes (harness/kv_units.py); pages by --heatmap NAME.
+TREND_METRICS = ("peak_tokens_held", "peak_stranded_slots", "peak_reserved_slots", "leaked_tokens",
                  "output_tokens_per_s")
 MAX_LINES = 8  # configs per trend chart; more are unreadable
 MAX_FACETS = 8

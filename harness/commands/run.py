@@ -111,10 +111,12 @@ def print_summary(row: dict[str, Any]) -> None:
         ("host plan us / decode step", _num(m.get("plan_us_per_decode_step"), 1)),
         ("host result us / decode step", _num(m.get("result_us_per_decode_step"), 1)),
         ("syncs / step", _num(m.get("syncs_per_step"), 3)),
-        ("peak pages held", m.get("peak_pages_held")),
+        ("peak held: token slots (pages)", f"{m.get('peak_tokens_held', '-')} ({m.get('peak_pages_held', '-')})"),
+        ("peak KV held, both pools", _mib(m.get("peak_kv_bytes_held"))),
         ("peak reserved-unwritten slots", m.get("peak_reserved_slots")),
         ("stranded slots (peak / sum)", f"{m.get('peak_stranded_slots', '-')} / {m.get('stranded_slots_sum', '-')}"),
-        ("leaked pages (measured / predicted)", f"{m.get('leaked_pages', '-')} / {m.get('predicted_leaked_pages', '-')}"),
+        ("leaked token slots (measured / predicted)",
+         f"{m.get('leaked_tokens', '-')} / {m.get('predicted_leaked_tokens', '-')}"),
         ("leaked SWA pages (measured / predicted)",
          f"{m.get('leaked_swa_pages', '-')} / {m.get('predicted_leaked_swa_pages', '-')}"),
         ("stranded slots peak by writer (prefill / decode / spec / pd)",
@@ -141,3 +143,8 @@ def _pair(m: dict, a: str, b: str) -> str:
 
 def _num(v: Any, digits: int = 1) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _mib(v: Any) -> str:
+    """KV bytes in MiB; '-' where the model shape is unknown (model none loads no model)."""
+    return "- (no model shape)" if v is None else f"{v / 2**20:,.2f} MiB"
