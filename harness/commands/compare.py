@@ -96,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     if missing and not (args.allow_missing or expr):
         print(f"{len(missing)} configs of {ref_name} missing from {b}: exit 1 (pass --allow-missing if intended)")
         return 1
+    if report.regressed and not any(f.verdict in ("regression", "changed") for f in report.gating):
+        print(f"only improvements: the baseline no longer holds, bless it with kvbench baseline {b}: exit 1")
     return 1 if report.regressed else 0
 
 

@@ -46,13 +46,18 @@ def test_page_holds_trends_moves_compare_and_heatmaps(page):
     assert text.count('<svg class="heatmap"') == 2  # aligned and unaligned dflash facets
     trend = text[text.index('id="trend-0"'):text.index("</svg>", text.index('id="trend-0"'))]
     assert trend.count("<polyline") >= 2 and REGRESSED in text
-    # The newest night against the one before: the timing regression at C3 in the compare table.
+    # The newest night against the one before is the moved table's last pair: the timing
+    # regression at C3 is listed once, in the moved table, in red; the compare says so.
     table = text[text.index('<table class="compare">'):]
     table = table[:table.index("</table>")]
-    assert f"<td class=\"mono\">{SLOWER}</td><td class=\"mono\">wall_s</td>" in table
-    assert 'class="regression"' in table
+    assert "wall_s" not in table and "the moved figures are in the table above" in table
     moves = text[text.index('<table class="moves">'):]
+    moves = moves[:moves.index("</table>")]
+    assert f"<td class=\"mono\">{SLOWER}</td><td class=\"mono\">wall_s</td>" in moves
     assert f"{'1' * 10}..{C2[:10]}" in moves and f"{C2[:10]}..{C3[:10]}" in moves
+    assert '<tr class="regression">' in moves and "tr.regression td{background:#fde8e4}" in text
+    # one line per metric and direction above the table
+    assert '<li class="regression">wall_s regressed' in text and '<li class="regression">peak_pages_held' in text
     # A rate of the accounting-only backend is labelled as bookkeeping speed.
     assert "[bookkeeping]" in text and "not a serving figure" in text
 
