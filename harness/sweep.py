@@ -51,6 +51,8 @@ class SweepOptions:
     run_id: str | None = None
     quiet: bool = False
     oversubscribe: bool = False
+    fail_on_regression: bool = False  # exit 1 when the run regressed against its baseline or the run before
+    nights: str | None = None  # where earlier runs of the suite are (default the results root's runs/)
 
 
 def filter_selects(expr: str):
@@ -283,6 +285,11 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     plots = write_run_plots(rows, run_dir, err_console.print)
     mlflow_note = finish_mlflow(run_dir, meta, rows, plots, root, err_console.print)
     print_summary(console, rows, run_dir, wall, mlflow_note, ran=len(rows) - done_before)
+    from harness.verdict import judge_sweep
+
+    regressed = judge_sweep(run_dir, rows, root, opts, console, err_console.print)
+    if regressed and opts.fail_on_regression:
+        return 1
     return 0 if completed and all(r.get("verdict") in PASSING for r in rows) else 1
 
 

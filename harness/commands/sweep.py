@@ -21,12 +21,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     p.add_argument("--oversubscribe", action="store_true", help="allow more workers than visible GPUs (they share GPUs)")
     p.add_argument("--run-id", metavar="ID", help="name of the run directory (default <suite>-<utc time>)")
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help="exit 1 when the run regressed against the profile's baseline or the previous run")
+    p.add_argument("--nights", metavar="DIR", help="where the previous runs of the suite are "
+                                                   "(default the results root's runs/)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from harness.errors import ConfigError
     from harness.sweep import SweepOptions, run_sweep
+
+    if args.nights and not Path(args.nights).is_dir():
+        raise ConfigError(f"--nights {args.nights!r} is not a directory (the earlier runs of the suite)")
 
     return run_sweep(SweepOptions(suite=args.suite, jobs=args.jobs, resume=args.resume, filter=args.filter,
                                   mlflow_uri=args.mlflow_uri, no_mlflow=args.no_mlflow, run_id=args.run_id,
-                                  oversubscribe=args.oversubscribe))
+                                  oversubscribe=args.oversubscribe, fail_on_regression=args.fail_on_regression,
+                                  nights=args.nights))
