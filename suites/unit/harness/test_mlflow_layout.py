@@ -19,7 +19,8 @@ def row(ps=16, policy="aligned", window=None, model="none", tps=100.0, held=10, 
                      "leaked_pages": leaked, "output_tokens_per_s": tps, "wall_s": 0.5,
                      "peak_tokens_held": held * ps, "leaked_tokens": leaked * ps},
          "series": {"held": [1, 2, 3], "stranded": [0, 5, 0]}, "violations": {"K1": 2} if policy == "unaligned" else {},
-         "status": "ok", "verdict": verdict, "started_at": 1_700_000_000.0, "finished_at": 1_700_000_002.5}
+         "status": "ok", "verdict": verdict, "started_at": 1_700_000_000.0, "finished_at": 1_700_000_002.5,
+         "repeat": 4}
     r.update(over)
     return r
 
@@ -58,6 +59,12 @@ def test_the_parent_aggregates_per_axis_value_and_leaves_failed_configs_out():
     assert agg["memory/leaked_tokens.sum/all"] == 48 and agg["memory/peak_stranded_slots.max/window_none"] == 11
     assert agg["throughput/output_tokens_per_s.median.model_none/page_size_16"] == 200.0
     assert agg["throughput/output_tokens_per_s.median.model_tiny/all"] == 7.0  # models never fold together
+    # a single sample is not a trend: a config timed once joins no throughput aggregate
+    once = layout.sweep_aggregates([row(ps=16, tps=5.0, repeat=1), row(ps=64, tps=9.0)])
+    assert "throughput/output_tokens_per_s.median.model_none/page_size_16" not in once
+    assert once["throughput/output_tokens_per_s.median.model_none/all"] == 9.0
+    assert layout.config_tags(row(repeat=1))["kvbench.timings"] == "single sample"
+    assert layout.config_tags(row())["kvbench.timings"] == "median of 4 runs"
     assert agg["memory/peak_tokens_held.max/window_64"] == 256 and "memory/peak_tokens_held.max/window_none" in agg
     assert layout.parent_status(rows[:2]) == "FINISHED"
     assert layout.parent_status(rows) == "FAILED" and layout.parent_status([]) == "FAILED"
