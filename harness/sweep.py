@@ -100,7 +100,7 @@ def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: 
         lock = store_lock(uri, note=warn)  # a fresh store is created and migrated by one sweep at a time
         try:
             cl = client(uri)
-            exp = ensure_experiment(cl, experiment_name(suite.name), uri, root)
+            exp = ensure_experiment(cl, experiment_name(suite.name), uri, root, suite.description)
             meta["mlflow_parent"] = ensure_parent(cl, exp, run_dir.run_id, meta)
             meta["mlflow_experiment"] = exp
         except Exception as err:
@@ -344,8 +344,8 @@ class Display:
         elif row.get("verdict") not in PASSING:
             self.counts["unexpected"] += 1
         if not self.live:
-            self.console.print(f"[{self.done}/{self.total or '?'}] {cid}: {row.get('status')}, {row.get('verdict')}, "
-                               f"eta {self._eta()}", markup=False)
+            self.console.print(f"[{self.done}/{self.total or '?'}] {cid}: status {row.get('status')}, "
+                               f"verdict {row.get('verdict')}, eta {self._eta()}", markup=False)
         self._update()
 
     def _eta(self) -> str:

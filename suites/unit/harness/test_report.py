@@ -36,6 +36,7 @@ def test_page_is_self_contained(page):
     # Nothing to fetch: no scripts, stylesheets, images or fonts from anywhere.
     assert not re.search(r"<script|<link|<img|@import|url\(", text)
     assert set(re.findall(r'href="([^"]+)"', text)) == {f"https://mlflow.example/#/runs/{i}" + f"{i}" * 31
+                                                         + "?workflowType=machine_learning"
                                                          for i in (1, 2, 3)}
 
 
@@ -131,9 +132,12 @@ def test_report_renders_in_a_real_browser(page, tmp_path):
             assert tab.locator("svg.trend polyline").count() >= 10
             points = tab.locator("#trend-0 circle")
             assert points.count() >= 6 and points.first.bounding_box()["width"] > 0
-            rows = tab.locator("table.compare tbody tr")
+            rows = tab.locator("table.moves tbody tr")
             assert rows.count() >= 1 and rows.first.bounding_box()["height"] > 0
-            assert "wall_s" in tab.locator("table.compare").inner_text()
+            assert "wall_s" in tab.locator("table.moves").inner_text()  # listed once, in the moved table
+            assert "the moved figures are in the table above" in tab.locator("table.compare").inner_text()
+            red = tab.locator("table.moves tr.regression td").first.evaluate("e => getComputedStyle(e).backgroundColor")
+            assert red == "rgb(253, 232, 228)"  # a regression is drawn red
             heat = tab.locator("svg.heatmap").first.bounding_box()
             assert heat and heat["width"] > 0 and heat["height"] > 0
             tab.screenshot(path=str(tmp_path / "report.png"), full_page=True)
