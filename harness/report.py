@@ -22,6 +22,7 @@ from harness import history
 from harness.ci.links import mlflow_link
 from harness.compare import CompareReport, compare_rows, reference_of_run
 from harness.metric_kinds import higher_is_better, kind
+from harness.capacity_report import capacity_section
 from harness.report_svg import heatmap, line_chart
 
 # Memory in token slots, comparable across page sizes (harness/kv_units.py); pages by --heatmap NAME.
@@ -282,6 +283,8 @@ def page(hist: history.History, *, metrics: list[str], configs: list[str] | None
 {compare_table(report, against, newest, shown_twice)}
 <h2 id="heatmap">{escape(heat_metric)} over page_size x block_size ({escape(newest.name)})</h2>
 {heatmap_section(newest, heat_metric)}
+<h2 id="capacity">Capacity per GPU ({escape(newest.name)})</h2>
+{capacity_section(newest.rows)}
 </body></html>
 """
     return html, report

@@ -84,3 +84,17 @@ def test_kvbench_run_prints_the_table_for_its_own_lengths(cli, capsys):
     assert "requests that fit" in out and "24 GiB" in out
     assert cli("run", "--num-requests", "2", "--gpu-mem", "24") == 2
     assert "--gpu-mem goes with --capacity" in capsys.readouterr().err
+
+
+def test_the_report_sizes_each_config_that_names_a_shape():
+    from harness.capacity_report import capacity_rows, capacity_section
+
+    cfg = {"model": "qwen3-0.6b", "spec": "none", "page_size": 16, "profile": "sglang-0.5.23",
+           "input_len": 3000, "output_len": 1096}
+    rows = [{"config": cfg, "status": "ok"}, {"config": {**cfg}, "status": "ok"},  # the same config twice: once
+            {"config": {**cfg, "model": "none"}, "status": "ok"}]  # no shape: left out
+    found = capacity_rows(rows)
+    assert found == [("model=qwen3-0.6b spec=none profile=sglang-0.5.23 page_size=16", 4096, [63, 161, 286])]
+    html = capacity_section(rows)
+    assert "<td>63</td><td>161</td><td>286</td>" in html and "<th>H200</th>" in html
+    assert "names a model shape" in capacity_section(rows[2:])
