@@ -54,8 +54,10 @@ def named(name: str, layer_pattern: str | None = None) -> KVShape:
     return _of_model(named_shape(name), layer_pattern)
 
 
-def shape_of(config: dict[str, Any]) -> KVShape | None:
-    """The KV shape of a resolved run config, or None where no model is loaded."""
+def shape_of(config: dict[str, Any], checkpoints: bool = True) -> KVShape | None:
+    """The KV shape of a resolved run config, or None where no model is loaded.
+    ``checkpoints=False``: named shapes only, no file read (rows read back from disk
+    may come from another machine, or from anyone)."""
     model = config.get("model") or "none"
     if model == "none":
         return None
@@ -63,7 +65,7 @@ def shape_of(config: dict[str, Any]) -> KVShape | None:
 
     if model in SHAPES:
         return named(model, config.get("layer_pattern"))
-    return _of_checkpoint(str(model), config.get("layer_pattern"))
+    return _of_checkpoint(str(model), config.get("layer_pattern")) if checkpoints else None
 
 
 def _of_checkpoint(path: str, layer_pattern: str | None) -> KVShape | None:

@@ -21,14 +21,14 @@ from harness.metrics import DERIVED, METRICS, Metric
 
 
 def derive(config: dict[str, Any], metrics: dict[str, Any], series: dict[str, list] | None = None,
-           shape: KVShape | None = None) -> dict[str, int]:
+           shape: KVShape | None = None, checkpoints: bool = True) -> dict[str, int]:
     """The derived figures of one run: tokens always, bytes when the shape is known.
     ``shape`` defaults to the config's own (none for the accounting-only backend)."""
     ps = config.get("page_size")
     if not _count(ps) or ps < 1:
         return {}
     ps = int(ps)
-    shape = shape if shape is not None else shape_of(config)
+    shape = shape if shape is not None else shape_of(config, checkpoints)
     out: dict[str, int] = {}
     for m in DERIVED:
         value = _one(m, ps, shape, {**metrics, **out}, series or {})
@@ -67,7 +67,7 @@ def fill_units(row: dict[str, Any]) -> dict[str, Any]:
         return row  # recorded with them
     series = row.get("series") if isinstance(row.get("series"), dict) else {}
     try:
-        derived = derive(row["config"], metrics, series)
+        derived = derive(row["config"], metrics, series, checkpoints=False)
     except Exception:  # a hostile or foreign config: the row keeps what it recorded
         return row
     return {**row, "metrics": {**derived, **metrics}}  # a copy: the caller's row stays as read

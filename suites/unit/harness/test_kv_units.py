@@ -81,3 +81,21 @@ def test_every_page_figure_has_its_token_figure_declared():
 @pytest.mark.parametrize("ps", [1, 16])
 def test_derive_is_pages_times_page_size_without_a_shape(ps):
     assert derive({"page_size": ps}, {"peak_pages_held": 7}) == {"peak_tokens_held": 7 * ps}
+
+
+def test_rows_recorded_before_the_token_figures_get_them_when_read(tmp_path):
+    from harness.kv_units import fill_units
+    from harness.results import append_row, load_rows
+
+    old = {"key": "a", "config": {"page_size": 64, "model": "none"}, "status": "ok", "violations": {},
+           "metrics": {"peak_pages_held": 35, "leaked_pages": 0}}
+    ckpt = {"key": "b", "config": {"page_size": 16, "model": str(tmp_path)}, "status": "ok", "violations": {},
+            "metrics": {"peak_pages_held": 2}, "series": {"held": [2]}}
+    (tmp_path / "config.json").write_text("{}")  # a checkpoint a row names is never read back
+    append_row(tmp_path / "results.jsonl", old)
+    append_row(tmp_path / "results.jsonl", ckpt)
+    a, b = load_rows(tmp_path / "results.jsonl")
+    assert a["metrics"]["peak_tokens_held"] == 2240 and a["metrics"]["leaked_tokens"] == 0
+    assert b["metrics"] == {"peak_pages_held": 2, "peak_tokens_held": 32}
+    assert fill_units({"key": "c", "config": {"page_size": "x"}, "metrics": {"peak_pages_held": 1}})["metrics"] == \
+        {"peak_pages_held": 1}  # a foreign row keeps what it recorded
