@@ -85,7 +85,7 @@ def judge(reference: Row, row: Row | None, metrics: list[str] | None = None) -> 
     if row is None:
         return Step("", "skip", "the config did not run")
     report = compare_rows([row], reference_of_run([reference], {}))
-    moved = [f for f in report.regressions if not metrics or f.metric in metrics or f.metric == "status"]
+    moved = [f for f in report.gating if not metrics or f.metric in metrics or f.metric == "status"]
     if not moved:
         return Step("", "good")
     return Step("", "bad", "; ".join(f"{f.metric} {f.change}" for f in moved[:6]))

@@ -1,9 +1,12 @@
 """Regression verdicts: a run's rows against a baseline of the same hardware profile.
 
 Each figure's gate and direction are declared with it (harness/metrics.py:
-``Metric.gate``, ``higher_is_better``). Deterministic counters (pages, slots,
-leaks, violations, syncs, steps, tokens, retractions) gate exactly: any change is a
-regression, and so is a violation id the baseline never saw. Timings and memory
+``Metric.gate``, ``better``). Deterministic counters (pages, slots,
+leaks, violations, syncs, steps, tokens, retractions) are compared exactly and
+judged by their direction (harness/direction.py): worse is a regression (a
+violation id the baseline never saw included), better an improvement, and a move of
+a figure without a direction is "changed". The gate stays exact: any counter that
+moved fails it, an improvement too (the baseline is then blessed again). Timings and memory
 gate only on evidence: at least 10%
 worse AND a one-sided Mann-Whitney U over the repeated samples below alpha (as
 asv does), so one noisy run on a shared machine never fails a check.
@@ -21,10 +24,11 @@ from typing import Any, Callable
 
 from harness.baseline import counters_of, entry
 from harness.markdown import code
+from harness.direction import counter_verdict, gates, status_verdict
 from harness.metrics import lookup
 from harness.numbers import is_number, vanished
 
-VERDICTS = ("ok", "regression", "improvement", "new", "missing", "not comparable")
+VERDICTS = ("ok", "regression", "improvement", "changed", "new", "missing", "not comparable")
 THRESHOLD = 0.10
 ALPHA = 0.05
 
@@ -44,6 +48,7 @@ class CompareReport:
     findings: list[Finding] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)  # key -> test id, for shorter tables
     labels: tuple[str, str] = ("baseline", "now")  # the reference and the judged run, as column heads
+    configs: dict[str, dict] = field(default_factory=dict)  # key -> config, for the roll-up by axis
 
     @property
     def regressions(self) -> list[Finding]:
@@ -51,9 +56,23 @@ class CompareReport:
 
     @property
     def regressed(self) -> bool:
-        # A figure that vanished (or turned into a string, true, null) from a config that
-        # ran is lost evidence, not an unchanged one: it gates like a regression.
-        return any(f.verdict == "regression" or (f.verdict == "missing" and f.metric != "*") for f in self.findings)
+        """The gate (exit 1): any counter that moved, whichever way, a timing that regressed,
+        or a figure that vanished (or turned into a string, true, null) from a config that
+        ran: lost evidence, not an unchanged figure."""
+        return bool(self.gating)
+
+    @property
+    def gating(self) -> list[Finding]:
+        return [f for f in self.findings
+                if gates(f.verdict, f.metric) or (f.verdict == "missing" and f.metric != "*")]
+    @property
+    def direction(self) -> str:
+        """The run in one word: regressed, changed, improved or clean (the MLflow tag)."""
+        verdicts = {f.verdict for f in self.findings}
+        for verdict, word in (("regression", "regressed"), ("changed", "changed"), ("improvement", "improved")):
+            if verdict in verdicts:
+                return word
+        return "clean"
 
     @property
     def missing_configs(self) -> list[str]:
@@ -70,7 +89,7 @@ class CompareReport:
         c = self.counts()
         keys = len({f.key for f in self.findings})
         text = (f"{keys} configs compared: {c['regression']} regressions, {c['improvement']} improvements, "
-                f"{c['new']} new, {c['missing']} missing, {c['ok']} unchanged figures")
+                f"{c['changed']} changed, {c['new']} new, {c['missing']} missing, {c['ok']} unchanged figures")
         if c["not comparable"]:
             text += f", {c['not comparable']} timings not comparable"
         return text
@@ -93,7 +112,10 @@ class CompareReport:
             raise ValueError(f"fmt must be 'text' or 'markdown' (got {fmt!r})")
         if not cells:
             lines = ["no changes"]
-        return "\n".join(lines + ["", self.summary()])
+        from harness.rollup import rollup_lines  # what moved, by metric and the axes that explain it
+
+        rolled = rollup_lines(self.findings, self.configs, fmt)
+        return "\n".join(lines + ([""] + rolled if rolled else []) + ["", self.summary()])
 
 
 def _num(v: float | None) -> str:
@@ -125,6 +147,8 @@ def compare_rows(rows: list[dict[str, Any]], baseline: dict[str, Any], *, thresh
         seen.add(key)
         if row.get("test_id"):
             report.names[key] = row["test_id"]
+        if isinstance(row.get("config"), dict):
+            report.configs[key] = row["config"]
         base = base_configs.get(key)
         if base is None:
             report.findings.append(Finding(key, "*", None, None, "not in the baseline", "new"))
@@ -151,7 +175,7 @@ def _status(key: str, base: dict[str, Any], row: dict[str, Any]) -> list[Finding
     b, n = base.get("status"), row.get("status")
     if b is None or b == n:
         return []
-    return [Finding(key, "status", None, None, f"{b} -> {n}", "regression")]
+    return [Finding(key, "status", None, None, f"{b} -> {n}", status_verdict(str(b), str(n)))]
 
 
 def _counters(key: str, base: dict[str, float], now: dict[str, float]) -> list[Finding]:
@@ -170,7 +194,7 @@ def _counters(key: str, base: dict[str, float], now: dict[str, float]) -> list[F
             change = _counter_change(b, n)
             if name.startswith("violations.") and not b:
                 change = f"new violation ({change})"
-            out.append(Finding(key, name, b, n, change, "regression"))
+            out.append(Finding(key, name, b, n, change, counter_verdict(name, b, n)))
     return out
 
 

@@ -23,6 +23,21 @@ PROFILES = ("cpu", "rtx5090", "h100", "h200")
 _NAME_TO_PROFILE = (("5090", "rtx5090"), ("H100", "h100"), ("H200", "h200"))
 
 
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name: every CPU machine shares the ``cpu`` profile and baseline, so
+    meta.json at least says which one ran. platform.processor() is empty on Linux; the
+    kernel's cpuinfo names it ("model name", or "Hardware"/"Processor" on Arm)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                name, _, value = line.partition(":")
+                if name.strip() in ("model name", "Hardware", "Processor", "cpu model") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 @dataclass
 class Hardware:
     profile: str
@@ -32,7 +47,7 @@ class Hardware:
     driver: str | None = None
     memory_total_bytes: int | None = None
     memory_used_bytes: int | None = None
-    cpu: str = field(default_factory=platform.processor)
+    cpu: str = field(default_factory=lambda: cpu_model())
     cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1)
     torch_version: str | None = None
     triton_version: str | None = None

@@ -7,8 +7,8 @@ run directories (the nightly's kept nights, or results/runs/ of a machine),
 orders them by start time and shows, per config and metric, the last N nights.
 
 A figure *moved* on a night when `kvbench compare` of that night against the night
-before calls it a regression or an improvement: counters exactly, timings by the
-significance rule. The move is attributed to the commit range between the two
+before calls it a regression, an improvement or (a figure without a direction)
+changed: counters exactly, timings by the significance rule. The move is attributed to the commit range between the two
 nights' commits, the range a bisect would search.
 """
 
@@ -27,7 +27,7 @@ from harness.metric_kinds import kind
 from harness.results import RESULTS, load_rows
 from harness.errors import ConfigError
 
-MOVED = ("regression", "improvement")
+MOVED = ("regression", "improvement", "changed")
 FIGURE_RE = re.compile(r"-?[0-9][0-9.e+-]*|-|")  # what _num writes (and no note): shown as is in Markdown
 
 
@@ -106,6 +106,15 @@ class History:
 
     def values(self, key: str, metric: str) -> list[float | None]:
         return [night.figures(key).get(metric) if night.row(key) is not None else None for night in self.nights]
+
+    def configs(self) -> dict[str, dict[str, Any]]:
+        """Each config's options (its newest row's), for the roll-up by axis."""
+        out: dict[str, dict[str, Any]] = {}
+        for night in self.nights:
+            for row in night.rows:
+                if isinstance(row.get("config"), dict):
+                    out[row["key"]] = row["config"]
+        return out
 
     def samples(self, key: str, metric: str) -> list[list[float]]:
         """Per night, the repeated samples of a timing (empty when it ran once)."""

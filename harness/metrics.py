@@ -4,7 +4,7 @@ A row's ``metrics`` come from the engine (mini_engine/stats.py), the memory prob
 of the harness (harness/hardware.py) and the auditor (``violations.K<n>``, one
 count per invariant id); its ``series`` are per-step lists. Each is declared here
 with what kind of figure it is (which decides how compare gates it), its unit,
-its group (the `/` section MLflow shows it under), whether more is better, and a
+its group (the `/` section MLflow shows it under), which way is better (lower, higher, none), and a
 line of help. Row keys and baselines keep the plain names; MLflow sees
 ``group/name``.
 
@@ -38,6 +38,16 @@ KINDS = ("counter", "timing", "memory", "info")
 # worse and a Mann-Whitney U says the shift is real), "none" (shown, never gated).
 GATES = {"counter": "exact", "timing": "noise", "memory": "noise", "info": "none"}
 ROLLUPS = ("max", "sum")
+# Which way a figure is better (compare says improved or regressed); "none" where a change
+# only says the work differs (the workload's own counts, the formula's prediction).
+BETTER = ("lower", "higher", "none")
+# How a derived figure converts its source (harness/kv_units.py):
+#   page_size  pages -> token slots (x page_size)
+#   kv_full    full-pool token slots -> bytes (x the model's KV bytes per token of its full layers)
+#   kv_swa     SWA-pool token slots -> bytes (x the KV bytes per token of its sliding layers)
+#   kv_all     slots reserved in every pool -> bytes (x the KV bytes per token of every layer)
+#   kv_pools   the per-step held series of both pools -> the peak of their bytes together
+SCALES = ("page_size", "kv_full", "kv_swa", "kv_all", "kv_pools")
 GROUPS = ("memory", "swa", "invariants", "engine", "spec", "throughput", "timing", "process", "device")
 WRITERS = ("prefill", "decode", "spec", "pd")  # who sets a request's extent (stranded slots per writer)
 INVARIANTS = tuple(f"K{i}" for i in range(1, 12))  # DESIGN.md section 2
@@ -55,12 +65,21 @@ class Metric:
     kind: str
     unit: str
     group: str
-    higher_is_better: bool
+    better: str  # which way is better: "lower", "higher" or "none" (a change is news, not good or bad)
     help: str
     series: bool = False  # a per-step list in row["series"], not a scalar in row["metrics"]
     column: int = 0  # its place in the sweep's summary table, 0 for none
     head: str = ""  # the words of its column head before the unit ("peak stranded" + "slots")
     rollup: str = ""  # how the grouped table folds it over configs: "max", "sum", "" for not shown
+    # A figure the harness derives from another (harness/kv_units.py): ``of`` names the source,
+    # ``scale`` how it converts (SCALES). Pages are not comparable across page sizes; tokens and
+    # bytes are, so the dashboards show these and keep the pages beside them.
+    of: str = ""
+    scale: str = ""
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.better == "higher"
 
     @property
     def gate(self) -> str:
@@ -86,33 +105,37 @@ class Metric:
         return self.group == "throughput"
 
 
-def _m(name: str, kind: str, unit: str, group: str, help: str, *, hib: bool = False, series: bool = False,
-       column: int = 0, head: str = "", rollup: str = "") -> Metric:
+def _m(name: str, kind: str, unit: str, group: str, help: str, *, hib: bool = False, better: str = "",
+       series: bool = False, column: int = 0, head: str = "", rollup: str = "", of: str = "", scale: str = "") -> Metric:
     assert kind in KINDS and group in GROUPS and rollup in ("", *ROLLUPS), (name, kind, group, rollup)
     assert not rollup or column, (name, "a rolled-up figure is a column of the table too")
-    return Metric(name, kind, unit, group, hib, help, series, column, head, rollup)
+    assert bool(of) == bool(scale) and scale in ("", *SCALES), (name, of, scale)
+    better = better or ("higher" if hib else "lower")
+    assert better in BETTER, (name, better)
+    return Metric(name, kind, unit, group, better, help, series, column, head, rollup, of, scale)
 
 
 _DECLARED = [
     # engine work (mini_engine/stats.py)
-    _m("steps", "counter", "steps", "engine", "engine steps, prefill and decode", column=1),
-    _m("prefill_steps", "counter", "steps", "engine", "steps that ran a prefill chunk"),
-    _m("decode_steps", "counter", "steps", "engine", "decode steps (plain or speculative)"),
-    _m("requests", "counter", "requests", "engine", "requests submitted"),
+    _m("steps", "counter", "steps", "engine", "engine steps, prefill and decode", column=1, better="none"),
+    _m("prefill_steps", "counter", "steps", "engine", "steps that ran a prefill chunk", better="none"),
+    _m("decode_steps", "counter", "steps", "engine", "decode steps (plain or speculative)", better="none"),
+    _m("requests", "counter", "requests", "engine", "requests submitted", better="none"),
     _m("finished_requests", "counter", "requests", "engine", "requests that finished", hib=True),
-    _m("prefill_tokens", "counter", "tokens", "engine", "prompt tokens prefilled"),
-    _m("output_tokens", "counter", "tokens", "engine", "tokens generated, bonus tokens included"),
-    _m("peak_running", "counter", "requests", "engine", "most requests running at once"),
+    _m("prefill_tokens", "counter", "tokens", "engine", "prompt tokens prefilled", better="none"),
+    _m("output_tokens", "counter", "tokens", "engine", "tokens generated, bonus tokens included", better="none"),
+    _m("peak_running", "counter", "requests", "engine", "most requests running at once", better="none"),
     _m("retractions", "counter", "requests", "engine", "requests retracted to free pages"),
-    _m("releases", "counter", "requests", "engine", "requests released (finished or retracted)"),
-    _m("pd_arrivals", "counter", "requests", "engine", "requests that arrived by PD transfer"),
+    _m("releases", "counter", "requests", "engine", "requests released (finished or retracted)", better="none"),
+    _m("pd_arrivals", "counter", "requests", "engine", "requests that arrived by PD transfer", better="none"),
     _m("syncs", "counter", "syncs", "engine", "device reads by the scheduler (0 is the goal of host planning)",
        column=7),
     _m("syncs_per_step", "counter", "syncs/step", "engine", "device syncs per engine step"),
     # speculative decoding
     _m("tau", "info", "tokens/verify", "spec", "mean accepted length per verify, bonus token included", hib=True),
     _m("acceptance_rate", "info", "ratio", "spec", "accepted drafts over drafted tokens", hib=True),
-    _m("peak_compact_draft_len", "counter", "tokens", "spec", "longest compact DFLASH draft context (K9's bound)"),
+    _m("peak_compact_draft_len", "counter", "tokens", "spec", "longest compact DFLASH draft context (K9's bound)",
+       better="none"),
     # time and rates
     _m("wall_s", "timing", "s", "timing", "wall time of the engine run"),
     _m("plan_us_per_decode_step", "timing", "us", "timing",
@@ -134,10 +157,10 @@ _DECLARED = [
        column=5, head="leaked", rollup="sum"),
     _m("predicted_leaked_pages", "counter", "pages", "memory",
        "the DESIGN.md formula's leaked pages (one per unaligned host free)", column=6, head="predicted leaked",
-       rollup="sum"),
+       rollup="sum", better="none"),
     # sliding-window attention
     _m("leaked_swa_pages", "counter", "pages", "swa", "SWA-pool pages not back on the free list after drain"),
-    _m("predicted_leaked_swa_pages", "counter", "pages", "swa", "the formula's leaked SWA pages"),
+    _m("predicted_leaked_swa_pages", "counter", "pages", "swa", "the formula's leaked SWA pages", better="none"),
     # invariants (the per-id counts are declared below)
     _m("violations", "counter", "violations", "invariants", "invariant violations of every id"),
     # process and device memory (harness/hardware.py MemoryProbe, the engine's RSS peak)
@@ -160,9 +183,35 @@ _DECLARED = [
        "overlap: reservations given to requests the in-flight result finishes"),
     _m("overlap_extra_slots", "counter", "slots", "memory",
        "overlap: slots those extra reservations allocated (freed when the result lands)"),
+    # the memory figures in token slots and KV bytes (harness/kv_units.py); bytes only where the
+    # model's shape is known (a named shape or a checkpoint's config.json), target KV only
+    _m("peak_tokens_held", "counter", "tokens", "memory", "most full-pool token slots held at once (pages x page_size)",
+       of="peak_pages_held", scale="page_size"),
+    _m("peak_swa_tokens_held", "counter", "tokens", "swa", "most SWA-pool token slots held at once",
+       of="peak_swa_pages_held", scale="page_size"),
+    _m("leaked_tokens", "counter", "tokens", "memory", "full-pool token slots not back after drain",
+       of="leaked_pages", scale="page_size"),
+    _m("predicted_leaked_tokens", "counter", "tokens", "memory", "the formula's leaked token slots",
+       of="predicted_leaked_pages", scale="page_size", better="none"),
+    _m("leaked_swa_tokens", "counter", "tokens", "swa", "SWA-pool token slots not back after drain",
+       of="leaked_swa_pages", scale="page_size"),
+    _m("predicted_leaked_swa_tokens", "counter", "tokens", "swa", "the formula's leaked SWA token slots",
+       of="predicted_leaked_swa_pages", scale="page_size", better="none"),
+    _m("peak_kv_bytes_held", "counter", "bytes", "memory",
+       "most KV bytes held at once, both pools (layers x KV heads x head dim x dtype x 2 per slot)",
+       of="held", scale="kv_pools"),
+    _m("leaked_kv_bytes", "counter", "bytes", "memory", "KV bytes of the full-pool slots not back after drain",
+       of="leaked_tokens", scale="kv_full"),
+    _m("leaked_swa_kv_bytes", "counter", "bytes", "swa", "KV bytes of the SWA-pool slots not back after drain",
+       of="leaked_swa_tokens", scale="kv_swa"),
+    _m("peak_reserved_kv_bytes", "counter", "bytes", "memory", "KV bytes of the peak reserved-but-unwritten slots",
+       of="peak_reserved_slots", scale="kv_all"),
+    _m("peak_stranded_kv_bytes", "counter", "bytes", "memory", "KV bytes of the peak stranded slots",
+       of="peak_stranded_slots", scale="kv_all"),
     # retired: no longer emitted, still in recorded nights and baselines that compare and triage read
     _m("mem_peak_rss_bytes", "info", "bytes", "process", "retired: the process's lifetime RSS peak (test order, not the config)"),
-    _m("k9_checks", "counter", "checks", "invariants", "retired: K9 bound checks made by the engine loop"),
+    _m("k9_checks", "counter", "checks", "invariants", "retired: K9 bound checks made by the engine loop",
+       better="none"),
     # per-step series (row["series"])
     _m("stranded", "counter", "slots", "memory", "stranded slots after each step", series=True),
     _m("reserved", "counter", "slots", "memory", "reserved-but-unwritten slots after each step", series=True),
@@ -178,6 +227,9 @@ assert len(METRICS) + len(SERIES) == len(_DECLARED), "a metric is declared twice
 # The sweep's summary table, in column order.
 COLUMNS: tuple[Metric, ...] = tuple(sorted((m for m in METRICS.values() if m.column), key=lambda m: m.column))
 assert len({m.column for m in COLUMNS}) == len(COLUMNS), "two metrics share a summary column"
+# The figures the harness derives, in declaration order (a source is declared before what derives from it).
+DERIVED: tuple[Metric, ...] = tuple(m for m in METRICS.values() if m.of)
+assert all(m.of in METRICS or m.of in SERIES for m in DERIVED), "a derived figure names an undeclared source"
 
 
 def lookup(name: str) -> Metric:

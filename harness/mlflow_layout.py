@@ -4,8 +4,8 @@ Pure functions of result rows and meta.json; harness/mlflow_log.py makes the cal
 Metric names come from the declared schema (harness/metrics.py): ``group/name``,
 so MLflow draws one section per group (memory, invariants, throughput, ...), and
 series under ``group/series/name``. A parent run carries, per value of the axes a
-dashboard charts (page_size, block_size, window), the sweep's peak pages held,
-stranded slots, leaked pages and throughput medians, so that one metric of the
+dashboard charts (page_size, block_size, window), the sweep's peak token slots and
+KV bytes held, stranded slots, leaked token slots and throughput medians, so that one metric of the
 parent runs of successive nights is a trend line.
 """
 
@@ -20,8 +20,10 @@ from harness.metrics import BOOKKEEPING, METRICS, bookkeeping_only, lookup, row_
 SERIES_POINTS = 256  # step metrics per series; the full series is in the row artifact
 AXES = ("page_size", "block_size", "window")
 # (metric, how the configs of one axis value fold into one number)
-AGGREGATES = (("peak_pages_held", "max"), ("peak_swa_pages_held", "max"), ("peak_stranded_slots", "max"),
-              ("leaked_pages", "sum"), ("leaked_swa_pages", "sum"), ("output_tokens_per_s", "median"))
+# Memory in token slots and KV bytes (harness/kv_units.py): pages are not comparable across page sizes.
+AGGREGATES = (("peak_tokens_held", "max"), ("peak_swa_tokens_held", "max"), ("peak_kv_bytes_held", "max"),
+              ("peak_stranded_slots", "max"), ("leaked_tokens", "sum"), ("leaked_swa_tokens", "sum"),
+              ("output_tokens_per_s", "median"))
 _FOLD = {"max": max, "sum": sum, "median": statistics.median}
 
 
@@ -73,11 +75,45 @@ def config_tags(row: dict[str, Any]) -> dict[str, str]:
         "model": str(model),
         "throughput_meaning": BOOKKEEPING if bookkeeping_only(config) else f"serving speed of model {model}",
         "mlflow.note.content": config_note(row),
+        # One warm run is a single sample: no spread, and nights apart it is noise, not a trend.
+        "kvbench.timings": f"median of {row.get('repeat')} runs" if repeated(row) else "single sample",
     }
+
+
+def repeated(row: dict[str, Any]) -> bool:
+    """Timed more than once (the suite's repeat), so a median and a spread exist."""
+    return isinstance(row.get("repeat"), int) and row["repeat"] > 1
+
+
+def headline_tags(row: dict[str, Any]) -> dict[str, str]:
+    """The tag a run's page shows first (MLflow lists tags as they were set, above the
+    description): its peak memory in token slots, short enough not to be cut."""
+    m = row.get("metrics") or {}
+    if not isinstance(m.get("peak_tokens_held"), (int, float)):
+        return {}
+    text = f"{m['peak_tokens_held']:,} token slots held"
+    if isinstance(m.get("peak_kv_bytes_held"), (int, float)):
+        text += f", {m['peak_kv_bytes_held'] / 2**20:,.1f} MiB KV"
+    return {"peak_memory": text}
+
+
+def memory_line(row: dict[str, Any]) -> str:
+    """The run's memory in token slots (and KV bytes where the shape is known) first: the
+    figure that compares across page sizes, on the first screen of the run's page."""
+    m, ps = row.get("metrics") or {}, (row.get("config") or {}).get("page_size")
+    if "peak_tokens_held" not in m:
+        return ""
+    text = f"**Memory:** peak {m['peak_tokens_held']:,} token slots held ({m.get('peak_pages_held', '?')} pages of {ps})"
+    if isinstance(m.get("peak_kv_bytes_held"), (int, float)):
+        text += f", {m['peak_kv_bytes_held'] / 2**20:,.2f} MiB of KV"
+    return (text + f"; peak reserved {m.get('peak_reserved_slots', '?')} and stranded "
+            f"{m.get('peak_stranded_slots', '?')} slots; {m.get('leaked_tokens', '?')} token slots leaked.")
 
 
 def config_note(row: dict[str, Any]) -> str:
     lines = [f"**{row.get('test_id') or row.get('key')}** ({row.get('status')}, verdict {row.get('verdict')})", ""]
+    if memory_line(row):
+        lines += [memory_line(row), ""]
     if bookkeeping_only(row.get("config") or {}):
         lines += ["The throughput section of this run is **bookkeeping speed**: model `none` runs the accounting "
                   "alone, with no forward pass. It is not a serving figure.", ""]
@@ -140,10 +176,11 @@ def _piece(value: Any) -> str:
 
 
 def sweep_aggregates(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Per axis value, the sweep's figures: ``memory/peak_pages_held.max/page_size_16``.
+    """Per axis value, the sweep's figures: ``memory/peak_tokens_held.max/page_size_16``.
 
     Throughput folds only configs of one model backend (``.model_none`` is the
-    bookkeeping's speed); failed configs measured nothing and are left out."""
+    bookkeeping's speed) and only repeated ones: a single sample charted night after
+    night is noise drawn as a trend. Failed configs measured nothing and are left out."""
     out: dict[str, float] = {}
     measured = [r for r in rows if r.get("status") != "failed"]
     for metric, how in AGGREGATES:
@@ -151,7 +188,7 @@ def sweep_aggregates(rows: list[dict[str, Any]]) -> dict[str, float]:
         slices: dict[str, list[float]] = {}
         for r in measured:
             value = (r.get("metrics") or {}).get(metric)
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or (m.gate == "noise" and not repeated(r)):
                 continue
             config = r.get("config") or {}
             name = f"{m.mlflow_name}.{how}"

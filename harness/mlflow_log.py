@@ -100,16 +100,21 @@ def client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
-def ensure_experiment(cl, name: str, uri: str, root: Path) -> str:
-    """The experiment id, creating it (and, for a fresh sqlite store, the schema)."""
+def ensure_experiment(cl, name: str, uri: str, root: Path, description: str = "") -> str:
+    """The experiment id, creating it (and, for a fresh sqlite store, the schema), with
+    ``description`` (the suite's, and how to read its runs) as its note."""
+    note = experiment_note(description) if description else ""
     try:
         exp = cl.get_experiment_by_name(name)
         if exp is not None:
             if exp.tags.get(EXPERIMENT_KIND) != RUNS_KIND:
                 cl.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND, RUNS_KIND)
+            if note and exp.tags.get(NOTE) != note:
+                cl.set_experiment_tag(exp.experiment_id, NOTE, note)
             return exp.experiment_id
         location = artifact_location(root) if uri.startswith("sqlite:") else None
-        return cl.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND: RUNS_KIND})
+        tags = {EXPERIMENT_KIND: RUNS_KIND, **({NOTE: note} if note else {})}
+        return cl.create_experiment(name, artifact_location=location, tags=tags)
     except Exception as err:
         raise unreachable(uri, err) from None
 
@@ -190,6 +195,16 @@ def all_children(cl, exp_id: str, run_id: str) -> dict[str, list[Any]]:
             return out
 
 
+NOTE = "mlflow.note.content"  # the description MLflow shows on an experiment's page
+
+
+def experiment_note(description: str) -> str:
+    return (f"{description}\n\nOne parent run per sweep (tag `kvbench.compare`: regressed, changed, improved or "
+            "clean against the baseline and the previous run; `compare/` holds the table and the HTML report), "
+            "one nested run per config, named by the axes it varies. Memory is in token slots and KV bytes "
+            "(`memory/peak_tokens_held`, `memory/peak_kv_bytes_held`); pages are not comparable across page sizes.")
+
+
 def log_row(cl, exp_id: str, parent_id: str, run_id: str, row: dict[str, Any], name: str,
             existing: list[Any] | None = None, context: dict[str, str] | None = None) -> bool:
     """Log one config as a nested run; False when it was already there.
@@ -205,12 +220,15 @@ def log_row(cl, exp_id: str, parent_id: str, run_id: str, row: dict[str, Any], n
         if old.info.status == "FINISHED":
             return False
         cl.delete_run(old.info.run_id)  # a half-logged child from a killed process
-    tags = {"mlflow.parentRunId": parent_id, "kvbench.run": run_id, "kvbench.key": key[:5000],
+    tags = {**layout.headline_tags(row), "mlflow.parentRunId": parent_id, "kvbench.run": run_id, "kvbench.key": key[:5000],
             "kvbench.key_hash": key_hash(key), "kvbench.status": str(row.get("status")),
             "kvbench.verdict": str(row.get("verdict")), "kvbench.role": "config",
             **(context_of(cl, parent_id) if context is None else context), **layout.config_tags(row)}
     start, end = run_times(row)
-    child = cl.create_run(exp_id, tags=tags, run_name=name, start_time=start)
+    from harness.run_names import short_name  # the runs table cuts long names to one prefix
+
+    tags["kvbench.test_id"] = name[:5000]
+    child = cl.create_run(exp_id, tags=tags, run_name=short_name(name), start_time=start)
     cid = child.info.run_id
     params = [Param(k, ("none" if v is None else str(v))[:PARAM_CHARS]) for k, v in sorted((row.get("config") or {}).items())]
     metrics = [Metric(k, v, end, 0) for k, v in layout.scalar_metrics(row).items()]

@@ -1,12 +1,13 @@
 """Plots of a sweep, written beside its results and logged to the parent run.
 
-* stranded slots and leaked pages over page_size x draft shape (DFLASH block_size,
+* stranded and leaked token slots over page_size x draft shape (DFLASH block_size,
   EAGLE topk), one panel per accounting profile (and free rule where overridden)
 * what alignment costs in reserved-but-unwritten slots, from pairs of configs that
   differ only in the profile (sglang-0.5.23 vs sglang-pre-35265: what PR 35265
   costs), per running request in pages (DESIGN: under one page)
-* memory (peak pages held, reserved, stranded, SWA pages held) against page_size,
-  block_size and window
+* memory in token slots (peak held, reserved, stranded, SWA held) against page_size,
+  block_size and window: pages are not comparable across page sizes (``units="pages"``
+  draws them anyway)
 * timings (throughput, host planning time) against page_size: the median of the
   suite's warm repeats with their interquartile range as error bars; with model
   ``none`` the throughput is the bookkeeping's speed and says so
@@ -35,8 +36,10 @@ from mini_engine.algos import ALGORITHMS
 
 # The y axis of a heatmap: what sizes one speculative step's draft.
 DRAFT_AXIS = {a.name: a.draft_axis for a in ALGORITHMS.values() if a.draft_axis}
-HEATMAPS = (("peak_stranded_slots", "peak stranded slots"), ("leaked_pages", "leaked pages after drain"))
-MEMORY = ("peak_pages_held", "peak_reserved_slots", "peak_stranded_slots", "peak_swa_pages_held")
+HEATMAPS = (("peak_stranded_slots", "peak stranded slots"), ("leaked_tokens", "leaked token slots after drain"))
+# Memory in token slots: pages are not comparable across page sizes (harness/kv_units.py).
+# ``units="pages"`` draws the page counts the engine keeps instead.
+MEMORY = ("peak_tokens_held", "peak_reserved_slots", "peak_stranded_slots", "peak_swa_tokens_held")
 # x axis (with the options tied to it) -> the lines drawn against it
 MEMORY_AXES = {("page_size",): SHAPE + POLICIES, ("block_size",): ("page_size",) + POLICIES,
                ("window", "layer_pattern"): SHAPE + POLICIES}
@@ -112,15 +115,20 @@ def alignment_overhead(rows: list[dict[str, Any]]) -> dict[tuple, list[tuple[flo
     return dict(out)
 
 
-def write_plots(rows: list[dict[str, Any]], out: Path) -> list[Path]:
+def write_plots(rows: list[dict[str, Any]], out: Path, units: str = "tokens") -> list[Path]:
     import matplotlib
 
+    from harness.kv_units import fill_units, pages_of
+
     matplotlib.use("Agg")
+    rows = [fill_units(r) for r in rows]  # rows recorded before the token figures get them
     out.mkdir(parents=True, exist_ok=True)
-    written = [_heatmap(rows, metric, label, out / f"{metric}_heatmap.png") for metric, label in HEATMAPS]
+    memory = MEMORY if units == "tokens" else tuple(pages_of(m) for m in MEMORY)
+    heatmaps = HEATMAPS if units == "tokens" else tuple((pages_of(m), t) for m, t in HEATMAPS)
+    written = [_heatmap(rows, metric, label, out / f"{metric}_heatmap.png") for metric, label in heatmaps]
     written.append(_overhead(rows, out / "reserved_overhead.png"))
     for x, lines in MEMORY_AXES.items():
-        written.append(_grid(rows, MEMORY, x, lines, out / f"memory_vs_{x[0]}.png"))
+        written.append(_grid(rows, memory, x, lines, out / f"memory_vs_{x[0]}.png"))
     written.append(_grid(rows, TIMINGS, ("page_size",), SHAPE + POLICIES, out / "timings_vs_page_size.png"))
     return [p for p in written if p is not None]
 

@@ -23,9 +23,13 @@ from harness.ci.links import mlflow_link
 from harness.compare import CompareReport, compare_rows, reference_of_run
 from harness.markdown import code, prose
 from harness.metric_kinds import higher_is_better, kind
+from harness.capacity_report import capacity_section
 from harness.report_svg import heatmap, line_chart
 from harness.urls import check_web_url, is_web_url
 
+# Memory in token slots, comparable across page sizes (harness/kv_units.py); pages by --heatmap NAME.
+TREND_METRICS = ("peak_tokens_held", "peak_stranded_slots", "peak_reserved_slots", "leaked_tokens",
+                 "output_tokens_per_s")
 MAX_LINES = 8  # configs per trend chart; more are unreadable
 MAX_FACETS = 8
 MAX_TABLE = 200
@@ -37,6 +41,11 @@ def ui_base(night: history.Night, mlflow_url: str = "") -> str:
     # Each becomes an href and a Markdown link target: http(s) only (a javascript: URL would run).
     given = check_web_url(mlflow_url, "--mlflow-url") or check_web_url(os.environ.get("MLFLOW_UI_URL", ""), "MLFLOW_UI_URL")
     return given or (uri if is_web_url(uri) else "")
+
+
+def ml_view(link: str) -> str:
+    """A run link that opens MLflow's model-training view, not its GenAI default."""
+    return f"{link}?workflowType=machine_learning" if link else ""
 
 
 def accounting_only(row: dict[str, Any]) -> bool:
@@ -156,10 +165,13 @@ def newest_compare(hist: history.History, baseline: dict | None) -> tuple[Compar
     return report, f"{prev.name} ({prev.short})"
 
 
-def compare_table(report: CompareReport | None, against: str, newest: history.Night) -> str:
+def compare_table(report: CompareReport | None, against: str, newest: history.Night,
+                  shown_above: set[tuple[str, str]] = frozenset()) -> str:
+    """The newest run's compare; figures the moved table already lists (the same pair of
+    runs) are left out, so each moved figure is in one table only."""
     if report is None:
         return '<p class="empty">one run and no --baseline: nothing to compare with</p>'
-    shown = [f for f in report.findings if f.verdict != "ok"][:MAX_TABLE]
+    shown = [f for f in report.findings if f.verdict != "ok" and (f.key, f.metric) not in shown_above][:MAX_TABLE]
     head = "".join(f"<th>{h}</th>" for h in ("config", "metric", escape(against),
                                               escape(f"{newest.name} ({newest.short})"), "change", "verdict"))
     body = "".join(
@@ -167,9 +179,10 @@ def compare_table(report: CompareReport | None, against: str, newest: history.Ni
         f'</td><td class="mono">{escape(f.metric)}</td><td>{_num(f.baseline)}</td><td>{_num(f.now)}</td>'
         f"<td>{escape(f.change)}</td><td>{escape(f.verdict)}</td></tr>" for f in shown)
     if not shown:
-        body = '<tr><td colspan="6">no changes</td></tr>'
+        body = ('<tr><td colspan="6">no other changes: the moved figures are in the table above</td></tr>'
+                if shown_above else '<tr><td colspan="6">no changes</td></tr>')
     return (f'<p>{escape(newest.name)} against {escape(against)}: {escape(report.summary())}</p>'
-            f'<table class="compare"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+            + rollup_html(report.findings, report.configs) + f'<table class="compare"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
 
 
 def _num(v: Any) -> str:
@@ -184,7 +197,7 @@ def runs_table(hist: history.History, mlflow_url: str) -> str:
         counts: dict[str, int] = {}
         for r in n.rows:
             counts[str(r.get("verdict") or r.get("status"))] = counts.get(str(r.get("verdict") or r.get("status")), 0) + 1
-        link = mlflow_link(n.path, ui_base(n, mlflow_url))
+        link = ml_view(mlflow_link(n.path, ui_base(n, mlflow_url)))
         when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(n.created)) if n.created != float("inf") else "?"
         rows.append(f'<tr><td class="mono">{escape(n.name)}</td><td class="mono" title="{escape(n.commit)}">'
                     f'{escape(n.short)}</td><td>{when}</td><td>{escape(n.profile or "-")}</td><td>{len(n.rows)}</td>'
@@ -192,6 +205,19 @@ def runs_table(hist: history.History, mlflow_url: str) -> str:
                     f'<td>{f"<a href={chr(34)}{escape(link)}{chr(34)}>MLflow run</a>" if link else "-"}</td></tr>')
     return ('<table class="runs"><thead><tr><th>run</th><th>commit</th><th>started (UTC)</th><th>hardware</th>'
             '<th>configs</th><th>verdicts</th><th>MLflow</th></tr></thead><tbody>' + "".join(rows) + "</tbody></table>")
+
+
+def rollup_html(findings, configs: dict) -> str:
+    """The roll-up by metric and axis (harness/rollup.py), each line in its verdict's colour."""
+    from harness.rollup import ORDER, rollup_lines
+
+    moved = [f for f in findings if f.verdict in ORDER]
+    items = []
+    for line in rollup_lines(moved, configs)[1:]:
+        word = line.split()[1] if len(line.split()) > 1 else ""
+        cls = {"regressed": "regression", "improved": "improvement", "changed": "changed"}.get(word, "")
+        items.append(f'<li class="{cls}">{escape(line.strip())}</li>')
+    return f'<ul class="rollup">{"".join(items)}</ul>' if items else ""
 
 
 def moves_table(hist: history.History) -> str:
@@ -203,7 +229,9 @@ def moves_table(hist: history.History) -> str:
         f'<td>{escape(m.change)}</td><td>{escape(m.verdict)}</td><td class="mono">{escape(m.good[:10])}..'
         f'{escape(m.bad[:10])}</td></tr>' for m in hist.moves[:MAX_TABLE])
     return ('<table class="moves"><thead><tr><th>config</th><th>metric</th><th>before</th><th>after</th>'
-            '<th>change</th><th>verdict</th><th>commit range</th></tr></thead><tbody>' + body + "</tbody></table>")
+            '<th>change</th><th>verdict</th><th>commit range</th></tr></thead><tbody>' + body + "</tbody></table>"
+            + (f'<p class="note">{len(hist.moves) - MAX_TABLE} more moves not listed.</p>'
+               if len(hist.moves) > MAX_TABLE else ""))
 
 
 CSS = """
@@ -212,6 +240,8 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 8px;border-bot
 h3{font-size:14px;margin:16px 0 4px} .mono,code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
 table{border-collapse:collapse;margin:6px 0} th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f4f4f4} tr.regression td{background:#fde8e4} tr.improvement td{background:#e6f4ea}
+tr.changed td{background:#eef0fb} .rollup li.regression{color:#b3261e} .rollup li.improvement{color:#1e7b34}
+.rollup li.changed{color:#3949ab} .rollup{margin:6px 0;padding-left:20px}
 tr.missing td,tr.new td{background:#fff6d8} tr.not-comparable td{color:#777}
 svg text{font-size:11px;fill:#333} svg .mono{font-family:ui-monospace,Menlo,monospace}
 .plot{fill:#fff;stroke:#bbb} .grid{stroke:#eee} .line{fill:none;stroke-width:2} .err{stroke-width:1.5;opacity:.6}
@@ -228,6 +258,9 @@ def page(hist: history.History, *, metrics: list[str], configs: list[str] | None
     newest = hist.nights[-1]
     suite = newest.suite or "?"
     report, against = newest_compare(hist, baseline)
+    # Against the run before, the compare is the moved table's last pair: list those once.
+    last = len(hist.nights) - 1
+    shown_twice = {(m.key, m.metric) for m in hist.moves if m.night == last} if baseline is None else set()
     none = sum(accounting_only(r) for r in newest.rows)
     note = (f'<p class="note">{none} of {len(newest.rows)} configs use the accounting-only backend '
             '(<code>--model none</code>): for them a rate such as output_tokens_per_s is the speed of the '
@@ -247,12 +280,15 @@ def page(hist: history.History, *, metrics: list[str], configs: list[str] | None
 <p class="note">x: the runs by commit; a point's tooltip names config and value; bars span the repeated samples.</p>
 {trend_section(hist, metrics, configs)}
 <h2 id="moved">Moved between consecutive runs</h2>
+{rollup_html(hist.moves, hist.configs())}
 {moves_table(hist)}
 {moved_section(hist)}
 <h2 id="compare">Compare: newest run</h2>
-{compare_table(report, against, newest)}
+{compare_table(report, against, newest, shown_twice)}
 <h2 id="heatmap">{escape(heat_metric)} over page_size x block_size ({escape(newest.name)})</h2>
 {heatmap_section(newest, heat_metric)}
+<h2 id="capacity">Capacity per GPU ({escape(newest.name)})</h2>
+{capacity_section(newest.rows)}
 </body></html>
 """
     return html, report
@@ -265,10 +301,16 @@ def summary(hist: history.History, report: CompareReport | None, html_name: str,
     lines = [f"### kvbench report: {code(newest.suite or '?')}, {len(hist.nights)} runs", "",
              "| run | commit | configs | MLflow |", "|---|---|---|---|"]
     for n in hist.nights:
-        link = mlflow_link(n.path, ui_base(n, mlflow_url))
+        link = ml_view(mlflow_link(n.path, ui_base(n, mlflow_url)))
         lines.append(f"| {code(n.name)} | {code(n.short)} | {len(n.rows)} | {f'[run]({link})' if link else '-'} |")
     regressions = [m for m in hist.moves if m.verdict == "regression"]
-    lines += ["", f"**Moved between consecutive runs:** {len(hist.moves)} figures, {len(regressions)} regressions."]
+    better = sum(m.verdict == "improvement" for m in hist.moves)
+    changed = sum(m.verdict == "changed" for m in hist.moves)
+    lines += ["", f"**Moved between consecutive runs:** {len(hist.moves)} figures, {len(regressions)} regressions, "
+              f"{better} improvements, {changed} changed."]
+    from harness.rollup import rollup_lines
+
+    lines += ["", *rollup_lines(hist.moves, hist.configs(), "markdown")[1:12]]
     for m in regressions[:10]:
         lines.append(f"- {code(hist.names.get(m.key, m.key))} {code(m.metric)}: {code(m.change)} "
                      f"in {code(f'{m.good[:10]}..{m.bad[:10]}')}")

@@ -327,7 +327,9 @@ def load_rows(path_or_run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 raise ResultsError(f"{p}: row {row['key']!r} has a '{field}' that is not an object")
         latest.pop(row["key"], None)  # keep first-seen order of the latest rows
         latest[row["key"]] = row
-    return list(latest.values())
+    from harness.kv_units import fill_units  # older nights get their token figures too
+
+    return [fill_units(row) for row in latest.values()]
 
 
 def _jsonable(value: Any) -> Any:

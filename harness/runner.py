@@ -114,8 +114,12 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
         except Exception as err:  # a crash inside the run is a result, not a lost sweep
             row["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=8)}"
             return row
+    from harness.kv_units import derive
+
+    metrics = {**result.stats, "rss_peak_bytes": rss.bytes}
+    metrics.update(derive(full, metrics, result.series))  # tokens and bytes beside the pages
     row.update(
-        metrics={**result.stats, "rss_peak_bytes": rss.bytes}, series=result.series, violations=result.violations,
+        metrics=metrics, series=result.series, violations=result.violations,
         violation_samples=result.violation_samples, status=result.verdict, error=result.error,
     )
     if outputs:

@@ -17,6 +17,7 @@ from harness.results import RunDir
 # lines, so the table fits a terminal: only the config column folds, never a figure.
 ROLLED = tuple(m for m in COLUMNS if m.rollup)  # the grouped table's figures
 FULL_TABLE_MAX = 60  # above this, only the configs that need a look
+NARROW = 120  # columns below which the config names go under the table
 
 
 def fmt(value: Any) -> str:
@@ -39,11 +40,19 @@ def verdict_text(row: dict[str, Any]) -> str:
     return verdict if status in ("ok", "violated", verdict) else f"{verdict}\n({status})"
 
 
+def config_name(row: dict[str, Any]) -> str:
+    """The config as the table names it: its short run name (harness/run_names.py), the
+    same words as MLflow's runs, narrow enough that the column survives 80 columns."""
+    from harness.run_names import short_name
+
+    return short_name(row["test_id"]) if row.get("test_id") else row["key"]
+
+
 def summary_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     out = []
     for row in rows:
         m = row.get("metrics") or {}
-        out.append([row.get("test_id") or row["key"], verdict_text(row),
+        out.append([config_name(row), verdict_text(row),
                     *(fmt(m.get(c.name)) for c in COLUMNS), violations_text(row)])
     return out
 
@@ -104,15 +113,23 @@ def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: 
         console.print(table)
     shown = rows if len(rows) <= FULL_TABLE_MAX else [r for r in rows if r.get("verdict") not in PASSING]
     if shown:
-        table = Table(title=None if shown is rows else f"{len(shown)} configs that need a look (of {len(rows)})")
-        table.add_column("config", overflow="fold", min_width=16)
-        table.add_column("verdict", no_wrap=True)
-        for c in COLUMNS:
-            table.add_column(c.column_head, no_wrap=True, justify="right")
-        table.add_column("violations", no_wrap=True)
-        for cells in summary_rows(shown):
-            table.add_row(*cells)
-        console.print(table)
+        if console.width < NARROW:
+            # Ten columns do not fit 80: rich gave the config column no width at all, so
+            # every row lost its name. A narrow terminal gets one labelled line a config.
+            for cells in summary_rows(shown):
+                figures = ", ".join(f"{' '.join(c.column_head.split())} {v}" for c, v in zip(COLUMNS, cells[2:]))
+                console.print(f"{cells[0]}: {' '.join(cells[1].split())}; {figures}; violations {cells[-1]}",
+                              markup=False, highlight=False)
+        else:
+            table = Table(title=None if shown is rows else f"{len(shown)} configs that need a look (of {len(rows)})")
+            table.add_column("config", overflow="fold", min_width=16)
+            table.add_column("verdict", no_wrap=True)
+            for c in COLUMNS:
+                table.add_column(c.column_head, no_wrap=True, justify="right")
+            table.add_column("violations", no_wrap=True)
+            for cells in summary_rows(shown):
+                table.add_row(*cells)
+            console.print(table)
         for row in shown:
             if row.get("verdict") not in PASSING:
                 console.print(f"  {row.get('test_id') or row['key']}: {'; '.join(row.get('reasons') or [])}")
@@ -125,3 +142,6 @@ def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: 
     if run_dir.plots.is_dir() and any(run_dir.plots.glob("*.png")):
         console.print(f"plots: {run_dir.plots}")
     console.print(mlflow_note)
+    run = run_dir.run_id
+    console.print(f"next: kvbench ui (browse the runs) · kvbench compare {run} · "
+                  f"kvbench report {run} --out report.html", markup=False, highlight=False)

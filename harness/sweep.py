@@ -52,6 +52,8 @@ class SweepOptions:
     run_id: str | None = None
     quiet: bool = False
     oversubscribe: bool = False
+    fail_on_regression: bool = False  # exit 1 when the run regressed against its baseline or the run before
+    nights: str | None = None  # where earlier runs of the suite are (default the results root's runs/)
 
 
 def filter_selects(expr: str):
@@ -99,7 +101,7 @@ def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: 
         lock = store_lock(uri, note=warn)  # a fresh store is created and migrated by one sweep at a time
         try:
             cl = client(uri)
-            exp = ensure_experiment(cl, experiment_name(suite.name), uri, root)
+            exp = ensure_experiment(cl, experiment_name(suite.name), uri, root, suite.description)
             meta["mlflow_parent"] = ensure_parent(cl, exp, run_dir.run_id, meta)
             meta["mlflow_experiment"] = exp
         except Exception as err:
@@ -309,6 +311,11 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     plots = write_run_plots(rows, run_dir, err_console.print)
     mlflow_note = finish_mlflow(run_dir, meta, rows, plots, root, err_console.print)
     print_summary(console, rows, run_dir, wall, mlflow_note, ran=len(rows) - done_before)
+    from harness.verdict import judge_sweep
+
+    regressed = judge_sweep(run_dir, rows, root, opts, console, err_console.print)
+    if regressed and opts.fail_on_regression:
+        return 1
     return 0 if completed and all(r.get("verdict") in PASSING for r in rows) else 1
 
 
@@ -363,8 +370,8 @@ class Display:
         elif row.get("verdict") not in PASSING:
             self.counts["unexpected"] += 1
         if not self.live:
-            self.console.print(f"[{self.done}/{self.total or '?'}] {cid}: {row.get('status')}, {row.get('verdict')}, "
-                               f"eta {self._eta()}", markup=False)
+            self.console.print(f"[{self.done}/{self.total or '?'}] {cid}: status {row.get('status')}, "
+                               f"verdict {row.get('verdict')}, eta {self._eta()}", markup=False)
         self._update()
 
     def _eta(self) -> str:

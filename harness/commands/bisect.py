@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--good", required=True, metavar="SHA", help="a commit where the config is fine")
     p.add_argument("--bad", required=True, metavar="SHA", help="a later commit where it regressed")
     p.add_argument("--config", required=True, metavar="ID",
-                   help="a test id of --suite (kvbench sweep lists them), or a TOML file of options")
+                   help="a test id of --suite (kvbench sweep SUITE --list prints them), or a TOML file of options")
     p.add_argument("--suite", metavar="SUITE", help="the suite that defines --config (default: the one suite that has it)")
     p.add_argument("--metric", action="append", metavar="NAME",
                    help="judge only this metric (repeatable; default every counter and timing)")

@@ -49,7 +49,13 @@ def run(args: argparse.Namespace) -> int:
     print(head)
     print(history.nights_text(hist, args.format))
     print(history.table(hist, metrics=args.metric, configs=args.config, show_all=args.all, fmt=args.format))
+    from harness.rollup import rollup_lines
+
     moves = len({(m.key, m.metric) for m in hist.moves})
-    print(f"\n{moves} figures moved over {len(hist.nights)} nights "
-          f"({sum(m.verdict == 'regression' for m in hist.moves)} regressions)")
+    count = {v: sum(m.verdict == v for m in hist.moves) for v in history.MOVED}
+    rolled = rollup_lines(hist.moves, hist.configs(), args.format)
+    if rolled:
+        print("\n" + "\n".join(rolled))
+    print(f"\n{moves} figures moved over {len(hist.nights)} nights ({count['regression']} regressions, "
+          f"{count['improvement']} improvements, {count['changed']} changed)")
     return 0

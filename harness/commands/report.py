@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", action="append", metavar="NAME",
                    help=f"trend this metric (repeatable; default {', '.join(TREND_METRICS)})")
     p.add_argument("--config", action="append", metavar="TEXT", help="trend configs whose id or key contains TEXT")
-    p.add_argument("--heatmap", default="peak_pages_held", metavar="NAME", help="heatmap metric (default %(default)s)")
+    p.add_argument("--heatmap", default="peak_tokens_held", metavar="NAME",
+                   help="heatmap metric (default %(default)s; peak_pages_held for pages)")
     p.add_argument("--mlflow-url", default="", metavar="URL", help="MLflow UI base URL for run links "
                                                                   "(default $MLFLOW_UI_URL or the run's server)")
     p.set_defaults(func=run)

@@ -37,6 +37,10 @@ def register(subparsers) -> None:
     out.add_argument("--json", metavar="FILE", help="write the result row as JSON")
     out.add_argument("--outputs", action="store_true", help="with --json: every request's prompt and output ids")
     out.add_argument("--trace", metavar="FILE", help="write the allocation trace (JSON lines)")
+    out.add_argument("--capacity", nargs="?", const="", metavar="SHAPE",
+                     help="also print how many requests of this run's length fit on an RTX 5090, H100 and H200 per "
+                          "page size, from the engine's sizing (SHAPE: the model shape, default the run's --model)")
+    out.add_argument("--gpu-mem", type=float, metavar="GIB", help="with --capacity: one more GPU of this many GiB")
     p.set_defaults(func=run)
 
 
@@ -74,6 +78,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--json and --trace name the same file {args.json!r}; give each its own")
     options = options_from_args(args)
     check_options(options)  # lengths against the memory there is, before a prompt is drawn
+    if args.gpu_mem is not None and args.capacity is None:
+        raise ConfigError("--gpu-mem goes with --capacity")
+    capacity = None
+    if args.capacity is not None:  # bad input is found before the run
+        from harness.capacity import for_run
+
+        capacity = for_run(options, args.capacity, args.gpu_mem)
     # Found before the run, so a long run never ends with nowhere to put its results.
     for path, what in ((args.json, "--json"), (args.trace, "--trace")):
         if path:
@@ -85,7 +96,21 @@ def run(args: argparse.Namespace) -> int:
 
         write_text(args.json, json.dumps(row, indent=1) + "\n", "--json")
     print_summary(row)
+    if capacity is not None:
+        print_capacity(*capacity)
     return 0 if row["status"] == "ok" else 1
+
+
+def print_capacity(title: str, heads: list[str], rows: list[list[str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_header=True, header_style="bold", title_justify="left")
+    for i, h in enumerate(heads):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for r in rows:
+        table.add_row(*r)
+    Console(highlight=False).print(table)
 
 
 def print_summary(row: dict[str, Any]) -> None:
@@ -109,10 +134,12 @@ def print_summary(row: dict[str, Any]) -> None:
         ("host plan us / decode step", _num(m.get("plan_us_per_decode_step"), 1)),
         ("host result us / decode step", _num(m.get("result_us_per_decode_step"), 1)),
         ("syncs / step", _num(m.get("syncs_per_step"), 3)),
-        ("peak pages held", m.get("peak_pages_held")),
+        ("peak held: token slots (pages)", f"{m.get('peak_tokens_held', '-')} ({m.get('peak_pages_held', '-')})"),
+        ("peak KV held, both pools", _mib(m.get("peak_kv_bytes_held"))),
         ("peak reserved-unwritten slots", m.get("peak_reserved_slots")),
         ("stranded slots (peak / sum)", f"{m.get('peak_stranded_slots', '-')} / {m.get('stranded_slots_sum', '-')}"),
-        ("leaked pages (measured / predicted)", f"{m.get('leaked_pages', '-')} / {m.get('predicted_leaked_pages', '-')}"),
+        ("leaked token slots (measured / predicted)",
+         f"{m.get('leaked_tokens', '-')} / {m.get('predicted_leaked_tokens', '-')}"),
         ("leaked SWA pages (measured / predicted)",
          f"{m.get('leaked_swa_pages', '-')} / {m.get('predicted_leaked_swa_pages', '-')}"),
         ("stranded slots peak by writer (prefill / decode / spec / pd)",
@@ -139,3 +166,8 @@ def _pair(m: dict, a: str, b: str) -> str:
 
 def _num(v: Any, digits: int = 1) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _mib(v: Any) -> str:
+    """KV bytes in MiB; '-' where the model shape is unknown (model none loads no model)."""
+    return "- (no model shape)" if v is None else f"{v / 2**20:,.2f} MiB"

@@ -21,10 +21,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     p.add_argument("--oversubscribe", action="store_true", help="allow more workers than visible GPUs (they share GPUs)")
     p.add_argument("--run-id", metavar="ID", help="name of the run directory (default <suite>-<utc time>)")
+    p.add_argument("--list", action="store_true",
+                   help="print the suite's config ids (test ids, for --filter, bisect --config, pytest) and exit")
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help="exit 1 when the run regressed against the profile's baseline or the previous run")
+    p.add_argument("--nights", metavar="DIR", help="where the previous runs of the suite are "
+                                                   "(default the results root's runs/)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from harness.errors import ConfigError
     from harness.sweep import SweepOptions, run_sweep
     from mini_engine.errors import ConfigError
 
@@ -35,6 +44,27 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--run-id must be 1-128 characters of letters, digits, '.', '_' or '-' (got an empty "
                           "value); leave it out for a generated id")
 
+    if args.list:
+        return list_configs(args.suite, args.filter)
+    if args.nights and not Path(args.nights).is_dir():
+        raise ConfigError(f"--nights {args.nights!r} is not a directory (the earlier runs of the suite)")
+
     return run_sweep(SweepOptions(suite=args.suite, jobs=args.jobs, resume=args.resume, filter=args.filter,
                                   mlflow_uri=args.mlflow_uri, no_mlflow=args.no_mlflow, run_id=args.run_id,
-                                  oversubscribe=args.oversubscribe))
+                                  oversubscribe=args.oversubscribe, fail_on_regression=args.fail_on_regression,
+                                  nights=args.nights))
+
+
+def list_configs(suite_name: str, expr: str | None) -> int:
+    """One config id a line (those --filter selects, when given), then how many."""
+    import sys
+
+    from harness.suites import load_suite
+    from harness.sweep import filter_selects
+
+    suite = load_suite(suite_name, validate=False)
+    keep = filter_selects(expr) if expr else None
+    ids = [c.id for c in suite.configs if keep is None or keep(c.id, c.config)]
+    print("\n".join(ids))
+    print(f"{len(ids)} of {len(suite.configs)} configs of suite {suite.name}", file=sys.stderr)
+    return 0

@@ -68,14 +68,39 @@ def run(args: argparse.Namespace) -> int:
            artifact_location(root), "--host", args.host, "--port", str(args.port),
            "--workers", "1"]  # one user: one worker starts in a fraction of the time four take
     urls = runs_urls(base, uri)
-    print(f"MLflow UI on {base} ({uri})")
-    for name, url in urls:
-        print(f"  {name}: {url}")
-    if not urls:
-        print(f"  no kvbench experiment yet: {base}")
-    sys.stdout.flush()
+    print(f"starting the MLflow UI on {base} ({uri}); its links follow once it answers", flush=True)
     # The server's job runner (a dozen huey processes) serves GenAI judges and prompt
     # jobs, none of which a sweep has; without it the UI starts sooner and stops cleanly.
     env = dict(os.environ)
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    return subprocess.call(cmd, env=env)
+    proc = subprocess.Popen(cmd, env=env)
+    try:
+        # A link printed before the server listens is a "connection refused" (it took
+        # about 40 s on a loaded machine): the links come once /health answers.
+        if wait_ready(base, proc):
+            print(f"MLflow UI on {base}")
+            for name, url in urls:
+                print(f"  {name}: {url}")
+            if not urls:
+                print(f"  no kvbench experiment yet: {base}")
+            sys.stdout.flush()
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        return proc.wait()
+
+
+def wait_ready(base: str, proc, poll_s: float = 0.5) -> bool:
+    """Poll the server's /health until it answers 200; False when the server exited first."""
+    import time
+    import urllib.request
+
+    while proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(poll_s)
+    return False

@@ -21,7 +21,7 @@ def test_clean_run_exit_0_and_json(tmp_path, capsys):
     assert row["key"].startswith("spec=dflash,ps=16,bs=16,profile=sglang-0.5.23,")
     assert [len(o["output"]) for o in row["outputs"]] == [11] * 4 and len(row["outputs"][0]["prompt"]) == 37
     shown = capsys.readouterr().out
-    assert "leaked pages (measured / predicted)" in shown and "256" not in row["key"]
+    assert "leaked token slots (measured / predicted)" in shown and "256" not in row["key"]
 
 
 def test_floor_free_shows_leak_and_exits_1(tmp_path, capsys):

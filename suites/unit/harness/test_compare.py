@@ -42,7 +42,7 @@ def test_an_unchanged_rerun_passes(rows):
 
 
 @given(rows_strategy, st.data())
-def test_any_counter_change_is_a_regression(rows, data):
+def test_any_counter_change_gates_and_is_labelled_by_its_direction(rows, data):
     base = baseline_of(rows)
     now = copy.deepcopy(rows)
     victim = data.draw(st.sampled_from(now))
@@ -52,8 +52,12 @@ def test_any_counter_change_is_a_regression(rows, data):
         delta = 1
     victim["metrics"][metric] += delta
     report = compare_rows(now, base)
-    assert report.regressed
-    assert [(f.key, f.metric) for f in report.regressions] == [(victim["key"], metric)]
+    assert report.regressed  # the gate stays exact, whichever way the counter moved
+    assert [(f.key, f.metric) for f in report.gating] == [(victim["key"], metric)]
+    # fewer is better for these, except the workload's own counts, which have no direction
+    want = "changed" if metric in ("steps", "output_tokens") else ("regression" if delta > 0 else "improvement")
+    assert [f.verdict for f in report.gating] == [want]
+    assert report.direction == {"regression": "regressed", "improvement": "improved", "changed": "changed"}[want]
 
 
 @given(rows_strategy, st.data())

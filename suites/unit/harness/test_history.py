@@ -43,7 +43,7 @@ def test_cli_shows_the_last_nights_with_their_commits(nights_dir, cli, capsys):
     assert line.split()[1:4] == [str(v), str(v + 1), str(v + 1)]
     assert f"regression at {C2[:10]} (range {C1[:10]}..{C2[:10]}, +1" in line
     assert f"regression at {C3[:10]} (range {C2[:10]}..{C3[:10]}" in out
-    assert "2 figures moved over 3 nights (2 regressions)" in out
+    assert "2 figures moved over 3 nights (2 regressions, 0 improvements, 0 changed)" in out
     # The last two nights only: the page change happened before them, the timing one in them.
     assert cli("history", "nightsuite", "--nights", nights_dir, "--last", "2") == 0
     out = capsys.readouterr().out

@@ -76,8 +76,10 @@ def ui(results_root: Path, tmp_path: Path):
                         break
             except OSError:
                 time.sleep(0.5)
-        found = re.search(r"kvbench-smoke: (\S+)", log.read_text())
-        assert found, log.read_text()
+        # kvbench ui prints its links once the server answers: wait for them as a user does.
+        while not (found := re.search(r"kvbench-smoke: (\S+)", log.read_text())):
+            assert time.monotonic() < end and proc.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.2)
         yield base, found.group(1)
     finally:
         # The whole process group: kvbench ui, mlflow, its uvicorn workers.
@@ -140,3 +142,50 @@ def test_the_runs_view_lists_the_sweep_and_a_config_run_shows_grouped_sections(r
     search.fill("")
     shot(page, tmp_path, "config-metrics.png")
     assert "memory/peak_stranded_slots" not in page.inner_text("body")  # no flat list of full names
+
+
+def in_first_screen(page, text: str) -> bool:
+    """Whether ``text`` is drawn inside the window as it opens, without scrolling (in any
+    of the places it appears: a tag above the fold, the description below it)."""
+    found = page.get_by_text(text)
+    found.first.wait_for()
+    view = page.viewport_size
+    boxes = [found.nth(i).bounding_box() for i in range(found.count())]
+    return any(b is not None and 0 <= b["y"] < view["height"] and b["x"] < view["width"] for b in boxes)
+
+
+def test_a_run_opens_on_memory_in_tokens_and_the_config_runs_have_distinct_names(results_root, cli, tmp_path,
+                                                                                   browser, request):
+    from harness.mlflow_log import client
+    from harness.run_names import short_name
+
+    assert cli("sweep", "smoke", "--filter", FILTER, "--run-id", "web2", "-j", "1") == 0
+    cl = client(f"sqlite:///{results_root / 'mlflow.db'}")
+    exp = cl.get_experiment_by_name("kvbench-smoke")
+    assert "token slots" in exp.tags["mlflow.note.content"]  # the experiment says how to read it
+    kids = cl.search_runs([exp.experiment_id], filter_string="tags.`kvbench.role` = 'config'")
+    names = sorted(k.info.run_name for k in kids)
+    assert names == sorted(short_name(k.data.tags["kvbench.test_id"]) for k in kids)
+    assert len(set(names)) == 2 and all(n.startswith("dflash ps16") for n in names)
+    kid = kids[0]
+    tokens = int(kid.data.metrics["memory/peak_tokens_held"])
+    assert tokens == 16 * int(kid.data.metrics["memory/peak_pages_held"])
+
+    base, runs_url = request.getfixturevalue("ui")
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.set_default_timeout(PAGE_MS)
+    page.goto(f"{base}/#/experiments/{exp.experiment_id}/runs/{kid.info.run_id}?workflowType=machine_learning")
+    # The run's first screen: its name, and its memory in token slots, not pages alone.
+    assert kid.data.tags["peak_memory"] == f"{tokens:,} token slots held"
+    assert in_first_screen(page, f"{tokens:,} token slots held")
+    assert in_first_screen(page, kid.info.run_name)
+    shot(page, tmp_path, "config-overview.png")
+    # The runs view of the parent: both config runs, each under its own name.
+    page.goto(runs_url)
+    page.get_by_text("web2", exact=True).first.wait_for()
+    # MLflow nests config runs under their parent, collapsed: its row's icon button expands it.
+    row = page.locator("[role=row]").filter(has=page.get_by_text("web2", exact=True))
+    row.first.locator("button[type=button]").first.click()
+    for name in names:
+        page.get_by_text(name, exact=True).first.wait_for()
+    shot(page, tmp_path, "runs-named.png")

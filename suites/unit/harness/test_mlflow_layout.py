@@ -16,9 +16,11 @@ def row(ps=16, policy="aligned", window=None, model="none", tps=100.0, held=10, 
          "config": {"spec": "dflash", "block_size": 16, "page_size": ps, "policy": policy, "window": window,
                     "model": model},
          "metrics": {"steps": 7, "peak_pages_held": held, "peak_stranded_slots": 0 if policy == "aligned" else 11,
-                     "leaked_pages": leaked, "output_tokens_per_s": tps, "wall_s": 0.5},
+                     "leaked_pages": leaked, "output_tokens_per_s": tps, "wall_s": 0.5,
+                     "peak_tokens_held": held * ps, "leaked_tokens": leaked * ps},
          "series": {"held": [1, 2, 3], "stranded": [0, 5, 0]}, "violations": {"K1": 2} if policy == "unaligned" else {},
-         "status": "ok", "verdict": verdict, "started_at": 1_700_000_000.0, "finished_at": 1_700_000_002.5}
+         "status": "ok", "verdict": verdict, "started_at": 1_700_000_000.0, "finished_at": 1_700_000_002.5,
+         "repeat": 4}
     r.update(over)
     return r
 
@@ -52,11 +54,18 @@ def test_the_parent_aggregates_per_axis_value_and_leaves_failed_configs_out():
             row(ps=64, held=4, window=64, tps=50.0), row(ps=64, model="tiny", tps=7.0, held=2),
             row(ps=64, status="failed", verdict="failed", held=999)]
     agg = layout.sweep_aggregates(rows)
-    assert agg["memory/peak_pages_held.max/page_size_16"] == 12 and agg["memory/peak_pages_held.max/page_size_64"] == 4
-    assert agg["memory/leaked_pages.sum/all"] == 3 and agg["memory/peak_stranded_slots.max/window_none"] == 11
+    # memory in token slots: 12 pages of 16 at ps 16, 4 pages of 64 at ps 64 (pages would say 12 > 4)
+    assert agg["memory/peak_tokens_held.max/page_size_16"] == 192 and agg["memory/peak_tokens_held.max/page_size_64"] == 256
+    assert agg["memory/leaked_tokens.sum/all"] == 48 and agg["memory/peak_stranded_slots.max/window_none"] == 11
     assert agg["throughput/output_tokens_per_s.median.model_none/page_size_16"] == 200.0
     assert agg["throughput/output_tokens_per_s.median.model_tiny/all"] == 7.0  # models never fold together
-    assert agg["memory/peak_pages_held.max/window_64"] == 4 and "memory/peak_pages_held.max/window_none" in agg
+    # a single sample is not a trend: a config timed once joins no throughput aggregate
+    once = layout.sweep_aggregates([row(ps=16, tps=5.0, repeat=1), row(ps=64, tps=9.0)])
+    assert "throughput/output_tokens_per_s.median.model_none/page_size_16" not in once
+    assert once["throughput/output_tokens_per_s.median.model_none/all"] == 9.0
+    assert layout.config_tags(row(repeat=1))["kvbench.timings"] == "single sample"
+    assert layout.config_tags(row())["kvbench.timings"] == "median of 4 runs"
+    assert agg["memory/peak_tokens_held.max/window_64"] == 256 and "memory/peak_tokens_held.max/window_none" in agg
     assert layout.parent_status(rows[:2]) == "FINISHED"
     assert layout.parent_status(rows) == "FAILED" and layout.parent_status([]) == "FAILED"
     assert layout.verdict_metrics(rows)["sweep/verdict_failed"] == 1
@@ -85,7 +94,7 @@ def test_runs_carry_the_sweep_context_and_their_measured_times(tmp_path):
     run = cl.get_run(parent)
     assert run.info.status == "FAILED" and run.info.end_time == 1_700_000_002_500
     assert run.info.start_time == 1_699_999_999_000
-    assert run.data.metrics["memory/peak_pages_held.max/page_size_16"] == 10
+    assert run.data.metrics["memory/peak_tokens_held.max/page_size_16"] == 160
     assert run.data.metrics["sweep/verdict_unexpected"] == 1 and run.data.tags["profile"] == "aligned,unaligned"
     assert [a.path for a in cl.list_artifacts(parent, "plots")] == ["plots/a.png"]
     legend = cl.download_artifacts(parent, "metrics.md", str(tmp_path))

@@ -70,7 +70,7 @@ def test_plots_are_written(tmp_path):
 
     rows = [fake_row(i) for i in range(4)] + [fake_row(9, status="failed", metrics={})]
     names = {p.name for p in write_plots(rows, tmp_path / "plots")}
-    assert {"peak_stranded_slots_heatmap.png", "leaked_pages_heatmap.png", "reserved_overhead.png",
+    assert {"peak_stranded_slots_heatmap.png", "leaked_tokens_heatmap.png", "reserved_overhead.png",
             "timings_vs_page_size.png", "memory_vs_page_size.png"} <= names
     assert all((tmp_path / "plots" / n).stat().st_size > 1000 for n in names)
 

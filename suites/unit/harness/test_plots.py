@@ -59,7 +59,7 @@ def test_the_sweep_figures_are_written_and_rss_is_not_one_of_them(tmp_path):
     rows += [{**rows[0], "key": "broken", "status": "failed", "metrics": {}}]
     names = {p.name for p in write_plots(rows, tmp_path)}
     assert {"memory_vs_page_size.png", "memory_vs_window.png", "timings_vs_page_size.png",
-            "peak_stranded_slots_heatmap.png", "leaked_pages_heatmap.png"} <= names
+            "peak_stranded_slots_heatmap.png", "leaked_tokens_heatmap.png"} <= names
     assert "memory_vs_block_size.png" not in names  # one block size is a point, not a figure
     assert not any("rss" in n for n in names)
     assert all((tmp_path / n).stat().st_size > 5000 for n in names)

@@ -36,6 +36,7 @@ def test_page_is_self_contained(page):
     # Nothing to fetch: no scripts, stylesheets, images or fonts from anywhere.
     assert not re.search(r"<script|<link|<img|@import|url\(", text)
     assert set(re.findall(r'href="([^"]+)"', text)) == {f"https://mlflow.example/#/runs/{i}" + f"{i}" * 31
+                                                         + "?workflowType=machine_learning"
                                                          for i in (1, 2, 3)}
 
 
@@ -46,13 +47,18 @@ def test_page_holds_trends_moves_compare_and_heatmaps(page):
     assert text.count('<svg class="heatmap"') == 2  # aligned and unaligned dflash facets
     trend = text[text.index('id="trend-0"'):text.index("</svg>", text.index('id="trend-0"'))]
     assert trend.count("<polyline") >= 2 and REGRESSED in text
-    # The newest night against the one before: the timing regression at C3 in the compare table.
+    # The newest night against the one before is the moved table's last pair: the timing
+    # regression at C3 is listed once, in the moved table, in red; the compare says so.
     table = text[text.index('<table class="compare">'):]
     table = table[:table.index("</table>")]
-    assert f"<td class=\"mono\">{SLOWER}</td><td class=\"mono\">wall_s</td>" in table
-    assert 'class="regression"' in table
+    assert "wall_s" not in table and "the moved figures are in the table above" in table
     moves = text[text.index('<table class="moves">'):]
+    moves = moves[:moves.index("</table>")]
+    assert f"<td class=\"mono\">{SLOWER}</td><td class=\"mono\">wall_s</td>" in moves
     assert f"{'1' * 10}..{C2[:10]}" in moves and f"{C2[:10]}..{C3[:10]}" in moves
+    assert '<tr class="regression">' in moves and "tr.regression td{background:#fde8e4}" in text
+    # one line per metric and direction above the table
+    assert '<li class="regression">wall_s regressed' in text and '<li class="regression">peak_pages_held' in text
     # A rate of the accounting-only backend is labelled as bookkeeping speed.
     assert "[bookkeeping]" in text and "not a serving figure" in text
 
@@ -126,9 +132,12 @@ def test_report_renders_in_a_real_browser(page, tmp_path):
             assert tab.locator("svg.trend polyline").count() >= 10
             points = tab.locator("#trend-0 circle")
             assert points.count() >= 6 and points.first.bounding_box()["width"] > 0
-            rows = tab.locator("table.compare tbody tr")
+            rows = tab.locator("table.moves tbody tr")
             assert rows.count() >= 1 and rows.first.bounding_box()["height"] > 0
-            assert "wall_s" in tab.locator("table.compare").inner_text()
+            assert "wall_s" in tab.locator("table.moves").inner_text()  # listed once, in the moved table
+            assert "the moved figures are in the table above" in tab.locator("table.compare").inner_text()
+            red = tab.locator("table.moves tr.regression td").first.evaluate("e => getComputedStyle(e).backgroundColor")
+            assert red == "rgb(253, 232, 228)"  # a regression is drawn red
             heat = tab.locator("svg.heatmap").first.bounding_box()
             assert heat and heat["width"] > 0 and heat["height"] > 0
             tab.screenshot(path=str(tmp_path / "report.png"), full_page=True)

@@ -26,7 +26,7 @@ from mini_engine.options import CORE, engine_options
 from mini_engine.profiles import DEFAULT_PROFILE
 
 # kvbench run's flags that are not options of a configuration.
-RUN_ONLY = {"help", "config", "json", "outputs", "trace"}
+RUN_ONLY = {"help", "config", "json", "outputs", "trace", "capacity", "gpu_mem"}  # capacity: a table, not an engine option
 
 
 def subparser(name: str) -> argparse.ArgumentParser:

@@ -138,7 +138,12 @@ def test_compare_gates_each_figure_as_its_kind_declares():
     assert set(timings_of(_row("a", **figures))) == {n for n in gated if METRICS[n].gate == "noise"}
     later = _row("a", **{name: v * 1.5 for name, v in figures.items()})
     found = {f.metric: f.verdict for f in compare_rows([later], base).findings}
-    assert {n for n, v in found.items() if v == "regression"} == {n for n in gated if METRICS[n].gate == "exact"}
+    exact = {n for n in gated if METRICS[n].gate == "exact"}
+    # +50% on every counter: worse where lower is better, better where higher is, news where neither
+    want = {"lower": "regression", "higher": "improvement", "none": "changed"}
+    assert {n: found[n] for n in exact} == {n: want[METRICS[n].better] for n in exact}
+    report = compare_rows([later], base)
+    assert {f.metric for f in report.gating} >= exact and report.regressed
     assert {n for n in found if n != "status"} == gated  # info figures are shown nowhere in the verdicts
 
 

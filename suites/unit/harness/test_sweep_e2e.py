@@ -210,4 +210,4 @@ def test_a_pytest_run_logs_to_mlflow_as_a_sweep_does(tmp_path, suite_file):
     from mlflow import MlflowClient
 
     plots = {a.path for a in MlflowClient(uri).list_artifacts(parents.iloc[0]["run_id"], "plots")}
-    assert "plots/leaked_pages_heatmap.png" in plots
+    assert "plots/leaked_tokens_heatmap.png" in plots
