@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mini_engine.chunk_budget import ChunkBudget
 from mini_engine.config import EngineConfig
 from mini_engine.memory.sizing import swa_evict_due
 from mini_engine.retraction import Retraction
@@ -95,29 +96,43 @@ class Scheduler:
         finally:
             self._allocate_planned()
 
+    def chunk_budget(self) -> ChunkBudget:
+        """This batch's chunk budget: SGLang's page-charged PrefillAdder rule, except under a
+        what-if profile (no shipped version), which keeps kvbench's raw-token rule."""
+        profile = self.profile
+        return ChunkBudget(self.cfg.chunked_prefill, self.cfg.page_size,
+                           "tokens" if profile.what_if else "pages",
+                           raw_fit=profile.prefix_cache == "chunk")
+
     def _admit(self) -> tuple[list[PrefillChunk], list[Request]]:
-        budget = self.cfg.chunked_prefill
+        budget = self.chunk_budget()
         chunks: list[PrefillChunk] = []
         for r in self.running:
-            if budget == 0:
+            if not budget.open:
                 break
             if r.prefilling:
-                chunk = self._chunk(r, budget)
+                chunk = self._chunk(r, r.prefilled + budget.continuation(r.prefill_target - r.prefilled))
                 if chunk is None:
                     break  # pool short: admitting more would only make it worse
                 chunks.append(chunk)
-                budget -= chunk.end - chunk.start
+                budget.charge(chunk.end - chunk.start)
         pd: list[Request] = []
         if not self.waiting:
             return chunks, pd
         free = self._free_pages() - self._headroom() - self._planned_pages()
-        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_running:
+        while self.waiting and budget.open and len(self.running) < self.cfg.max_running:
             r = self.waiting[0]
             need = self._need(r)
             # An empty engine always tries its head request, so a pool that can
             # hold one request never stalls on a pessimistic estimate.
             if need > free and (self.running or chunks or pd):
                 break
+            first = 0
+            if not (r.is_pd and not r.outputs):
+                # Where SGLang's cut would be empty the request does not join (AddReqResult.OTHER).
+                first = budget.first_chunk(r.seq_len, alone=not (chunks or pd))
+                if first == 0:
+                    break
             state = self.manager.admit(r.rid)
             if state is None:
                 break
@@ -137,7 +152,7 @@ class Scheduler:
                 self._start(r)
                 r.prefill_target = r.seq_len
                 r.prefilled = 0
-                chunk = self._chunk(r, budget)
+                chunk = self._chunk(r, first)
                 if chunk is None:
                     self.running.pop()
                     self.manager.release(state)
@@ -145,7 +160,7 @@ class Scheduler:
                     r.status = Status.WAITING
                     break
                 chunks.append(chunk)
-                budget -= chunk.end - chunk.start
+                budget.charge(first)
             self.waiting.popleft()
             free -= need
         return chunks, pd
@@ -161,8 +176,7 @@ class Scheduler:
         free = m.num_free_pages
         return min(free, m.swa.allocator.num_free_pages) if m.swa is not None else free
 
-    def _chunk(self, r: Request, budget: int) -> PrefillChunk | None:
-        end = min(r.prefill_target, r.prefilled + budget)
+    def _chunk(self, r: Request, end: int) -> PrefillChunk | None:
         if self.profile.prefix_cache == "chunk":
             # The chunk cache shares no prefix: a chunked prefill evicts the window
             # below what is already final, every chunk (interval 1).

@@ -66,7 +66,9 @@ def test_a_prefill_step_is_one_allocator_call_per_pool():
     with open_trace(cfg, buf) as trace:
         eng = Engine(cfg, trace=trace)
         eng.submit([Request(i, list(range(1, 14 + i)), 3) for i in range(4)])
-        eng.tick()  # the first prefill step: 13 + 14 + 13 of the 15 tokens of the third (budget 40)
+        # The first prefill step: 13 and 14 tokens cost 16 each (SGLang's PrefillAdder charges
+        # whole pages), so the third (15 tokens) is cut at floor_ps(40 - 32) = 8.
+        eng.tick()
         recs = [json.loads(x) for x in buf.getvalue().splitlines()[1:]]
     assert [(r["op"], r["pool"]) for r in recs] == [("alloc_extend", "full"), ("alloc_extend", "swa")]
-    assert recs[0]["seq_lens"] == [13, 14, 13] and recs[0]["prefix_lens"] == [0, 0, 0]
+    assert recs[0]["seq_lens"] == [13, 14, 8] and recs[0]["prefix_lens"] == [0, 0, 0]

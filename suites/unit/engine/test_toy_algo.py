@@ -106,10 +106,11 @@ def test_toy_runs_through_a_suite_grid_and_compare(tmp_path: Path):
     p = kvbench("compare", "toy", "--baseline", str(base), results=tmp_path)
     assert p.returncode == 0 and "0 regressions" in p.stdout, p.stdout + p.stderr
 
-    # The gate sees the toy's counters: one moved counter is a regression.
+    # The gate sees the toy's counters: a baseline that reserved less makes now's figure a
+    # regression (fewer reserved slots is better).
     data = json.loads(base.read_text())
     key = next(k for k in data["configs"] if k.startswith("spec=toy,ps=16,ch=5"))
-    data["configs"][key]["counters"]["peak_reserved_slots"] += 1
+    data["configs"][key]["counters"]["peak_reserved_slots"] -= 1
     base.write_text(json.dumps(data))
     p = kvbench("compare", "toy", "--baseline", str(base), results=tmp_path)
     assert p.returncode == 1 and "peak_reserved_slots" in p.stdout and "1 regression" in p.stdout, p.stdout
