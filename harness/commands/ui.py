@@ -24,6 +24,27 @@ def runs_urls(base: str, uri: str) -> list[tuple[str, str]]:
             for e in sorted(experiments, key=lambda e: e.name)]
 
 
+def _check_bind(host: str, port: int) -> None:
+    """Fail before the server starts: MLflow's server, given a busy port or a host that
+    is no address, logged its failure and still exited 0, up to a minute later."""
+    import socket
+
+    from harness.mlflow_log import MlflowUnavailable
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as err:
+        raise MlflowUnavailable(f"--host {host!r} is not an address this machine can serve on ({err})") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as err:
+            raise MlflowUnavailable(f"--port {port} on {host} cannot be used ({err.strerror}); "
+                                    f"give another --port") from None
+
+
 def run(args: argparse.Namespace) -> int:
     import os
     import shutil
@@ -47,7 +68,15 @@ def run(args: argparse.Namespace) -> int:
     cmd = [exe, "ui", "--backend-store-uri", uri, "--default-artifact-root",
            artifact_location(root), "--host", args.host, "--port", str(args.port),
            "--workers", "1"]  # one user: one worker starts in a fraction of the time four take
-    urls = runs_urls(base, uri)
+    _check_bind(args.host, args.port)
+    try:
+        urls = runs_urls(base, uri)
+    except MlflowUnavailable:
+        raise
+    except Exception as err:  # a damaged store: MLflow's own error, as one line
+        from harness.causes import one_line
+
+        raise MlflowUnavailable(f"the MLflow store {uri} cannot be read: {one_line(err)}") from None
     print(f"MLflow UI on {base} ({uri})")
     for name, url in urls:
         print(f"  {name}: {url}")
