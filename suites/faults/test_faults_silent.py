@@ -74,3 +74,15 @@ def test_ui_that_cannot_serve_is_one_line(tmp_path, capsys, monkeypatch, what):
     finally:
         busy.close()
     assert code == 2 and len(err) == 1 and err[0].startswith("kvbench: error: "), err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--sigma", "2"], "--sigma applies to --workload lognormal only"),
+    (["--workload", "pd", "--sigma", "2"], "--sigma applies to --workload lognormal only"),
+    (["--pd-fraction", "0.5"], "--pd-fraction applies to --workload pd only"),
+    (["--temperature", "0.7"], "--temperature applies to a real model only"),
+])
+def test_run_flags_for_another_kind_of_run_are_refused(capsys, argv, words):
+    """L8: --sigma/--pd-fraction with a uniform workload, --temperature without a model: ignored silently."""
+    code, _, err = cli(["run", *argv], capsys)
+    assert code == 2 and len(err) == 1 and words in err[0], err
