@@ -86,3 +86,13 @@ def test_run_flags_for_another_kind_of_run_are_refused(capsys, argv, words):
     """L8: --sigma/--pd-fraction with a uniform workload, --temperature without a model: ignored silently."""
     code, _, err = cli(["run", *argv], capsys)
     assert code == 2 and len(err) == 1 and words in err[0], err
+
+
+@pytest.mark.parametrize("text", ["page_size = 16\n[engine]\npage_size = 1\n",
+                                  "[engine]\nnum_requests = 2\n[workload]\nnum_requests = 3\n"])
+def test_an_option_set_twice_in_a_config_file_is_refused(tmp_path, capsys, text):
+    """L8: top-level page_size and [engine] page_size: one won silently."""
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    code, _, err = cli(["run", "--config", path], capsys)
+    assert code == 2 and len(err) == 1 and "set both" in err[0], err
