@@ -94,12 +94,12 @@ def check_blessable(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         if row.get("status") == "failed":
             continue
-        bad = bad_counter(row)
-        if bad:
-            raise BaselineError(f"config {row['key']!r}: {bad}; a baseline blesses counts only")
         bad = non_finite(entry(row))
         if bad:
             raise BaselineError(f"config {row['key']!r} has a non-finite {bad}; a baseline holds finite numbers only")
+        bad = bad_counter(row)
+        if bad:
+            raise BaselineError(f"config {row['key']!r}: {bad}; a baseline blesses counts only")
 
 
 def bad_counter(row: dict[str, Any]) -> str | None:
@@ -147,9 +147,12 @@ def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = N
         raise BaselineError(f"baseline {str(p)!r} is not valid JSON: {str(err)[:120]}") from None
     except OSError as err:
         raise BaselineError(f"baseline {str(p)!r} cannot be read: {err.strerror}") from None
-    from harness.numbers import check_numbers
+    from harness.numbers import NumberError, check_numbers
 
-    check_numbers(data, f"baseline {str(p)!r}")
+    try:
+        check_numbers(data, f"baseline {str(p)!r}")
+    except NumberError as err:
+        raise BaselineError(str(err)) from None
     parse(BaselineFile, data, f"baseline {str(p)!r}", BaselineError, tables="object")
     if expected_profile is not None and data["profile"] != expected_profile:
         raise BaselineError(

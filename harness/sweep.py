@@ -107,7 +107,7 @@ def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: 
         except Exception as err:
             meta["mlflow_parent"] = None
             warn(f"kvbench: warning: {one_line(err)}; "
-                 f"results stay in {run_dir.path}, upload them later with kvbench sync {run_dir.run_id}")
+                 f"results stay in {run_dir.path}, upload them later with {sync_hint(run_dir, uri, root)}")
         finally:
             if lock is not None:
                 lock.release()
@@ -222,6 +222,14 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
                          f"finish with kvbench sweep {opts.suite} --resume {run_dir.run_id}") from None
     finally:
         lock.release()
+
+
+def sync_hint(run_dir: RunDir, uri: str, root: Path) -> str:
+    """The sync command that reaches this sweep's store: sync never reads it from meta.json."""
+    from harness.mlflow_log import tracking_uri
+
+    same = uri == tracking_uri(None, root)
+    return f"kvbench sync {run_dir.run_id}" + ("" if same else f" --mlflow-uri {uri}")
 
 
 def _forget(run_dir: RunDir) -> None:
@@ -428,6 +436,6 @@ def finish_mlflow(run_dir: RunDir, meta: dict[str, Any], rows: list[dict[str, An
     except Exception as err:  # MLflow is a view: the rows are safe on disk whatever it says
         missing = len(run_dir.done_keys() - run_dir.logged_keys())
         warn(f"kvbench: warning: MLflow at {uri}: {one_line(err)}")
-        return (f"MLflow: {missing} config(s) not uploaded yet; run kvbench sync {run_dir.run_id}" if missing
+        return (f"MLflow: {missing} config(s) not uploaded yet; run {sync_hint(run_dir, uri, root)}" if missing
                 else f"MLflow: every config is uploaded but the parent run was not closed ({uri})")
     return f"MLflow: {uri} experiment {experiment_name(meta['suite'])}, parent run {meta['mlflow_parent']}"

@@ -276,17 +276,25 @@ def read_tables(path: str | os.PathLike[str], tables: tuple[str, ...],
     caller names the tables it owns (the engine [engine]; a harness run [workload] too)."""
     allowed = "allowed: " + ", ".join(f"[{t}]" for t in tables)
     flat: dict[str, Any] = {}
+    origin: dict[str, str] = {}  # where each option was set: one given twice took one value silently
     where = str(Path(path))
+
+    def put(name: str, value: Any, place: str) -> None:
+        if name in origin:
+            raise error(f"config file {where!r}: option {name!r} is set both {origin[name]} and {place}; set it once")
+        origin[name] = place
+        flat[name] = value
+
     for key, value in read_toml(path).items():
         if key in tables and isinstance(value, dict):
             for sub, v in value.items():
                 if isinstance(v, dict):
                     raise error(f"config file {where!r}: unknown table [{key}.{sub}] ({allowed})")
-            flat.update(value)
+                put(sub, v, f"in [{key}]")
         elif isinstance(value, dict):
             raise error(f"config file {where!r}: unknown table [{key}] ({allowed})")
         else:
-            flat[key] = value
+            put(key, value, "at the top level")
     return flat
 
 

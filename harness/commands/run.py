@@ -67,6 +67,21 @@ def _check_writable(path: str, what: str) -> None:
                           f"is missing or not writable)")
 
 
+# Flags that shape only one kind of run: given on the command line for another kind,
+# they were ignored without a word (the user believed they measured something else).
+APPLIES = {"sigma": ("workload", ("lognormal",)), "pd_fraction": ("workload", ("pd",))}
+
+
+def _check_applies(args: argparse.Namespace, options: dict[str, Any]) -> None:
+    for name, (owner, kinds) in APPLIES.items():
+        effective = options.get(owner, "uniform")
+        if getattr(args, name, None) is not None and effective not in kinds:
+            raise ConfigError(f"--{name.replace('_', '-')} applies to --{owner} {' or '.join(kinds)} only "
+                              f"(got --{owner} {effective})")
+    if getattr(args, "temperature", None) is not None and options.get("model", "none") == "none":
+        raise ConfigError("--temperature applies to a real model only (--model), not the simulated tokens of model none")
+
+
 def run(args: argparse.Namespace) -> int:
     from harness.bounds import check_options
     from harness.expect import leak_verdict
@@ -77,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json and args.trace and os.path.realpath(args.json) == os.path.realpath(args.trace):
         raise ConfigError(f"--json and --trace name the same file {args.json!r}; give each its own")
     options = options_from_args(args)
+    _check_applies(args, options)
     check_options(options)  # lengths against the memory there is, before a prompt is drawn
     if args.gpu_mem is not None and args.capacity is None:
         raise ConfigError("--gpu-mem goes with --capacity")

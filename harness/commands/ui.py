@@ -67,7 +67,14 @@ def run(args: argparse.Namespace) -> int:
     cmd = [exe, "ui", "--backend-store-uri", uri, "--default-artifact-root",
            artifact_location(root), "--host", args.host, "--port", str(args.port),
            "--workers", "1"]  # one user: one worker starts in a fraction of the time four take
-    urls = runs_urls(base, uri)
+    try:
+        urls = runs_urls(base, uri)
+    except MlflowUnavailable:
+        raise
+    except Exception as err:  # a damaged store: MLflow's own error, as one line
+        from harness.causes import one_line
+
+        raise MlflowUnavailable(f"the MLflow store {uri} cannot be read: {one_line(err)}") from None
     print(f"starting the MLflow UI on {base} ({uri}); its links follow once it answers", flush=True)
     # The server's job runner (a dozen huey processes) serves GenAI judges and prompt
     # jobs, none of which a sweep has; without it the UI starts sooner and stops cleanly.

@@ -51,3 +51,48 @@ def test_conform_refuses_an_algorithm_it_does_not_know(tmp_path, capsys, where):
     trace.write_text(json.dumps(head) + "\n" + json.dumps(rec) + "\n")
     code, _, err = cli(["conform", trace], capsys)
     assert code == 2 and len(err) == 1 and "medusa" in err[0], err
+
+
+@pytest.mark.parametrize("what", ["busy port", "bad host", "garbage store"])
+def test_ui_that_cannot_serve_is_one_line(tmp_path, capsys, monkeypatch, what):
+    """L8/N18: a busy port or an invalid host exited 0 after up to a minute; a garbage store was a traceback."""
+    import socket
+
+    root = tmp_path / "results"
+    root.mkdir()
+    (root / "mlflow.db").write_bytes(b"not a database" if what == "garbage store" else b"")
+    monkeypatch.setenv("KVBENCH_RESULTS", str(root))
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    try:
+        argv = ["ui", "--port", port, "--host", "no such host..invalid" if what == "bad host" else "127.0.0.1"]
+        if what == "garbage store":
+            busy.close()
+        code, _, err = cli(argv, capsys)
+    finally:
+        busy.close()
+    assert code == 2 and len(err) == 1 and err[0].startswith("kvbench: error: "), err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--sigma", "2"], "--sigma applies to --workload lognormal only"),
+    (["--workload", "pd", "--sigma", "2"], "--sigma applies to --workload lognormal only"),
+    (["--pd-fraction", "0.5"], "--pd-fraction applies to --workload pd only"),
+    (["--temperature", "0.7"], "--temperature applies to a real model only"),
+])
+def test_run_flags_for_another_kind_of_run_are_refused(capsys, argv, words):
+    """L8: --sigma/--pd-fraction with a uniform workload, --temperature without a model: ignored silently."""
+    code, _, err = cli(["run", *argv], capsys)
+    assert code == 2 and len(err) == 1 and words in err[0], err
+
+
+@pytest.mark.parametrize("text", ["page_size = 16\n[engine]\npage_size = 1\n",
+                                  "[engine]\nnum_requests = 2\n[workload]\nnum_requests = 3\n"])
+def test_an_option_set_twice_in_a_config_file_is_refused(tmp_path, capsys, text):
+    """L8: top-level page_size and [engine] page_size: one won silently."""
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    code, _, err = cli(["run", "--config", path], capsys)
+    assert code == 2 and len(err) == 1 and "set both" in err[0], err

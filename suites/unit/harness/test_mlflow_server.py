@@ -101,7 +101,7 @@ def test_server_stopped_midway_then_sync_after_restart(results_root, tmp_path, s
     assert "kvbench sync r1" in out
 
     server.start()
-    assert cli("sync", "r1") == 0
+    assert cli("sync", "r1", "--mlflow-uri", server.uri) == 0  # sync goes where the user says, never meta.json's
     said = capsys.readouterr().out
     assert f"{N_CONFIGS - logged} uploaded, {logged} already there" in said
     per_key = children_per_key(mlflow_runs(server.uri, "e2e"), "r1")

@@ -154,7 +154,7 @@ def test_unreachable_mlflow_keeps_every_row_and_sync_uploads_them(results_root, 
     assert "kvbench sync u1" in io.err
     run = RunDir(results_root / "runs" / "u1")
     assert len(load_rows(run.path)) == N_CONFIGS and run.meta()["mlflow_parent"] is None
-    assert cli("sync", "u1") == 2  # still dead: one line, and nothing lost
+    assert cli("sync", "u1", "--mlflow-uri", dead) == 2  # still dead: one line, and nothing lost
     assert "cannot be reached" in capsys.readouterr().err
     assert len(load_rows(run.path)) == N_CONFIGS
     uri = f"sqlite:///{results_root / 'other.db'}"
