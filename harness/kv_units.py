@@ -70,11 +70,15 @@ def fill_units(row: dict[str, Any]) -> dict[str, Any]:
         derived = derive(row["config"], metrics, series, checkpoints=False)
     except Exception:  # a hostile or foreign config: the row keeps what it recorded
         return row
-    return {**row, "metrics": {**derived, **metrics}}  # a copy: the caller's row stays as read
+    # A copy (the caller's row stays as read), recorded figures first: a check that names
+    # the first bad figure names the one on disk, not a figure derived from it.
+    return {**row, "metrics": {**metrics, **{k: v for k, v in derived.items() if k not in metrics}}}
 
 
 def _count(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    # Only a count derives a count: a negative or non-finite figure is left to the
+    # readers' checks to name, not multiplied into a second bad figure.
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
 def tokens_of(name: str) -> str:

@@ -62,7 +62,7 @@ def test_an_unchanged_run_still_passes(tmp_path, capsys, monkeypatch):
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
           derandomize=True)
-@given(value=st.one_of(NOT_A_NUMBER, st.integers(max_value=-1), st.floats(max_value=-0.001, allow_nan=False)),
+@given(value=st.one_of(NOT_A_NUMBER, st.integers(max_value=-1), st.floats(max_value=-0.001, allow_nan=False, allow_infinity=False)),
        where=st.sampled_from(["metrics.leaked_pages", "metrics.peak_pages_held", "violations.K1"]))
 def test_baseline_blesses_counts_only(tmp_path_factory, capsys, monkeypatch, value, where):
     field, name = where.split(".")
