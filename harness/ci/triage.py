@@ -26,6 +26,7 @@ from harness.ci.github_client import Client
 from harness.ci.links import mlflow_link
 from harness.ci.text import code, plain
 from harness.compare import compare_rows
+from harness.direction import WORDS
 from harness.results import RunDir, load_rows
 from harness.errors import ConfigError
 
@@ -68,6 +69,9 @@ class TriagePlan:
     track: list[Tracking] = field(default_factory=list)
     blips: list[tuple[str, list[str]]] = field(default_factory=list)  # configs regressed on the newest night only
     recovered: list[str] = field(default_factory=list)  # configs regressed before, measured fine now
+    # The newest night's figures that moved the good way or have no direction: compare's
+    # words (improved, changed), logged, never filed as a regression.
+    moved: list[tuple[str, str, str]] = field(default_factory=list)  # (word, metric, key)
 
 
 def title_for(key: str, where: str) -> str:
@@ -185,7 +189,9 @@ def _body(key: str, metrics: list[str], where: str, nights: list[Night], streak:
         cells = []
         for night in nights:
             f = night.finding(key, metric)
-            cells.append("absent" if f is None else _fmt(f.now) + (" **(regressed)**" if f.verdict == "regression" else ""))
+            # Each night's figure says which way it moved, as compare and history do.
+            word = WORDS.get(f.verdict) if f is not None else None
+            cells.append("absent" if f is None else _fmt(f.now) + (f" **({word})**" if word else ""))
         change = newest.finding(key, metric)
         lines.append(f"| {code(metric, 80)} | {_fmt(base)} | " + " | ".join(cells)
                      + f" | {code(change.change, 80) if change else '-'} | {_streak(nights, key, metric)} |")
@@ -207,6 +213,10 @@ def plan(nights: list[Night], baseline: dict, where: str, min_nights: int = 2, r
     by_key: dict[str, list[str]] = {}
     for f in newest.report.regressions:
         by_key.setdefault(f.key, []).append(f.metric)
+    # Fewer leaked pages is no regression: an improved or directionless figure is logged by
+    # its word and opens no issue (compare still fails on it until the baseline is blessed).
+    out.moved = [(WORDS[f.verdict], f.metric, f.key) for f in newest.report.findings
+                 if f.verdict in ("improvement", "changed")]
     for key, metrics in by_key.items():
         # Two nights in a row of the same figure, as before: a config whose metrics take
         # turns regressing for one night each is noise, not a tracked regression.
@@ -246,4 +256,6 @@ def apply(tp: TriagePlan, client: Client, where: str, newest: str) -> list[str]:
             log.append(f"noted recovery on #{found['number']}: {title}")
     for key, metrics in tp.blips:
         log.append(f"one night only, no issue yet: {', '.join(metrics)} on {key}")
+    for word, metric, key in tp.moved:
+        log.append(f"{word}, no issue: {metric} on {key}")
     return log

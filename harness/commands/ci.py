@@ -51,8 +51,9 @@ def cmd_triage(args: argparse.Namespace) -> int:
     if not args.github:
         for t in tp.track:
             print(f"\n--- would file: {t.title}\n{t.body}")
-    print(f"triage: {len(tp.track)} tracked, {len(tp.blips)} one-night, {len(tp.recovered)} recovered "
-          f"over {len(nights)} night(s)")
+    words = [w for w, _, _ in tp.moved]
+    print(f"triage: {len(tp.track)} tracked, {len(tp.blips)} one-night, {len(tp.recovered)} recovered, "
+          f"{words.count('improved')} improved, {words.count('changed')} changed over {len(nights)} night(s)")
     return 0
 
 

@@ -56,7 +56,7 @@ def test_nightly_job_dry_run(tmp_path):
     shutil.copytree(night, history / "000000000002-nightly-cpu-2")
     out = kvbench("ci", "triage", "--history", history, "--baseline", baseline, "--runner", "cpu", env=env)
     assert out.returncode == 0, out.stderr
-    assert "triage: 1 tracked, 0 one-night, 0 recovered over 2 night(s)" in out.stdout
+    assert "triage: 1 tracked, 0 one-night, 0 recovered, 0 improved, 0 changed over 2 night(s)" in out.stdout
     assert f"kvbench regression: {key} (cpu)" in out.stdout and "| `peak_pages_held` |" in out.stdout
 
     # Only the newest night regressed: a blip, nothing filed.

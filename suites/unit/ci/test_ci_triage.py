@@ -183,7 +183,7 @@ def test_cli_dry_run():
     out = subprocess.run([KVBENCH, "ci", "triage", "--history", NIGHTS, "--baseline", FIX / "baseline_cpu.json",
                           "--runner", "cpu"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "opened #" in out.stdout and "triage: 1 tracked, 1 one-night, 0 recovered over 3 night(s)" in out.stdout
+    assert "opened #" in out.stdout and "triage: 1 tracked, 1 one-night, 0 recovered, 0 improved, 0 changed over 3 night(s)" in out.stdout
     out = subprocess.run([KVBENCH, "ci", "triage", "--nights", NIGHTS, "--baseline", FIX / "baseline_cpu.json"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "has no results.jsonl" in out.stderr and "Traceback" not in out.stderr
@@ -252,3 +252,33 @@ def test_a_config_missing_from_the_newest_night_has_not_recovered(baseline, tmp_
     tp, log = _run([N26, N27, partial], baseline, client)
     assert key not in tp.recovered
     assert "Not regressed" not in issue["body"]
+
+
+def test_an_improvement_opens_no_regression_issue(baseline, tmp_path):
+    """Fewer leaked pages two nights in a row is an improvement: triage says so, as compare
+    does, and files nothing; a regressed night's cell in an issue says "regressed"."""
+    key = triage.load_nights([N27], baseline)[0].report.regressions[0].key
+    base = next(f.baseline for f in triage.load_nights([N25], baseline)[0].report.findings
+                if f.key == key and f.metric == "leaked_pages")
+    nights = []
+    for name in ("nightly-20261128", "nightly-20261129"):
+        night = tmp_path / name
+        shutil.copytree(N25, night)
+        rows = [json.loads(line) for line in (night / "results.jsonl").read_text().splitlines()]
+        for row in rows:
+            if row["key"] == key:
+                row["metrics"]["leaked_pages"] = base - 1 if base else -1
+        (night / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        nights.append(night)
+    client = RecordingClient()
+    tp, log = _run(nights, baseline, client)
+    assert ("improved", "leaked_pages", key) in tp.moved
+    # Night 25's config C (syncs) regresses in both copies and is filed; config A is not.
+    assert all(t.key != key for t in tp.track)
+    assert all(key not in i["title"] for i in client.issues.values())
+    assert f"improved, no issue: leaked_pages on {key}" in log
+    assert not any(key in line and "regress" in line for line in log)
+    client = RecordingClient()
+    _run([N25, N26, N27], baseline, client)
+    body = next(iter(client.issues.values()))["body"]
+    assert "**(regressed)**" in body and "**(improved)**" not in body
