@@ -23,6 +23,7 @@ from harness.errors import HarnessError
 from harness.metrics import lookup
 from harness.schemas import parse
 from harness.schemas.baseline import BaselineFile
+from mini_engine.files import read_regular
 
 
 class BaselineError(HarnessError):
@@ -136,7 +137,9 @@ def non_finite(config: dict[str, Any]) -> str | None:
 def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = None) -> dict[str, Any]:
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(read_regular(p, "baseline", BaselineError).decode("utf-8"))
+    except BaselineError:  # not a regular file: already one line
+        raise
     except FileNotFoundError:
         raise BaselineError(f"baseline {str(p)!r} not found (create it with kvbench baseline RUN)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:

@@ -33,8 +33,8 @@ from types import SimpleNamespace
 
 from harness.causes import one_line
 from mini_engine.errors import KVBenchError, TraceError
-from mini_engine.memory.replay import (Divergence, _short, header_pd_radix, pool_need_sort, prepare_aligned,
-                                       read_trace)
+from mini_engine.memory.replay import (Divergence, _short, check_algos, header_pd_radix, pool_need_sort,
+                                       prepare_aligned, read_trace)
 
 SGLANG_VERSION = "0.5.23"
 INSTALL = (f"pip install --no-deps sglang=={SGLANG_VERSION} && pip install 'kvbench[conform]' "
@@ -93,7 +93,7 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
     if head.get("swa_num_pages"):
         pools["swa"] = _allocator(sg, head["swa_num_pages"], ps, need_sort.get("swa", False))
     config = head.get("config") or {}
-    _check_algos(path, config, records)
+    check_algos(path, config, records)
     spec_reserve = _spec_reserve(sg, config, ps)
 
     report = ConformReport(path)
@@ -227,22 +227,6 @@ def _check_swa_prealloc(rec: dict, ps: int, pd_radix: bool):
     if rec["evicted"] != fill - tail:
         return "evicted", rec["evicted"], fill - tail
     return None
-
-
-def _check_algos(path: str, config: dict, records: list) -> None:
-    """An algorithm conform does not know (spec "medusa") would leave its reserve
-    unchecked and the trace called conforming: refused by name instead."""
-    from mini_engine import algos
-
-    spec = config.get("spec")
-    if spec is not None and spec not in algos.ALGORITHMS:
-        raise TraceError(f"{path}: header config.spec must be one of {', '.join(sorted(algos.ALGORITHMS))} "
-                         f"(got {str(spec)[:40]!r})")
-    writers = {"none"} | {a.writer_name for a in algos.ALGORITHMS.values()}
-    for lineno, rec in records:
-        if rec["op"] == "prepare" and rec.get("algo") is not None and rec["algo"] not in writers:
-            raise TraceError(f"{path}: line {lineno} (prepare) algo must be one of {', '.join(sorted(writers))} "
-                             f"(got {str(rec['algo'])[:40]!r})")
 
 
 def _spec_reserve(sg, config: dict, ps: int) -> dict[str, int]:

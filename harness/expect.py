@@ -53,7 +53,10 @@ def parse_rules(raw: Any, where: str) -> list[ExpectRule]:
     from harness.schemas import parse
     from harness.schemas.suite import SuiteFile
 
-    rules = parse(SuiteFile, {"expect": raw}, where, ExpectError, {"metrics": known_metrics()}).expect
+    from harness.suites import option_names
+
+    context = {"options": frozenset(option_names()), "metrics": known_metrics()}
+    rules = parse(SuiteFile, {"expect": raw}, where, ExpectError, context).expect
     return [rule_of(r, i) for i, r in enumerate(rules)]
 
 

@@ -12,6 +12,7 @@ a half-logged child (the process died mid-upload) is deleted and logged again.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import subprocess
 import time
@@ -97,6 +98,9 @@ def client(uri: str):
     quiet_client_env()
     from mlflow import MlflowClient
 
+    # Its store logs a database error with the full traceback, then raises it; kvbench
+    # says the raised error in one line (a read-only store printed pages above it).
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     return MlflowClient(tracking_uri=uri)
 
 

@@ -24,21 +24,13 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from mini_engine.errors import KVBenchError
+from mini_engine.files import kind_of  # noqa: F401  (one table of file kinds, for reading and writing)
 
 
 class UnsafeTarget(KVBenchError):
     """A path kvbench would write is not a regular file or a new path, or cannot be written."""
 
 
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
-
-
-def kind_of(mode: int) -> str:
-    for test, name in _KINDS:
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def check_target(path: str | os.PathLike[str], what: str) -> bool:

@@ -39,6 +39,7 @@ from harness.options import short_names
 from harness.schemas import parse
 from harness.schemas.suite import SuiteFile
 from mini_engine.errors import KVBenchError
+from mini_engine.files import read_regular
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
 PATH_OPTIONS = ("prompts",)  # resolved once, against the suite file's directory
@@ -97,7 +98,7 @@ def resolve(name_or_path: str | os.PathLike[str]) -> Path:
 def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -> Suite:
     path = resolve(name_or_path)
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, "suite file", SuiteError)
     except OSError as err:
         raise SuiteError(f"suite {path.name}: cannot be read ({err.strerror})") from None
     try:

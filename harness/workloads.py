@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mini_engine.errors import ConfigError, check_choice, check_positive
+from mini_engine.files import read_regular
 from mini_engine.request import Request, check_context
 
 if TYPE_CHECKING:  # annotations only: building the CLI parser imports no numpy
@@ -116,7 +117,7 @@ def load_prompts(path: str, *, default_output_len: int) -> list[Request]:
     """JSON lines: a list of token ids, or {"prompt": [...], "max_new_tokens": n, "fill_len": f}."""
     p = Path(path)
     try:
-        lines = p.read_text().splitlines()
+        lines = read_regular(p, "prompts file", ConfigError).decode("utf-8").splitlines()
     except FileNotFoundError:
         raise ConfigError(f"prompts file {path!r} not found") from None
     except (IsADirectoryError, UnicodeDecodeError) as err:

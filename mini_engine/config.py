@@ -25,6 +25,7 @@ except ModuleNotFoundError:  # Python 3.10
 from mini_engine import algos
 from mini_engine.algos import SPECS
 from mini_engine.errors import ConfigError, check_choice, check_positive
+from mini_engine.files import read_regular
 from mini_engine.memory.rules import AUDIT_MODES
 from mini_engine.options import Option, by_name, check_float as _check_float, engine_options
 from mini_engine.pool_budget import footprint, pool_tokens
@@ -252,8 +253,9 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The parsed TOML file, or a one-line ConfigError naming it."""
     p = Path(path)
     try:
-        with p.open("rb") as fh:
-            return tomllib.load(fh)
+        return tomllib.loads(read_regular(p, "config file", ConfigError).decode("utf-8"))
+    except ConfigError:  # not a regular file: already one line (a ValueError, kept from the handler below)
+        raise
     except FileNotFoundError:
         raise ConfigError(f"config file {str(p)!r} not found") from None
     except IsADirectoryError:

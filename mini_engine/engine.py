@@ -27,7 +27,7 @@ from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation
 from mini_engine.memory.invariants import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
-from mini_engine.pool_sizing import admission_pages, decode_reserve, memory_config, request_pages
+from mini_engine.pool_sizing import admission_pages, decode_reserve, memory_config, min_pool_pages, request_pages
 from mini_engine.request import Request, Status, Tally, check_context
 from mini_engine.run_result import RunResult, run_result, unfinished
 from mini_engine.scheduler import Scheduler
@@ -107,6 +107,7 @@ class Engine:
         """Bad workloads are bad input (ConfigError), found before the first step."""
         cfg = self.cfg
         seen = {r.rid for r in self.requests}
+        largest: tuple[int, Request] | None = None  # the request needing the most pages
         for r in reqs:
             if r.rid in seen:
                 raise ConfigError(f"request id {r.rid} appears twice; request ids must be unique")
@@ -119,15 +120,20 @@ class Engine:
                                   f"(got {r.fill_len})")
             check_context(r.rid, len(r.prompt), r.max_new_tokens, cfg.max_context)
             need = request_pages(cfg, len(r.prompt), r.max_new_tokens)
-            have = admission_pages(cfg)
-            if need > have:
-                total = len(r.prompt) + r.max_new_tokens
-                pool = "" if have == cfg.num_pages else f" (its SWA pool {have} pages at swa_ratio={cfg.rules.swa_ratio})"
-                raise ConfigError(
-                    f"pool_tokens={cfg.num_pages * cfg.page_size}{pool} is too small for one request of the workload: "
-                    f"request {r.rid} needs {need} pages of {cfg.page_size} ({total} tokens + reserve "
-                    f"{self.reserve}); raise pool_tokens to >= {-(-need * cfg.num_pages // have) * cfg.page_size}"
-                )
+            if largest is None or need > largest[0]:
+                largest = (need, r)
+        # One refusal naming the largest request, not the first too large: a minimum that
+        # fits the first would be refused again for the next (six refusals before a run).
+        have = admission_pages(cfg)
+        if largest is not None and largest[0] > have:
+            need, r = largest
+            total = len(r.prompt) + r.max_new_tokens
+            pool = "" if have == cfg.num_pages else f" (its SWA pool {have} pages at swa_ratio={cfg.rules.swa_ratio})"
+            raise ConfigError(
+                f"pool_tokens={cfg.num_pages * cfg.page_size}{pool} is too small for one request of the workload: "
+                f"request {r.rid} needs {need} pages of {cfg.page_size} ({total} tokens + reserve "
+                f"{self.reserve}); raise pool_tokens to >= {min_pool_pages(cfg, need) * cfg.page_size}"
+            )
 
     def submit(self, reqs: list[Request]) -> None:
         """Queue requests (validated first); they join at their arrival_step."""

@@ -41,6 +41,20 @@ def request_pages(cfg: EngineConfig, prompt_len: int, max_new: int) -> int:
     return -(-tokens // cfg.page_size) + (0 if cfg.rules.all_aligned else 1)
 
 
-def admission_pages(cfg: EngineConfig) -> int:
-    """Pages admission can count on: the smaller of the two pools (SGLang's min(full, swa))."""
-    return min(cfg.num_pages, swa_pages(cfg.num_pages, cfg.rules.swa_ratio)) if cfg.has_swa else cfg.num_pages
+def admission_pages(cfg: EngineConfig, num_pages: int | None = None) -> int:
+    """Pages admission can count on: the smaller of the two pools (SGLang's min(full, swa)),
+    for the config's full pool or for ``num_pages`` full pages."""
+    pages = cfg.num_pages if num_pages is None else num_pages
+    return min(pages, swa_pages(pages, cfg.rules.swa_ratio)) if cfg.has_swa else pages
+
+
+def min_pool_pages(cfg: EngineConfig, need: int) -> int:
+    """The fewest full-pool pages whose admission_pages reach ``need``: asked of the same
+    rule that refuses, so the pool a refusal names runs (a scaled guess named pools that
+    the SWA share's rounding still refused)."""
+    pages = need
+    if cfg.has_swa and cfg.rules.swa_ratio < 1:
+        pages = max(need, int(need / cfg.rules.swa_ratio) - 2)  # just below the answer; floors settle the rest
+    while admission_pages(cfg, pages) < need:
+        pages += 1
+    return pages

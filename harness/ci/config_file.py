@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, HarnessError
+from mini_engine.files import read_regular
 
 
 def read_config(path: str | Path, what: str, *, error: type[HarnessError] = ConfigError) -> Any:
@@ -20,8 +21,10 @@ def read_config(path: str | Path, what: str, *, error: type[HarnessError] = Conf
     path = Path(path)
     toml = path.suffix == ".toml"
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, what, error).decode("utf-8")
         return tomllib.loads(text) if toml else json.loads(text)
+    except error:  # not a regular file: already one line
+        raise
     except FileNotFoundError:
         raise error(f"{what} {path} does not exist") from None
     except json.JSONDecodeError as err:

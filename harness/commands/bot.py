@@ -7,6 +7,7 @@ from pathlib import Path
 
 from harness.errors import ConfigError, HarnessError
 from mini_engine.errors import KVBenchError
+from mini_engine.files import read_regular
 
 
 def _setup(args: argparse.Namespace):
@@ -120,7 +121,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not args.body_file:
         raise ConfigError("--dry-run needs --body-file (a saved reply to update)")
     try:
-        body = Path(args.body_file).read_text(encoding="utf-8")
+        body = read_regular(args.body_file, "--body-file", ConfigError).decode("utf-8")
     except OSError:
         raise ConfigError(f"--body-file {args.body_file} cannot be read") from None
     except UnicodeDecodeError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationInfo
+from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationInfo, model_validator
 
 from harness.schemas import Model, check, int_in
 
@@ -62,8 +62,9 @@ def _number_or_metric(value: Any, info: ValidationInfo) -> Any:
 
 def _statuses(value: Any) -> Any:
     listed = [value] if isinstance(value, str) else value
-    if not (isinstance(listed, list) and all(s in STATUSES for s in listed)):
-        raise ValueError(f"must be one of {', '.join(STATUSES)} or a list of them")
+    # An empty list is a status no run can have: every matching config would be unexpected.
+    if not (isinstance(listed, list) and listed and all(s in STATUSES for s in listed)):
+        raise ValueError(f"must be one of {', '.join(STATUSES)} or a non-empty list of them")
     return list(listed)
 
 
@@ -76,12 +77,24 @@ OptionName = Annotated[str, BeforeValidator(_option_name)]
 InvariantId = Annotated[str, BeforeValidator(_invariant)]
 
 
+def _ordered(bounds: Any) -> Any:
+    # min > max holds for no value: a rule that can never match or never hold.
+    low, high = bounds.min, bounds.max
+    if _is_number(low) and _is_number(high) and low > high:
+        raise ValueError(f"min {low} is above max {high}: no value lies between")
+    return bounds
+
+
 class WhenBounds(Model):
     """An option's range in ``when``: numbers only (an option is not a metric)."""
 
     min: Optional[Number] = None
     max: Optional[Number] = None
     equals: Any = None
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> Any:
+        return _ordered(self)
 
 
 class Bounds(Model):
@@ -90,6 +103,10 @@ class Bounds(Model):
     min: Optional[MetricRef] = None
     max: Optional[MetricRef] = None
     equals: Optional[MetricValue] = None
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> Any:
+        return _ordered(self)
 
 
 def _form(value: Any) -> str:
@@ -112,6 +129,46 @@ class RuleFile(Model):
     metrics: dict[MetricName, Condition] = {}
     violations: dict[InvariantId, Condition] = {}
 
+    @model_validator(mode="after")
+    def _when_can_match(self, info: ValidationInfo) -> "RuleFile":
+        # A when value no config can have ("16" for an int option, a spec that does
+        # not exist) matches nothing, silently: refused here, against the option's own check.
+        if _known(info, "options") is None:
+            return self
+        from harness.options import by_name
+
+        specs = by_name()
+        for key, cond in self.when.items():
+            problem = _when_problem(specs[key], cond)
+            if problem:
+                rule = f"rule {self.name!r}: " if self.name is not None else ""
+                raise ValueError(f"{rule}when.{key} can never match: {problem}")
+        return self
+
+
+def _when_problem(option: Any, cond: Any) -> str | None:
+    """Why ``cond`` can match no value of ``option`` (None: it can)."""
+    from mini_engine.errors import KVBenchError
+
+    if isinstance(cond, WhenBounds):
+        if (cond.min is not None or cond.max is not None) and option.type not in (int, float):
+            return f"min/max bound a number and {option.name} is not one"
+        values = [cond.equals] if "equals" in cond.model_fields_set else []
+    elif isinstance(cond, list):
+        if not cond:
+            return "an empty list matches nothing"
+        values = cond
+    else:
+        values = [cond]
+    for value in values:
+        if value == "none":  # "not set" (TOML has no null)
+            continue
+        try:
+            option.check(value)
+        except (KVBenchError, TypeError, ValueError) as err:
+            return str(err)
+    return None
+
 
 def _non_empty_list(value: Any) -> bool:
     return isinstance(value, list) and bool(value)
@@ -129,6 +186,19 @@ class SuiteFile(Model):
     include: list[dict[str, Any]] = []
     exclude: list[dict[OptionName, Any]] = []  # a misspelt option would silently exclude nothing
     expect: list[RuleFile] = []
+
+    @model_validator(mode="after")
+    def _tables_keep_off_axes(self) -> "SuiteFile":
+        # A table in one axis setting another axis's option overrides that axis in
+        # every combo: the grid silently holds fewer configs than its ids say.
+        for axis, values in self.axes.items():
+            for value in values:
+                if isinstance(value, dict):
+                    for key in value:
+                        if key != axis and key in self.axes:
+                            raise ValueError(f"axes.{axis}: a table sets {key!r}, which is also an axis "
+                                             f"(make it one axis, or set {key!r} only in the tables)")
+        return self
 
 
 def plain(cond: Any) -> Any:

@@ -214,9 +214,27 @@ KINDS = {
 }
 
 
+def check_algos(path: str, config: dict, records: list) -> None:
+    """An algorithm kvbench does not know (spec "medusa") would leave its reserve
+    unchecked and the trace called conforming (conform) or clean (replay): refused by
+    name instead. ``config``: the header's config table."""
+    from mini_engine import algos  # here, not at the top: the registry is not needed to read a trace
+
+    spec = config.get("spec")
+    if spec is not None and spec not in algos.ALGORITHMS:
+        raise TraceError(f"{path}: header config.spec must be one of {', '.join(sorted(algos.ALGORITHMS))} "
+                         f"(got {str(spec)[:40]!r})")
+    writers = {"none"} | {a.writer_name for a in algos.ALGORITHMS.values()}
+    for lineno, rec in records:
+        if rec["op"] == "prepare" and rec.get("algo") is not None and rec["algo"] not in writers:
+            raise TraceError(f"{path}: line {lineno} (prepare) algo must be one of {', '.join(sorted(writers))} "
+                             f"(got {str(rec['algo'])[:40]!r})")
+
+
 def replay(path: str | os.PathLike) -> ReplayReport:
     path = os.fspath(path)
     head, records = read_trace(path)
+    check_algos(path, head.get("config") or {}, records)  # as conform does: an unknown one is bad input
     ps = head["page_size"]
     need_sort = pool_need_sort(path, records)
     pd_radix = header_pd_radix(path, head)

@@ -10,7 +10,7 @@ RULES = parse_rules([
     {"name": "strands", "when": {"policy": "unaligned", "page_size": {"min": 2}},
      "status": ["violated", "pool_exhausted"], "metrics": {"peak_stranded_slots": {"min": 1}},
      "violations": {"K1": {"min": 1}}},
-    {"name": "leaks", "when": {"policy": "unaligned", "page_size": {"min": 2}, "free_policy": "host_pages"},
+    {"name": "leaks", "when": {"policy": "unaligned", "page_size": {"min": 2}, "free_policy": "segment"},
      "metrics": {"leaked_pages": {"equals": "predicted_leaked_pages", "min": 1}}, "violations": {"K8": {"min": 1}}},
 ], "test")
 
@@ -20,9 +20,9 @@ def row(status="ok", violations=None, **metrics):
     return {"key": "k", "status": status, "violations": violations or {}, "metrics": {**base, **metrics}}
 
 
-ALIGNED = {"policy": "aligned", "page_size": 16, "free_policy": "host_pages"}
-UNALIGNED = {"policy": "unaligned", "page_size": 16, "free_policy": "host_pages"}
-UNALIGNED_PS1 = {"policy": "unaligned", "page_size": 1, "free_policy": "host_pages"}
+ALIGNED = {"policy": "aligned", "page_size": 16, "free_policy": "segment"}
+UNALIGNED = {"policy": "unaligned", "page_size": 16, "free_policy": "segment"}
+UNALIGNED_PS1 = {"policy": "unaligned", "page_size": 1, "free_policy": "segment"}
 
 
 def test_clean_config_is_ok():

@@ -53,7 +53,7 @@ def test_committed_ci_files_and_baselines_validate():
     (SuiteFile, {"name": ""}, "s: name must not be empty (got '')"),
     (SuiteFile, {"description": 3}, "s: description must be a string (got 3)"),
     (SuiteFile, {"expect": [{}, {"status": ["ok", "fine"]}]},
-     "s: expect[1].status must be one of ok, violated, pool_exhausted, failed or a list of them (got ['ok', 'fine'])"),
+     "s: expect[1].status must be one of ok, violated, pool_exhausted, failed or a non-empty list of them (got ['ok', 'fine'])"),
     (SuiteFile, {"expect": [{"metrics": {"steps": {"min": True}}}]},
      "s: expect[0].metrics.steps.min must be a number or a metric name (got True)"),
     (RegistryFile, {"runners": {"cpu": {"profile": "cpu", "gpus": False, "runs_on": "x"}}},
