@@ -38,21 +38,6 @@ def test_known_metrics_still_chart(tmp_path, capsys, monkeypatch):
     assert code == 0, err
 
 
-@pytest.mark.parametrize("where", ["header", "prepare"])
-def test_conform_refuses_an_algorithm_it_does_not_know(tmp_path, capsys, where):
-    """N17: spec 'medusa' in a header or a prepare record: its reserve went unchecked, 'conforms'."""
-    import json
-
-    head = {"format": "kvbench-trace", "version": 1, "page_size": 1, "num_pages": 64,
-            "config": {"spec": "medusa" if where == "header" else "none"}}
-    rec = {"op": "prepare", "algo": "medusa" if where == "prepare" else "none", "reserve": 1, "aligned": False,
-           "reqs": [{"cur": 0, "committed": 0, "nxt": 1}]}
-    trace = tmp_path / "t.jsonl"
-    trace.write_text(json.dumps(head) + "\n" + json.dumps(rec) + "\n")
-    code, _, err = cli(["conform", trace], capsys)
-    assert code == 2 and len(err) == 1 and "medusa" in err[0], err
-
-
 @pytest.mark.parametrize("what", ["busy port", "bad host", "garbage store"])
 def test_ui_that_cannot_serve_is_one_line(tmp_path, capsys, monkeypatch, what):
     """L8/N18: a busy port or an invalid host exited 0 after up to a minute; a garbage store was a traceback."""
