@@ -9,6 +9,10 @@ optional here: the memory layer's tests run where only numpy is installed
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +74,21 @@ def cli():
     from harness.cli import main
 
     return lambda *argv: main([str(a) for a in argv])
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """kvbench's wheel, built once a session (the install test and the per-role venvs
+    share it), from a copy: a build writes build/ and *.egg-info beside the sources."""
+    root = Path(__file__).resolve().parents[1]
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, src / name)
+    for name in ("harness", "mini_engine", "suites"):
+        shutil.copytree(root / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path_factory.mktemp("wheel")
+    # No build isolation: the build needs only setuptools, already here, and no network.
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
+                    str(src)], check=True, capture_output=True)
+    (whl,) = out.glob("kvbench-*.whl")
+    return whl

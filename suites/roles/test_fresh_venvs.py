@@ -13,7 +13,6 @@ check).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -78,21 +77,6 @@ def test_the_verdicts():
     assert "expected 0" in verdict(_proc(1, "x"), "ok", None)
     assert verdict(_proc(2, err="kvbench: error: no git repository\n"), "line", None) is None
     assert "expected one error line" in verdict(_proc(2, err="kvbench: error: a\nb\n"), "line", None)
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    # Built once, from a copy: a build writes build/ and *.egg-info beside the sources.
-    src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    for name in ("harness", "mini_engine", "suites"):
-        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
-                    str(src)], check=True, capture_output=True)
-    (whl,) = out.glob("kvbench-*.whl")
-    return whl
 
 
 def clean_env(work: Path) -> dict[str, str]:

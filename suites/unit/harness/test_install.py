@@ -11,27 +11,10 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED_SUITES = {"suites/conftest.py", "suites/grid/conftest.py", "suites/grid/test_grid.py",
                   "suites/smoke.toml", "suites/invariants.toml", "suites/nightly-gpu.toml"}
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    # Built from a copy: a build writes build/ and *.egg-info beside the sources.
-    src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    for name in ("harness", "mini_engine", "suites"):
-        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    out = tmp_path_factory.mktemp("wheel")
-    # No build isolation: the build needs only setuptools, already here, and no network.
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
-                    str(src)], check=True, capture_output=True)
-    (whl,) = out.glob("kvbench-*.whl")
-    return whl
 
 
 def installed(wheel: Path, where: Path) -> Path:
