@@ -26,7 +26,6 @@ from mini_engine import algos
 from mini_engine.algos import SPECS
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.files import read_regular
-from mini_engine.memory.rules import AUDIT_MODES
 from mini_engine.options import Option, by_name, check_float as _check_float, engine_options
 from mini_engine.pool_budget import footprint, pool_tokens
 from mini_engine.profiles import FREE_RULES, POLICIES, PREFIX_CACHES, PROFILES, Profile, resolve

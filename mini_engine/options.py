@@ -153,7 +153,7 @@ CORE = (
            "chunked-prefill eviction); a TOML bool is read as on/off", choices=_choices("mini_engine.profiles", "OVERLAP"),
            group="profile"),
     Option("audit", str, "record", "invariant checks after each step",
-           choices=_choices("mini_engine.config", "AUDIT_MODES")),
+           choices=_choices("mini_engine.memory.rules", "AUDIT_MODES")),
     Option("seed", int, 0, "seed of the workload and the simulated tokens", minimum=0),
     Option("model", str, "none", "'none' (accounting only), a built-in model, or a checkpoint dir", group="model"),
     Option("device", str, "cpu", "where device tensors live", choices=_choices("mini_engine.config", "DEVICES")),

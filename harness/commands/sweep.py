@@ -33,7 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.errors import ConfigError
     from harness.sweep import SweepOptions, run_sweep
     from mini_engine.errors import ConfigError
 

@@ -4,7 +4,6 @@ root that is a loop of links."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_faults_trust import ROW, cli, make_run
+from test_faults_trust import cli, make_run
 
 
 @pytest.mark.parametrize("argv, env, words", [
