@@ -58,6 +58,9 @@ class DecodeStep:
         # (SGLang's alloc_for_decode), so that part of its result is taken before the plan.
         self.overlap = cfg.rules.overlap
         self.commit_at_alloc = not cfg.algo.stale_under_overlap
+        # 0.5.23 leaves the requests its in-flight result finishes out of the plan (and waits
+        # for their frees on a short pool); 0.5.18 plans every running request (overlap_plan).
+        self.skip_finishing = cfg.rules.overlap_plan == "skip-finishing"
         self.inflight: InFlight | None = None
         # The in-flight step's (releases when it ran, its rows, its result lengths).
         self._launch: tuple = (-1, None, None)
@@ -136,7 +139,7 @@ class DecodeStep:
     def _finishing(self, batch: list[Request]) -> list[Request]:
         """finishing_in_flight over the batch, read from the rows' remaining outputs."""
         inflight = self.inflight
-        if inflight is None:
+        if inflight is None or not self.skip_finishing:
             return []
         if not self._all_live():
             return finishing_in_flight(batch, inflight)

@@ -48,7 +48,16 @@ Knobs, with SGLang 0.5.23's values first:
                          algorithm it also moves the chunk cache's eviction during
                          chunked prefill (maybe_evict_swa: from the third chunk,
                          one chunked_prefill_size back).
+  overlap_plan           which running requests an overlapped decode plan covers.
+                         "skip-finishing" (0.5.23): one the in-flight result
+                         finishes by length sits the plan out, and a short pool
+                         waits for its frees instead of retracting.
+                         "every-running" (0.5.18, before
+                         Scheduler._reqs_finishing_inflight existed): every
+                         unfinished request is planned, so that one gets one more
+                         reservation, and a short pool retracts.
 """
+
 
 from __future__ import annotations
 
@@ -61,6 +70,7 @@ from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.memory.rules import BASE_WRITERS, FREE_RULES, POLICIES, PREFIX_CACHES, MemoryRules
 from mini_engine.retraction import RULES as RETRACTIONS
 OVERLAP = ("on", "off")
+OVERLAP_PLANS = ("skip-finishing", "every-running")
 
 
 def writers() -> tuple[str, ...]:
@@ -86,6 +96,7 @@ class Profile:
     row_headroom: str = "sglang"
     retraction: str = "sglang"
     overlap: bool = True
+    overlap_plan: str = "skip-finishing"
     # Every writer page-ceils, whichever algorithms are registered (align "all"): what
     # host-aligned is named for, so a plugin's reservation is aligned under it too.
     align_all: bool = False
@@ -106,6 +117,7 @@ class Profile:
         check_choice("retraction", self.retraction, RETRACTIONS)
         if not isinstance(self.overlap, bool):
             raise ConfigError(f"overlap must be on or off (got {self.overlap!r})")
+        check_choice("overlap_plan", self.overlap_plan, OVERLAP_PLANS)
         if not isinstance(self.pd_radix, bool):
             raise ConfigError(f"pd_radix must be true or false (got {self.pd_radix!r})")
         r = self.swa_ratio
@@ -141,8 +153,9 @@ _SGLANG = dict(free="segment", swa_eviction_interval=128, prefix_cache="radix", 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("sglang-0.5.23", align=frozenset({"eagle", "dflash"}), **_SGLANG,
             about="SGLang 0.5.23: only the speculative reservation is page-aligned; segment free"),
-    Profile("sglang-pre-35265", align=frozenset({"eagle"}), **_SGLANG,
-            about="SGLang before PR 35265: the DFLASH reservation is unaligned (EAGLE stays aligned)"),
+    Profile("sglang-pre-35265", align=frozenset({"eagle"}), **{**_SGLANG, "overlap_plan": "every-running"},
+            about="SGLang 0.5.18, the last release before PR 35265: the DFLASH reservation is unaligned "
+                  "(EAGLE stays aligned), every running request is planned under overlap"),
     Profile("host-aligned", align=frozenset(), align_all=True, **{**_SGLANG, "free": "floor", "row_headroom": "generous", "overlap": False},
             fixed=("align", "free"),
             about="tracking issue 35223's target: every writer page-ceiled, whole-page host free"),
