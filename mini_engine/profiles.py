@@ -18,6 +18,9 @@ Knobs, with SGLang 0.5.23's values first:
                          "floor": whole pages of the extent only, so an unaligned
                          extent drops its last page (a what-if). "dedup": unique
                          pages of the row's slots (the device-truth path, a sync).
+                         "unique-row": 0.5.18's, the committed row through a
+                         unique free (a sync), the over-allocation by segment
+                         (mini_engine.memory.release_unique).
   swa_eviction_interval  SGLANG_SWA_EVICTION_INTERVAL: a decode step evicts only
                          once committed - window >= cursor + interval (128).
   prefix_cache           "radix": the prefix-sharing cache's eviction threshold,
@@ -153,7 +156,7 @@ _SGLANG = dict(free="segment", swa_eviction_interval=128, prefix_cache="radix", 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("sglang-0.5.23", align=frozenset({"eagle", "dflash"}), **_SGLANG,
             about="SGLang 0.5.23: only the speculative reservation is page-aligned; segment free"),
-    Profile("sglang-pre-35265", align=frozenset({"eagle"}), **{**_SGLANG, "overlap_plan": "every-running"},
+    Profile("sglang-pre-35265", align=frozenset({"eagle"}), **{**_SGLANG, "overlap_plan": "every-running", "free": "unique-row"},
             about="SGLang 0.5.18, the last release before PR 35265: the DFLASH reservation is unaligned "
                   "(EAGLE stays aligned), every running request is planned under overlap"),
     Profile("host-aligned", align=frozenset(), align_all=True, **{**_SGLANG, "free": "floor", "row_headroom": "generous", "overlap": False},

@@ -33,6 +33,7 @@ class Stats:
     retractions: int = 0
     swa_retractions: int = 0
     row_overflow_slots: int = 0
+    release_syncs: int = 0  # set at the end of a run from the pools (KVManager.release_syncs)
     peak_swa_pages_held: int = 0
     peak_stranded_by: dict[str, int] = field(default_factory=lambda: {k: 0 for k in WRITER_KINDS})
     releases: int = 0
@@ -103,6 +104,7 @@ class Stats:
             "result_us_per_decode_step": 1e6 * self.result_s / self.decode_steps if self.decode_steps else 0.0,
             "syncs": syncs,
             "syncs_per_step": syncs / self.steps if self.steps else 0.0,
+            "release_syncs": self.release_syncs,
             "peak_pages_held": self.peak_pages_held,
             "peak_reserved_slots": self.peak_reserved_slots,
             "peak_stranded_slots": self.peak_stranded_slots,

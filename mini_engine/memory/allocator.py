@@ -65,6 +65,9 @@ class PagedAllocator(FreeList):
         self.auditor = auditor
         self.need_sort = bool(need_sort)
         self.syncs = 0  # device reads a real engine would pay (dedup free only)
+        # The same uniques as SGLang pays them: one per free group (or lone free call) that
+        # holds a unique free, since the group frees its slots in one call (free_group_end).
+        self.release_syncs = 0
         self._free = np.arange(1, num_pages + 1, dtype=np.int64)
         self._released: list[np.ndarray] = []  # staged frees (need_sort only)
         self._group: FreeGroup | None = None

@@ -63,6 +63,8 @@ class FreeList:
         # Counted per call, held or not: kvbench's dedup release rule pays a unique per
         # release (SGLang itself frees rows by segment, without one).
         self.syncs += 1
+        if self._group is None and self.page_size > 1:
+            self.release_syncs += 1  # a lone unique; a group's is counted once at its end
         return self._release("free", idx, pages)
 
     def free_pages(self, page_ids) -> np.ndarray:
@@ -129,6 +131,7 @@ class FreeList:
         pages = np.concatenate([e[2] for e in entries])
         if op == "free" and self.page_size > 1:
             pages = np.unique(pages)  # its sync was counted at each held free
+            self.release_syncs += 1  # SGLang's one unique over the group's slots
         self._put(pages)
         if self.trace is not None:
             self._trace_free(op, given)

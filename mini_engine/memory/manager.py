@@ -85,6 +85,11 @@ class KVManager:
         return self.full.syncs + (self.swa.allocator.syncs if self.swa else 0)
 
     @property
+    def release_syncs(self) -> int:
+        """The unique frees' syncs as SGLang pays them: one per free group holding one."""
+        return self.full.release_syncs + (self.swa.allocator.release_syncs if self.swa else 0)
+
+    @property
     def pages_held(self) -> int:
         """Full-pool pages held by live requests (swa_pages_held for the SWA pool)."""
         return self.ledger.total["full"]

@@ -7,6 +7,7 @@ of its own.
 from __future__ import annotations
 
 from mini_engine.memory.kv_state import ReqKVState
+from mini_engine.memory.release_unique import unique_row_pieces
 from mini_engine.memory.tables import KVTables
 
 
@@ -26,7 +27,10 @@ class Release:
             raise ValueError(f"release of request {state.rid}: it is not live (released already?)")
         host_row = self.req_to_token.host[row]
         cursor = state.swa_evicted
-        if self.rules.free == "dedup":
+        if self.rules.free == "unique-row" and self.swa is None:  # 0.5.18's (release_unique.py)
+            for pages in unique_row_pieces(self.full, host_row, state.committed, extent, ps):
+                self.t.give_back("full", state, pages)
+        elif self.rules.free == "dedup":
             if extent:
                 self.t.give_back("full", state, self.full.free(host_row[:extent]))
             if self.swa is not None:

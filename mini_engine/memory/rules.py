@@ -14,7 +14,7 @@ from typing import Any
 from mini_engine.errors import check_choice, check_positive
 
 # The vocabularies of the memory knobs, defined here once (the profiles import them).
-FREE_RULES = ("segment", "floor", "dedup")
+FREE_RULES = ("segment", "floor", "dedup", "unique-row")
 PREFIX_CACHES = ("radix", "chunk")
 POLICIES = ("aligned", "unaligned")  # shorthand for align: every writer or none
 AUDIT_MODES = ("record", "raise", "off")  # the auditor's: off, record violations, or raise on the first
@@ -27,7 +27,7 @@ class MemoryRules:
     align: frozenset[str] = frozenset({"eagle", "dflash"})  # writers that page-ceil their extent
     # Every writer page-ceils (no slot is ever stranded); aligns() is then true for any writer.
     all_aligned: bool = False
-    free: str = "segment"  # the free rule of a finished request: segment | floor | dedup
+    free: str = "segment"  # the free rule of a finished request: segment | floor | dedup | unique-row
     swa_eviction_interval: int = 128  # a decode step evicts once committed - window >= cursor + this
     prefix_cache: str = "radix"  # the SWA eviction threshold: radix | chunk
     pd_radix: bool = False  # the decode side's radix cache (the PD tail rule)

@@ -113,7 +113,9 @@ def test_trace_header_records_the_profile_and_prepare_says_aligned():
     lines = [json.loads(x) for x in buf.getvalue().splitlines()]
     head = lines[0]
     assert head["profile"]["name"] == "sglang-pre-35265" and head["profile"]["align"] == ["eagle"]
-    assert head["profile"]["free"] == "segment" and head["profile"]["swa_eviction_interval"] == 128
+    # 0.5.18's release (a unique free of the committed row) and its overlap plan
+    assert head["profile"]["free"] == "unique-row" and head["profile"]["swa_eviction_interval"] == 128
+    assert head["profile"]["overlap_plan"] == "every-running"
     prepares = [x for x in lines[1:] if x["op"] == "prepare"]
     assert prepares and all(x["aligned"] is False and x["policy"] == "unaligned" for x in prepares)
 
