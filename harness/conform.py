@@ -7,9 +7,12 @@ Every record of a trace (DESIGN.md section 5) is re-run on the production object
   for ps == 1 (what SGLang builds at that page size), with need_sort as the trace's
   frees say. Checked: the slots of every output (so page membership and order), a
   refusal (None) where kvbench refused, and the free count (`available`) after the call.
+* the installed SGLang must be the release of the trace's profile (0.5.23, or 0.5.18
+  for sglang-pre-35265: harness.conform_versions); another is refused in one line.
 * prepare: every request's `nxt` against SGLang's page_aligned_decode_alloc_lens when
-  the record is aligned; against max(cur, committed + reserve) when it is not (the
-  pre-35265 DFLASH rule, reproduced here: that version's code is not importable). The
+  the record is aligned (0.5.18: its inline rule, reproduced); against max(cur,
+  committed + reserve) when it is not (0.5.18's DFLASH rule, reproduced: it sits inside
+  dflash_info_v2.prepare_for_decode, which needs a GPU batch to run). The
   reserve itself is checked against get_alloc_reserve_per_decode (SGLang's formula, fed
   the trace header's spec options) when the header names them. A reservation kvbench
   cut at the row's end (the header's row_width) where SGLang's nxt runs past it is
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from harness.causes import one_line
+from harness.conform_versions import aligned_nxt, check_version, free_page_ids
 from mini_engine.errors import KVBenchError, TraceError
 from mini_engine.memory.replay import (Divergence, _short, check_algos, header_pd_radix, pool_need_sort,
                                        prepare_aligned, read_trace)
@@ -68,13 +72,18 @@ def load_sglang() -> SimpleNamespace:
         "sizing": "sglang.srt.mem_cache.allocation_sizing",
         "spec_info": "sglang.srt.speculative.spec_info",
     }
+    # conform builds SGLang's allocators on the CPU. 0.5.18 launches its triton allocation
+    # kernels whatever the device, which on a CPU only triton's interpreter can run (read
+    # when triton first loads); 0.5.23 takes its torch path there and never reaches it.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
     mods = {}
     for key, name in names.items():
         try:
             mods[key] = importlib.import_module(name)
         except Exception as err:  # an ImportError, or a dependency failing at import time
             what = one_line(err)
-            raise SGLangMissing(f"conform needs SGLang {SGLANG_VERSION} ({name} does not import: {what}); "
+            raise SGLangMissing(f"conform needs SGLang {SGLANG_VERSION} (0.5.18 for sglang-pre-35265 traces; "
+                                f"{name} does not import: {what}); "
                                 f"install it with: {INSTALL}") from None
     import sglang
     import torch
@@ -85,6 +94,7 @@ def load_sglang() -> SimpleNamespace:
 def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
     path = os.fspath(path)
     head, records = read_trace(path)
+    check_version(path, head, sg.version)  # a trace of another release's profile: one line, exit 2
     ps = head["page_size"]
     need_sort = pool_need_sort(path, records)
     # The decode-side radix cache widens the PD SWA tail: a profile knob (or a config key).
@@ -172,7 +182,7 @@ def _check_call(sg, alloc, rec: dict, ps: int):
         idx = torch.tensor(rec["indices"], dtype=torch.int64)
         alloc.free(idx)
     else:
-        alloc.free_page_ids(torch.tensor(rec["page_ids"], dtype=torch.int64))
+        free_page_ids(sg, alloc, torch.tensor(rec["page_ids"], dtype=torch.int64))
     got_avail = int(alloc.available_size())
     if got_avail != rec["available"]:
         return "available", rec["available"], got_avail
@@ -200,9 +210,7 @@ def _check_prepare(sg, rec: dict, ps: int, spec_reserve: dict, report: ConformRe
     for i, r in enumerate(rec["reqs"]):
         cur, committed, nxt = r["cur"], r["committed"], r["nxt"]
         if aligned:
-            req = SimpleNamespace(kv=SimpleNamespace(kv_allocated_len=cur, kv_committed_len=committed))
-            _, nxts, _ = sg.sizing.page_aligned_decode_alloc_lens([req], reserve=reserve, page_size=ps)
-            want = int(nxts[0])
+            want = aligned_nxt(sg, cur, committed, reserve, ps)
         else:
             want = max(cur, committed + reserve)  # pre-35265, reproduced
         report.reservations += 1
@@ -260,6 +268,7 @@ def _sglang_reserve(sg, ps: int, algo, steps: int, topk: int, ndt, *, doubled: b
 @contextlib.contextmanager
 def _patched(module, values: dict):
     """SGLang reads its server settings from process-wide bags; feed the trace's, then restore."""
+    values = {k: v for k, v in values.items() if hasattr(module, k)}  # 0.5.18 reads no get_parallel
     old = {k: getattr(module, k) for k in values}
     try:
         for k, v in values.items():

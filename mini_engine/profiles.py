@@ -168,6 +168,11 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
             about="what-if: pre-35265 writers with a floor host free; the only profile that leaks"),
 )}
 DEFAULT_PROFILE = "sglang-0.5.23"
+# The SGLang release each profile's traces conform against (kvbench conform refuses a
+# trace on another version). The designs have no release of their own: their allocator
+# calls are checked on 0.5.23's allocator, where conform has always checked them.
+SGLANG_VERSIONS = {"sglang-0.5.23": "0.5.23", "sglang-pre-35265": "0.5.18",
+                   "host-aligned": "0.5.23", "floor-free": "0.5.23"}
 # host-aligned and floor-free are designs, not releases: they keep kvbench's synchronous
 # plan (overlap off), as before the knob existed; --overlap on gives them SGLang's loop.
 
