@@ -2,6 +2,10 @@
 
 CI installs it (docs/conform.md) and sets KVBENCH_REQUIRE_SGLANG=1, which turns the
 skip into a failure, so a broken install cannot pass as a green run of skips.
+
+The 0.5.18 tests (the pre-35265 profile's release) take ``sg0518``: they skip unless
+SGLang 0.5.18 is the one installed. CI runs them in its second venv, which has 0.5.18,
+with KVBENCH_REQUIRE_SGLANG=0.5.18, which turns that skip into a failure too.
 """
 
 from __future__ import annotations
@@ -21,3 +25,22 @@ def sg():
         if os.environ.get("KVBENCH_REQUIRE_SGLANG") == "1":
             pytest.fail(f"KVBENCH_REQUIRE_SGLANG=1 but {err}")
         pytest.skip(str(err))
+
+
+@pytest.fixture(scope="session")
+def sg0518():
+    """SGLang 0.5.18, the last release before PR 35265 (the pre-35265 profile's release)."""
+    required = os.environ.get("KVBENCH_REQUIRE_SGLANG") == "0.5.18"
+    try:
+        sg = load_sglang()
+    except SGLangMissing as err:
+        if required:
+            pytest.fail(f"KVBENCH_REQUIRE_SGLANG=0.5.18 but {err}")
+        pytest.skip(str(err))
+    if sg.version != "0.5.18":
+        why = (f"needs SGLang 0.5.18 (installed: {sg.version}); CI runs it in its 0.5.18 venv "
+               "(docs/conform.md)")
+        if required:
+            pytest.fail(f"KVBENCH_REQUIRE_SGLANG=0.5.18 but it {why}")
+        pytest.skip(why)
+    return sg

@@ -54,3 +54,19 @@ def classes(module: str, names: set[str], namespace: dict) -> dict:
                    flags=__future__.annotations.compiler_flag, dont_inherit=True)
     exec(code, namespace)
     return namespace
+
+
+def assigned(module: str, where: str, target: str):
+    """The right-hand side of ``target = ...`` inside function ``where`` ("f" or "Class.f") of
+    ``module``, as a function of a dict of the names it reads. For a rule written inline
+    in a method too heavy to run (a GPU batch around one line of arithmetic)."""
+    body = source(module).body
+    for part in where.split("."):
+        node = next((n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == part), None)
+        assert node is not None, f"{module} no longer defines {where}"
+        body = node.body
+    hits = [n.value for n in ast.walk(node) if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == target for t in n.targets)]
+    assert len(hits) == 1, f"{module}.{where} assigns {target} {len(hits)} times (expected once)"
+    code = compile(ast.Expression(hits[0]), importlib.util.find_spec(module).origin, "eval")
+    return lambda names: eval(code, {"max": max, "min": min, "int": int}, dict(names))
