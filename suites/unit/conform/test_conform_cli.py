@@ -59,6 +59,11 @@ def conform_cli(capsys, *paths) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_committed_examples_conform(sg, capsys, path):
+    from harness.conform_versions import trace_version
+
+    want = trace_version(str(path), json.loads(path.read_text().splitlines()[0]))
+    if want not in (None, sg.version):  # conform refuses it here (test_conform_versions)
+        pytest.skip(f"{path.name} is an SGLang {want} trace; test_sglang_0518 conforms it there")
     rc, out, _ = conform_cli(capsys, path)
     assert rc == 0, out
 

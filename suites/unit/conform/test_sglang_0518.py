@@ -260,3 +260,10 @@ def test_pre_35265_trace_conforms_on_0518(sg0518, tmp_path, capsys, opts):
         assert eng.run().verdict == "ok"
     assert main(["conform", str(path)]) == 0, capsys.readouterr().out
     assert "conforms to sglang 0.5.18" in capsys.readouterr().out
+
+
+def test_committed_pre_35265_example_conforms_on_0518(sg0518, capsys):
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "examples" / "trace_dflash_pre35265.jsonl"
+    assert main(["conform", str(path)]) == 0, capsys.readouterr().out
