@@ -12,17 +12,18 @@ one per pool ("full", "swa"), for the slots of every allocation (page membership
 order), every refusal and the free count after each call; every reservation (prepare)
 against allocation_sizing: page_aligned_decode_alloc_lens for an aligned record, and
 the reserve against get_alloc_reserve_per_decode when the header names the spec
-options. An unaligned record is checked against max(cur, committed + reserve): that is
-the pre-35265 DFLASH rule, reproduced here, because that version's code is not
-importable. The PD SWA tail (swa_prealloc) is SGLang 0.5.23's _swa_tail_len rule,
+options. An unaligned record is checked against max(cur, committed + reserve): the
+pre-35265 DFLASH rule, reproduced (in 0.5.18 it is inline in a method that needs a
+GPU batch). The PD SWA tail (swa_prealloc) is SGLang 0.5.23's _swa_tail_len rule,
 reproduced (its module needs the disaggregation stack). The first divergence of each
 trace is reported with its call index and both values.
 
-Needs SGLang 0.5.23 importable: pip install --no-deps sglang==0.5.23 && pip install
-'kvbench[conform]' (docs/conform.md).
+Needs the SGLang release of each trace's profile importable: 0.5.23, or 0.5.18 for
+sglang-pre-35265 traces (a trace of another release is refused: one line, exit 2).
+pip install --no-deps sglang==0.5.23 && pip install 'kvbench[conform]' (docs/conform.md).
 
-Exit status: 0 every trace conforms, 1 a divergence, 2 SGLang missing or a trace that
-cannot be read (one line)."""
+Exit status: 0 every trace conforms, 1 a divergence, 2 SGLang missing, a trace of
+another SGLang release, or a trace that cannot be read (one line)."""
 
 
 def register(subparsers) -> None:
