@@ -1,0 +1,62 @@
+"""The unique-row free rule (SGLang 0.5.18's release) and release_syncs, numpy only.
+
+0.5.18 frees the committed row through allocator.free() (a unique: sorted page ids, a
+device sync) and the over-allocation by segment; under a free group SGLang makes one
+unique over the group's slots, so one sync per group. Side by side with 0.5.18's own
+code: suites/unit/conform/test_sglang_0518.py.
+"""
+
+from __future__ import annotations
+
+from mini_engine.memory import KVManager, MemoryConfig
+
+
+def _manager(ps: int, free: str = "unique-row") -> KVManager:
+    return KVManager(MemoryConfig(ps, 32, 4, 64, free_policy=free))
+
+
+def _request(m: KVManager, rid: int, extent: int, committed: int):
+    s = m.admit(rid)
+    assert m.extend(s, extent)
+    m.commit(s, committed)
+    return s
+
+
+def test_grouped_releases_pay_one_sync_and_put_segments_first():
+    m = _manager(4)
+    a = _request(m, "A", 10, 6)  # pages 1-3: committed [0, 6) on pages 1, 2; over-allocation page 3
+    b = _request(m, "B", 7, 7)  # pages 4, 5, committed only
+    with m.free_group():
+        m.release(b)
+        m.release(a)
+    # the group end: the unique pages (sorted) in front of the list, then the segments' in front of them
+    assert m.full.free_page_ids()[:5].tolist() == [3, 1, 2, 4, 5]
+    assert m.release_syncs == 1 and m.syncs == 2 and m.leaked_pages("full") == 0
+
+
+def test_lone_releases_pay_a_sync_each():
+    m = _manager(16)
+    for rid in range(3):
+        _request(m, rid, 40, 33)
+    for s in list(m.tables.states.values()):
+        m.release(s)
+    assert m.release_syncs == 3 and m.leaked_pages("full") == 0
+
+
+def test_page_size_1_frees_slots_as_given_without_a_unique():
+    m = _manager(1)
+    s = _request(m, "A", 5, 3)
+    with m.free_group():
+        m.release(s)
+    assert m.release_syncs == 0 and m.full.num_free_pages == 32
+
+
+def test_segment_rule_pays_no_sync_and_orders_otherwise():
+    m, u = _manager(4, "segment"), _manager(4)
+    for mgr in (m, u):
+        a, b = _request(mgr, "A", 10, 6), _request(mgr, "B", 7, 7)
+        with mgr.free_group():
+            mgr.release(b)
+            mgr.release(a)
+    assert m.release_syncs == 0
+    assert m.full.free_page_ids()[:5].tolist() != u.full.free_page_ids()[:5].tolist()
