@@ -61,10 +61,12 @@ class FreeList:
         # ps 1: SGLang's token allocator frees the slots as given, no unique.
         pages = idx if self.page_size == 1 else np.unique(idx // self.page_size)
         # Counted per call, held or not: kvbench's dedup release rule pays a unique per
-        # release (SGLang itself frees rows by segment, without one).
-        self.syncs += 1
-        if self._group is None and self.page_size > 1:
-            self.release_syncs += 1  # a lone unique; a group's is counted once at its end
+        # release (SGLang itself frees rows by segment, without one). At ps 1 there is no
+        # unique (the token allocator appends the slots), so no sync.
+        if self.page_size > 1:
+            self.syncs += 1
+            if self._group is None:
+                self.release_syncs += 1  # a lone unique; a group's is counted once at its end
         return self._release("free", idx, pages)
 
     def free_pages(self, page_ids) -> np.ndarray:
