@@ -132,7 +132,8 @@ CORE = (
            choices=_choices("mini_engine.profiles", "POLICIES"), group="profile"),
     Option("align", str, None, _KNOB + "writers that page-ceil their extent: all, none or a comma list of "
            "extend,decode,pd,eagle,dflash or a plugin algorithm's writer (ngram plans as eagle)", group="profile"),
-    Option("free_policy", str, None, _KNOB + "how release frees pages (segment = SGLang's)", short="free",
+    Option("free_policy", str, None, _KNOB + "how release frees pages (segment = SGLang 0.5.23's, "
+           "unique-row = 0.5.18's)", short="free",
            choices=_choices("mini_engine.profiles", "FREE_RULES"), group="profile", flag="--free"),
     Option("swa_eviction_interval", int, None, _KNOB + "SGLANG_SWA_EVICTION_INTERVAL, positions past the window "
            "before a decode step evicts (128)", minimum=1, group="profile"),
