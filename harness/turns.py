@@ -80,3 +80,12 @@ def later_turns(wl: Any, seed: int, ins: np.ndarray, outs: np.ndarray,
                               f"(request {(wl.turns - 1) * n + i}): prompt {p} (every turn's new tokens and the "
                               f"outputs before it) + output {o} = {p + o} tokens; raise max_context or lower turns")
     return LaterTurns(later_ins, later_outs, seed)
+
+
+def nominal_length(cfg: dict[str, Any]) -> int:
+    """A config's nominal longest request, as capacity sizes it: the prefix, then every
+    turn's input_len and output_len (a session's last turn holds the whole conversation).
+    A row recorded before these options reads as one turn without a prefix."""
+    turns = int(cfg.get("turns") or 1)
+    own = int(cfg.get("input_len") or 0) + int(cfg.get("output_len") or 0)
+    return int(cfg.get("shared_prefix") or 0) + turns * own

@@ -112,3 +112,10 @@ def test_every_turn_is_validated_before_the_first_step():
 def test_bad_sharing(options, words):
     with pytest.raises(ConfigError, match=words):
         WorkloadConfig(**options)
+
+
+def test_capacity_sizes_the_last_turn_after_the_prefix():
+    from harness.turns import nominal_length
+
+    assert nominal_length({"input_len": 50, "output_len": 20, "shared_prefix": 100, "turns": 2}) == 240
+    assert nominal_length({"input_len": 50, "output_len": 20}) == 70  # a row recorded before the options
