@@ -41,8 +41,11 @@ def host_bytes(engine: Any, workload: dict[str, Any]) -> dict[str, int]:
     width = engine.max_context + engine.page_size + 64  # row_width plus the largest draft reserve
     parts = {"req_to_token (max_running x max_context)": engine.max_running * width * 8 * 2}  # host + a CPU mirror
     if workload.get("prompts") is None:
-        longest = workload["input_len"] * (8 if workload.get("workload") == "lognormal" else 1)
-        parts["prompts (num_requests x input_len)"] = workload["num_requests"] * longest * PY_INT_BYTES
+        tail = 8 if workload.get("workload") == "lognormal" else 1
+        turns = workload.get("turns", 1)  # a session's turns each hold the whole conversation so far
+        own = turns * workload["input_len"] + (turns - 1) * workload["output_len"]  # the last turn's prompt
+        longest = workload.get("shared_prefix", 0) + own * tail
+        parts["prompts (num_requests x turns x input_len)"] = workload["num_requests"] * turns * longest * PY_INT_BYTES
     pages = (engine.pool_tokens or 0) // max(engine.page_size, 1)
     parts["page pool (pool_tokens / page_size)"] = pages * 8 * 6  # free list, ledger, SWA map and its mirror
     return parts

@@ -114,10 +114,11 @@ def for_run(options: dict[str, Any], shape: str, gpu_mem: float | None) -> tuple
     """``kvbench run --capacity [SHAPE]``: the run's options (its model, or SHAPE) across
     the GPU profiles and page sizes, for its longest request. (title, heads, rows)."""
     from harness.runner import resolved_config
+    from harness.turns import nominal_length
 
     full = resolved_config(options)  # the workload's lengths with their defaults
     model = shape or full.get("model") or "none"
-    context = int(full["input_len"]) + int(full["output_len"])
+    context = nominal_length(full)  # input + output, after any shared prefix and earlier turns
     caps = grid({**full, "model": model}, context, gpus_of(gpu_mem))
     c = caps[0]
     frac = full.get("mem_fraction") or DEFAULT_FRACTION

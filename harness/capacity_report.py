@@ -12,6 +12,7 @@ from html import escape
 from typing import Any
 
 from harness.capacity import GPUS, capacity
+from harness.turns import nominal_length
 
 # The options that change what one request needs or what the pool holds.
 SHAPE_KEYS = ("model", "spec", "block_size", "topk", "steps", "num_draft_tokens", "window", "layer_pattern", "profile",
@@ -25,7 +26,7 @@ def capacity_rows(rows: list[dict[str, Any]]) -> list[tuple[str, int, list[int]]
         cfg = row.get("config") or {}
         if (cfg.get("model") or "none") == "none" or row.get("status") == "failed":
             continue
-        context = int(cfg.get("input_len") or 0) + int(cfg.get("output_len") or 0)
+        context = nominal_length(cfg)
         key = (*(cfg.get(k) for k in SHAPE_KEYS), context)
         if key in seen or context < 1:
             continue

@@ -38,6 +38,13 @@ WORKLOAD = (
     Option("prompt_vocab", int, 1024, "synthetic prompt ids are below this", minimum=2, maximum=MOST,
            group="workload"),
     Option("prompts", str, None, "JSON-lines prompts file in place of a synthetic workload", group="workload"),
+    # Shared prompts (harness/prefixes.py, harness/turns.py): what a prefix cache can reuse.
+    Option("shared_prefix", int, 0, "tokens of a system prompt every prompt starts with, before its own "
+           "input_len-shaped part (0: none)", minimum=0, maximum=MOST, group="workload"),
+    Option("prefix_groups", int, 1, "distinct shared prefixes, request i takes prefix i mod groups",
+           minimum=1, maximum=MOST, group="workload"),
+    Option("turns", int, 1, "turns per session: the next turn's prompt is this prompt + its output + new "
+           "tokens, arriving when this turn finishes", minimum=1, maximum=MOST, group="workload"),
 )
 
 # Test ids spelt these options differently before the one schema; --filter still reads them.

@@ -18,7 +18,8 @@ from mini_engine.config import EngineConfig
 from mini_engine.errors import ConfigError, KVBenchError
 from harness.errors import ConfigError as HarnessConfigError
 from harness.hardware import RssPeak
-from harness.workloads import WorkloadConfig, make_requests
+from harness.prefixes import check_fits
+from harness.workloads import WorkloadConfig, make_workload
 
 STATUSES = ("ok", "violated", "failed", "pool_exhausted")
 
@@ -59,6 +60,7 @@ def split_config(config: dict[str, Any]) -> tuple[EngineConfig, dict[str, Any]]:
 
         workload["prompt_vocab"] = model_vocab_size(cfg.model)
     wl = WorkloadConfig(**workload)
+    check_fits(wl.shared_prefix, cfg.max_context)
     return cfg, wl.to_dict()
 
 
@@ -85,7 +87,8 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
     ``outputs`` adds every request's prompt and output ids; ``trace`` writes the
     allocation trace to that file.
     """
-    from mini_engine.engine import Engine, open_trace  # the memory layer loads only when a run starts
+    from mini_engine.engine import open_trace  # the memory layer loads only when a run starts
+    from mini_engine.sessions import engine_for
 
     cfg, wl = split_config(config)
     full = {**cfg.to_dict(), **wl}
@@ -93,7 +96,8 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
         "key": _key(full), "config": full, "metrics": {}, "series": {},
         "violations": {}, "violation_samples": [], "status": "failed", "error": None,
     }
-    reqs = make_requests(WorkloadConfig(**wl), cfg.seed, max_context=cfg.max_context)
+    work = make_workload(WorkloadConfig(**wl), cfg.seed, max_context=cfg.max_context)
+    reqs = work.requests
     # The trace is ours: the one ``with`` closes it, so a run that raises keeps every
     # record written before the failing call. The RSS peak spans the engine's
     # construction (its pools and rows) and its run.
@@ -102,7 +106,7 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
     # The trace file appears whole when the run ends (safe_write), never through a link.
     with RssPeak() as rss, replacing(trace, "--trace") if trace else nullcontext() as fh, \
             open_trace(cfg, fh) if trace else nullcontext() as writer:
-        engine = Engine(cfg, trace=writer)
+        engine = engine_for(cfg, work.next_turns, trace=writer)  # later turns arrive as earlier ones finish
         engine.validate(reqs)
         try:
             result = engine.run(reqs)

@@ -8,6 +8,11 @@
 * pd:        the uniform shape, but a pd_fraction of the requests arrive already
              prefilled (fill_len = prompt length), as on the decode node of PD
              disaggregation, staggered over the first steps.
+
+Any synthetic shape can share prompts: shared_prefix / prefix_groups put a system
+prompt before each prompt's own part (harness/prefixes.py), turns makes each request
+a session whose next turn extends the finished one (harness/turns.py). A --prompts
+file shares whatever prefixes its prompts share.
 """
 
 from __future__ import annotations
@@ -21,9 +26,12 @@ from typing import TYPE_CHECKING, Any
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.files import read_regular
 from mini_engine.request import Request, check_context
+from harness.prefixes import check_sharing, group_of, prefixes
 
-if TYPE_CHECKING:  # annotations only: building the CLI parser imports no numpy
+if TYPE_CHECKING:  # annotations only: building the CLI parser imports no numpy (nor the engine)
     import numpy as np
+
+    from mini_engine.sessions import NextTurn
 
 WORKLOADS = ("fixed", "uniform", "lognormal", "pd")
 # Lengths and token ids stay int32-sized: far beyond any context, and numpy's
@@ -43,6 +51,9 @@ class WorkloadConfig:
     arrival_gap: int = 0  # steps between PD arrivals (0 = all at once)
     prompt_vocab: int = 1024  # prompt token ids are drawn from [0, prompt_vocab)
     prompts: str | None = None  # JSON-lines file; replaces the synthetic shape
+    shared_prefix: int = 0  # tokens of the system prompt before each prompt's own part
+    prefix_groups: int = 1  # distinct system prompts, round-robin over the requests
+    turns: int = 1  # turns per session (num_requests sessions)
 
     def __post_init__(self) -> None:
         check_choice("workload", self.workload, WORKLOADS)
@@ -51,6 +62,9 @@ class WorkloadConfig:
             if value > MOST:
                 raise ConfigError(f"{name} must be an integer <= {MOST} (got {value})")
         check_positive("arrival_gap", self.arrival_gap, minimum=0)
+        for name, low in (("shared_prefix", 0), ("prefix_groups", 1), ("turns", 1)):
+            if check_positive(name, getattr(self, name), minimum=low) > MOST:
+                raise ConfigError(f"{name} must be an integer <= {MOST} (got {getattr(self, name)})")
         if self.prompts is not None:
             if not isinstance(self.prompts, str):
                 raise ConfigError(f"prompts must be the path of a JSON-lines file (got {self.prompts!r})")
@@ -63,6 +77,7 @@ class WorkloadConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
                 raise ConfigError(f"{name} must be a number in [{low}, {high}] (got {v!r})")
+        check_sharing(self)
 
     @classmethod
     def option_names(cls) -> tuple[str, ...]:
@@ -72,15 +87,52 @@ class WorkloadConfig:
         return asdict(self)
 
 
+@dataclass
+class Workload:
+    requests: list[Request]  # what arrives by itself: every request, or each session's first turn
+    next_turns: dict[int, NextTurn]  # rid -> the turn submitted when it finishes (harness/turns.py)
+
+
 def make_requests(wl: WorkloadConfig, seed: int, *, max_context: int | None = None) -> list[Request]:
-    """The workload's requests; with max_context, a request longer than it is bad input,
-    found before its prompt is drawn (a huge length must not be allocated first)."""
+    """The requests that arrive by themselves (each session's first turn: see make_workload)."""
+    return make_workload(wl, seed, max_context=max_context).requests
+
+
+def make_workload(wl: WorkloadConfig, seed: int, *, max_context: int | None = None) -> Workload:
+    """The workload's requests and later turns; with max_context, a request longer than it
+    is bad input, found before its prompt is drawn (a huge length must not be allocated first)."""
     import numpy as np  # here, not at the top: the CLI imports WORKLOADS to build its parser
 
+    from harness.turns import later_turns
+
     if wl.prompts is not None:
-        return load_prompts(wl.prompts, default_output_len=wl.output_len)
+        return Workload(load_prompts(wl.prompts, default_output_len=wl.output_len), {})
     rng = np.random.default_rng([seed, 0x3017])  # own stream: the engine's seed keys tokens
     n = wl.num_requests
+    ins, outs = draw_lengths(wl, rng, n)
+    too_long = np.flatnonzero(wl.shared_prefix + ins + outs > max_context) if max_context is not None else ()
+    if len(too_long):
+        i = int(too_long[0])
+        check_context(i, wl.shared_prefix + int(ins[i]), int(outs[i]), max_context)
+    later = later_turns(wl, seed, ins, outs, max_context)  # checks whole sessions before any token is drawn
+    pd = np.zeros(n, dtype=bool)
+    if wl.workload == "pd":
+        pd = rng.random(n) < wl.pd_fraction
+    heads = prefixes(wl, seed)
+    reqs = []
+    for i in range(n):
+        own = rng.integers(0, wl.prompt_vocab, int(ins[i])).tolist()
+        prompt = [*heads[group_of(i, len(heads))], *own] if heads else own
+        fill = len(prompt) if pd[i] else 0
+        arrival = i * wl.arrival_gap if pd[i] else 0
+        reqs.append(Request(rid=i, prompt=prompt, max_new_tokens=int(outs[i]), fill_len=fill, arrival_step=arrival))
+    return Workload(reqs, later.tokens(wl) if later is not None else {})
+
+
+def draw_lengths(wl: WorkloadConfig, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n (own prompt length, output length) pairs of the workload's shape."""
+    import numpy as np
+
     if wl.workload == "fixed":
         ins = np.full(n, wl.input_len)
         outs = np.full(n, wl.output_len)
@@ -90,20 +142,7 @@ def make_requests(wl: WorkloadConfig, seed: int, *, max_context: int | None = No
     else:  # uniform and pd
         ins = rng.integers(min(wl.min_len, wl.input_len), wl.input_len, n, endpoint=True)
         outs = rng.integers(min(wl.min_len, wl.output_len), wl.output_len, n, endpoint=True)
-    too_long = np.flatnonzero(ins + outs > max_context) if max_context is not None else ()
-    if len(too_long):
-        i = int(too_long[0])
-        check_context(i, int(ins[i]), int(outs[i]), max_context)
-    pd = np.zeros(n, dtype=bool)
-    if wl.workload == "pd":
-        pd = rng.random(n) < wl.pd_fraction
-    reqs = []
-    for i in range(n):
-        prompt = rng.integers(0, wl.prompt_vocab, int(ins[i])).tolist()
-        fill = len(prompt) if pd[i] else 0
-        arrival = i * wl.arrival_gap if pd[i] else 0
-        reqs.append(Request(rid=i, prompt=prompt, max_new_tokens=int(outs[i]), fill_len=fill, arrival_step=arrival))
-    return reqs
+    return ins, outs
 
 
 def _lognormal(rng: np.random.Generator, median: int, sigma: float, n: int) -> np.ndarray:

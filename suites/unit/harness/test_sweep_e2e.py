@@ -84,7 +84,7 @@ def test_sweep_smoke_slice_matches_results_and_mlflow(results_root, cli, capsys)
     for cells in summary_rows(rows):
         assert printed[cells[0]] == cells[1:]
     assert f"{len(rows)} configs:" in out
-    assert "51 configs (17 selected by --filter)" in out
+    assert "53 configs (17 selected by --filter)" in out
     # MLflow: one parent, one child per config with its params and metrics.
     run_dir = RunDir(results_root / "runs" / "s1")
     assert f"[{len(rows)}/{len(rows)}] " in out  # the progress total: what the workers collected
