@@ -14,11 +14,13 @@ so every real change is a step, as compare's exact rule for counters says).
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
 PENALTY = 4.0  # segments cost PENALTY * noise * log(n): asv's order of magnitude
 MIN_JUMP = 2.0  # a fitted jump smaller than this many noise widths is noise, not a step
+WINDOW = 60  # the newest nights a fit looks at: the report fits every figure of every config
 
 
 @dataclass(frozen=True)
@@ -61,15 +63,42 @@ def noise(values: list[float], samples: list[list[float]] | None = None) -> floa
     return diffs[(len(diffs) - 1) // 2] if len(diffs) > 1 else 0.0
 
 
+def _costs(values: list[float]) -> list[list[float]]:
+    """cost[i][j]: the L1 distance of points i..j-1 to their median, for every segment,
+    O(n^2 log n): a running median (two heaps and their sums) as each segment grows."""
+    n = len(values)
+    cost = [[0.0] * (n + 1) for _ in range(n + 1)]
+    for i in range(n):
+        lo: list[float] = []  # the lower half, negated (a max-heap)
+        hi: list[float] = []
+        slo = shi = 0.0
+        for j in range(i, n):
+            v = values[j]
+            if lo and v > -lo[0]:
+                heapq.heappush(hi, v)
+                shi += v
+            else:
+                heapq.heappush(lo, -v)
+                slo += v
+            if len(lo) > len(hi) + 1:
+                x = -heapq.heappop(lo)
+                slo -= x
+                heapq.heappush(hi, x)
+                shi += x
+            elif len(hi) > len(lo):
+                x = heapq.heappop(hi)
+                shi -= x
+                heapq.heappush(lo, -x)
+                slo += x
+            m = -lo[0]  # a median: the L1 distance is least there
+            cost[i][j + 1] = (m * len(lo) - slo) + (shi - m * len(hi))
+    return cost
+
+
 def fit(values: list[float], gamma: float) -> list[int]:
     """Start indexes of the segments of the best L1 piecewise-constant fit, penalty gamma."""
     n = len(values)
-    cost = [[0.0] * (n + 1) for _ in range(n + 1)]  # cost[i][j]: points i..j-1 about their median
-    for i in range(n):
-        for j in range(i + 1, n + 1):
-            seg = values[i:j]
-            m = _median(seg)
-            cost[i][j] = sum(abs(v - m) for v in seg)
+    cost = _costs(values)
     best = [0.0] + [math.inf] * n
     start = [0] * (n + 1)
     for j in range(1, n + 1):
@@ -86,9 +115,9 @@ def fit(values: list[float], gamma: float) -> list[int]:
 
 def detect(values: list[float | None], samples: list[list[float]] | None = None) -> list[Step]:
     """The steps of a series over nights (None where a night did not measure it)."""
-    idx = [i for i, v in enumerate(values) if v is not None and math.isfinite(v)]
+    idx = [i for i, v in enumerate(values) if v is not None and math.isfinite(v)][-WINDOW:]
     ys = [float(values[i]) for i in idx]  # type: ignore[arg-type]
-    if len(ys) < 2:
+    if len(ys) < 2 or min(ys) == max(ys):  # most counters never move: no fit to make
         return []
     sigma = noise(ys, [samples[i] for i in idx] if samples else None)
     scale = max(abs(y) for y in ys) or 1.0
