@@ -101,7 +101,7 @@ def trend_section(hist: history.History, metrics: list[str], wanted: list[str] |
             mark = " [bookkeeping]" if is_rate(metric) and k in model_none else ""
             also = f" and {len(members) - 1} more with the same values" if len(members) > 1 else ""
             series.append({"label": hist.names.get(k, k) + also + mark, "values": hist.values(k, metric),
-                           "spread": spreads})
+                           "spread": spreads, "members": [hist.names.get(m, m) for m in members]})
         drawn = sum(len(m) for m in list(same.values())[:MAX_LINES])
         more = (f'<p class="note">{len(ranked) - drawn} more configs not drawn here (moved and most varied first); '
                 f'every config has its own view under <a href="#configs">Per config</a>.</p>'

@@ -102,9 +102,15 @@ def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str,
     out.append("</svg>")
     if not legend:
         return "\n".join(out)
-    items = "".join(f'<li><span class="swatch" style="background:{PALETTE[k % len(PALETTE)]}"></span>'
+    # A line several configs share names them all on hover (``members``).
+    items = "".join(f'<li{_members(s)}><span class="swatch" style="background:{PALETTE[k % len(PALETTE)]}"></span>'
                      f'{escape(s["label"])}</li>' for k, s in enumerate(series))
     return "\n".join(out) + f'\n<ul class="legend">{items}</ul>'
+
+
+def _members(series: dict) -> str:
+    names = series.get("members") or []
+    return f' title="{escape(chr(10).join(names))}"' if len(names) > 1 else ""
 
 
 def _shade(t: float) -> str:

@@ -74,6 +74,8 @@ def test_timing_error_bars_come_from_the_samples(nights, cli, tmp_path):
     trend = text[text.index('id="trend-0"'):text.index("</svg>", text.index('id="trend-0"'))]
     assert trend.count('class="err"') == 2 * 3 and trend.count("<polyline") == 2
     assert "and 6 more with the same values" in text
+    shared = re.search(r'<li title="([^"]*)"><span class="swatch"[^>]*></span>[^<]*and 6 more', text)
+    assert shared and len(shared.group(1).split("\n")) == 7 and SLOWER not in shared.group(1)  # named on hover
     # and 3 more on the moved wall_s figure's own chart; the per-config views draw them again
     above = text[:text.index('<h2 id="configs">')] + text[text.index('<h2 id="moved">'):]
     assert above.count('class="err"') == 2 * 3 + 3
