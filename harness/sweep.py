@@ -302,6 +302,8 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
                          f"so the sweep stopped; {len(run_dir.done_keys())} config(s) are recorded; make room and "
                          f"finish with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
     completed = rc in (0, 1, 5)  # 1: some config not as expected; 5: nothing left to run
+    if completed and controller.collected is None:  # no worker started (a plugin it could not import): nothing ran
+        completed, controller.stop_reason = False, "no worker collected the grid"
     if not completed:  # pytest itself broke (internal error): keep what finished, say where to look
         try:
             lines = (run_dir.path / "pytest.log").read_text(errors="replace").strip().splitlines()[-15:]

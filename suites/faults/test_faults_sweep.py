@@ -223,3 +223,15 @@ def test_a_sigint_is_still_an_interrupt(results_root, tiny, cli, capsys):
     finally:
         timer.cancel()
     assert "kvbench: interrupted; finish it with kvbench sweep" in capsys.readouterr().err
+
+
+def test_workers_that_cannot_start_are_not_a_passing_sweep(results_root, tiny, cli, capsys, monkeypatch, tmp_path):
+    """A plugin the sweep's process imports but its workers cannot (PYTEST_ADDOPTS naming
+    a module on this process's path only): every worker died at start, pytest said 'no
+    tests ran' and the sweep printed 0 configs and exited 0."""
+    (tmp_path / "here_only.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p here_only")
+    assert cli("sweep", tiny, "--no-mlflow", "--run-id", "nostart", "-j", "1") == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "(no worker collected the grid) before finishing" in err and "--resume nostart" in err
