@@ -39,6 +39,25 @@ def capacity_rows(rows: list[dict[str, Any]]) -> list[tuple[str, int, list[int]]
     return list(seen.values())
 
 
+def short_fits(row: dict[str, Any], cache: dict | None = None) -> str:
+    """The sweep table's cell: requests of the config's length that fit on each GPU
+    profile, 'RTX 5090/H100/H200' as '37/94/166'; '-' without a model shape."""
+    cfg = row.get("config") or {}
+    if (cfg.get("model") or "none") == "none" or row.get("status") == "failed":
+        return "-"
+    context = int(cfg.get("input_len") or 0) + int(cfg.get("output_len") or 0)
+    key = (*(cfg.get(k) for k in SHAPE_KEYS), context)
+    if cache is not None and key in cache:
+        return cache[key]
+    try:
+        text = "/".join(str(capacity(cfg, context, gpu).requests) for gpu in GPUS) if context > 0 else "-"
+    except Exception:  # a checkpoint no longer on disk: nothing to size
+        text = "-"
+    if cache is not None:
+        cache[key] = text
+    return text
+
+
 def capacity_section(rows: list[dict[str, Any]]) -> str:
     found = capacity_rows(rows)
     if not found:

@@ -209,6 +209,7 @@ class GridController:
         self.finished: set[str] = set()
         self.written = 0
         self.write_error: str | None = None
+        self.stop_reason = ""  # why pytest stopped the grid early, in pytest's words (harness/sigint.py)
         # What a plain pytest run set up for itself, to undo or close at its end.
         self.lock = self.tmp = None
         self.owns_parent = False
@@ -335,6 +336,11 @@ class GridController:
         self.written += 1
         if self.display is not None:
             self.display.row(row)
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo) -> None:
+        # pytest's own stops arrive as KeyboardInterrupt subclasses: collection errors,
+        # xdist's crashed workers or -x; the message says which.
+        self.stop_reason = str(excinfo.value).strip() or excinfo.typename
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.write_error is not None:

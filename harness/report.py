@@ -2,7 +2,8 @@
 
 The page holds, for the given runs of one suite (oldest first by start time):
 the runs with their commits and MLflow links, trend lines per config of the
-figures that matter (error bars where a timing has repeated samples), the figures
+figures that matter (error bars where a timing has repeated samples; configs with
+equal figures share a line), a view per config with its steps (report_configs.py), the figures
 that moved between consecutive runs (history.py), the compare table of the newest
 run against the one before it (or a baseline), and heatmaps of a memory figure
 over page_size x block_size. Styles and charts are inline (SVG), no script and no
@@ -24,6 +25,7 @@ from harness.compare import CompareReport, compare_rows, reference_of_run
 from harness.markdown import code, prose
 from harness.metric_kinds import higher_is_better, kind
 from harness.capacity_report import capacity_section
+from harness.report_configs import CSS as CONFIG_CSS, configs_section
 from harness.report_svg import heatmap, line_chart
 from harness.urls import check_web_url, is_web_url
 
@@ -76,7 +78,7 @@ def pick_configs(hist: history.History, metric: str, wanted: list[str] | None) -
         vals = [v for v in hist.values(k, metric) if v is not None]
         return (max(vals) - min(vals)) / (abs(max(vals)) or 1)
 
-    return sorted(keys, key=lambda k: (k not in moved, -spread(k), hist.names.get(k, k)))[:MAX_LINES]
+    return sorted(keys, key=lambda k: (k not in moved, -spread(k), hist.names.get(k, k)))
 
 
 def trend_section(hist: history.History, metrics: list[str], wanted: list[str] | None) -> str:
@@ -84,17 +86,26 @@ def trend_section(hist: history.History, metrics: list[str], wanted: list[str] |
     model_none = {r["key"] for n in hist.nights for r in n.rows if accounting_only(r)}
     parts = []
     for j, metric in enumerate(metrics):
-        keys = pick_configs(hist, metric, wanted)
-        if not keys:
+        ranked = pick_configs(hist, metric, wanted)
+        if not ranked:
             continue
+        # Configs with the same figure every night would draw one line over another and
+        # hide all but the last: they share one line, named once with their count.
+        same: dict[tuple, list[str]] = {}
+        for k in ranked:
+            same.setdefault(tuple(hist.values(k, metric)), []).append(k)
         series = []
-        for k in keys:
+        for members in list(same.values())[:MAX_LINES]:
+            k = members[0]
             spreads = [(min(s), max(s)) if len(s) > 1 else None for s in hist.samples(k, metric)]
             mark = " [bookkeeping]" if is_rate(metric) and k in model_none else ""
-            series.append({"label": hist.names.get(k, k) + mark, "values": hist.values(k, metric), "spread": spreads})
-        total = sum(1 for k in hist.keys() if any(v is not None for v in hist.values(k, metric)))
-        more = (f'<p class="note">{total - len(keys)} more configs not drawn (moved and most varied first); '
-                f'<code>kvbench history</code> lists them all.</p>' if total > len(keys) else "")
+            also = f" and {len(members) - 1} more with the same values" if len(members) > 1 else ""
+            series.append({"label": hist.names.get(k, k) + also + mark, "values": hist.values(k, metric),
+                           "spread": spreads, "members": [hist.names.get(m, m) for m in members]})
+        drawn = sum(len(m) for m in list(same.values())[:MAX_LINES])
+        more = (f'<p class="note">{len(ranked) - drawn} more configs not drawn here (moved and most varied first); '
+                f'every config has its own view under <a href="#configs">Per config</a>.</p>'
+                if len(ranked) > drawn else "")
         parts.append(f'<section class="chart"><h3>{escape(metric_label(metric, bool(model_none)))}</h3>'
                      + line_chart(metric, labels, series, metric, f"trend-{j}") + more + "</section>")
     return "\n".join(parts) or '<p class="empty">no figures to draw</p>'
@@ -268,7 +279,7 @@ def page(hist: history.History, *, metrics: list[str], configs: list[str] | None
     html = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>kvbench report: {escape(suite)}</title><style>{CSS}</style></head>
+<title>kvbench report: {escape(suite)}</title><style>{CSS}{CONFIG_CSS}</style></head>
 <body>
 <h1>kvbench report: {escape(suite)}</h1>
 <p>{len(hist.nights)} runs, oldest first; newest <span class="mono">{escape(newest.name)}</span> at commit
@@ -279,6 +290,8 @@ def page(hist: history.History, *, metrics: list[str], configs: list[str] | None
 <h2 id="trends">Trends per config</h2>
 <p class="note">x: the runs by commit; a point's tooltip names config and value; bars span the repeated samples.</p>
 {trend_section(hist, metrics, configs)}
+<h2 id="configs">Per config</h2>
+{configs_section(hist, metrics)[0]}
 <h2 id="moved">Moved between consecutive runs</h2>
 {rollup_html(hist.moves, hist.configs())}
 {moves_table(hist)}

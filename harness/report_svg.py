@@ -45,9 +45,11 @@ def fmt(v: float) -> str:
 
 
 def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str, chart_id: str,
-               size: tuple[int, int] = (W, H), legend: bool = True, cls: str = "trend") -> str:
+               size: tuple[int, int] = (W, H), legend: bool = True, cls: str = "trend",
+               marks: list[tuple[int, int, str]] = ()) -> str:
     """``series``: dicts with ``label``, ``values`` (one per x, None where absent) and
-    optionally ``spread`` (per x, (low, high) or None): drawn as error bars."""
+    optionally ``spread`` (per x, (low, high) or None): drawn as error bars. ``marks``:
+    steps (x before, x after, label), a dashed line between the two runs, as asv marks them."""
     ys = [v for s in series for v in s["values"] if v is not None]
     ys += [b for s in series for sp in s.get("spread") or [] if sp for b in sp]
     if not ys:
@@ -77,6 +79,12 @@ def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str,
                        f'{escape(label)}</text>')
     out.append(f'<text x="14" y="{TOP + ph / 2:.1f}" transform="rotate(-90 14 {TOP + ph / 2:.1f})" '
                f'text-anchor="middle">{escape(y_label)}</text>')
+    for before, after, label in marks:
+        mx = (x(before) + x(after)) / 2
+        out.append(f'<g class="step"><line x1="{mx:.1f}" x2="{mx:.1f}" y1="{TOP}" y2="{TOP + ph}" '
+                   f'stroke="#b3261e" stroke-dasharray="4 3"/><text x="{mx + 4:.1f}" y="{TOP + 12}" '
+                   f'style="fill:#b3261e">{escape(label)}</text><title>step between {escape(xlabels[before])} and '
+                   f'{escape(xlabels[after])}: {escape(label)}</title></g>')
     for k, s in enumerate(series):
         color = PALETTE[k % len(PALETTE)]
         pts = [(x(i), y(v), v, i) for i, v in enumerate(s["values"]) if v is not None]
@@ -94,9 +102,15 @@ def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str,
     out.append("</svg>")
     if not legend:
         return "\n".join(out)
-    items = "".join(f'<li><span class="swatch" style="background:{PALETTE[k % len(PALETTE)]}"></span>'
+    # A line several configs share names them all on hover (``members``).
+    items = "".join(f'<li{_members(s)}><span class="swatch" style="background:{PALETTE[k % len(PALETTE)]}"></span>'
                      f'{escape(s["label"])}</li>' for k, s in enumerate(series))
     return "\n".join(out) + f'\n<ul class="legend">{items}</ul>'
+
+
+def _members(series: dict) -> str:
+    names = series.get("members") or []
+    return f' title="{escape(chr(10).join(names))}"' if len(names) > 1 else ""
 
 
 def _shade(t: float) -> str:

@@ -123,18 +123,9 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
     _check_grid_size(axes, includes, where)
     if not axes and not includes:  # _product({}) is one empty combo: an all-defaults config nobody asked for
         raise SuiteError(f"{where}: the suite has no configs (give [axes] or [[include]])")
-    configs: list[dict[str, Any]] = []
-    for combo in _product(axes):
-        if any(_matches(combo, ex) for ex in excludes):
-            continue
-        configs.append({**defaults, **combo})
-    for inc in includes:
-        for combo in _product({k: v if isinstance(v, list) else [v] for k, v in inc.items()}):
-            configs.append({**defaults, **combo})
+    ids, configs = expand(defaults, axes, includes, excludes)
     if not configs:
         raise SuiteError(f"{where}: the grid is empty (check [axes], [[include]] and [[exclude]])")
-    configs = [_normalise(c) for c in configs]
-    ids = _ids(configs, defaults, _axis_keys(axes))
     seen: dict[str, dict[str, Any]] = {}
     grid = []
     for cid, cfg in zip(ids, configs):
@@ -150,6 +141,22 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
         for gc in grid:
             validate_config(gc.config, f"{where}, config {gc.id}")
     return suite
+
+
+def expand(defaults: dict[str, Any], axes: dict[str, Any], includes: list[dict[str, Any]],
+           excludes: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """(ids, configs) of the grid, duplicates kept. Needs no numpy: the CI role (which has
+    none) checks a rerun's --filter against it (harness/ci/suite_filter.py)."""
+    configs: list[dict[str, Any]] = []
+    for combo in _product(axes):
+        if any(_matches(combo, ex) for ex in excludes):
+            continue
+        configs.append({**defaults, **combo})
+    for inc in includes:
+        for combo in _product({k: v if isinstance(v, list) else [v] for k, v in inc.items()}):
+            configs.append({**defaults, **combo})
+    configs = [_normalise(c) for c in configs]
+    return _ids(configs, defaults, _axis_keys(axes)), configs
 
 
 def option_names() -> tuple[str, ...]:

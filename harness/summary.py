@@ -18,6 +18,7 @@ from harness.results import RunDir
 ROLLED = tuple(m for m in COLUMNS if m.rollup)  # the grouped table's figures
 FULL_TABLE_MAX = 60  # above this, only the configs that need a look
 NARROW = 120  # columns below which the config names go under the table
+FITS_HEAD = "5090/H100\n/H200"  # the capacity cell's GPU profiles (harness/capacity.py GPUS), in order
 
 
 def fmt(value: Any) -> str:
@@ -55,6 +56,16 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
         out.append([config_name(row), verdict_text(row),
                     *(fmt(m.get(c.name)) for c in COLUMNS), violations_text(row)])
     return out
+
+
+def fits_cells(rows: list[dict[str, Any]]) -> list[str] | None:
+    """The capacity column (harness/capacity_report.py), or None when no config names a
+    model shape (model none sizes no pool): a column of dashes would only cost width."""
+    from harness.capacity_report import short_fits
+
+    cache: dict = {}
+    cells = [short_fits(row, cache) for row in rows]
+    return cells if any(c != "-" for c in cells) else None
 
 
 def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -113,12 +124,18 @@ def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: 
         console.print(table)
     shown = rows if len(rows) <= FULL_TABLE_MAX else [r for r in rows if r.get("verdict") not in PASSING]
     if shown:
-        if console.width < NARROW:
+        fits = fits_cells(shown)
+        cells_of = [cells + [f] for cells, f in zip(summary_rows(shown), fits)] if fits else summary_rows(shown)
+        sized = fits is not None
+        # The capacity column takes 15 more: below that the table would crop it.
+        if console.width < NARROW + (15 if sized else 0):
             # Ten columns do not fit 80: rich gave the config column no width at all, so
             # every row lost its name. A narrow terminal gets one labelled line a config.
-            for cells in summary_rows(shown):
+            for cells in cells_of:
                 figures = ", ".join(f"{' '.join(c.column_head.split())} {v}" for c, v in zip(COLUMNS, cells[2:]))
-                console.print(f"{cells[0]}: {' '.join(cells[1].split())}; {figures}; violations {cells[-1]}",
+                cap = f"; requests fit {FITS_HEAD.replace(chr(10), '')} {cells[-1]}" if sized else ""
+                console.print(f"{cells[0]}: {' '.join(cells[1].split())}; {figures}; violations "
+                              f"{cells[-2] if sized else cells[-1]}{cap}",
                               markup=False, highlight=False)
         else:
             table = Table(title=None if shown is rows else f"{len(shown)} configs that need a look (of {len(rows)})")
@@ -127,7 +144,9 @@ def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: 
             for c in COLUMNS:
                 table.add_column(c.column_head, no_wrap=True, justify="right")
             table.add_column("violations", no_wrap=True)
-            for cells in summary_rows(shown):
+            if sized:
+                table.add_column(f"requests fit\n{FITS_HEAD}", no_wrap=True, justify="right")
+            for cells in cells_of:
                 table.add_row(*cells)
             console.print(table)
         for row in shown:

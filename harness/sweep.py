@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import devices, hardware
+from harness import devices, hardware, sigint
 from harness.bounds import check_jobs
 from harness.causes import one_line
 from harness.expect import PASSING
@@ -280,10 +280,11 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     log = _Log(run_dir.path / "pytest.log")
     streams = sys.stdout, sys.stderr
     display.start()
+    sigints: list[int] = []  # a Ctrl-C is a SIGINT here; pytest's INTERRUPTED alone is not one (harness/sigint.py)
     try:
         sys.stdout = sys.stderr = log  # pytest's terminal report is the log, the console is the progress
         try:
-            with devices.pci_bus_order():
+            with devices.pci_bus_order(), sigint.watch(sigints):
                 rc = int(pytest.main(pytest_args(jobs, opts.filter, plan.pins), plugins=[controller]))
         finally:
             sys.stdout, sys.stderr = streams
@@ -291,7 +292,8 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
             log.close()
     except KeyboardInterrupt:  # outside pytest's own handling (which returns INTERRUPTED)
         rc = int(pytest.ExitCode.INTERRUPTED)
-    if rc == pytest.ExitCode.INTERRUPTED:
+        sigints.append(2)
+    if rc == pytest.ExitCode.INTERRUPTED and sigints:
         err_console.print(f"kvbench: interrupted; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
         raise KeyboardInterrupt
     if controller.write_error is not None or rc == WRITE_FAILED:
@@ -300,13 +302,16 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
                          f"so the sweep stopped; {len(run_dir.done_keys())} config(s) are recorded; make room and "
                          f"finish with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
     completed = rc in (0, 1, 5)  # 1: some config not as expected; 5: nothing left to run
+    if completed and controller.collected is None:  # no worker started (a plugin it could not import): nothing ran
+        completed, controller.stop_reason = False, "no worker collected the grid"
     if not completed:  # pytest itself broke (internal error): keep what finished, say where to look
         try:
             lines = (run_dir.path / "pytest.log").read_text(errors="replace").strip().splitlines()[-15:]
         except OSError:
             lines = []
         err_console.print("\n".join(lines), markup=False)
-        err_console.print(f"kvbench: pytest stopped with exit code {rc} before finishing; see {run_dir.path / 'pytest.log'}"
+        why = f" ({controller.stop_reason})" if controller.stop_reason else ""
+        err_console.print(f"kvbench: pytest stopped with exit code {rc}{why} before finishing; see {run_dir.path / 'pytest.log'}"
                           f"; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
     from harness.results import load_rows
     from harness.summary import print_summary

@@ -112,7 +112,7 @@ def _rerun_test(args: list[str], repo_tree: Path, registry: Registry, perms: Per
     return list(groups.values())
 
 
-def _rerun_suite(args: list[str], registry: Registry, grant, suites: list[str]) -> list[Group]:
+def _rerun_suite(args: list[str], registry: Registry, grant, suites: list[str], suite_root: Path) -> list[Group]:
     if not args or args[0].startswith("-"):
         raise Refusal(f"no suite given; usage: `{USAGE['rerun-suite']}`")
     suite = specs.check_suite(args[0], suites)
@@ -135,6 +135,10 @@ def _rerun_suite(args: list[str], registry: Registry, grant, suites: list[str]) 
     runner = runner or registry.runner_for_suite(suite)
     if not grant.allows("rerun-suite", runner):
         raise Refusal(f"no permission to run on runner `{runner}`")
+    if expr:  # a filter that selects nothing is refused now, not by the sweep on the runner
+        from harness.ci.suite_filter import check_selects
+
+        check_selects(suite_root / "suites" / f"{suite}.toml", suite, expr)
     return [Group(runner, suite=suite, filter=expr)]
 
 
@@ -144,8 +148,10 @@ def plan_comment(
     registry: Registry,
     perms: Permissions,
     suites: list[str] | None = None,
+    suite_root: Path | None = None,
 ) -> Plan:
-    """Every outcome is a Plan: ignored (command None), refused (with reason) or runnable."""
+    """Every outcome is a Plan: ignored (command None), refused (with reason) or runnable.
+    ``suites``: the suite names known under ``suite_root`` (default ``repo_tree``)."""
     line = specs.first_line(comment.body)
     if not line or line[0] not in SLASHES:
         return Plan(None)
@@ -169,7 +175,7 @@ def plan_comment(
         if name == "rerun-test":
             plan.groups = _rerun_test(args, repo_tree, registry, perms, grant)
         elif name == "rerun-suite":
-            plan.groups = _rerun_suite(args, registry, grant, suites or [])
+            plan.groups = _rerun_suite(args, registry, grant, suites or [], suite_root or repo_tree)
         elif args:
             raise Refusal(f"/{name} takes no arguments (got {show(' '.join(args))})")
     except Refusal as err:

@@ -79,7 +79,7 @@ def handle_event(event: dict, client: Client, root: Path, tree: Path, registry: 
     if event.get("action", "created") != "created":
         return Outcome(Plan(None))  # edits and deletions are not new commands
     comment, branch = comment_from_event(event)
-    plan = plan_comment(comment, tree, registry, perms, known_suites(root))
+    plan = plan_comment(comment, tree, registry, perms, known_suites(root), root)
     if plan.command is None:
         return Outcome(plan)
     if plan.groups:

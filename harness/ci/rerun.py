@@ -16,6 +16,7 @@ from harness.ci import specs
 from harness.ci.bot import Group, known_suites
 from harness.ci.runners import Registry
 from harness.ci.specs import Refusal, show
+from harness.ci.suite_filter import check_selects
 from harness.errors import ConfigError
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z", re.ASCII)
@@ -49,6 +50,8 @@ def rerun_argv(registry: Registry, tree: Path, root: Path, runner: str, tests_js
         if suite:
             group = Group(runner, suite=specs.check_suite(suite, known_suites(root)),
                           filter=specs.check_filter(expr) if expr else None)
+            if group.filter:  # refused here, not by the sweep once a runner has started
+                check_selects(root / "suites" / f"{group.suite}.toml", group.suite, group.filter)
             return group.argv(run_id)
         if len(tests) > MAX_TESTS:
             raise ConfigError(f"--tests: at most {MAX_TESTS} test ids (got {len(tests)})")

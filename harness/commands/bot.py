@@ -54,7 +54,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError(f"--pr must be a pull request number >= 1 (got {args.pr})")
     root, registry, perms = _setup(args)
     comment = Comment(args.comment, args.user, args.association, args.pr, args.author or args.user)
-    plan = plan_comment(comment, root, registry, perms, known_suites(root))
+    plan = plan_comment(comment, root, registry, perms, known_suites(root), root)
     if plan.command is None:
         print("not a bot command (a command is a first line starting with '/')")
         return 0

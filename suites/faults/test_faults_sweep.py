@@ -193,3 +193,45 @@ def test_sync_to_a_damaged_store_is_one_line_and_keeps_the_rows(results_root, ti
     assert cli("sync", "nostore") == 2
     assert "cannot be opened" in one_line(capsys.readouterr().err)
     assert rows_of(run) == rows and rows  # nothing produced is lost
+
+
+def test_a_grid_pytest_stopped_itself_is_not_a_ctrl_c(results_root, tiny, cli, capsys, monkeypatch):
+    """pytest's INTERRUPTED without a SIGINT (here a plugin stops it, as -x, crashed
+    workers or collection errors do): the sweep used to raise KeyboardInterrupt for it,
+    so an in-process caller (a test, under hypothesis) got an interrupt nobody typed and
+    the user was told to --resume a Ctrl-C. It is a stop with pytest's reason, exit 1."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p suites.faults.stopgrid")  # by its path from the repository root
+    assert cli("sweep", tiny, "--no-mlflow", "--run-id", "stopped", "-j", "1") == 1
+    err = " ".join(capsys.readouterr().err.split())  # the console wraps at its width
+    assert "kvbench: interrupted" not in err
+    assert "pytest stopped with exit code 2 (stopgrid: a plugin asked pytest to stop) before finishing" in err
+    assert "--resume stopped" in err
+    assert len(rows_of(results_root / "runs" / "stopped")) == 1  # the config that ran is kept
+
+
+def test_a_sigint_is_still_an_interrupt(results_root, tiny, cli, capsys):
+    """A real Ctrl-C (SIGINT to the sweep's process) still ends in 'interrupted', 130."""
+    import signal
+    import threading
+
+    timer = threading.Timer(3.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        bigger = tiny.with_name("bigger.toml")
+        bigger.write_text(tiny.read_text().replace("page_size = [1, 16]", "page_size = [1, 16]\nseed = [1, 2, 3, 4, 5, 6, 7, 8]"))
+        assert cli("sweep", bigger, "--no-mlflow", "--run-id", "ctrlc", "-j", "1") == 130
+    finally:
+        timer.cancel()
+    assert "kvbench: interrupted; finish it with kvbench sweep" in capsys.readouterr().err
+
+
+def test_workers_that_cannot_start_are_not_a_passing_sweep(results_root, tiny, cli, capsys, monkeypatch, tmp_path):
+    """A plugin the sweep's process imports but its workers cannot (PYTEST_ADDOPTS naming
+    a module on this process's path only): every worker died at start, pytest said 'no
+    tests ran' and the sweep printed 0 configs and exited 0."""
+    (tmp_path / "here_only.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p here_only")
+    assert cli("sweep", tiny, "--no-mlflow", "--run-id", "nostart", "-j", "1") == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "(no worker collected the grid) before finishing" in err and "--resume nostart" in err

@@ -31,8 +31,9 @@ TREE = {
         "    def test_window(self):\n        pass\n"
     ),
     "suites/bench/test_marked_gpu.py": "import pytest\n\npytestmark = pytest.mark.gpu\n\n\ndef test_bench():\n    pass\n",
-    "suites/smoke.toml": "",
-    "suites/nightly-gpu.toml": "",
+    # The real grids: a rerun's --filter is checked against the suite's configs.
+    "suites/smoke.toml": (REPO / "suites" / "smoke.toml").read_text(),
+    "suites/nightly-gpu.toml": (REPO / "suites" / "nightly-gpu.toml").read_text(),
 }
 
 PERMISSIONS_USERS = {"release-bot": "maintainer", "gpu-friend": "gpu-tester"}

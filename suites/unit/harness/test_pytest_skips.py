@@ -7,11 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 REASON = "needs a thing that is not installed"
 
 
-def test_one_summary_line_per_skip_reason(tmp_path):
+# In-process, and as the README runs the tests: xdist workers send the skips to the
+# controller, whose summary must fold them the same way.
+@pytest.mark.parametrize("dist", [["-p", "no:xdist"], ["-n", "2"]], ids=["no-xdist", "xdist"])
+def test_one_summary_line_per_skip_reason(tmp_path, dist):
     (tmp_path / "conftest.py").write_text(
         "import pytest\n"
         "from harness.pytest_skips import pytest_terminal_summary\n"
@@ -22,7 +27,7 @@ def test_one_summary_line_per_skip_reason(tmp_path):
             "".join(f"def test_{name}{i}(thing):\n    pass\n\n" for i in range(3)))
     (tmp_path / "test_c.py").write_text("import pytest\ndef test_c():\n    pytest.skip('another reason')\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-ra",
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *dist, "-ra",
                           "-q", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True).stdout
     lines = [line for line in out.splitlines() if line.startswith("SKIPPED")]
     # Six tests in two files: one line at the folder they share (the rootdir, ".").

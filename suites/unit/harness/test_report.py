@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from recorded_nights import C2, C3, REGRESSED, SLOWER, record
+from recorded_nights import C1, C2, C3, REGRESSED, SLOWER, record
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,8 @@ def test_page_is_self_contained(page):
     assert text.startswith("<!DOCTYPE html>")
     # Nothing to fetch: no scripts, stylesheets, images or fonts from anywhere.
     assert not re.search(r"<script|<link|<img|@import|url\(", text)
-    assert set(re.findall(r'href="([^"]+)"', text)) == {f"https://mlflow.example/#/runs/{i}" + f"{i}" * 31
+    # Links leave the page only for MLflow; the rest are the per-config views' anchors.
+    assert set(re.findall(r'href="([^"#][^"]*)"', text)) == {f"https://mlflow.example/#/runs/{i}" + f"{i}" * 31
                                                          + "?workflowType=machine_learning"
                                                          for i in (1, 2, 3)}
 
@@ -67,10 +68,17 @@ def test_timing_error_bars_come_from_the_samples(nights, cli, tmp_path):
     assert cli("report", *(n.path for n in nights), "--metric", "wall_s", "--out", tmp_path / "r.html") == 0
     text = (tmp_path / "r.html").read_text()
     assert text.count('<svg class="trend"') == 1
-    # 8 configs drawn, 3 nights each, every point with 5 samples: one bar per point;
-    # and 3 more on the moved wall_s figure's own chart.
+    # 8 configs, 3 nights each, every point with 5 samples: one bar per point of a line.
+    # Seven configs have the same samples every night: one line for them (named with
+    # the count), or six of them would hide under the seventh; SLOWER has its own.
     trend = text[text.index('id="trend-0"'):text.index("</svg>", text.index('id="trend-0"'))]
-    assert trend.count('class="err"') == 8 * 3 and text.count('class="err"') == 8 * 3 + 3
+    assert trend.count('class="err"') == 2 * 3 and trend.count("<polyline") == 2
+    assert "and 6 more with the same values" in text
+    shared = re.search(r'<li title="([^"]*)"><span class="swatch"[^>]*></span>[^<]*and 6 more', text)
+    assert shared and len(shared.group(1).split("\n")) == 7 and SLOWER not in shared.group(1)  # named on hover
+    # and 3 more on the moved wall_s figure's own chart; the per-config views draw them again
+    above = text[:text.index('<h2 id="configs">')] + text[text.index('<h2 id="moved">'):]
+    assert above.count('class="err"') == 2 * 3 + 3
     assert "wall_s (timing, lower is better)" in text
 
 
@@ -129,7 +137,7 @@ def test_report_renders_in_a_real_browser(page, tmp_path):
             chart = tab.locator("svg.trend").first
             box = chart.bounding_box()
             assert box and box["width"] > 100 and box["height"] > 100
-            assert tab.locator("svg.trend polyline").count() >= 10
+            assert tab.locator("svg.trend polyline").count() >= 5  # configs with equal figures share a line
             points = tab.locator("#trend-0 circle")
             assert points.count() >= 6 and points.first.bounding_box()["width"] > 0
             rows = tab.locator("table.moves tbody tr")
@@ -141,8 +149,38 @@ def test_report_renders_in_a_real_browser(page, tmp_path):
             heat = tab.locator("svg.heatmap").first.bounding_box()
             assert heat and heat["width"] > 0 and heat["height"] > 0
             tab.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+            # The per-config view: folded until picked in the index, then shown with its step.
+            views = tab.locator("section.cfg")
+            assert views.count() == 8 and all(not views.nth(i).is_visible() for i in range(8))
+            tab.locator("table.configs a", has_text=REGRESSED).click()
+            view = tab.locator("section.cfg:target")
+            assert view.count() == 1 and view.is_visible() and REGRESSED in view.locator("h3").inner_text()
+            assert "night-b" in view.locator("table.steps").inner_text()
+            step = view.locator("g.step line").first.bounding_box()
+            assert step and step["height"] > 50  # the step's mark spans the chart
+            assert view.locator("svg.config").first.bounding_box()["width"] > 100
+            assert sum(views.nth(i).is_visible() for i in range(8)) == 1  # the others stay folded
+            view.screenshot(path=str(tmp_path / "config.png"))
         finally:
             browser.close()
+
+
+def test_every_config_has_a_view_with_its_steps(page):
+    """asv's graph per benchmark: an index of all 8 configs, REGRESSED's step found where
+    it landed (night-b, one page more: the planted move), SLOWER's wall_s step in night-a."""
+    text = page[0].read_text()
+    index = text[text.index('<table class="configs">'):]
+    index = index[:index.index("</table>")]
+    assert index.count("<tr>") == 8 + 1 and text.count('<section class="cfg"') == 8
+    assert "2 steps" in text
+    row = next(r for r in index.split("<tr>") if f">{REGRESSED}</a>" in r)
+    assert "peak_pages_held +1 (+" in row and "in night-b" in row
+    row = next(r for r in index.split("<tr>") if f">{SLOWER}</a>" in r)
+    assert "wall_s +0.3 (+29.9%) in night-a" in row
+    # the step on its own chart, between the two runs' commits
+    view = text[text.index(f"{REGRESSED}</span>") :]
+    view = view[:view.index("</section>")]
+    assert f"<td class=\"mono\">{C1[:10]}..{C2[:10]}</td>" in view and view.count('<g class="step">') == 1
 
 
 def test_one_config_run_five_times_lies_within_the_spread_the_report_draws(results_root, cli, tmp_path):
@@ -159,8 +197,9 @@ def test_one_config_run_five_times_lies_within_the_spread_the_report_draws(resul
     samples = row["samples"]["output_tokens_per_s"]
     assert len(samples) == 5  # the warmup is not one of them
     assert cli("report", run, "--metric", "output_tokens_per_s", "--out", tmp_path / "r.html") == 0
+    text = (tmp_path / "r.html").read_text()
     bars = re.findall(r'class="err"><title>[^<]*: ([^ <]+) \.\. ([^ <]+) over the repeats</title>',
-                      (tmp_path / "r.html").read_text())
+                      text[:text.index('<h2 id="configs">')])  # the trend chart (the config's view repeats it)
     assert len(bars) == 1
     low, high = (float(b) for b in bars[0])
     for s in samples:  # the bar's ends are printed to 4 significant digits

@@ -34,6 +34,36 @@ def test_at_80_columns_every_config_keeps_its_name_and_its_labelled_figures():
     assert "│ dflash ps64 bs16 0.5.23 nowin │" in wide  # a wide terminal keeps the table
 
 
+def _sized(width: int) -> str:
+    rows = [{**r, "test_id": "model:qwen3-0.6b-" + r["test_id"],
+             "config": {"model": "qwen3-0.6b", "spec": "dflash", "block_size": 16, "page_size": ps,
+                        "input_len": 1024, "output_len": 256}} for r, ps in zip(_rows(), (1, 16, 64))]
+    buf = io.StringIO()
+    print_summary(Console(file=buf, width=width), rows, RunDir(Path("/tmp/r1")), 10.0, "MLflow: off")
+    return buf.getvalue()
+
+
+def test_a_config_with_a_model_shape_gets_its_capacity_per_gpu_at_any_width():
+    """The capacity answer (harness/capacity.py) beside the figures: requests of the config's
+    length that fit on an RTX 5090 / H100 / H200; the config keeps its name at 80 columns."""
+    from harness.capacity import capacity
+
+    want = {ps: "/".join(str(capacity({"model": "qwen3-0.6b", "spec": "dflash", "block_size": 16, "page_size": ps},
+                                      1280, gpu).requests) for gpu in ("rtx5090", "h100", "h200"))
+            for ps in (1, 16, 64)}
+    narrow = " ".join(_sized(80).split())
+    for ps in (1, 16, 64):
+        assert f"dflash ps{ps} model=qwen3-0.6b bs16 0.5.23 nowin: as_expected; steps 1234" in narrow
+        assert f"violations K8:3; requests fit 5090/H100/H200 {want[ps]}" in narrow
+    assert max(len(line) for line in _sized(80).splitlines()) <= 80
+    wide = _sized(160)
+    assert "requests fit" in wide and all(f" {want[ps]} │\n" in wide for ps in (1, 16, 64))
+    assert max(len(line) for line in wide.splitlines()) <= 160
+    # 120 columns cannot hold the table and the capacity: labelled lines, nothing cropped
+    assert f"requests fit 5090/H100/H200 {want[64]}" in " ".join(_sized(120).split())
+    assert "requests fit" not in _printed(160)  # model none sizes no pool: no column of dashes
+
+
 def test_the_summary_ends_with_what_to_do_next():
     last = _printed(160).strip().splitlines()[-1]
     assert last == "next: kvbench ui (browse the runs) · kvbench compare r1 · kvbench report r1 --out report.html"
