@@ -30,6 +30,7 @@ def run_result(engine, reqs: list[Request], verdict: str, wall: float) -> RunRes
     engine.stats.retractions = engine.sched.retractions
     engine.stats.swa_retractions = engine.sched.swa_retractions
     engine.stats.row_overflow_slots = engine.manager.row_overflow_slots
+    engine.stats.row_overwritten_slots = engine.manager.row_overwritten_slots
     counts = dict(engine.auditor.counts)
     total = sum(counts.values())
     if verdict == "ok" and total:

@@ -33,6 +33,7 @@ class Stats:
     retractions: int = 0
     swa_retractions: int = 0
     row_overflow_slots: int = 0
+    row_overwritten_slots: int = 0
     peak_swa_pages_held: int = 0
     peak_stranded_by: dict[str, int] = field(default_factory=lambda: {k: 0 for k in WRITER_KINDS})
     releases: int = 0
@@ -117,6 +118,7 @@ class Stats:
             "retractions": self.retractions,
             "swa_retractions": self.swa_retractions,
             "row_overflow_slots": self.row_overflow_slots,
+            "row_overwritten_slots": self.row_overwritten_slots,
             "releases": self.releases,
             "pd_arrivals": self.pd_arrivals,
             "peak_compact_draft_len": self.peak_compact_draft_len,
