@@ -245,6 +245,9 @@ class Scheduler:
             if self.manager.prepare_fits(states, self.step_reserve):
                 if first:
                     self.ratio = self.rules.decay_step(self.ratio)
+                else:  # retract_decode re-sorted the batch it kept
+                    batch = self._resort(batch)
+                    states = [r.kv for r in batch]
                 self._evict_window(batch, lag)
                 if not self.manager.prepare(states, self.step_reserve, after_fits=True):
                     # The eviction only frees: SGLang's alloc after a passed check is fail-loud too.
@@ -282,6 +285,17 @@ class Scheduler:
                 r = batch[i]
                 if r.decode_batches:
                     mgr.evict_swa(r.kv, int(pre[i]))
+
+    def _resort(self, batch: list[Request]) -> list[Request]:
+        """The kept batch in the retraction rule's order (Retraction.kept_order), in running
+        too, so later steps decode in it and new requests join at its end (SGLang's merge).
+        A request still prefilling is not in SGLang's running batch: it keeps its place."""
+        order = self.rules.kept_order(batch)
+        if order == batch:
+            return batch
+        kept, it = set(map(id, batch)), iter(order)
+        self.running = [next(it) if id(r) in kept else r for r in self.running]
+        return order
 
     def _retract_for(self, batch: list[Request]) -> bool:
         """Retract the retraction rule's victim; it leaves the batch being reserved too.
