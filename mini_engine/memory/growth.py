@@ -50,7 +50,7 @@ class Growth:
         reserve = check_positive("reserve", reserve)
         if not states:
             return True
-        ps, width = self.ps, self.mem.row_width
+        ps = self.ps
         aligned = self.step_aligned if algo is None else self.rules.aligns(algo)
         planned, self._fits_plan = self._fits_plan, None
         if after_fits and planned is not None and planned[0] is states and planned[1:3] == (reserve, aligned):
