@@ -16,8 +16,8 @@ Every record of a trace (DESIGN.md section 5) is re-run on the production object
   reserve itself is checked against get_alloc_reserve_per_decode (SGLang's formula, fed
   the trace header's spec options) when the header names them. A reservation kvbench
   cut at the row's end (the header's row_width) where SGLang's nxt runs past it is
-  the row overflow of SGLang issue 33579 (K4): SGLang writes past the row there, which
-  kvbench cannot replay, so it is counted as a row overflow, not a divergence, and the
+  the row overflow of SGLang issue 33579 (K4): SGLang writes past the row there (as the
+  sglang-* profiles do; a cutting profile does not), so it is counted as a row overflow, not a divergence, and the
   replay goes on from kvbench's cut extent.
 * swa_prealloc: the PD decode side's SWA tail, SGLang 0.5.23's _swa_tail_len rule,
   reproduced (its module needs the whole disaggregation stack to import).

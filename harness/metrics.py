@@ -174,7 +174,10 @@ _DECLARED = [
     # the accounting profiles' figures (issue 9): SWA pages, writer kinds, row overflows
     _m("peak_swa_pages_held", "counter", "pages", "swa", "most SWA-pool pages held by requests at once"),
     _m("swa_retractions", "counter", "requests", "swa", "retractions forced by the SWA pool"),
-    _m("row_overflow_slots", "counter", "slots", "memory", "slots of reservations that ran past the req_to_token row (K4)"),
+    _m("row_overflow_slots", "counter", "slots", "memory",
+       "distinct positions past the req_to_token row that reservations reached (K4), each once"),
+    _m("row_overwritten_slots", "counter", "slots", "memory",
+       "positions of another req_to_token row written by a reservation past its own row (issue 33579)"),
     *(_m(f"peak_stranded_slots_{w}", "counter", "slots", "memory", f"most slots stranded by {w} writes at once")
       for w in WRITERS),
     # overlap scheduling (mini_engine/overlap.py): the decode reservation against the true committed lengths

@@ -33,7 +33,8 @@ class DecodeBatch:
         self.auditor = auditor
         self.step_reserve = step_reserve
         self.page_size = page_size
-        self.row_width = manager.mem.row_width
+        # Where a reservation is cut (None: written past the row, memory.overflow).
+        self.row_width = None if manager.rules.row_overflow else manager.mem.row_width
         self.arrays: BatchArrays | None = None  # created at the first decode step
         self.reqs: list = []  # the requests of the arrays, in their order
         self.outs: list = []  # and their outputs lists (a request keeps its list for life)

@@ -62,6 +62,9 @@ class DecodeStep:
         # for their frees on a short pool); 0.5.18 plans every running request (overlap_plan).
         self.skip_finishing = cfg.rules.overlap_plan == "skip-finishing"
         self.inflight: InFlight | None = None
+        # By row: tokens committed before their output landed (_commit_in_flight), which
+        # SGLang's SWA eviction does not count yet (its pre_len is seqlen - 1, output_ids lag).
+        self._lag = np.zeros(manager.mem.max_reqs, dtype=np.int64) if self.overlap and self.commit_at_alloc else None
         # The in-flight step's (releases when it ran, its rows, its result lengths).
         self._launch: tuple = (-1, None, None)
 
@@ -78,7 +81,7 @@ class DecodeStep:
             self._commit_in_flight()
         before = self.manager.rows.allocated.copy()  # every row's extent before the reservation
         # SGLang's order: check and retract on the pools as they are, then evict, then allocate.
-        got = self.sched.reserve_decode(batch, wait=bool(finishing))
+        got = self.sched.reserve_decode(batch, wait=bool(finishing), lag=self._lag_now())
         if not got:
             landed = self.land()  # waiting on the frees of the result in flight: no decode batch
             if got is None and not landed:
@@ -215,6 +218,14 @@ class DecodeStep:
         self.manager.commit_batch(reqs, n, rows)
         self.batch.commit(reqs, n, in_order=False)
         inflight.committed = True
+        self._lag[:] = 0
+        self._lag[rows] = n
+
+    def _lag_now(self) -> np.ndarray | None:
+        """The rows' committed tokens whose outputs are still in flight (None: none lag)."""
+        if self._lag is None or self.inflight is None or not self.inflight.committed:
+            return None
+        return self._lag
 
     def land(self) -> bool:
         """Process the in-flight decode result, if any (overlap). True when one landed."""

@@ -33,6 +33,11 @@ Knobs, with SGLang 0.5.23's values first:
   row_headroom           "sglang": 4 + num_draft_tokens beyond the context, raised
                          to reserve + ps - 1 only when ps > 1; "generous": always
                          room for the reservation plus the page round-up.
+  row_overflow           whether a reservation past the row's end (row_headroom
+                         "sglang" at ps 1) is allocated whole and written on into
+                         the next row, leaking past-the-row slots at release, as
+                         SGLang's is (issue 33579, mini_engine.memory.overflow);
+                         false: cut at the row's end. K4 reports it either way.
   retraction             "sglang": fewest output tokens first, then the longest
                          prompt, with SGLang's new-token ratio constants; "newest":
                          the newest request (mini_engine.retraction).
@@ -97,6 +102,7 @@ class Profile:
     swa_ratio: float = 0.8
     pd_radix: bool = False
     row_headroom: str = "sglang"
+    row_overflow: bool = True
     retraction: str = "sglang"
     overlap: bool = True
     overlap_plan: str = "skip-finishing"
@@ -121,6 +127,8 @@ class Profile:
         if not isinstance(self.overlap, bool):
             raise ConfigError(f"overlap must be on or off (got {self.overlap!r})")
         check_choice("overlap_plan", self.overlap_plan, OVERLAP_PLANS)
+        if not isinstance(self.row_overflow, bool):
+            raise ConfigError(f"row_overflow must be true or false (got {self.row_overflow!r})")
         if not isinstance(self.pd_radix, bool):
             raise ConfigError(f"pd_radix must be true or false (got {self.pd_radix!r})")
         r = self.swa_ratio
@@ -141,7 +149,8 @@ class Profile:
         """The knobs the memory layer reads, as plain values (it never sees the profile)."""
         return MemoryRules(align=frozenset(self.aligned_writers()), all_aligned=self.all_aligned, free=self.free,
                            swa_eviction_interval=self.swa_eviction_interval,
-                           prefix_cache=self.prefix_cache, pd_radix=self.pd_radix, header=self.knobs())
+                           prefix_cache=self.prefix_cache, pd_radix=self.pd_radix,
+                           row_overflow=self.row_overflow, header=self.knobs())
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as plain JSON values (the trace header, a result row)."""
@@ -151,7 +160,7 @@ class Profile:
 
 
 _SGLANG = dict(free="segment", swa_eviction_interval=128, prefix_cache="radix", swa_ratio=0.8,
-               pd_radix=False, row_headroom="sglang", retraction="sglang", overlap=True)
+               pd_radix=False, row_headroom="sglang", row_overflow=True, retraction="sglang", overlap=True)
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("sglang-0.5.23", align=frozenset({"eagle", "dflash"}), **_SGLANG,
@@ -159,10 +168,11 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("sglang-pre-35265", align=frozenset({"eagle"}), **{**_SGLANG, "overlap_plan": "every-running", "free": "unique-row"},
             about="SGLang 0.5.18, the last release before PR 35265: the DFLASH reservation is unaligned "
                   "(EAGLE stays aligned), every running request is planned under overlap"),
-    Profile("host-aligned", align=frozenset(), align_all=True, **{**_SGLANG, "free": "floor", "row_headroom": "generous", "overlap": False},
+    Profile("host-aligned", align=frozenset(), align_all=True, **{**_SGLANG, "free": "floor", "row_headroom": "generous", "row_overflow": False,
+                                                              "overlap": False},
             fixed=("align", "free"),
             about="tracking issue 35223's target: every writer page-ceiled, whole-page host free"),
-    Profile("floor-free", align=frozenset({"eagle"}), **{**_SGLANG, "free": "floor", "overlap": False},
+    Profile("floor-free", align=frozenset({"eagle"}), **{**_SGLANG, "free": "floor", "row_overflow": False, "overlap": False},
             fixed=("free",),
             what_if=True,
             about="what-if: pre-35265 writers with a floor host free; the only profile that leaks"),

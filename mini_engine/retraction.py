@@ -44,6 +44,15 @@ class Retraction:
             return min(reversed(batch), key=lambda r: (len(r.outputs), -len(r.prompt)))
         return running[-1]
 
+    def kept_order(self, kept: list[Request]) -> list[Request]:
+        """The decode batch's order after a retraction. SGLang's retract_decode ends with
+        filter_batch(keep_indices=sorted_indices): the requests it keeps, in its retraction
+        order (most outputs first, then the shortest prompt; a stable sort of the reversed
+        key, so full ties keep their batch order). "newest" keeps admission order."""
+        if self.rule != "sglang":
+            return kept
+        return sorted(kept, key=lambda r: (len(r.outputs), -len(r.prompt)), reverse=True)
+
     def ratio_after(self, ratio: float, staying: list[Request]) -> float:
         """The new-token ratio after a retraction, given the requests still decoding."""
         if self.rule == "sglang":

@@ -31,6 +31,7 @@ def run_result(engine, reqs: list[Request], verdict: str, wall: float) -> RunRes
     engine.stats.swa_retractions = engine.sched.swa_retractions
     engine.stats.row_overflow_slots = engine.manager.row_overflow_slots
     engine.stats.release_syncs = engine.manager.release_syncs
+    engine.stats.row_overwritten_slots = engine.manager.row_overwritten_slots
     counts = dict(engine.auditor.counts)
     total = sum(counts.values())
     if verdict == "ok" and total:

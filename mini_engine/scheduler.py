@@ -221,7 +221,8 @@ class Scheduler:
     def decode_batch(self) -> list[Request]:
         return [r for r in self.running if not r.prefilling]
 
-    def reserve_decode(self, batch: list[Request], *, wait: bool = False) -> list[Request] | None:
+    def reserve_decode(self, batch: list[Request], *, wait: bool = False,
+                       lag: np.ndarray | None = None) -> list[Request] | None:
         """Reserve the slots of one decode step, retracting the rule's victim on shortage.
 
         In SGLang's order (Scheduler.update_running_batch): whether the step fits is
@@ -235,7 +236,8 @@ class Scheduler:
         a lone request cannot get them: the pool is exhausted. wait (overlap: a
         result in flight will finish requests): on a shortage reserve (and evict)
         nothing and return [] instead of retracting; those requests' frees come first
-        (update_running_batch returns None: no decode step).
+        (update_running_batch returns None: no decode step). lag: by row, the committed
+        tokens whose output has not landed yet (the SWA eviction's pre_len, _evict_window).
         """
         first = True
         while batch:
@@ -243,7 +245,10 @@ class Scheduler:
             if self.manager.prepare_fits(states, self.step_reserve):
                 if first:
                     self.ratio = self.rules.decay_step(self.ratio)
-                self._evict_window(batch)
+                else:  # retract_decode re-sorted the batch it kept
+                    batch = self._resort(batch)
+                    states = [r.kv for r in batch]
+                self._evict_window(batch, lag)
                 if not self.manager.prepare(states, self.step_reserve, after_fits=True):
                     # The eviction only frees: SGLang's alloc after a passed check is fail-loud too.
                     raise RuntimeError("decode reservation refused after its capacity check passed")
@@ -259,23 +264,38 @@ class Scheduler:
             self.swa_retractions += swa_short
         return batch
 
-    def _evict_window(self, batch: list[Request]) -> None:
+    def _evict_window(self, batch: list[Request], lag: np.ndarray | None = None) -> None:
         """SGLang's maybe_evict_swa in prepare_for_decode, after update_running_batch's
         retraction and before the allocation: one free group, and only from a request's
-        second decode batch on (decode_batch_idx >= 1: the first may overlap its prefill)."""
+        second decode batch on (decode_batch_idx >= 1: the first may overlap its prefill).
+
+        Its pre_len is req.seqlen - 1, prompt plus output_ids less one: the committed
+        length, less the tokens committed but not yet in output_ids (lag: plain decode
+        under overlap, whose in-flight token alloc_for_decode committed; DecodeStep)."""
         mgr = self.manager
         if mgr.swa is None:
             return
         # The interval rule over the batch in one pass; evict_swa decides the rest, for those only.
         rows = np.fromiter((r.kv.row for r in batch), dtype=np.int64, count=len(batch))
         kv = mgr.rows
-        due = swa_evict_due(kv.committed[rows], kv.swa_evicted[rows], mgr.mem.window,
-                            mgr.rules.swa_eviction_interval)
+        pre = kv.committed[rows] if lag is None else kv.committed[rows] - lag[rows]
+        due = swa_evict_due(pre, kv.swa_evicted[rows], mgr.mem.window, mgr.rules.swa_eviction_interval)
         with mgr.free_group():
             for i in np.flatnonzero(due).tolist():
                 r = batch[i]
                 if r.decode_batches:
-                    mgr.evict_swa(r.kv, r.kv.committed)
+                    mgr.evict_swa(r.kv, int(pre[i]))
+
+    def _resort(self, batch: list[Request]) -> list[Request]:
+        """The kept batch in the retraction rule's order (Retraction.kept_order), in running
+        too, so later steps decode in it and new requests join at its end (SGLang's merge).
+        A request still prefilling is not in SGLang's running batch: it keeps its place."""
+        order = self.rules.kept_order(batch)
+        if order == batch:
+            return batch
+        kept, it = set(map(id, batch)), iter(order)
+        self.running = [next(it) if id(r) in kept else r for r in self.running]
+        return order
 
     def _retract_for(self, batch: list[Request]) -> bool:
         """Retract the retraction rule's victim; it leaves the batch being reserved too.

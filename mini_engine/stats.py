@@ -34,6 +34,7 @@ class Stats:
     swa_retractions: int = 0
     row_overflow_slots: int = 0
     release_syncs: int = 0  # set at the end of a run from the pools (KVManager.release_syncs)
+    row_overwritten_slots: int = 0
     peak_swa_pages_held: int = 0
     peak_stranded_by: dict[str, int] = field(default_factory=lambda: {k: 0 for k in WRITER_KINDS})
     releases: int = 0
@@ -119,6 +120,7 @@ class Stats:
             "retractions": self.retractions,
             "swa_retractions": self.swa_retractions,
             "row_overflow_slots": self.row_overflow_slots,
+            "row_overwritten_slots": self.row_overwritten_slots,
             "releases": self.releases,
             "pd_arrivals": self.pd_arrivals,
             "peak_compact_draft_len": self.peak_compact_draft_len,

@@ -162,6 +162,7 @@ def print_summary(row: dict[str, Any]) -> None:
          " / ".join(str(m.get(f"peak_stranded_slots_{k}", "-")) for k in ("prefill", "decode", "spec", "pd"))),
         ("peak SWA pages held", m.get("peak_swa_pages_held")),
         ("row overflow slots (K4)", m.get("row_overflow_slots")),
+        ("another row's positions overwritten", m.get("row_overwritten_slots")),
         ("peak running requests", m.get("peak_running")),
         ("retractions (SWA-driven)", f"{m.get('retractions', '-')} ({m.get('swa_retractions', '-')})"),
         ("RSS peak MiB", _num(m["rss_peak_bytes"] / 2**20, 1) if "rss_peak_bytes" in m else "-"),

@@ -51,16 +51,18 @@ class BatchArrays:
         for name in FIELDS:
             setattr(self, name, np.concatenate([getattr(self, name), getattr(other, name)]))
 
-    def plan_extents(self, reserve: int, page_size: int, aligned: bool, row_width: int) -> np.ndarray:
+    def plan_extents(self, reserve: int, page_size: int, aligned: bool, row_width: int | None) -> np.ndarray:
         """The extents the reservation of one decode step gives each request of the batch.
 
         The rule of sizing.plan_extent over the batch's own arrays: committed +
         reserve, rounded up to a page under the aligned policy, never below the
         current extent; a row too short for it is clamped to its width (K4 reports
-        that). Computed here, not read from the manager, so K10 compares the
+        that), unless row_width is None: the profile writes past the row, as SGLang
+        does (mini_engine.memory.overflow). Computed here, not read from the manager, so K10 compares the
         batch's plan with the extents the manager recorded.
         """
-        return np.minimum(next_extents(self.allocated, self.committed, reserve, page_size, aligned), row_width)
+        nxt = next_extents(self.allocated, self.committed, reserve, page_size, aligned)
+        return nxt if row_width is None else np.minimum(nxt, row_width)
 
     def set_allocated(self, extents: np.ndarray) -> None:
         """Record the planned extents (batch order)."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from mini_engine.errors import ConfigError, check_positive
-from mini_engine.memory.invariants import Violation
 from mini_engine.memory.kv_state import WRITER_CODE, WRITER_KINDS, ReqKVState, state_rows
+from mini_engine.memory.overflow import RowOverflow
 from mini_engine.memory.sizing import next_extents
 from mini_engine.memory.tables import KVTables
 
@@ -29,6 +29,7 @@ class Growth:
         # Whether a decode step's reservation page-ceils (the algorithm's writer, or plain decode's).
         self.step_aligned = self.rules.aligns(t.mem.algo or "decode")
         self._fits_plan: tuple | None = None  # prepare_fits's gathered rows and planned extents, for prepare
+        self.overflow = RowOverflow(t)  # reservations past the row's end (K4, issue 33579)
 
     def extend(self, state: ReqKVState, new_len: int) -> bool:
         """Cover positions < new_len (a prefill chunk or a plain decode token)."""
@@ -49,7 +50,7 @@ class Growth:
         reserve = check_positive("reserve", reserve)
         if not states:
             return True
-        ps, width = self.ps, self.mem.row_width
+        ps = self.ps
         aligned = self.step_aligned if algo is None else self.rules.aligns(algo)
         planned, self._fits_plan = self._fits_plan, None
         if after_fits and planned is not None and planned[0] is states and planned[1:3] == (reserve, aligned):
@@ -60,19 +61,12 @@ class Growth:
             com = self.rows.committed[rows]
             nxt = next_extents(cur, com, reserve, ps, aligned)
         # K4: the row must have headroom for the reservation, plus the page round-up
-        # when the reservation page-ceils.
-        # short = (width - com < reserve + pad) | (nxt > width); nxt > width needs cur > width or
-        # com > width - reserve - pad, so two reductions tell whether any row is short.
+        # when the reservation page-ceils. A short row's reservation is written past the
+        # row or cut at its end, by the profile's rule (mini_engine.memory.overflow).
         pad = ps - 1 if aligned else 0
-        cut = int(com.max()) > width - reserve - pad or int(nxt.max()) > width
+        cut = self.overflow.any_short(com, nxt, reserve, pad)
         if cut:
-            short = (width - com < reserve + pad) | (nxt > width)
-            self.t.row_overflow_slots += int(np.maximum(nxt - width, 0).sum())
-            for i in np.flatnonzero(short):
-                self.report(Violation("K4", states[i].rid, self.t.step, {
-                    "committed": int(com[i]), "reserve": reserve, "nxt": int(nxt[i]),
-                    "row_width": width, "page_size": ps}))
-            nxt = np.minimum(nxt, width)
+            nxt, short = self.overflow.plan(states, rows, com, nxt, reserve, pad)
         if self.trace is not None:
             self.trace.write({
                 "op": "prepare", "algo": algo or self.mem.algo or "none",
@@ -103,7 +97,7 @@ class Growth:
         com = self.rows.committed[rows]
         nxt = next_extents(cur, com, reserve, self.ps, self.step_aligned)
         self._fits_plan = (states, reserve, self.step_aligned, rows, cur, com, nxt)  # for prepare(after_fits=True)
-        return self._fits(states, cur, np.maximum(np.minimum(nxt, self.mem.row_width), cur))
+        return self._fits(states, cur, np.maximum(self.overflow.fits_target(nxt), cur))
 
     def extend_fits(self, states: list[ReqKVState], new_lens: list[int]) -> bool:
         """Whether extend_batch(states, new_lens) would get its pages, allocating nothing."""
@@ -151,7 +145,6 @@ class Growth:
         delta = targets - cur
         if not delta.any():
             return True  # SGLang makes no call when nothing is needed
-        host = self.req_to_token.host
         ps = self.ps
         # whole: every old and new extent is on a page boundary (the aligned writers' common
         # step), so no page is continued and no tail is stranded, one test for the batch.
@@ -165,7 +158,8 @@ class Growth:
             mid = bool(cur_mod.any())
         if mid or self.trace is not None or self.swa is not None:
             # The slot of position cur - 1 (one flat gather: cheaper than 2-D fancy indexing).
-            last = np.where(cur > 0, host.reshape(-1)[rows * host.shape[1] + np.maximum(cur - 1, 0)], -1)
+            # Through the flat table: an extent past the row reads the next row, as SGLang's does.
+            last = np.where(cur > 0, self.req_to_token.read_flat(rows, np.maximum(cur - 1, 0)), -1)
         else:  # every extent ends on a page boundary: no page is continued, last_loc is never read
             last = None
         # From page boundaries, the new pages are ceil((target - cur) / ps).
@@ -185,17 +179,21 @@ class Growth:
         got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True, npages=npages,
                                         whole=whole and ps > 1)
         page_rows = np.repeat(rows, got.pages_per_req)  # the row of each new page
-        if got.page_starts is not None:  # whole pages: a row's slots are written page by page
+        past = int(targets.max()) > self.mem.row_width  # a reservation written past its row
+        if got.page_starts is not None and not past:  # whole pages: a row's slots are written page by page
             self.req_to_token.write_pages(page_rows, got.page_starts, got.slots, self.ps)
         else:
-            self.req_to_token.write_flat(np.repeat(rows, got.lens), got.positions, got.slots)
+            slot_rows = np.repeat(rows, got.lens)
+            self.req_to_token.write_flat(slot_rows, got.positions, got.slots)
+            if past:
+                self.overflow.written(slot_rows, got.positions)
         self.ledger.take("full", page_rows, got.pages)
         if self.swa is not None:
             # Continue the SWA copy of the last page only where growth continues the row.
             swa_last = np.where((swa_prefix == cur) & (cur > 0), self.swa.translate(np.maximum(last, 0)), -1)
             sg = self.swa.allocator.traced_allocate(swa_prefix, swa_target, swa_last, trusted=True,
                                                     decode=decode and bool((swa_target - swa_prefix == 1).all()))
-            self.swa.set_map(host[np.repeat(rows, sg.lens), sg.positions], sg.slots)
+            self.swa.set_map(self.req_to_token.read_flat(np.repeat(rows, sg.lens), sg.positions), sg.slots)
             self.ledger.take("swa", np.repeat(rows, sg.pages_per_req), sg.pages)
         self._set_extents(rows, targets, delta, cur_mod, new_mod, writer, aligned)
         return True

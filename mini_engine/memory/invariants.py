@@ -226,7 +226,9 @@ def check_k7(m: KVManager, step: int) -> list[Violation]:
     out, ps, host, owner = [], m.ps, m.req_to_token.host, m.ledger.owner["swa"]
     for s in m.states.values():
         row = host[s.row]
-        cur, ext = s.swa_evicted, s.allocated
+        # The row's own positions: an extent written past the row (memory.overflow) maps
+        # the rest in the next row's positions, which that row's own check reads.
+        cur, ext = s.swa_evicted, min(s.allocated, m.mem.row_width)
         below = m.swa.map_host[row[:min(cur, ext)]]
         above = m.swa.map_host[row[cur:ext]] if ext > cur else np.empty(0, dtype=np.int64)
         pos = np.arange(cur, max(cur, ext))

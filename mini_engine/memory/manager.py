@@ -71,8 +71,13 @@ class KVManager:
 
     @property
     def row_overflow_slots(self) -> int:
-        """Reservations cut at the row's end (K4), summed."""
+        """Distinct positions past a row that reservations reached (K4; memory.overflow)."""
         return self.tables.row_overflow_slots
+
+    @property
+    def row_overwritten_slots(self) -> int:
+        """Positions of another req_to_token row that writes past a row hit (issue 33579)."""
+        return self.tables.row_overwritten_slots
 
     @property
     def aligned(self) -> bool:

@@ -50,7 +50,7 @@ class Release:
         t.sum_committed -= state.committed
         if state.writer:
             self.stranded_by_writer[state.writer] -= -(-extent // ps) * ps - extent
-        self.reserve_base[row] = self.reserve_of[row] = 0
+        self.reserve_base[row] = self.reserve_of[row] = t.asked_end[row] = 0
         self.req_to_token.free(row, extent)
         del self.states[row]
         t.seen.forget(row)

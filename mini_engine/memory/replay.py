@@ -260,12 +260,15 @@ def replay(path: str | os.PathLike) -> ReplayReport:
         if len(report.all_divergences) < 100:
             report.all_divergences.append(d)
 
+    # Where the engine cut a reservation: the row's end, unless its profile wrote past the
+    # row as SGLang does (row_overflow; a trace from before the knob was cut).
+    cut_at = None if (head.get("profile") or {}).get("row_overflow", False) is True else head.get("row_width")
     for lineno, rec in records:
         report.calls += 1
         n, op = report.calls, rec["op"]
         if op in ("prepare", "swa_prealloc"):
             _check_plan(rec, ps, pd_radix, lambda f, e, g: diverge(n, lineno, op, f, e, g), path, lineno,
-                        head.get("row_width"))
+                        cut_at)
             continue
         alloc = pools[rec.get("pool", "full")]
         t0 = time.perf_counter()

@@ -1,6 +1,8 @@
 """ReqToTokenPool: one row per request mapping position -> KV slot.
 
-A host numpy array, the truth the scheduler plans with. A device copy belongs to
+A host numpy array, the truth the scheduler plans with. Like SGLang's req_to_token it
+is one flat array: a write past a row's end lands in the next row's first positions
+(SGLang issue 33579, mini_engine.memory.overflow). A device copy belongs to
 whoever reads one (the model backend's mirror); it follows `changes`, so planning
 writes no device tensor and costs no sync.
 """
@@ -20,8 +22,14 @@ class ReqToTokenPool:
         self.host = np.zeros((size, width), dtype=np.int64)
         self._within: dict[int, np.ndarray] = {}  # offsets within a page, by page size
         self.changes = ChangeLog()  # flat indices of host written since the mirror last synced
-        # A stack, so the first row handed out is 0 and the order is deterministic.
-        self._free_rows = list(range(size - 1, -1, -1))
+        # SGLang's table has size + 1 rows, row 0 a padding row for CUDA-graph batches;
+        # kvbench's row r is its row r + 1. Its free list starts [1..size] and hands
+        # out from the tail, so the first request sits in the last row, whose overflow
+        # runs past the tensor's end instead of into a next row. Same stack here.
+        self._free_rows = list(range(size))
+        # Writes past the table's end (the last row's overflow), by flat index: memory
+        # no row owns, kept apart so they overwrite nothing (SGLang's land past its tensor).
+        self.past_end: dict[int, int] = {}
 
     @property
     def num_free_rows(self) -> int:
@@ -57,9 +65,26 @@ class ReqToTokenPool:
         self.changes.add(flat)
 
     def write_flat(self, rows: np.ndarray, positions: np.ndarray, slots: np.ndarray) -> None:
-        """Batched write: host[rows[i], positions[i]] = slots[i]."""
+        """Batched write: host[rows[i], positions[i]] = slots[i]; a position past the row
+        lands in the flat array's next row (or past the table's end), as SGLang's does."""
         if len(slots) == 0:
             return
         flat = rows * self.width + positions
+        end = self.host.size
+        if len(flat) and int(flat.max()) >= end:
+            out = flat >= end
+            self.past_end.update(zip(flat[out].tolist(), np.asarray(slots)[out].tolist()))
+            flat, slots = flat[~out], np.asarray(slots)[~out]
         self.host.reshape(-1)[flat] = slots  # a view: one flat scatter is much cheaper than 2-D fancy indexing
         self.changes.add(flat)
+
+    def read_flat(self, rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """host[rows[i], positions[i]] read through the flat array (write_flat's inverse)."""
+        flat = rows * self.width + positions
+        end = self.host.size
+        if not len(flat) or int(flat.max()) < end:
+            return self.host.reshape(-1)[flat]
+        out = self.host.reshape(-1)[np.minimum(flat, end - 1)]
+        for i in np.flatnonzero(flat >= end).tolist():
+            out[i] = self.past_end.get(int(flat[i]), 0)
+        return out

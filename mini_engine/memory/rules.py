@@ -31,6 +31,9 @@ class MemoryRules:
     swa_eviction_interval: int = 128  # a decode step evicts once committed - window >= cursor + this
     prefix_cache: str = "radix"  # the SWA eviction threshold: radix | chunk
     pd_radix: bool = False  # the decode side's radix cache (the PD tail rule)
+    # A reservation past the row's end is allocated whole and written on into the next
+    # row, as SGLang's is (issue 33579; mini_engine.memory.overflow); False: cut at the end.
+    row_overflow: bool = True
     # The whole profile's knobs for the trace header (None: these rules'), so a trace
     # replays on its own terms; not a rule the memory layer reads.
     header: dict[str, Any] | None = field(default=None, compare=False, repr=False)
@@ -64,4 +67,4 @@ class MemoryRules:
             return dict(self.header)
         return {"align": sorted(self.align), "all_aligned": self.all_aligned, "free": self.free,
                 "swa_eviction_interval": self.swa_eviction_interval,
-                "prefix_cache": self.prefix_cache, "pd_radix": self.pd_radix}
+                "prefix_cache": self.prefix_cache, "pd_radix": self.pd_radix, "row_overflow": self.row_overflow}

@@ -45,7 +45,11 @@ class KVTables:
         # Stranded slots (ceil_ps(extent) - extent) of live requests, by who wrote the extent.
         self.stranded_by_writer = {k: 0 for k in WRITER_KINDS}
         self.short_pool: str | None = None  # the pool that refused the last failed allocation
-        self.row_overflow_slots = 0  # reservations cut at the row's end (K4), summed
+        # Row overflow (mini_engine.memory.overflow): distinct positions past a row that
+        # reservations reached, and positions of another row the writes past a row hit.
+        self.row_overflow_slots = 0
+        self.row_overwritten_slots = 0
+        self.asked_end = np.zeros(mem.max_reqs, dtype=np.int64)  # by row: furthest end asked
         # Each row's last reservation (committed at the prepare, reserve; 0 = none or clamped),
         # so K4 can be re-checked after the fact; by row, so a batch records it in one write.
         self.reserve_base = np.zeros(mem.max_reqs, dtype=np.int64)

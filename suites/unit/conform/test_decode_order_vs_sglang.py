@@ -137,6 +137,8 @@ CASES = [  # (config, prompts, max_new, steps before the decode step compared); 
      [12, 25, 18], 16, 14),  # ps 4, the radix threshold
     (dict(page_size=4, pool_tokens=96, swa_ratio=0.75, window=4, swa_eviction_interval=1),
      [20, 20, 20], 16, 14),  # ps 4, full ties
+    (dict(page_size=1, pool_tokens=96, swa_ratio=0.5, window=8, swa_eviction_interval=4, prefix_cache="chunk"),
+     [25, 12, 18], 16, 16),  # the kept batch re-sorted: prompt 12 before 25 (retract_decode's filter_batch)
 ]
 
 
@@ -160,3 +162,16 @@ def test_decode_step_calls_equal_sglangs(sglang_step, knobs, prompts, max_new, s
     update_running_batch(scheduler, batch)
     assert calls == mine
     assert calls[0][0] == "release" and calls[-1][0] == "alloc"  # the case does retract
+
+
+def test_the_kept_batch_is_re_sorted_as_sglangs(sglang_step):
+    """Prompts 25, 12, 18 after 16 steps: outputs 15, 15, 13. SGLang retracts the fewest
+    outputs (request 2) and keeps [0, 1] in its sort order, most outputs then the shortest
+    prompt first: request 1 (prompt 12) before request 0 (prompt 25)."""
+    knobs, prompts, max_new, steps = CASES[-1]
+    cfg = EngineConfig(layer_pattern="1:1", max_context=128, overlap="off", **knobs)
+    eng, reqs = _engine(cfg, prompts, max_new, steps)
+    assert [len(r.outputs) for r in reqs] == [15, 15, 13]
+    calls = _kvbench_calls(eng)
+    assert calls[0] == ("release", 2) and calls[-1] == ("alloc", (1, 0))
+    assert [r.rid for r in eng.sched.decode_batch()] == [1, 0]  # the next steps keep that order

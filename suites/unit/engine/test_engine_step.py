@@ -48,9 +48,9 @@ def test_a_decode_batch_retracted_whole_is_stalled_and_the_step_counts(monkeypat
     engine = Engine(EngineConfig(pool_tokens=4096))
     engine.submit([Request(rid=0, prompt=[1, 2, 3], max_new_tokens=4)])
     assert engine.tick() is StepOutcome.RAN  # the prefill
-    monkeypatch.setattr(engine.sched, "reserve_decode", lambda batch, wait=False: [])
+    monkeypatch.setattr(engine.sched, "reserve_decode", lambda batch, wait=False, lag=None: [])
     assert engine.tick() is StepOutcome.STALLED and engine.step_no == 2 and engine.stats.steps == 2
-    monkeypatch.setattr(engine.sched, "reserve_decode", lambda batch, wait=False: None)
+    monkeypatch.setattr(engine.sched, "reserve_decode", lambda batch, wait=False, lag=None: None)
     assert engine.tick() is StepOutcome.EXHAUSTED and engine.step_no == 2  # an exhausted step is not counted
 
 
@@ -58,6 +58,6 @@ def test_run_gives_up_on_a_run_that_only_stalls(monkeypatch):
     engine = Engine(EngineConfig(pool_tokens=4096, max_running=2))
     engine.submit([Request(rid=0, prompt=[1, 2, 3], max_new_tokens=4)])
     assert engine.tick() is StepOutcome.RAN
-    monkeypatch.setattr(engine.sched, "reserve_decode", lambda batch, wait=False: [])
+    monkeypatch.setattr(engine.sched, "reserve_decode", lambda batch, wait=False, lag=None: [])
     result = engine.run()
     assert result.verdict == "pool_exhausted" and result.error == "no progress for 13 steps"  # 2 * 2 + 8, then one more

@@ -127,8 +127,8 @@ def waiting_engine(overlap: str) -> tuple[Engine, list[int]]:
     waits: list[int] = []
     reserve = eng.sched.reserve_decode
 
-    def spy(batch, *, wait=False):
-        got = reserve(batch, wait=wait)
+    def spy(batch, *, wait=False, **kw):
+        got = reserve(batch, wait=wait, **kw)
         if wait and got == []:
             waits.append(eng.step_no)
         return got

@@ -115,13 +115,13 @@ def test_mirror_updates_rebuild_the_host_tables(seed, ps):
     tables, after any sequence of the memory layer's writers (a numpy stand-in for the
     device mirror, which does the same index copy)."""
     m = manager(ps=ps, swa=True)
-    m.admit(99)  # written before the feed starts following: the first update carries it
-    assert m.extend(m.states[0], 10)
+    first = m.admit(99)  # written before the feed starts following: the first update carries it
+    assert m.extend(first, 10)
     build = BatchBuilder(m, mirror=True)
     table = np.zeros_like(m.req_to_token.host)
     swa_map = np.zeros_like(m.swa.map_host)
     rng = random.Random(seed)
-    live = [m.states[0]]
+    live = [first]
     for step in range(60):
         if len(live) < 6 and rng.random() < 0.3:
             s = m.admit(step)

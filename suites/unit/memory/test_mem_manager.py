@@ -7,6 +7,7 @@ import pytest
 
 from mini_engine.errors import ConfigError, InvariantViolation
 from mini_engine.memory import Auditor, KVManager, MemoryConfig
+from mini_engine.memory.rules import MemoryRules
 from mini_engine.memory.sizing import dflash_reserve, eagle_reserve, row_width
 
 
@@ -113,7 +114,8 @@ def test_commit_past_the_extent_is_k3():
 
 
 def test_k4_when_the_row_has_no_headroom():
-    mem = MemoryConfig(16, 64, 2, 64)
+    # A profile that cuts at the row's end (row_overflow off: kvbench's own designs).
+    mem = MemoryConfig(16, 64, 2, 64, rules=MemoryRules(row_overflow=False))
     aud = Auditor("record")
     m = KVManager(mem, aud)
     s = m.admit(0)
