@@ -29,7 +29,7 @@ class MemoryRules:
     all_aligned: bool = False
     free: str = "segment"  # the free rule of a finished request: segment | floor | dedup
     swa_eviction_interval: int = 128  # a decode step evicts once committed - window >= cursor + this
-    prefix_cache: str = "radix"  # the SWA eviction threshold: radix | chunk
+    prefix_cache: str = "radix"  # radix: a prefix tree (full attention) and its SWA threshold; chunk: neither
     pd_radix: bool = False  # the decode side's radix cache (the PD tail rule)
     # The whole profile's knobs for the trace header (None: these rules'), so a trace
     # replays on its own terms; not a rule the memory layer reads.
