@@ -56,6 +56,14 @@ class PrefixCache:
         self.hit_tokens = 0  # of those, matched in the tree (not computed again)
         self.evicted_pages = 0
         self.peak_pages = 0
+        # The tree calls as they happen, when a caller asks (a conform test replays them on
+        # SGLang's own tree): (op, args, result, evictable_size after).
+        self.log: list[tuple] | None = None
+        self._evicting: list[int] = []  # the slots of the eviction under way (log only)
+
+    def _note(self, op: str, args: tuple, result) -> None:
+        if self.log is not None:
+            self.log.append((op, args, result, self.tree.evictable_size))
 
     # -- figures ---------------------------------------------------------------------
     @property
@@ -78,7 +86,10 @@ class PrefixCache:
     def match(self, tokens) -> tuple[np.ndarray, RadixNode]:
         """(slots, node) of the longest cached prefix of tokens[:len - 1], page-aligned."""
         tokens = np.asarray(tokens, dtype=np.int64)
-        return self.tree.match_prefix(self._key(tokens[:max(len(tokens) - 1, 0)]))
+        key = self._key(tokens[:max(len(tokens) - 1, 0)])
+        slots, node = self.tree.match_prefix(key)
+        self._note("match", (key.tolist(),), (len(slots), node.id))
+        return slots, node
 
     def adopt(self, state: ReqKVState, slots: np.ndarray, node: RadixNode, lookup: int = 0) -> int:
         """A fresh request starts at its match: the slots fill its row, the node is locked.
@@ -111,10 +122,12 @@ class PrefixCache:
         host_row = self.req_to_token.host[row]
         prefix_len = self.tree.insert(key[:aligned], host_row[:aligned].copy())
         node = self.tree.last_node
+        self._note("insert", (key[:aligned].tolist(), host_row[:aligned].tolist()), (prefix_len, node.id))
         p_key = self._key(tokens[:prompt_len])
         p_len = len(p_key) // self.ps * self.ps
         if 0 < p_len < aligned:  # split the leaf at the prompt boundary (SGLang's second insert)
-            self.tree.insert(p_key[:p_len], host_row[:p_len].copy())
+            got = self.tree.insert(p_key[:p_len], host_row[:p_len].copy())
+            self._note("insert", (p_key[:p_len].tolist(), host_row[:p_len].tolist()), (got, self.tree.last_node.id))
         if prefix_len > prot:  # the row's own copies of pages the tree already had
             self.t.give_back("full", state, self.full.free_segment(host_row, prot, prefix_len))
         new_at = max(prefix_len, prot)
@@ -139,12 +152,14 @@ class PrefixCache:
     # -- locks -------------------------------------------------------------------------
     def _lock(self, row: int, node: RadixNode) -> int:
         self.locks[row] = node
-        return self.tree.inc_lock_ref(node) // self.ps
+        delta = self.tree.inc_lock_ref(node)
+        self._note("lock", (node.id,), delta)
+        return delta // self.ps
 
     def unlock(self, row: int) -> None:
         node = self.locks.pop(row, None)
         if node is not None:
-            self.tree.dec_lock_ref(node)
+            self._note("unlock", (node.id,), self.tree.dec_lock_ref(node))
 
     def forget(self, state: ReqKVState) -> None:
         """The request leaves (release): its protected length leaves the running sum, its lock goes."""
@@ -160,10 +175,14 @@ class PrefixCache:
         of the exact need, so it can evict up to a page per request less than SGLang."""
         short = pages - self.full.num_free_pages
         if short > 0 and self.tree.evictable_size:
-            self.tree.evict(short * self.ps)
+            self._evicting = []
+            freed = self.tree.evict(short * self.ps)
+            self._note("evict", (short * self.ps,), (freed, sorted(self._evicting)))
 
     def _evicted(self, slots: np.ndarray) -> None:
         pages = np.asarray(slots, dtype=np.int64)[::self.ps] // self.ps
+        if self.log is not None:
+            self._evicting.extend(np.asarray(slots).tolist())
         self.in_tree[pages] = False
         self.evicted_pages += len(pages)
         self.full.free_pages(pages)
