@@ -317,8 +317,10 @@ class Scheduler:
     def _leave(self, r: Request, *, retracted: bool) -> None:
         self.extend_batches.pop(r.rid, None)
         self.on_release(r, retracted)
-        # A finish inserts prompt + outputs into the prefix tree; a retraction inserts nothing.
-        self.manager.release(r.kv, None if retracted else r.tokens(0, r.seq_len), len(r.prompt))
+        if self.manager.prefix is None or retracted:  # a retraction inserts nothing into the tree
+            self.manager.release(r.kv)
+        else:  # a finish inserts prompt + outputs into the prefix tree
+            self.manager.release(r.kv, r.tokens(0, r.seq_len), len(r.prompt))
         self.running.remove(r)
         r.kv = None
 
