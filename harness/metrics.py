@@ -50,7 +50,7 @@ BETTER = ("lower", "higher", "none")
 SCALES = ("page_size", "kv_full", "kv_swa", "kv_all", "kv_pools")
 GROUPS = ("memory", "swa", "invariants", "engine", "spec", "throughput", "timing", "process", "device")
 WRITERS = ("prefill", "decode", "spec", "pd")  # who sets a request's extent (stranded slots per writer)
-INVARIANTS = tuple(f"K{i}" for i in range(1, 12))  # DESIGN.md section 2
+INVARIANTS = tuple(f"K{i}" for i in range(1, 14))  # DESIGN.md section 2
 # What the accounting-only backend's rates measure: the host bookkeeping, not a model.
 BOOKKEEPING = "bookkeeping speed (model none: no forward pass, accounting only)"
 
@@ -188,6 +188,20 @@ _DECLARED = [
        "overlap: reservations given to requests the in-flight result finishes"),
     _m("overlap_extra_slots", "counter", "slots", "memory",
        "overlap: slots those extra reservations allocated (freed when the result lands)"),
+    # the radix prefix cache (mini_engine/memory/prefix.py); 0 where no tree runs (chunk cache, SWA, PD decode)
+    _m("peak_pages_used", "counter", "pages", "memory",
+       "most full-pool pages off the free list at once: held by requests or by the prefix tree"),
+    _m("peak_tree_pages", "counter", "pages", "memory", "most full-pool pages held by the prefix tree at once",
+       better="none"),
+    _m("tree_pages", "counter", "pages", "memory", "pages the prefix tree holds after the drain", better="none"),
+    _m("tree_evictable_pages", "counter", "pages", "memory",
+       "pages of the prefix tree no request locks after the drain (reclaimable, not free)", better="none"),
+    _m("tree_evicted_pages", "counter", "pages", "memory", "pages the prefix tree evicted to make room",
+       better="none"),
+    _m("prefix_hit_tokens", "counter", "tokens", "memory", "prompt tokens matched in the prefix tree at admission",
+       hib=True),
+    _m("prefix_hit_rate", "info", "ratio", "memory", "prefix hit tokens over the tokens admissions looked up",
+       hib=True),
     # the memory figures in token slots and KV bytes (harness/kv_units.py); bytes only where the
     # model's shape is known (a named shape or a checkpoint's config.json), target KV only
     _m("peak_tokens_held", "counter", "tokens", "memory", "most full-pool token slots held at once (pages x page_size)",

@@ -27,6 +27,7 @@ from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation
 from mini_engine.memory.invariants import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
+from mini_engine.prefix_admission import checkpoint_prefill
 from mini_engine.pool_sizing import admission_pages, decode_reserve, memory_config, min_pool_pages, request_pages
 from mini_engine.request import Request, Status, Tally, check_context
 from mini_engine.run_result import RunResult, run_result, unfinished
@@ -143,6 +144,10 @@ class Engine:
             # their frees and merge them sorted (need_sort). A node's role is fixed once it
             # has freed pages: PD arrivals after that keep the order it started with.
             self.manager.stage_frees()
+            # SGLang's decode side forces --disable-radix-cache unless
+            # --disaggregation-decode-enable-radix-cache (pd_radix).
+            if not self.cfg.rules.pd_radix:
+                self.manager.disable_prefix_cache()
         self.sched.add(reqs)
         self.requests.extend(reqs)
 
@@ -243,6 +248,8 @@ class Engine:
                     self.stats.output_tokens += 1
                     if r.remaining <= 0:
                         self.sched.finish(r)
+                        continue
+                checkpoint_prefill(self.manager, r)  # the prefix tree takes the committed prefix
 
     def _end_step(self) -> None:
         self.decoding.filter()  # requests that finished or were retracted this step

@@ -137,12 +137,15 @@ CORE = (
            choices=_choices("mini_engine.profiles", "FREE_RULES"), group="profile", flag="--free"),
     Option("swa_eviction_interval", int, None, _KNOB + "SGLANG_SWA_EVICTION_INTERVAL, positions past the window "
            "before a decode step evicts (128)", minimum=1, group="profile"),
-    Option("prefix_cache", str, None, _KNOB + "SGLang's SWA eviction threshold of a prefix-sharing (radix) or "
-           "chunk cache; chunk also evicts during chunked prefill (kvbench models no prefix tree, only these "
-           "two rules)", choices=_choices("mini_engine.profiles", "PREFIX_CACHES"), group="profile"),
+    Option("prefix_cache", str, None, _KNOB + "radix: SGLang's radix prefix tree (full attention: match at "
+           "admission, pages kept in the tree after finish, evicted when an allocation is short) and its SWA "
+           "eviction threshold; chunk: --disable-radix-cache (no tree, free at release; chunked prefill evicts "
+           "SWA too). SWA models keep the chunk release under either", choices=_choices("mini_engine.profiles", "PREFIX_CACHES"), group="profile"),
     Option("swa_ratio", float, None, _KNOB + "SWA pool size as a share of the full pool (0.8)", minimum=0.0,
            group="profile"),
-    Option("pd_radix", bool, None, _KNOB + "the decode side's radix cache sets the PD SWA tail", group="profile"),
+    Option("pd_radix", bool, None, _KNOB + "the decode side's radix cache "
+           "(--disaggregation-decode-enable-radix-cache): without it a PD decode side runs no prefix tree; "
+           "it sets the PD SWA tail", group="profile"),
     Option("row_headroom", str, None, _KNOB + "req_to_token row headroom, SGLang's (DFLASH at ps 1 can "
            "overflow: K4) or generous", choices=_choices("mini_engine.algos", "ROW_HEADROOM_RULES"),
            group="profile"),

@@ -23,12 +23,18 @@ Knobs, with SGLang 0.5.23's values first:
                          (mini_engine.memory.release_unique).
   swa_eviction_interval  SGLANG_SWA_EVICTION_INTERVAL: a decode step evicts only
                          once committed - window >= cursor + interval (128).
-  prefix_cache           "radix": the prefix-sharing cache's eviction threshold,
-                         pre_len - ceil_ps(max(window, ps)); "chunk": pre_len -
-                         window, and chunked prefill evicts too. kvbench has no
-                         prefix tree: nothing else of the radix cache is modelled.
+  prefix_cache           "radix": SGLang's radix prefix tree (memory/prefix.py:
+                         match and lock at admission, insert after prefill and
+                         at finish, LRU eviction before a short allocation) and
+                         its SWA eviction threshold, pre_len - ceil_ps(max(window,
+                         ps)); "chunk" (--disable-radix-cache): no tree, free at
+                         release, threshold pre_len - window, and chunked prefill
+                         evicts too. SWA models run no tree yet (the SWA-aware
+                         tree is not modelled): they keep the chunk release.
   swa_ratio              SWA pool size as a share of the full pool (0.8).
-  pd_radix               the decode side's radix cache: the PD tail keeps
+  pd_radix               the decode side's radix cache (without it SGLang forces
+                         --disable-radix-cache on the decode side, and so does
+                         kvbench: no tree once PD arrivals come); the PD tail keeps
                          fill - floor_ps(max(0, fill - 1 - max(window, ps))).
   row_headroom           "sglang": 4 + num_draft_tokens beyond the context, raised
                          to reserve + ps - 1 only when ps > 1; "generous": always

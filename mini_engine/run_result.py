@@ -41,6 +41,7 @@ def run_result(engine, reqs: list[Request], verdict: str, wall: float) -> RunRes
         leaked_swa_pages=int(engine.manager.leaked_pages("swa")),
         requests=len(reqs), finished=len(reqs) - unfinished(reqs), violations=total,
     )
+    stats.update(prefix_figures(engine.manager))
     samples = [{"id": v.id, "rid": v.rid, "step": v.step, "values": _plain(v.values)}
                for v in engine.auditor.records[:MAX_SAMPLES]]
     return RunResult(
@@ -58,3 +59,14 @@ def _plain(values: dict) -> dict:
             v = v.tolist()
         out[str(k)] = v if isinstance(v, (int, float, str, bool, list, type(None))) else str(v)
     return out
+
+
+def prefix_figures(manager) -> dict[str, float | int]:
+    """The prefix tree's figures after the drain (0 without a tree: chunk cache, SWA, PD decode)."""
+    prefix = manager.prefix
+    if prefix is None:
+        return {"tree_pages": 0, "tree_evictable_pages": 0, "tree_evicted_pages": 0,
+                "prefix_hit_tokens": 0, "prefix_hit_rate": 0.0}
+    return {"tree_pages": prefix.pages, "tree_evictable_pages": prefix.evictable_pages,
+            "tree_evicted_pages": prefix.evicted_pages, "prefix_hit_tokens": prefix.hit_tokens,
+            "prefix_hit_rate": prefix.hit_tokens / prefix.lookup_tokens if prefix.lookup_tokens else 0.0}

@@ -19,6 +19,7 @@ import numpy as np
 from mini_engine.chunk_budget import ChunkBudget
 from mini_engine.config import EngineConfig
 from mini_engine.memory.sizing import swa_evict_due
+from mini_engine.prefix_admission import prefix_match
 from mini_engine.retraction import Retraction
 from mini_engine.request import Request, Status
 
@@ -81,9 +82,10 @@ class Scheduler:
         """Pages the running requests are expected to take before they finish."""
         return sum(self._pages(r.remaining * self.ratio + self.step_reserve) + 1 for r in self.running)
 
-    def _need(self, r: Request) -> int:
-        # +1: under the unaligned policy the tail of a page may be stranded.
-        return self._pages(r.seq_len + r.remaining * self.ratio + self.step_reserve) + 1
+    def _need(self, r: Request, matched: int = 0) -> int:
+        # +1: under the unaligned policy the tail of a page may be stranded. A prefix the
+        # tree matched is not allocated again.
+        return self._pages(r.seq_len - matched + r.remaining * self.ratio + self.step_reserve) + 1
 
     def admit(self) -> tuple[list[PrefillChunk], list[Request]]:
         """Continue running prefills, admit waiting requests; reserve their slots.
@@ -122,21 +124,29 @@ class Scheduler:
         free = self._free_pages() - self._headroom() - self._planned_pages()
         while self.waiting and budget.open and len(self.running) < self.cfg.max_running:
             r = self.waiting[0]
-            need = self._need(r)
+            fresh_pd = r.is_pd and not r.outputs
+            # The prefix tree's match (SGLang's init_next_round_input before add_one_req);
+            # a PD arrival's KV comes by transfer, it matches nothing here.
+            match = prefix_match(self.manager, r) if not fresh_pd else None
+            matched = 0 if match is None else len(match[0])
+            need = self._need(r, matched)
             # An empty engine always tries its head request, so a pool that can
             # hold one request never stalls on a pessimistic estimate.
             if need > free and (self.running or chunks or pd):
                 break
             first = 0
-            if not (r.is_pd and not r.outputs):
+            if not fresh_pd:
                 # Where SGLang's cut would be empty the request does not join (AddReqResult.OTHER).
-                first = budget.first_chunk(r.seq_len, alone=not (chunks or pd))
+                first = budget.first_chunk(r.seq_len - matched, prefix=matched, alone=not (chunks or pd))
                 if first == 0:
                     break
             state = self.manager.admit(r.rid)
             if state is None:
                 break
             r.kv = state
+            if match is not None:
+                # The matched prefix is written into the row and locked: no longer evictable.
+                free += self.manager.prefix.adopt(state, *match, r.seq_len)
             if r.is_pd and not r.outputs:
                 # The PD prealloc is its own call (SGLang's decode-side prealloc queue): the
                 # chunks planned so far are allocated first, so it sees the pool they leave.
@@ -151,8 +161,8 @@ class Scheduler:
             else:
                 self._start(r)
                 r.prefill_target = r.seq_len
-                r.prefilled = 0
-                chunk = self._chunk(r, first)
+                r.prefilled = matched
+                chunk = self._chunk(r, matched + first)
                 if chunk is None:
                     self.running.pop()
                     self.manager.release(state)
@@ -173,7 +183,7 @@ class Scheduler:
     def _free_pages(self) -> int:
         """Free pages admission sees: with SWA, the smaller of the two pools (SGLang's min(full, swa))."""
         m = self.manager
-        free = m.num_free_pages
+        free = m.num_free_pages + m.evictable_pages  # SGLang's rem_total_tokens counts the tree's evictable size
         return min(free, m.swa.allocator.num_free_pages) if m.swa is not None else free
 
     def _chunk(self, r: Request, end: int) -> PrefillChunk | None:
@@ -327,7 +337,10 @@ class Scheduler:
     def _leave(self, r: Request, *, retracted: bool) -> None:
         self.extend_batches.pop(r.rid, None)
         self.on_release(r, retracted)
-        self.manager.release(r.kv)
+        if self.manager.prefix is None or retracted:  # a retraction inserts nothing into the tree
+            self.manager.release(r.kv)
+        else:  # a finish inserts prompt + outputs into the prefix tree
+            self.manager.release(r.kv, r.tokens(0, r.seq_len), len(r.prompt))
         self.running.remove(r)
         r.kv = None
 

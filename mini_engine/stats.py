@@ -26,6 +26,9 @@ class Stats:
     plan_s: float = 0.0  # host planning time of decode steps (retract, evict, reserve + allocate)
     result_s: float = 0.0  # host time processing decode results (commits, outputs, finishes)
     peak_pages_held: int = 0
+    # The pool's use with the prefix tree counted (requests + tree): SGLang's total - free.
+    peak_pages_used: int = 0
+    peak_tree_pages: int = 0
     peak_reserved_slots: int = 0
     peak_stranded_slots: int = 0
     stranded_slots_sum: int = 0
@@ -79,6 +82,9 @@ class Stats:
         self.peak_stranded_slots = max(self.peak_stranded_slots, stranded)
         self.peak_reserved_slots = max(self.peak_reserved_slots, reserved)
         self.peak_pages_held = max(self.peak_pages_held, held)
+        tree = int(getattr(manager, "tree_pages", 0))
+        self.peak_tree_pages = max(self.peak_tree_pages, tree)
+        self.peak_pages_used = max(self.peak_pages_used, held + tree)
         self.peak_running = max(self.peak_running, running)
 
     def finalize(self, *, wall_s: float, syncs: int, leaked_pages: int, leaked_swa_pages: int, requests: int,
@@ -107,6 +113,8 @@ class Stats:
             "syncs_per_step": syncs / self.steps if self.steps else 0.0,
             "release_syncs": self.release_syncs,
             "peak_pages_held": self.peak_pages_held,
+            "peak_pages_used": self.peak_pages_used,
+            "peak_tree_pages": self.peak_tree_pages,
             "peak_reserved_slots": self.peak_reserved_slots,
             "peak_stranded_slots": self.peak_stranded_slots,
             "stranded_slots_sum": self.stranded_slots_sum,

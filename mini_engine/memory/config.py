@@ -20,7 +20,7 @@ class MemoryConfig:
     row_width: int
     policy: str | None = None  # shorthand override of the default rules' align: aligned | unaligned
     free_policy: str | None = None  # override of the default rules' free rule: segment | floor | dedup
-    prefix_cache: str | None = None  # override of the default rules' SWA eviction threshold: radix | chunk
+    prefix_cache: str | None = None  # override of the default rules' prefix cache: radix (a tree) | chunk
     swa_num_pages: int | None = None  # SWA pool; None = no SWA layers
     window: int | None = None  # SWA window in positions
     draft_window: int | None = None  # DFLASH compact draft cache (K9); None = not used

@@ -164,6 +164,7 @@ class Growth:
             last = None
         # From page boundaries, the new pages are ceil((target - cur) / ps).
         npages = self.full.pages_needed(cur, targets) if mid else (delta + (ps - 1)) // ps
+        self.t.make_room(int(npages.sum()))  # SGLang evicts from the prefix tree in its alloc paths
         if int(npages.sum()) > self.full.num_free_pages:
             self.t.short_pool = "full"
             return False
@@ -201,7 +202,9 @@ class Growth:
     def _fits(self, states: list[ReqKVState], cur: np.ndarray, targets: np.ndarray) -> bool:
         """Whether both pools have the pages to grow each state from cur to its target
         (targets >= cur); when not, short_pool names the pool that is short."""
-        if int(self.full.pages_needed(cur, targets).sum()) > self.full.num_free_pages:
+        need = int(self.full.pages_needed(cur, targets).sum())
+        self.t.make_room(need)  # SGLang's check_decode_mem evicts from the tree before it compares
+        if need > self.full.num_free_pages:
             self.t.short_pool = "full"
             return False
         if self.swa is not None:

@@ -141,6 +141,8 @@ def check_k1(m: KVManager, step: int, live: Live | None = None) -> list[Violatio
     alloc = live.alloc
     held = m.ledger.held["full"][live.rows]
     touched = -(-alloc // m.ps)
+    if m.prefix is not None:  # the tree's prefix [0, protected) is in the row, not in the request's ledger
+        touched = touched - np.fromiter(map(_PROTECTED, live.states), dtype=np.int64, count=len(live.states)) // m.ps
     bad = (live.aligned & (alloc % m.ps != 0)) | (held != touched)
     return [Violation("K1", live.states[i].rid, step, {
         "allocated": int(alloc[i]), "pages_held": int(held[i]), "page_size": m.ps,
@@ -257,12 +259,15 @@ def check_k7(m: KVManager, step: int) -> list[Violation]:
 
 
 def check_k8(m: KVManager, step: int) -> list[Violation]:
-    """K8: free + held == total per pool, no page both free and held; new leaks reported once."""
+    """K8: free + held by requests + held by the prefix tree == total per pool, no page in
+    two of them; new leaks reported once."""
     out = []
     for name, a in _pools(m):
         held = m.ledger.total[name]
         free = a.num_free_pages
-        leaked = a.num_pages - free - held
+        tree = m.prefix.in_tree if name == "full" and m.prefix is not None else None
+        in_tree = m.tree_pages if tree is not None else 0
+        leaked = a.num_pages - free - held - in_tree
         owner = m.ledger.owner[name]
         # count_nonzero, not sum: summing a bool array converts it to integers first.
         taken = owner > 0
@@ -270,11 +275,15 @@ def check_k8(m: KVManager, step: int) -> list[Violation]:
         counted = int(m.ledger.held[name].sum())
         owned = np.count_nonzero(taken)  # < held when one page was taken twice
         last = m.seen_leaked.get(name, 0)
-        if leaked != last or both or counted != held or owned != held:
+        tree_bad = 0
+        if tree is not None:  # a tree page is neither free nor a request's, and the tree counts each once
+            tree_bad = (np.count_nonzero(tree & a._is_free) + np.count_nonzero(tree & taken)
+                        + abs(np.count_nonzero(tree) - in_tree))
+        if leaked != last or both or counted != held or owned != held or tree_bad:
             out.append(Violation("K8", None, step, {
                 "pool": name, "total": a.num_pages, "free": free, "held": held,
                 "leaked": leaked, "new_leaks": leaked - last, "free_and_held": both,
-                "held_twice": held - owned}))
+                "held_twice": held - owned, "tree": in_tree, "tree_misplaced": tree_bad}))
         m.seen_leaked[name] = leaked
     return out
 
@@ -368,6 +377,11 @@ def check_all(m: KVManager, step: int, batch: BatchArrays | None = None,
     live = Live(m)
     found = (check_k1(m, step, live) + check_k2(m, step, live) + check_k3(m, step, live)
              + check_k4(m, step, live) + check_k5(m, step) + check_k6(m, step, live) + check_k7(m, step)
-             + check_k8(m, step) + check_k9(m, step) + check_k10(m, step, batch, mirror))
+             + check_k8(m, step) + check_k9(m, step) + check_k10(m, step, batch, mirror)
+             + check_k12(m, step) + check_k13(m, step))
     m.seen.take(live)
     return found
+
+
+# The prefix tree's checks live in their own module (it reads the tree, not the pools).
+from mini_engine.memory.tree_invariants import check_k12, check_k13  # noqa: E402

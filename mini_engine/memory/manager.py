@@ -24,6 +24,7 @@ from mini_engine.memory.free_list import FreeGroupBlock
 from mini_engine.memory.growth import Growth
 from mini_engine.memory.invariants import Auditor, Violation, check_all
 from mini_engine.memory.kv_state import WRITER_KINDS, ReqKVState, state_rows
+from mini_engine.memory.prefix import BIGRAM_ALGOS, PrefixCache
 from mini_engine.memory.release import Release
 from mini_engine.memory.swa import SWAPool
 from mini_engine.memory.swa_cursor import SWACursor
@@ -54,6 +55,18 @@ class KVManager:
         self.prepare_fits, self.extend_fits = g.prepare_fits, g.extend_fits
         self.evict_swa, self.pd_prealloc = self.swa_cursor.evict_swa, self.swa_cursor.pd_prealloc
         self.release = self.releaser.release
+        # SGLang's radix prefix cache (full attention only: SWA models keep the chunk cache's
+        # path, see memory/prefix.py); prefix_cache = "chunk" is --disable-radix-cache.
+        if mem.rules.prefix_cache == "radix" and swa is None:
+            t.prefix = PrefixCache(t, bigram=mem.algo in BIGRAM_ALGOS)
+        self.prefix = t.prefix
+
+    def disable_prefix_cache(self) -> bool:
+        """Drop the tree before it holds anything (SGLang's PD decode side forces
+        --disable-radix-cache); returns whether the manager runs without one now."""
+        if self.prefix is not None and not self.prefix.pages and not self.prefix.locks:
+            self.tables.prefix = self.prefix = None
+        return self.prefix is None
 
     # -- counters the parts move (KVTables holds them) -------------------------------
     @property
@@ -106,12 +119,23 @@ class KVManager:
     @property
     def stranded_slots(self) -> int:
         """Slots of held pages beyond the recorded extents: off the free list, recorded nowhere."""
-        return self.ledger.total["full"] * self.ps - self.tables.sum_extent
+        t = self.tables
+        return self.ledger.total["full"] * self.ps - (t.sum_extent - t.sum_protected)
 
     @property
     def reserved_unwritten_slots(self) -> int:
         t = self.tables
         return t.sum_extent - t.sum_committed
+
+    @property
+    def tree_pages(self) -> int:
+        """Full-pool pages held by the prefix tree (locked or evictable)."""
+        return self.prefix.pages if self.prefix is not None else 0
+
+    @property
+    def evictable_pages(self) -> int:
+        """Tree pages no request locks: SGLang's admission counts them as available."""
+        return self.prefix.evictable_pages if self.prefix is not None else 0
 
     @property
     def num_free_pages(self) -> int:
@@ -122,10 +146,10 @@ class KVManager:
         return self.mem.num_pages
 
     def leaked_pages(self, pool: str | None = None) -> int:
-        """Pages neither free nor held by a live request (both pools summed unless pool is given)."""
+        """Pages neither free nor held by a live request or the prefix tree (both pools summed unless pool is given)."""
         out = 0
         if pool in (None, "full"):
-            out += self.full.num_pages - self.full.num_free_pages - self.ledger.total["full"]
+            out += self.full.num_pages - self.full.num_free_pages - self.ledger.total["full"] - self.tree_pages
         if self.swa and pool in (None, "swa"):
             a = self.swa.allocator
             out += a.num_pages - a.num_free_pages - self.ledger.total["swa"]

@@ -38,13 +38,10 @@ Recency is a logical clock: SGLang reads ``time.monotonic()`` once per match or 
 upper half, a new leaf); this clock ticks at the same points, so the LRU order is
 SGLang's wherever its clock strictly increases.
 
-Not wired into the engine yet. The seam: admission (``Scheduler._admit``) would call
-``match_prefix`` on the request's prompt and pass ``len(slots)`` as the chunk budget's
-``prefix``, lock the node and start the row at the match; a prefill result and a
-release (``KVManager.release``, memory/release.py) would ``insert`` the row's
-page-aligned prefix, free the duplicates from ``cache_protected_len`` on, and unlock;
-an allocation that fails would ``evict`` first. Pool conservation (K8) then counts
-``total_size()`` as held by the tree.
+The engine drives it through memory/prefix.py (PrefixCache): admission matches and
+locks, a prefill result and a release insert and move the lock, an allocation that
+would fail evicts first, and pool conservation (K8) counts ``total_size()`` as held by
+the tree.
 """
 
 from __future__ import annotations
@@ -89,6 +86,7 @@ class RadixCache:
         self._leaves: set[RadixNode] = set()  # unlocked nodes without children
         self.evicted_leaves = 0
         self.evicted_tokens = 0
+        self.last_node = self.root  # the node the last insert ended on
 
     # -- helpers ---------------------------------------------------------------
 
@@ -171,6 +169,7 @@ class RadixCache:
         now = self._tick()
         node = self.root
         node.last_access = now
+        self.last_node = node
         if len(key) == 0:
             return 0
         at = 0
@@ -190,6 +189,8 @@ class RadixCache:
             self.evictable_size += len(leaf.key)
             self._update_leaf(node)
             self._update_leaf(leaf)
+            node = leaf
+        self.last_node = node  # where the insert ended (SGLang's InsertResult.last_device_node)
         return at
 
     def inc_lock_ref(self, node: RadixNode) -> int:
@@ -245,6 +246,14 @@ class RadixCache:
         self.evicted_leaves += 1
 
     # -- queries -----------------------------------------------------------------
+
+    def path_slots(self, node: RadixNode) -> np.ndarray:
+        """The slots from the root down to node (SGLang's path_device_indices): no clock tick."""
+        parts = []
+        while node is not self.root:
+            parts.append(node.value)
+            node = node.parent
+        return np.concatenate(parts[::-1]) if parts else np.empty(0, np.int64)
 
     def total_size(self) -> int:
         """Tokens held by the tree (locked or not)."""

@@ -19,29 +19,42 @@ class Release:
         self.full, self.swa, self.ledger = t.full, t.swa, t.ledger
         self.stranded_by_writer, self.reserve_base, self.reserve_of = t.stranded_by_writer, t.reserve_base, t.reserve_of
 
-    def release(self, state: ReqKVState) -> int:
-        """Free the request's pages under the profile's free rule and return its row."""
+    def release(self, state: ReqKVState, tokens=None, prompt_len: int = 0) -> int:
+        """Free the request's pages under the profile's free rule and return its row.
+
+        With a prefix tree (memory/prefix.py): tokens (the request's prompt + outputs; None
+        for a retraction, SGLang's checkpoint=False) are inserted up to the owned length
+        first, the tree's prefix [0, protected) is not freed, and the lock is dropped.
+        """
         row, extent, ps = state.row, state.allocated, self.ps
         if self.states.get(row) is not state:
             # A stale state's row may already belong to another request: freeing it would free theirs.
             raise ValueError(f"release of request {state.rid}: it is not live (released already?)")
+        prefix = self.t.prefix
+        if prefix is not None and tokens is not None:
+            prefix.checkpoint(state, tokens, prompt_len, min(state.committed, len(tokens)))
         host_row = self.req_to_token.host[row]
         cursor = state.swa_evicted
-        if self.rules.free == "unique-row" and self.swa is None:  # 0.5.18's (release_unique.py)
+        prot = state.protected
+        if self.rules.free == "unique-row" and self.swa is None and prefix is None:
+            # 0.5.18's ChunkCache release (release_unique.py); with its radix tree 0.5.18
+            # frees by segment (RadixCache.cache_finished_req), the else branch below.
             for pages in unique_row_pieces(self.full, host_row, state.committed, extent, ps):
                 self.t.give_back("full", state, pages)
         elif self.rules.free == "dedup":
-            if extent:
-                self.t.give_back("full", state, self.full.free(host_row[:extent]))
+            if extent > prot:
+                self.t.give_back("full", state, self.full.free(host_row[prot:extent]))
             if self.swa is not None:
                 self.t.give_back("swa", state, self.swa.release_dedup(host_row, cursor, extent))
         else:
-            for start, end, swa in self.pieces(state.committed, extent, cursor):
+            for start, end, swa in self.pieces(state.committed, extent, cursor, prot):
                 if swa:  # SGLang frees the SWA copy first, then the full page
                     self.t.give_back("swa", state, self.swa.free_positions(host_row, start, end))
                 self.t.give_back("full", state, self.full.free_segment(host_row, start, end))
             if self.swa is not None:
                 self.swa.clear_row(host_row, cursor, extent)
+        if prefix is not None:
+            prefix.forget(state)
         self.ledger.drop_row("full", row)
         if self.swa is not None:
             self.ledger.drop_row("swa", row)
@@ -58,11 +71,11 @@ class Release:
         state.released = True
         return row
 
-    def pieces(self, owned: int, extent: int, cursor: int) -> list[tuple[int, int, bool]]:
+    def pieces(self, owned: int, extent: int, cursor: int, protected: int = 0) -> list[tuple[int, int, bool]]:
         """The (start, end, with_swa) position ranges a release frees, in SGLang's order.
 
-        SGLang's release_kv_cache frees the row [protected, owned) (protected is 0:
-        kvbench has no prefix tree), then the over-allocation [ceil_ps(owned),
+        SGLang's release_kv_cache frees the row [protected, owned) (protected: what
+        the prefix tree holds, 0 without one), then the over-allocation [ceil_ps(owned),
         allocated); within each, the part below the SWA cursor goes back full-side
         only, first. Each range is one page-id free per pool, and which pages land
         in front of the free list depends on that order. The ranges are clipped at
@@ -72,7 +85,7 @@ class Release:
         owned = min(owned, extent)
         top = -(-owned // ps) * ps
         out = []
-        for a, b in ((0, min(top, end)), (top, end)):
+        for a, b in ((protected, min(top, end)), (max(top, protected), end)):
             if b <= a:
                 continue
             dead = min(max(cursor, a), b) if self.swa is not None else a

@@ -29,7 +29,7 @@ class MemoryRules:
     all_aligned: bool = False
     free: str = "segment"  # the free rule of a finished request: segment | floor | dedup | unique-row
     swa_eviction_interval: int = 128  # a decode step evicts once committed - window >= cursor + this
-    prefix_cache: str = "radix"  # the SWA eviction threshold: radix | chunk
+    prefix_cache: str = "radix"  # radix: a prefix tree (full attention) and its SWA threshold; chunk: neither
     pd_radix: bool = False  # the decode side's radix cache (the PD tail rule)
     # A reservation past the row's end is allocated whole and written on into the next
     # row, as SGLang's is (issue 33579; mini_engine.memory.overflow); False: cut at the end.

@@ -42,6 +42,8 @@ class KVTables:
         # Running sums over live requests, so the per-step counters are O(1).
         self.sum_extent = 0
         self.sum_committed = 0
+        self.sum_protected = 0  # positions of live rows that the prefix tree holds (cache_protected_len)
+        self.prefix = None  # the radix prefix cache (memory/prefix.py), when the profile runs one
         # Stranded slots (ceil_ps(extent) - extent) of live requests, by who wrote the extent.
         self.stranded_by_writer = {k: 0 for k in WRITER_KINDS}
         self.short_pool: str | None = None  # the pool that refused the last failed allocation
@@ -67,6 +69,11 @@ class KVTables:
             rows = state_rows(states)
             self._last_batch = (list(states), rows)
         return rows
+
+    def make_room(self, pages: int) -> None:
+        """An allocation of `pages` full-pool pages is coming: the prefix tree evicts first if short."""
+        if self.prefix is not None and pages > self.full.num_free_pages:
+            self.prefix.make_room(pages)
 
     def report(self, v: Violation) -> None:
         if self.auditor is None:

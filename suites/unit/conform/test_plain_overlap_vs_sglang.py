@@ -100,8 +100,9 @@ def sglang_calls(rules, prompts, max_news, ps, num_pages):
 
 
 def kvbench_calls(prompts, max_news, ps, num_pages):
+    # The chunk cache: SGLang's loop here releases a finished row's pages (no tree keeps them).
     cfg = EngineConfig(page_size=ps, pool_tokens=num_pages * ps, max_context=512, chunked_prefill=8192,
-                       max_running=len(prompts))
+                       max_running=len(prompts), prefix_cache="chunk")
     buf = io.StringIO()
     with open_trace(cfg, buf) as trace:
         res = Engine(cfg, trace=trace).run([Request(i, list(range(1, p + 1)), n)

@@ -17,9 +17,11 @@ from harness.runner import run_config
 # (5 pages, 11 stranded); verify 2: nxt = max(69, 42 + 32) = 74, done, released
 # with extent 74: SGLang's segment free returns all 5 pages; a floor free (the
 # floor-free what-if) returns 74 // 16 = 4 and the fifth leaks.
-# The synchronous loop (--overlap off); test_overlap.py runs the overlapped one.
+# The synchronous loop (--overlap off); test_overlap.py runs the overlapped one. The chunk
+# cache: these pin each request's own pages; under the radix tree a request's page-aligned
+# prompt moves to the tree after its prefill (test_prefix_cache.py).
 DFLASH = dict(spec="dflash", page_size=16, block_size=16, accept_len=5, workload="fixed",
-              num_requests=4, input_len=37, output_len=11, pool_tokens=4096, overlap="off")
+              num_requests=4, input_len=37, output_len=11, pool_tokens=4096, overlap="off", prefix_cache="chunk")
 
 
 @pytest.mark.parametrize("profile, free, leaked", [("sglang-pre-35265", None, 0), ("floor-free", None, 4),
@@ -80,11 +82,11 @@ def test_eagle_tree_reserve():
     # The synchronous loop; under overlap the last result lands one step later (test_overlap.py).
     row = run_config(dict(spec="eagle", page_size=16, topk=4, steps=3, num_draft_tokens=8, accept_len=1,
                           workload="fixed", num_requests=1, input_len=37, output_len=2, pool_tokens=4096,
-                          overlap="off"))
+                          overlap="off", prefix_cache="chunk"))
     assert row["series"]["held"] == [3, 0]  # prefill records 37 exactly (3 pages); the verify finishes it
     row = run_config(dict(spec="eagle", page_size=16, topk=4, steps=3, num_draft_tokens=8, accept_len=1,
                           workload="fixed", num_requests=1, input_len=37, output_len=3, pool_tokens=4096,
-                          overlap="off"))
+                          overlap="off", prefix_cache="chunk"))
     assert row["series"]["held"] == [3, 304 // 16, 0]
     assert row["series"]["reserved"] == [0, 304 - 38, 0]
 

@@ -149,7 +149,7 @@ class EngineMachine(RuleBasedStateMachine):
             return
         assert e.auditor.counts == {}, e.auditor.records[:3]
         m = e.manager
-        assert m.num_free_pages + m.pages_held == m.total_pages  # K8, no leak while running
+        assert m.num_free_pages + m.pages_held + m.tree_pages == m.total_pages  # K8, no leak while running
         assert m.stranded_slots == 0
         for r in e.sched.running:
             assert len(r.outputs) <= r.max_new_tokens

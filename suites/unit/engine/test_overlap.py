@@ -28,7 +28,7 @@ PROMPT = list(range(1, 38))  # 37 tokens
 def run_one(overlap: str, max_new: int, **opts):
     """One DFLASH request (block 16, ps 16, 8 accepted per verify); (committed, extent) after each prepare."""
     cfg = EngineConfig(**{**dict(spec="dflash", block_size=16, page_size=16, accept_len=8, pool_tokens=1 << 12,
-                                 max_context=512, overlap=overlap), **opts})
+                                 max_context=512, overlap=overlap, prefix_cache="chunk"), **opts})
     eng = Engine(cfg)
     eng.submit([Request(0, PROMPT, max_new)])
     plans = []
@@ -109,7 +109,8 @@ def test_eagle_tree_under_overlap():
     """EAGLE topk 4, steps 3, ndt 8, ps 16 (reserve 256), 3 outputs, 1 accepted per verify: the
     extent 304 stays one step longer (the second verify's plan still sees 1 output, 1 + 1 < 3)."""
     row = run_config(dict(spec="eagle", page_size=16, topk=4, steps=3, num_draft_tokens=8, accept_len=1,
-                          workload="fixed", num_requests=1, input_len=37, output_len=3, pool_tokens=4096))
+                          workload="fixed", num_requests=1, input_len=37, output_len=3, pool_tokens=4096,
+                          prefix_cache="chunk"))  # the request's own pages (the tree would take the prompt's)
     assert row["series"]["held"] == [3, 304 // 16, 304 // 16, 0]
     assert row["metrics"]["overlap_extra_reservations"] == 0  # its last output was a one-token-short exclusion
 
@@ -121,7 +122,7 @@ def waiting_engine(overlap: str) -> tuple[Engine, list[int]]:
     """Two DFLASH requests (block 8, 1 accepted per verify) in a 15-page pool, the new-token
     ratio at its floor (a server that has decoded 600 steps): admission takes both."""
     cfg = EngineConfig(spec="dflash", block_size=8, page_size=16, accept_len=1, max_context=512,
-                       pool_tokens=15 * 16, overlap=overlap)
+                       pool_tokens=15 * 16, overlap=overlap, prefix_cache="chunk")  # pages counted without a tree
     eng = Engine(cfg)
     eng.sched.ratio = eng.sched.rules.min
     waits: list[int] = []

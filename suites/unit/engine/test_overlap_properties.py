@@ -55,7 +55,7 @@ class OverlapMachine(RuleBasedStateMachine):
             return
         assert e.auditor.counts == {}, e.auditor.records[:3]
         m = e.manager
-        assert m.num_free_pages + m.pages_held == m.total_pages  # K8: segment free, nothing leaks
+        assert m.num_free_pages + m.pages_held + m.tree_pages == m.total_pages  # K8: segment free, nothing leaks
         for r in e.sched.running:
             assert len(r.outputs) <= r.max_new_tokens
             assert r.kv.committed <= r.kv.allocated

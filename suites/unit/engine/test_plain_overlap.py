@@ -33,7 +33,8 @@ from mini_engine.request import Request
 
 
 def _calls(overlap: str) -> tuple[list[tuple], int]:
-    cfg = EngineConfig(page_size=4, pool_tokens=64, max_context=64, overlap=overlap)
+    # The chunk cache: the two prompts share a prefix, and these pin the free order without a tree.
+    cfg = EngineConfig(page_size=4, pool_tokens=64, max_context=64, overlap=overlap, prefix_cache="chunk")
     buf = io.StringIO()
     with open_trace(cfg, buf) as trace:
         res = Engine(cfg, trace=trace).run([Request(0, [1, 2, 3, 4], 2), Request(1, [1, 2, 3, 4, 5, 6, 7], 4)])

@@ -19,7 +19,9 @@ def reference(m: KVManager, seen: dict, batch: BatchArrays) -> list[tuple]:
     out = []
     for s in m.states.values():
         held = int(m.ledger.held["full"][s.row])
-        if (s.aligned and s.allocated % PS) or held != -(-s.allocated // PS):
+        # With a prefix tree the row's protected prefix is the tree's pages, not the request's.
+        shared = s.protected // PS if m.prefix is not None else 0
+        if (s.aligned and s.allocated % PS) or held != -(-s.allocated // PS) - shared:
             out.append(("K1", s.rid, {"allocated": s.allocated, "pages_held": held, "page_size": PS,
                                       "writer": s.writer, "stranded": held * PS - s.allocated}))
     for row, s in m.states.items():

@@ -1,0 +1,188 @@
+"""PrefixCache: SGLang's radix prefix cache as a part of KVManager (full attention).
+
+The tree itself is radix_cache.py (SGLang's RadixCache, page-granular); this part
+moves pages between a request's row and the tree the way SGLang 0.5.23's
+UnifiedRadixCache (FULL component) and mem_cache/common.py do:
+
+* admission (``match``, ``adopt``): the longest cached prefix of the request's
+  first ``len - 1`` tokens (``_compute_max_prefix_len``: one token is always
+  computed), page-aligned. Its slots are written into the request's row, its
+  length becomes the extent, the committed length and ``cache_protected_len``,
+  and the node it ends on is locked. Those pages are the tree's: they are not
+  allocated again and are never in the request's ledger.
+* ``checkpoint`` (SGLang's ``checkpoint_into_tree``, after a prefill chunk and at
+  finish): insert the page-aligned ``[0, up_to)``; the row's own copies of what the
+  tree already held (``[protected, prefix_len)``) are freed, what the insert added
+  leaves the request's ledger for the tree's; the row is repointed at the tree's
+  slots, the lock moves to the insert's last node and ``protected`` becomes the
+  aligned length. With a prompt shorter than the key, a second insert of the
+  prompt splits the leaf at the prompt boundary (SGLang does, so eviction can drop
+  the output KV and keep the prompt).
+* release (memory/release.py) frees ``[protected, owned)`` and the over-allocation,
+  then ``unlock``s; a retraction inserts nothing (``checkpoint=False``).
+* ``make_room``: an allocation short of free pages evicts the shortfall from the
+  tree first (SGLang's ``evict_to_free_tokens``; see ``make_room`` for what differs).
+
+EAGLE keys the tree by bigrams (``RadixKey(is_bigram=spec_algorithm.is_eagle())``):
+a key of n tokens is n - 1 bigrams long, so the page alignment is one token shorter.
+
+Not modelled here: SWA models (SGLang's UnifiedRadixCache with the SWA component:
+SWA tombstones and the SWA eviction threshold in unified_cache/components/swa.py).
+KVManager builds no PrefixCache when the model has an SWA pool, so SWA runs keep the
+chunk cache's release under either ``prefix_cache`` value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mini_engine.memory.invariants import Violation
+from mini_engine.memory.kv_state import ReqKVState
+from mini_engine.memory.radix_cache import RadixCache, RadixNode
+from mini_engine.memory.tables import KVTables
+
+BIGRAM_ALGOS = ("eagle", "eagle3")
+
+
+class PrefixCache:
+    def __init__(self, t: KVTables, *, bigram: bool = False):
+        self.t = t
+        self.ps, self.full, self.ledger, self.req_to_token = t.ps, t.full, t.ledger, t.req_to_token
+        self.bigram = bigram
+        self.tree = RadixCache(t.ps, free=self._evicted)
+        self.locks: dict[int, RadixNode] = {}  # row -> the node its request holds locked
+        self.in_tree = np.zeros(t.mem.num_pages + 1, dtype=bool)  # page -> held by the tree (K8)
+        self.lookup_tokens = 0  # tokens of every admission lookup
+        self.hit_tokens = 0  # of those, matched in the tree (not computed again)
+        self.evicted_pages = 0
+        self.peak_pages = 0
+        # The tree calls as they happen, when a caller asks (a conform test replays them on
+        # SGLang's own tree): (op, args, result, evictable_size after).
+        self.log: list[tuple] | None = None
+        self._evicting: list[int] = []  # the slots of the eviction under way (log only)
+
+    def _note(self, op: str, args: tuple, result) -> None:
+        if self.log is not None:
+            self.log.append((op, args, result, self.tree.evictable_size))
+
+    # -- figures ---------------------------------------------------------------------
+    @property
+    def pages(self) -> int:
+        return self.tree.pages
+
+    @property
+    def evictable_pages(self) -> int:
+        return self.tree.evictable_pages
+
+    # -- keys ------------------------------------------------------------------------
+    def _key(self, tokens: np.ndarray) -> np.ndarray:
+        """The tree key of tokens: the tokens, or (EAGLE) one bigram per adjacent pair."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        if not self.bigram:
+            return tokens
+        return (tokens[:-1] << 32) | tokens[1:] if len(tokens) > 1 else np.empty(0, np.int64)
+
+    # -- admission ---------------------------------------------------------------------
+    def match(self, tokens) -> tuple[np.ndarray, RadixNode]:
+        """(slots, node) of the longest cached prefix of tokens[:len - 1], page-aligned."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        key = self._key(tokens[:max(len(tokens) - 1, 0)])
+        slots, node = self.tree.match_prefix(key)
+        self._note("match", (key.tolist(),), (len(slots), node.id))
+        return slots, node
+
+    def adopt(self, state: ReqKVState, slots: np.ndarray, node: RadixNode, lookup: int = 0) -> int:
+        """A fresh request starts at its match: the slots fill its row, the node is locked.
+        lookup: the tokens it looked up (the hit rate's denominator). Returns the change
+        of the tree's evictable pages (<= 0)."""
+        self.lookup_tokens += lookup
+        self.hit_tokens += len(slots)
+        if state.allocated or state.committed:
+            raise ValueError(f"adopt needs a fresh request; {state.rid} already has extent {state.allocated}")
+        m, row = len(slots), state.row
+        if m:
+            self.req_to_token.write_flat(np.full(m, row, dtype=np.int64), np.arange(m, dtype=np.int64), slots)
+            self.t.rows.allocated[row] = self.t.rows.committed[row] = m
+            t = self.t
+            t.sum_extent += m
+            t.sum_committed += m
+            t.sum_protected += m
+        state.protected = m
+        return self._lock(row, node)
+
+    # -- insert ------------------------------------------------------------------------
+    def checkpoint(self, state: ReqKVState, tokens, prompt_len: int, up_to: int) -> None:
+        """Insert the request's page-aligned [0, up_to) and move its lock to the insert's end."""
+        tokens = np.asarray(tokens, dtype=np.int64)[:up_to]
+        key = self._key(tokens)
+        aligned = len(key) // self.ps * self.ps
+        row, prot = state.row, state.protected
+        if aligned < prot:
+            return  # nothing past what the request already shares (a bigram key one short)
+        host_row = self.req_to_token.host[row]
+        prefix_len = self.tree.insert(key[:aligned], host_row[:aligned].copy())
+        node = self.tree.last_node
+        self._note("insert", (key[:aligned].tolist(), host_row[:aligned].tolist()), (prefix_len, node.id))
+        p_key = self._key(tokens[:prompt_len])
+        p_len = len(p_key) // self.ps * self.ps
+        if 0 < p_len < aligned:  # split the leaf at the prompt boundary (SGLang's second insert)
+            got = self.tree.insert(p_key[:p_len], host_row[:p_len].copy())
+            self._note("insert", (p_key[:p_len].tolist(), host_row[:p_len].tolist()), (got, self.tree.last_node.id))
+        if prefix_len > prot:  # the row's own copies of pages the tree already had
+            self.t.give_back("full", state, self.full.free_segment(host_row, prot, prefix_len))
+        new_at = max(prefix_len, prot)
+        if aligned > new_at:  # the insert's new pages: the tree's now, off the request's ledger
+            pages = host_row[new_at:aligned:self.ps] // self.ps
+            stray = self.ledger.give_back("full", row, pages)
+            if len(stray):
+                self.t.report(Violation("K8", state.rid, self.t.step, {
+                    "pool": "full", "reason": "the tree took pages the request did not hold",
+                    "pages": stray[:8].tolist()}))
+            self.in_tree[pages] = True
+        if aligned > prot:
+            new = self.tree.path_slots(node)
+            self.req_to_token.write_flat(np.full(aligned - prot, row, dtype=np.int64),
+                                         np.arange(prot, aligned, dtype=np.int64), new[prot:aligned])
+            self.t.sum_protected += aligned - prot
+            state.protected = aligned
+        self.unlock(row)
+        self._lock(row, node)
+        self.peak_pages = max(self.peak_pages, self.tree.pages)
+
+    # -- locks -------------------------------------------------------------------------
+    def _lock(self, row: int, node: RadixNode) -> int:
+        self.locks[row] = node
+        delta = self.tree.inc_lock_ref(node)
+        self._note("lock", (node.id,), delta)
+        return delta // self.ps
+
+    def unlock(self, row: int) -> None:
+        node = self.locks.pop(row, None)
+        if node is not None:
+            self._note("unlock", (node.id,), self.tree.dec_lock_ref(node))
+
+    def forget(self, state: ReqKVState) -> None:
+        """The request leaves (release): its protected length leaves the running sum, its lock goes."""
+        self.t.sum_protected -= state.protected
+        self.unlock(state.row)
+
+    # -- eviction ----------------------------------------------------------------------
+    def make_room(self, pages: int) -> None:
+        """Evict least recently used leaves until `pages` pages are free (or none is evictable).
+
+        SGLang asks its tree for the shortfall in tokens (extend tokens plus a page per
+        request on the paged extend path); kvbench asks for the shortfall in whole pages
+        of the exact need, so it can evict up to a page per request less than SGLang."""
+        short = pages - self.full.num_free_pages
+        if short > 0 and self.tree.evictable_size:
+            self._evicting = []
+            freed = self.tree.evict(short * self.ps)
+            self._note("evict", (short * self.ps,), (freed, sorted(self._evicting)))
+
+    def _evicted(self, slots: np.ndarray) -> None:
+        pages = np.asarray(slots, dtype=np.int64)[::self.ps] // self.ps
+        if self.log is not None:
+            self._evicting.extend(np.asarray(slots).tolist())
+        self.in_tree[pages] = False
+        self.evicted_pages += len(pages)
+        self.full.free_pages(pages)

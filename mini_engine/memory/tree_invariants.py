@@ -1,0 +1,67 @@
+"""K12-K13: the radix prefix tree's locks (memory/prefix.py), as state checks.
+
+A request holds one lock, on the node its row's protected prefix ends on, and a
+lock counts on every node from there up to the root (SGLang's inc_lock_ref). So
+after every step:
+
+* K12, no locked node evicted: each request's locked node is still attached to the
+  tree (every node on its path is its parent's child), and covers exactly the
+  request's protected prefix.
+* K13, lock counts: every node's lock_ref equals the number of requests whose path
+  runs through it (never negative, never left over), and the tree's protected size
+  is the length of those nodes' keys.
+
+Cost: the depth of each request's path, not the tree's size.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mini_engine.memory.invariants import Violation
+
+if TYPE_CHECKING:
+    from mini_engine.memory.manager import KVManager
+
+
+def check_k12(m: KVManager, step: int) -> list[Violation]:
+    """K12: each request's locked node is in the tree and ends at its protected length."""
+    prefix = m.prefix
+    if prefix is None:
+        return []
+    out, root = [], prefix.tree.root
+    for row, node in prefix.locks.items():
+        state = m.states.get(row)
+        depth, x, attached = 0, node, True
+        while x is not root:
+            parent = x.parent
+            if parent is None or parent.children.get(prefix.tree._child_key(x.key)) is not x:
+                attached = False
+                break
+            depth += len(x.key)
+            x = parent
+        protected = state.protected if state is not None else -1
+        if not attached or state is None or depth != protected:
+            out.append(Violation("K12", state.rid if state is not None else None, step, {
+                "row": row, "attached": attached, "depth": depth, "protected": protected}))
+    return out
+
+
+def check_k13(m: KVManager, step: int) -> list[Violation]:
+    """K13: lock_ref of each node == requests locking through it; protected_size matches."""
+    prefix = m.prefix
+    if prefix is None:
+        return []
+    tree, counts = prefix.tree, {}
+    for node in prefix.locks.values():
+        x = node
+        while x is not tree.root and x is not None:
+            counts[x] = counts.get(x, 0) + 1
+            x = x.parent
+    out = [Violation("K13", None, step, {"node": x.id, "lock_ref": x.lock_ref, "requests": n})
+           for x, n in counts.items() if x.lock_ref != n]
+    protected = sum(len(x.key) for x in counts)
+    if protected != tree.protected_size or tree.evictable_size < 0:
+        out.append(Violation("K13", None, step, {"protected_size": tree.protected_size, "locked_tokens": protected,
+                                                 "evictable_size": tree.evictable_size}))
+    return out

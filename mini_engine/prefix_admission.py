@@ -1,0 +1,30 @@
+"""The scheduler's side of the radix prefix cache (memory/prefix.py): what it looks up and when.
+
+Admission looks up prompt + outputs so far (a retracted request matches what it had
+computed; SGLang's fill_ids), and a prefill result checkpoints what is committed
+(SGLang's checkpoint_kv_cache after an extend, cache_unfinished_req in older
+versions). A finish inserts through the release (Scheduler._leave).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mini_engine.request import Request
+
+
+def prefix_match(manager, r: Request):
+    """(slots, node) of r's cached prefix, or None when the manager runs no prefix tree."""
+    prefix = manager.prefix
+    if prefix is None:
+        return None
+    return prefix.match(np.asarray(r.tokens(0, r.seq_len), dtype=np.int64))
+
+
+def checkpoint_prefill(manager, r: Request) -> None:
+    """After a prefill chunk of r landed (r still running): the tree takes its committed prefix."""
+    prefix = manager.prefix
+    if prefix is None or r.kv is None:
+        return
+    up_to = min(r.kv.committed, r.seq_len)
+    prefix.checkpoint(r.kv, np.asarray(r.tokens(0, up_to), dtype=np.int64), len(r.prompt), up_to)
