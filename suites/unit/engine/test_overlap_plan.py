@@ -18,7 +18,7 @@ from mini_engine.request import Request
 def _one_request(profile: str, outputs: int):
     # test_overlap's worked example: DFLASH block 16, ps 16, prompt 37, 8 accepted a step
     cfg = EngineConfig(spec="dflash", block_size=16, page_size=16, accept_len=8, pool_tokens=1 << 14,
-                       max_context=512, profile=profile)
+                       max_context=512, profile=profile, prefix_cache="chunk")
     eng = Engine(cfg)
     eng.submit([Request(0, list(range(1, 38)), outputs)])
     res = eng.run()

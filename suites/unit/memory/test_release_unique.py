@@ -12,7 +12,9 @@ from mini_engine.memory import KVManager, MemoryConfig
 
 
 def _manager(ps: int, free: str = "unique-row") -> KVManager:
-    return KVManager(MemoryConfig(ps, 32, 4, 64, free_policy=free))
+    # The chunk cache: 0.5.18 frees through its unique only without a radix tree (with one,
+    # RadixCache.cache_finished_req frees by segment).
+    return KVManager(MemoryConfig(ps, 32, 4, 64, free_policy=free, prefix_cache="chunk"))
 
 
 def _request(m: KVManager, rid: int, extent: int, committed: int):
