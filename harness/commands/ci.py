@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from harness.commands import build_parser
 from harness.errors import ConfigError
 
 
@@ -71,8 +72,6 @@ def cmd_rerun_args(args: argparse.Namespace) -> int:
 
 def parse_cli(argv: list[str]) -> None:
     """Raise SystemExit unless ``kvbench <argv>`` parses to a runnable subcommand."""
-    from harness.cli import build_parser
-
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
         ns = build_parser().parse_args(argv)
     if not getattr(ns, "func", None):
