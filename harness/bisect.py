@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.compare import compare_rows, reference_of_run
+from harness.repeats import merge_repeats
 from mini_engine.errors import ConfigError, KVBenchError
 
 Row = dict[str, Any]
@@ -198,6 +199,4 @@ class WorktreeRunner:
                 self.log(f"     cannot run here: {(proc.stderr.strip().splitlines() or ['exit ' + str(proc.returncode)])[-1]}")
                 return None
             rows.append(json.loads(out.read_text()))
-        from harness.execute import merge_repeats  # the sweep's rule: median timings, counters must agree
-
         return merge_repeats(rows)

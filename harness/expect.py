@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.options import option_names
 from mini_engine.errors import KVBenchError
 
 PASSING = ("ok", "as_expected")
@@ -52,8 +53,6 @@ def parse_rules(raw: Any, where: str) -> list[ExpectRule]:
     """[[expect]] tables (a suite's, or any list of them) checked by the declared model."""
     from harness.schemas import parse
     from harness.schemas.suite import SuiteFile
-
-    from harness.suites import option_names
 
     context = {"options": frozenset(option_names()), "metrics": known_metrics()}
     rules = parse(SuiteFile, {"expect": raw}, where, ExpectError, context).expect

@@ -35,7 +35,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from harness.expect import ExpectRule, known_metrics, rule_of
-from harness.options import short_names
+from harness.options import option_names, short_names
 from harness.schemas import parse
 from harness.schemas.suite import SuiteFile
 from mini_engine.errors import KVBenchError
@@ -150,13 +150,6 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
         for gc in grid:
             validate_config(gc.config, f"{where}, config {gc.id}")
     return suite
-
-
-def option_names() -> tuple[str, ...]:
-    from harness.workloads import WorkloadConfig
-    from mini_engine.config import EngineConfig
-
-    return EngineConfig.option_names() + WorkloadConfig.option_names()
 
 
 def validate_config(config: dict[str, Any], where: str) -> None:
