@@ -34,6 +34,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from harness import ROOT
 from harness.expect import ExpectRule, known_metrics, rule_of
 from harness.options import option_names, short_names
 from harness.schemas import parse
@@ -41,7 +42,7 @@ from harness.schemas.suite import SuiteFile
 from mini_engine.errors import KVBenchError
 from mini_engine.files import read_regular
 
-SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+SUITES_DIR = ROOT / "suites"
 PATH_OPTIONS = ("prompts",)  # resolved once, against the suite file's directory
 
 # Short names for test ids, the result keys' (harness/options.py): ids must read
