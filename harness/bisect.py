@@ -27,14 +27,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.compare import compare_rows, reference_of_run
+from harness.errors import HarnessError
 from harness.repeats import merge_repeats
-from mini_engine.errors import ConfigError, KVBenchError
+from mini_engine.errors import ConfigError
 
 Row = dict[str, Any]
 _REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/^~@{}-]{0,199}$")
 
 
-class BisectError(KVBenchError):
+class BisectError(HarnessError):
     """The range cannot be bisected (the bad commit is not bad, the good one cannot run)."""
 
 

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from harness.causes import one_line
-from mini_engine.errors import KVBenchError, TraceError
+from harness.errors import HarnessError
+from mini_engine.errors import TraceError
 from mini_engine.memory.replay import (Divergence, _short, check_algos, header_pd_radix, pool_need_sort,
                                        prepare_aligned, read_trace)
 
@@ -41,7 +42,7 @@ INSTALL = (f"pip install --no-deps sglang=={SGLANG_VERSION} && pip install 'kvbe
            "(docs/conform.md)")
 
 
-class SGLangMissing(KVBenchError):
+class SGLangMissing(HarnessError):
     """SGLang (or one of the small packages its allocator imports) is not importable."""
 
 

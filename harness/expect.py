@@ -25,15 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.errors import HarnessError
 from harness.options import option_names
-from mini_engine.errors import KVBenchError
+
 
 PASSING = ("ok", "as_expected")
 # What every config must show unless a rule says otherwise (where the engine counts it).
 CLEAN = {"leaked_pages": 0, "leaked_swa_pages": 0}
 
 
-class ExpectError(KVBenchError):
+class ExpectError(HarnessError):
     """An [[expect]] rule is malformed."""
 
 

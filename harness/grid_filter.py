@@ -18,13 +18,14 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from harness.errors import HarnessError
 from harness.options import ID_ALIASES, option_names, short_names
-from mini_engine.errors import KVBenchError
+
 
 _ASSIGN = re.compile(r"(?<=\w)=(?=[\w.+\-/:])")
 
 
-class FilterError(KVBenchError):
+class FilterError(HarnessError):
     """A --filter expression pytest's grammar rejects."""
 
 

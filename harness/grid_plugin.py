@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from harness.errors import HarnessError
 from harness.execute import GridSession, ResultWriteError
 from harness.grid_filter import compile_filter
 from harness.lifecycle import finish_mlflow, prepare_run, write_run_plots
@@ -43,6 +44,7 @@ from harness.mlflow_log import Logger, tracking_uri
 from harness.results import RunDir, load_rows, results_root, row_json
 from harness.runner import config_key
 from harness.suites import SUITES_DIR, load_suite
+from mini_engine.errors import KVBenchError
 
 GRID_DIR = SUITES_DIR / "grid"
 ROW = pytest.StashKey[dict]()
@@ -103,16 +105,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _load(name: str, validate: bool = True):
     """The suite, validated where its configs can run; a bad suite is a usage error (one line)."""
-    from mini_engine.errors import KVBenchError
-
     try:
         suite = load_suite(name, validate=False)
         if validate:
-            import torch
+            import torch  # torch only here: whether this machine has CUDA for the GPU configs
 
             if not suite.needs_gpu or torch.cuda.is_available():  # GPU configs are skipped, not run, here
                 suite = load_suite(name)
-    except KVBenchError as err:
+    except (KVBenchError, HarnessError) as err:  # the engine's (an option) or the suite's own
         raise pytest.UsageError(str(err)) from None
     return suite
 
@@ -218,13 +218,11 @@ class GridController:
         run_dir_opt = _opt(config, "--kvbench-run-dir")
         lock = tmp = None
         if run_dir_opt:
-            from mini_engine.errors import KVBenchError
-
             path = Path(run_dir_opt).resolve()
             try:
                 path.mkdir(parents=True, exist_ok=True)
                 lock = hold_run(path, "pytest suites/grid", print)  # kvbench sweep holds its run itself
-            except (OSError, KVBenchError) as err:
+            except (OSError, HarnessError) as err:
                 raise pytest.UsageError(f"--kvbench-run-dir {run_dir_opt}: {getattr(err, 'strerror', None) or err}") from None
         else:  # a throwaway run: the test verdicts are the output
             path = tmp = Path(tempfile.mkdtemp(prefix=f"kvbench-{suite.name}-"))

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError, UsageError
+
 
 KINDS = ("counter", "timing", "memory", "info")
 # How compare judges each kind: "exact" (any change is a regression), "noise" (>= 10%
@@ -55,7 +56,7 @@ INVARIANTS = tuple(f"K{i}" for i in range(1, 12))  # DESIGN.md section 2
 BOOKKEEPING = "bookkeeping speed (model none: no forward pass, accounting only)"
 
 
-class UnknownMetric(KVBenchError):
+class UnknownMetric(HarnessError):
     """A metric name that harness/metrics.py does not declare."""
 
 
@@ -266,13 +267,10 @@ def bookkeeping_only(config: dict) -> bool:
     return (config or {}).get("model", "none") == "none"
 
 
-
 def check_metric_option(names: list[str] | None, option: str, extra: tuple[str, ...] = ()) -> None:
     """A metric a user names for a chart or a table (--metric, --heatmap) must be one a
     row can carry: a typo drew an empty chart and said nothing."""
-    from harness.errors import ConfigError
-
     for name in names or []:
         if name not in METRICS and name not in extra and not name.startswith("mem_"):
-            raise ConfigError(f"{option} must name a declared metric (e.g. {', '.join(sorted(METRICS)[:4])}, ...; "
+            raise UsageError(f"{option} must name a declared metric (e.g. {', '.join(sorted(METRICS)[:4])}, ...; "
                               f"the full list: harness/metrics.py) (got {name!r})")

@@ -35,6 +35,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from harness import ROOT
+from harness.errors import HarnessError
 from harness.expect import ExpectRule, known_metrics, rule_of
 from harness.options import option_names, short_names
 from harness.schemas import parse
@@ -50,7 +51,7 @@ PATH_OPTIONS = ("prompts",)  # resolved once, against the suite file's directory
 SHORT = short_names()
 
 
-class SuiteError(KVBenchError):
+class SuiteError(HarnessError):
     """A suite is unknown, malformed, or holds a config that does not validate."""
 
 
@@ -165,7 +166,7 @@ def validate_config(config: dict[str, Any], where: str) -> None:
         check_memory(engine, workload)
         if workload.get("prompts") is not None:  # a missing or bad file is bad input too, not a failed run
             load_prompts(workload["prompts"], default_output_len=workload["output_len"])
-    except (KVBenchError, TypeError) as err:  # TypeError: a workload option of the wrong shape
+    except (KVBenchError, HarnessError, TypeError) as err:  # TypeError: a workload option of the wrong shape
         raise SuiteError(f"{where}: {err}") from None
 
 

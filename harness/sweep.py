@@ -21,6 +21,7 @@ from pathlib import Path
 
 from harness import devices, hardware
 from harness.bounds import check_jobs
+from harness.errors import HarnessError
 from harness.expect import PASSING
 from harness.grid_filter import compile_filter
 from harness.locks import hold_run
@@ -30,12 +31,12 @@ from harness.safe_write import UnsafeTarget
 from harness.results import RunDir, check_store_root, create_run_dir, new_run_id, results_root, resume_run_dir
 from harness.lifecycle import PROJECT
 from harness.suites import SUITES_DIR, Suite, SuiteError, load_suite
-from mini_engine.errors import KVBenchError
+
 
 GRID_TEST = SUITES_DIR / "grid" / "test_grid.py"
 
 
-class SweepError(KVBenchError):
+class SweepError(HarnessError):
     """Bad sweep options (filter, jobs, resume target)."""
 
 

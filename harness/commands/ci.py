@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 from harness.commands import build_parser
-from harness.errors import ConfigError
+from harness.errors import UsageError
 
 
 def _root(args: argparse.Namespace) -> Path:
     root = Path(args.root)
     if not (root / "ci" / "runners.toml").is_file():
-        raise ConfigError(f"--root {root} holds no ci/runners.toml (run from the repository root or pass --root)")
+        raise UsageError(f"--root {root} holds no ci/runners.toml (run from the repository root or pass --root)")
     return root
 
 
@@ -102,7 +102,7 @@ def lint(root: Path) -> list[str]:
             for label in filter(None, marks):
                 if label not in registry.runners:
                     problems.append(f"{rel}: runner mark {label!r} is not in ci/runners.toml")
-        except ConfigError as err:
+        except UsageError as err:
             problems.append(f"{rel}: {err}")
     return problems
 
