@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import HarnessError, UsageError
+from mini_engine.memory.rules import WRITER_KINDS  # who sets a request's extent (stranded slots per writer)
 
 
 KINDS = ("counter", "timing", "memory", "info")
@@ -50,8 +51,8 @@ BETTER = ("lower", "higher", "none")
 #   kv_pools   the per-step held series of both pools -> the peak of their bytes together
 SCALES = ("page_size", "kv_full", "kv_swa", "kv_all", "kv_pools")
 GROUPS = ("memory", "swa", "invariants", "engine", "spec", "throughput", "timing", "process", "device")
-WRITERS = ("prefill", "decode", "spec", "pd")  # who sets a request's extent (stranded slots per writer)
 INVARIANTS = tuple(f"K{i}" for i in range(1, 12))  # DESIGN.md section 2
+STATUSES = ("ok", "violated", "pool_exhausted", "failed")  # a row's status: the engine's verdict, or failed
 # What the accounting-only backend's rates measure: the host bookkeeping, not a model.
 BOOKKEEPING = "bookkeeping speed (model none: no forward pass, accounting only)"
 
@@ -175,7 +176,7 @@ _DECLARED = [
     _m("swa_retractions", "counter", "requests", "swa", "retractions forced by the SWA pool"),
     _m("row_overflow_slots", "counter", "slots", "memory", "slots of reservations that ran past the req_to_token row (K4)"),
     *(_m(f"peak_stranded_slots_{w}", "counter", "slots", "memory", f"most slots stranded by {w} writes at once")
-      for w in WRITERS),
+      for w in WRITER_KINDS),
     # overlap scheduling (mini_engine/overlap.py): the decode reservation against the true committed lengths
     _m("peak_reserved_ahead_slots", "counter", "slots", "memory",
        "most slots a decode batch held reserved past its true committed lengths (in-flight results counted)"),

@@ -20,7 +20,6 @@ from harness.errors import UsageError
 from harness.hardware import RssPeak
 from harness.workloads import WorkloadConfig, make_requests
 
-STATUSES = ("ok", "violated", "failed", "pool_exhausted")
 
 _TABLES = ("engine", "workload")  # the tables of a run's config file
 
