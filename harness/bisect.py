@@ -27,13 +27,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.compare import compare_rows, reference_of_run
-from mini_engine.errors import ConfigError, KVBenchError
+from harness.errors import HarnessError
+from harness.repeats import merge_repeats
+from mini_engine.errors import ConfigError
 
 Row = dict[str, Any]
 _REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/^~@{}-]{0,199}$")
 
 
-class BisectError(KVBenchError):
+class BisectError(HarnessError):
     """The range cannot be bisected (the bad commit is not bad, the good one cannot run)."""
 
 
@@ -198,6 +200,4 @@ class WorktreeRunner:
                 self.log(f"     cannot run here: {(proc.stderr.strip().splitlines() or ['exit ' + str(proc.returncode)])[-1]}")
                 return None
             rows.append(json.loads(out.read_text()))
-        from harness.execute import merge_repeats  # the sweep's rule: median timings, counters must agree
-
         return merge_repeats(rows)

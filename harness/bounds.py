@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from mini_engine.errors import ConfigError, KVBenchError
+from harness.errors import HarnessError
+from mini_engine.errors import ConfigError
 
 HEADROOM = 0.8  # of the memory available now: the rest is the interpreter, torch, the OS
 PY_INT_BYTES = 36  # a prompt token as a Python int in a list (object + pointer)
 
 
-class BoundsError(KVBenchError):
+class BoundsError(HarnessError):
     """A number outside what this machine can run."""
 
 

@@ -1,43 +1,17 @@
-"""The ``kvbench`` console script: a thin dispatcher over harness.commands.*."""
+"""The ``kvbench`` console script: a thin dispatcher over harness.commands.* (whose package
+builds the parser, so a command such as ``kvbench ci lint`` can parse argv without
+importing this module)."""
 
 from __future__ import annotations
 
-import argparse
 import errno
-import importlib
 import os
 import sys
 
 from harness import roles
-from harness.commands import COMMANDS, NEEDS, ROLE
+from harness.commands import NEEDS, ROLE, build_parser
 from harness.errors import HarnessError
 from mini_engine.errors import KVBenchError
-
-
-class _Parser(argparse.ArgumentParser):
-    # argparse already exits 2 with one usage line; keep that but make it one line.
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"kvbench: error: {message}\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="kvbench", description="KV-cache accounting benchmark harness")
-    parser.add_argument("--version", action="version", version=f"kvbench {version()}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
-        importlib.import_module(f"harness.commands.{name}").register(sub)
-    return parser
-
-
-def version() -> str:
-    """The installed distribution's version, or the source tree's when run from a checkout."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
-
-    try:
-        return dist_version("kvbench")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,7 +36,8 @@ from types import SimpleNamespace
 
 from harness.causes import one_line
 from harness.conform_versions import aligned_nxt, check_version, free_page_ids
-from mini_engine.errors import KVBenchError, TraceError
+from harness.errors import HarnessError
+from mini_engine.errors import TraceError
 from mini_engine.memory.replay import (Divergence, _short, check_algos, header_pd_radix, pool_need_sort,
                                        prepare_aligned, read_trace)
 
@@ -45,7 +46,7 @@ INSTALL = (f"pip install --no-deps sglang=={SGLANG_VERSION} && pip install 'kvbe
            "(docs/conform.md)")
 
 
-class SGLangMissing(KVBenchError):
+class SGLangMissing(HarnessError):
     """SGLang (or one of the small packages its allocator imports) is not importable."""
 
 

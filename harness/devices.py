@@ -29,14 +29,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
+
 
 ENV = "CUDA_VISIBLE_DEVICES"
 ORDER = "CUDA_DEVICE_ORDER"
 PCI_BUS_ID = "PCI_BUS_ID"
 
 
-class DeviceError(KVBenchError):
+class DeviceError(HarnessError):
     """More workers than GPUs, or a device request the machine cannot meet."""
 
 

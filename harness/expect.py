@@ -25,14 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
+from harness.options import option_names
+
 
 PASSING = ("ok", "as_expected")
 # What every config must show unless a rule says otherwise (where the engine counts it).
 CLEAN = {"leaked_pages": 0, "leaked_swa_pages": 0}
 
 
-class ExpectError(KVBenchError):
+class ExpectError(HarnessError):
     """An [[expect]] rule is malformed."""
 
 
@@ -52,8 +54,6 @@ def parse_rules(raw: Any, where: str) -> list[ExpectRule]:
     """[[expect]] tables (a suite's, or any list of them) checked by the declared model."""
     from harness.schemas import parse
     from harness.schemas.suite import SuiteFile
-
-    from harness.suites import option_names
 
     context = {"options": frozenset(option_names()), "metrics": known_metrics()}
     rules = parse(SuiteFile, {"expect": raw}, where, ExpectError, context).expect

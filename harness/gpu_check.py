@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT
+
 STEPS = ("pytest", "nightly", "k11", "decode", "kernel")
 
 

@@ -18,22 +18,21 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
+from harness.options import ID_ALIASES, option_names, short_names
+
 
 _ASSIGN = re.compile(r"(?<=\w)=(?=[\w.+\-/:])")
 
 
-class FilterError(KVBenchError):
+class FilterError(HarnessError):
     """A --filter expression pytest's grammar rejects."""
 
 
 def _option_names() -> dict[str, str]:
-    from harness.options import ID_ALIASES
-    from harness.suites import SHORT, option_names
-
     names = {n.lower(): n for n in option_names()}
     names.update({old.lower(): full for old, full in ID_ALIASES.items()})  # the ids' older spellings
-    names.update({short.lower(): full for full, short in SHORT.items()})
+    names.update({short.lower(): full for full, short in short_names().items()})
     return names
 
 

@@ -35,9 +35,18 @@ from typing import Any
 
 import pytest
 
+from harness.errors import HarnessError
 from harness.execute import GridSession, ResultWriteError
+from harness.grid_filter import compile_filter
+from harness.lifecycle import finish_mlflow, prepare_run, write_run_plots
+from harness.locks import hold_run
+from harness.mlflow_log import Logger, tracking_uri
+from harness.results import RunDir, load_rows, results_root, row_json
+from harness.runner import config_key
+from harness.suites import SUITES_DIR, load_suite
+from mini_engine.errors import KVBenchError
 
-GRID_DIR = Path(__file__).resolve().parent.parent / "suites" / "grid"
+GRID_DIR = SUITES_DIR / "grid"
 ROW = pytest.StashKey[dict]()
 VIEW = pytest.StashKey["WorkerView"]()
 # pytest's exit status when the grid stopped because a result could not be written:
@@ -66,10 +75,7 @@ def _opt(config: pytest.Config, name: str) -> str | None:
 
 class WorkerView:
     """What the test-running side knows: the suite, the run, what to deselect."""
-
     def __init__(self, suite_path: str, run_dir: str, done: list[str], filter_expr: str | None, worker: str):
-        from harness.results import RunDir
-        from harness.suites import load_suite
 
         # Validated by the controller already; collection only needs the configs.
         self.suite = load_suite(suite_path, validate=False)
@@ -99,17 +105,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _load(name: str, validate: bool = True):
     """The suite, validated where its configs can run; a bad suite is a usage error (one line)."""
-    from harness.suites import load_suite
-    from mini_engine.errors import KVBenchError
-
     try:
         suite = load_suite(name, validate=False)
         if validate:
-            import torch
+            import torch  # torch only here: whether this machine has CUDA for the GPU configs
 
             if not suite.needs_gpu or torch.cuda.is_available():  # GPU configs are skipped, not run, here
                 suite = load_suite(name)
-    except KVBenchError as err:
+    except (KVBenchError, HarnessError) as err:  # the engine's (an option) or the suite's own
         raise pytest.UsageError(str(err)) from None
     return suite
 
@@ -132,8 +135,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     view = config.stash.get(VIEW, None)
     if view is None or not (view.done or view.filter):
         return
-    from harness.grid_filter import compile_filter
-    from harness.runner import config_key
 
     try:
         selects = compile_filter(view.filter) if view.filter else None
@@ -175,7 +176,6 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
     row = item.stash.get(ROW, None)
     if report.when == "call" and row is not None:
-        from harness.results import row_json
 
         # A JSON string: xdist serialises a report's extra attributes as they are.
         report.kvbench_row = row_json(row)
@@ -196,8 +196,6 @@ class GridController:
 
     def __init__(self, suite, run_dir, *, uri: str | None = None, parent: str | None = None,
                  root: Path | None = None, filter_expr: str | None = None, display: Any = None):
-        from harness.mlflow_log import Logger
-        from harness.results import results_root
 
         self.suite, self.run_dir, self.filter, self.display = suite, run_dir, filter_expr, display
         root = root or results_root()
@@ -217,21 +215,15 @@ class GridController:
     @classmethod
     def from_options(cls, config: pytest.Config) -> "GridController":
         """A plain pytest run: set the run up as kvbench sweep would, from the options."""
-        from harness.results import RunDir
-        from harness.sweep import prepare_run
-
         suite = _load(_opt(config, "--kvbench-suite") or "smoke")
         run_dir_opt = _opt(config, "--kvbench-run-dir")
         lock = tmp = None
         if run_dir_opt:
-            from harness.locks import hold_run
-            from mini_engine.errors import KVBenchError
-
             path = Path(run_dir_opt).resolve()
             try:
                 path.mkdir(parents=True, exist_ok=True)
                 lock = hold_run(path, "pytest suites/grid", print)  # kvbench sweep holds its run itself
-            except (OSError, KVBenchError) as err:
+            except (OSError, HarnessError) as err:
                 raise pytest.UsageError(f"--kvbench-run-dir {run_dir_opt}: {getattr(err, 'strerror', None) or err}") from None
         else:  # a throwaway run: the test verdicts are the output
             path = tmp = Path(tempfile.mkdtemp(prefix=f"kvbench-{suite.name}-"))
@@ -245,8 +237,6 @@ class GridController:
             # A named run dir gets its meta.json, so kvbench sync/compare/baseline work on it later.
             prepare_run(suite, run_dir, None, jobs=1, filter_expr=None, no_mlflow=True)
         if uri == "default":
-            from harness.mlflow_log import tracking_uri
-            from harness.results import results_root
 
             uri = tracking_uri(None, results_root())
         controller = cls(suite, run_dir, uri=uri, parent=parent, filter_expr=_opt(config, "--kvbench-filter"))
@@ -315,8 +305,6 @@ class GridController:
 
     def lost(self, cid: str, error: str) -> None:
         """A config started but its row never came: record it failed."""
-        from harness.runner import config_key
-
         gc = self.suite.by_id().get(cid)
         if gc is None:
             return
@@ -356,9 +344,6 @@ class GridController:
         if self.owns_parent:
             # A pytest run that created its own parent run closes it, as kvbench sweep does:
             # upload what could not be logged, then mark the parent finished.
-            from harness.results import load_rows, results_root
-            from harness.sweep import finish_mlflow, write_run_plots
-
             rows = load_rows(self.run_dir.path)
             plots = write_run_plots(rows, self.run_dir, print)  # on the parent run too, as kvbench sweep does
             note = finish_mlflow(self.run_dir, self.run_dir.meta(), rows, plots, results_root(), print)

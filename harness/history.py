@@ -25,7 +25,7 @@ from harness.compare import compare_rows, reference_of_run
 from harness.markdown import code
 from harness.metric_kinds import kind
 from harness.results import RESULTS, load_rows
-from harness.errors import ConfigError
+from harness.errors import UsageError
 
 MOVED = ("regression", "improvement", "changed")
 FIGURE_RE = re.compile(r"-?[0-9][0-9.e+-]*|-|")  # what _num writes (and no note): shown as is in Markdown
@@ -152,7 +152,7 @@ def find_nights(roots: Path | list[Path], suite: str | None = None) -> list[Nigh
     for root in [roots] if isinstance(roots, (str, Path)) else roots:
         root = Path(root)
         if not root.is_dir():
-            raise ConfigError(f"--nights: {root} is not a directory")
+            raise UsageError(f"--nights: {root} is not a directory")
         if not any(is_night(p) for p in root.iterdir() if p.is_dir()) and (root / "runs").is_dir():
             root = root / "runs"
         for p in sorted(root.iterdir()):

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
+
 
 STORE_WAIT_S = 300.0  # creating and migrating a store takes seconds; more means a stuck owner
 
 
-class LockBusy(KVBenchError):
+class LockBusy(HarnessError):
     """Another live process holds the lock."""
 
 

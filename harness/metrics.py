@@ -31,7 +31,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError, UsageError
+from mini_engine.memory.rules import WRITER_KINDS  # who sets a request's extent (stranded slots per writer)
+
 
 KINDS = ("counter", "timing", "memory", "info")
 # How compare judges each kind: "exact" (any change is a regression), "noise" (>= 10%
@@ -49,13 +51,13 @@ BETTER = ("lower", "higher", "none")
 #   kv_pools   the per-step held series of both pools -> the peak of their bytes together
 SCALES = ("page_size", "kv_full", "kv_swa", "kv_all", "kv_pools")
 GROUPS = ("memory", "swa", "invariants", "engine", "spec", "throughput", "timing", "process", "device")
-WRITERS = ("prefill", "decode", "spec", "pd")  # who sets a request's extent (stranded slots per writer)
 INVARIANTS = tuple(f"K{i}" for i in range(1, 14))  # DESIGN.md section 2
+STATUSES = ("ok", "violated", "pool_exhausted", "failed")  # a row's status: the engine's verdict, or failed
 # What the accounting-only backend's rates measure: the host bookkeeping, not a model.
 BOOKKEEPING = "bookkeeping speed (model none: no forward pass, accounting only)"
 
 
-class UnknownMetric(KVBenchError):
+class UnknownMetric(HarnessError):
     """A metric name that harness/metrics.py does not declare."""
 
 
@@ -179,7 +181,7 @@ _DECLARED = [
     _m("row_overwritten_slots", "counter", "slots", "memory",
        "positions of another req_to_token row written by a reservation past its own row (issue 33579)"),
     *(_m(f"peak_stranded_slots_{w}", "counter", "slots", "memory", f"most slots stranded by {w} writes at once")
-      for w in WRITERS),
+      for w in WRITER_KINDS),
     # overlap scheduling (mini_engine/overlap.py): the decode reservation against the true committed lengths
     _m("peak_reserved_ahead_slots", "counter", "slots", "memory",
        "most slots a decode batch held reserved past its true committed lengths (in-flight results counted)"),
@@ -285,13 +287,10 @@ def bookkeeping_only(config: dict) -> bool:
     return (config or {}).get("model", "none") == "none"
 
 
-
 def check_metric_option(names: list[str] | None, option: str, extra: tuple[str, ...] = ()) -> None:
     """A metric a user names for a chart or a table (--metric, --heatmap) must be one a
     row can carry: a typo drew an empty chart and said nothing."""
-    from harness.errors import ConfigError
-
     for name in names or []:
         if name not in METRICS and name not in extra and not name.startswith("mem_"):
-            raise ConfigError(f"{option} must name a declared metric (e.g. {', '.join(sorted(METRICS)[:4])}, ...; "
+            raise UsageError(f"{option} must name a declared metric (e.g. {', '.join(sorted(METRICS)[:4])}, ...; "
                               f"the full list: harness/metrics.py) (got {name!r})")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import mlflow_layout as layout
+from harness.errors import HarnessError
 from mini_engine.errors import KVBenchError
 
 # MLflow 3 opens an experiment of unknown kind on its GenAI pages; a sweep is runs and
@@ -28,7 +29,7 @@ EXPERIMENT_KIND, RUNS_KIND = "mlflow.experimentKind", "custom_model_development"
 PARAM_CHARS = 500
 
 
-class MlflowUnavailable(KVBenchError):
+class MlflowUnavailable(HarnessError):
     """The tracking server or store cannot be reached."""
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
+
 
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
 
 
-class NumberError(KVBenchError):
+class NumberError(HarnessError):
     """A number in a file is outside int64 or not finite."""
 
 

@@ -81,6 +81,14 @@ def resolved_defaults() -> dict[str, Any]:
     return {**EngineConfig().to_dict(), **WorkloadConfig().to_dict()}
 
 
+def option_names() -> tuple[str, ...]:
+    """Every option a config may set: the engine's, then the workload's."""
+    from harness.workloads import WorkloadConfig
+    from mini_engine.config import EngineConfig
+
+    return EngineConfig.option_names() + WorkloadConfig.option_names()
+
+
 def config_key(full: dict[str, Any]) -> str:
     """The result key of a resolved configuration (every option present)."""
     from mini_engine import algos

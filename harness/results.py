@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError
 from harness.numbers import check_numbers
-from mini_engine.errors import KVBenchError
+
 
 RESULTS = "results.jsonl"
 LOGGED = "mlflow_logged.txt"
@@ -28,7 +29,7 @@ META = "meta.json"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-class ResultsError(KVBenchError):
+class ResultsError(HarnessError):
     """A run directory or results file is missing or unreadable."""
 
 

@@ -16,12 +16,11 @@ from typing import Any
 
 from mini_engine.config import EngineConfig
 from mini_engine.errors import ConfigError, KVBenchError
-from harness.errors import ConfigError as HarnessConfigError
+from harness.errors import UsageError
 from harness.hardware import RssPeak
 from harness.prefixes import check_fits
 from harness.workloads import WorkloadConfig, make_workload
 
-STATUSES = ("ok", "violated", "failed", "pool_exhausted")
 
 _TABLES = ("engine", "workload")  # the tables of a run's config file
 
@@ -37,7 +36,7 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     and the [engine] and [workload] tables merged in; split_config says whose each is."""
     from mini_engine.config import read_tables
 
-    return read_tables(path, _TABLES, HarnessConfigError)  # a missing or malformed file: one line
+    return read_tables(path, _TABLES, UsageError)  # a missing or malformed file: one line
 
 
 def split_config(config: dict[str, Any]) -> tuple[EngineConfig, dict[str, Any]]:

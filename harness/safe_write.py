@@ -23,13 +23,12 @@ import stat
 from pathlib import Path
 from typing import IO, Iterator
 
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
 from mini_engine.files import kind_of  # noqa: F401  (one table of file kinds, for reading and writing)
 
 
-class UnsafeTarget(KVBenchError):
+class UnsafeTarget(HarnessError):
     """A path kvbench would write is not a regular file or a new path, or cannot be written."""
-
 
 
 

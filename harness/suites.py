@@ -34,14 +34,16 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from harness import ROOT
+from harness.errors import HarnessError
 from harness.expect import ExpectRule, known_metrics, rule_of
-from harness.options import short_names
+from harness.options import option_names, short_names
 from harness.schemas import parse
 from harness.schemas.suite import SuiteFile
 from mini_engine.errors import KVBenchError
 from mini_engine.files import read_regular
 
-SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+SUITES_DIR = ROOT / "suites"
 PATH_OPTIONS = ("prompts",)  # resolved once, against the suite file's directory
 
 # Short names for test ids, the result keys' (harness/options.py): ids must read
@@ -49,7 +51,7 @@ PATH_OPTIONS = ("prompts",)  # resolved once, against the suite file's directory
 SHORT = short_names()
 
 
-class SuiteError(KVBenchError):
+class SuiteError(HarnessError):
     """A suite is unknown, malformed, or holds a config that does not validate."""
 
 
@@ -159,13 +161,6 @@ def expand(defaults: dict[str, Any], axes: dict[str, Any], includes: list[dict[s
     return _ids(configs, defaults, _axis_keys(axes)), configs
 
 
-def option_names() -> tuple[str, ...]:
-    from harness.workloads import WorkloadConfig
-    from mini_engine.config import EngineConfig
-
-    return EngineConfig.option_names() + WorkloadConfig.option_names()
-
-
 def validate_config(config: dict[str, Any], where: str) -> None:
     """Build the engine and workload configs the run would build; a KVBenchError -> SuiteError."""
     from harness.runner import split_config
@@ -178,7 +173,7 @@ def validate_config(config: dict[str, Any], where: str) -> None:
         check_memory(engine, workload)
         if workload.get("prompts") is not None:  # a missing or bad file is bad input too, not a failed run
             load_prompts(workload["prompts"], default_output_len=workload["output_len"])
-    except (KVBenchError, TypeError) as err:  # TypeError: a workload option of the wrong shape
+    except (KVBenchError, HarnessError, TypeError) as err:  # TypeError: a workload option of the wrong shape
         raise SuiteError(f"{where}: {err}") from None
 
 

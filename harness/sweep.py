@@ -18,26 +18,25 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness import devices, hardware, sigint
 from harness.bounds import check_jobs
-from harness.causes import one_line
+from harness.errors import HarnessError
 from harness.expect import PASSING
 from harness.grid_filter import compile_filter
-from harness.locks import hold_run, store_lock
-from harness.mlflow_log import (client, ensure_experiment, ensure_parent, experiment_name,
-                                finish_parent, git_commit, start_system_metrics, sync, tracking_uri)
+from harness.locks import hold_run
+from harness.lifecycle import finish_mlflow, prepare_run, write_run_plots
+from harness.mlflow_log import start_system_metrics
 from harness.safe_write import UnsafeTarget
 from harness.results import RunDir, check_store_root, create_run_dir, new_run_id, results_root, resume_run_dir
+from harness.lifecycle import PROJECT
 from harness.suites import SUITES_DIR, Suite, SuiteError, load_suite
-from mini_engine.errors import KVBenchError
+
 
 GRID_TEST = SUITES_DIR / "grid" / "test_grid.py"
-PROJECT = SUITES_DIR.parent
 
 
-class SweepError(KVBenchError):
+class SweepError(HarnessError):
     """Bad sweep options (filter, jobs, resume target)."""
 
 
@@ -73,46 +72,6 @@ def check_filter(expr: str | None, suite: Suite | None = None) -> int | None:
     if not selected:
         raise SweepError(f"--filter {expr!r} selects no config of suite {suite.name} (ids look like {suite.configs[0].id!r})")
     return selected
-
-
-def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: int, filter_expr: str | None,
-                no_mlflow: bool = False, root: Path | None = None, hw: hardware.Hardware | None = None,
-                warn=print) -> dict[str, Any]:
-    """meta.json and, unless disabled, the MLflow store + parent run: once, before any worker."""
-    root = root or results_root()
-    if not no_mlflow and not (mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI")):
-        check_store_root(root)
-    meta = run_dir.meta()
-    hw = hw or hardware.detect()
-    meta.update(
-        suite=suite.name, suite_path=str(suite.path), suite_hash=suite.digest, configs=len(suite.configs),
-        repeat=suite.repeat, jobs=jobs, filter=filter_expr, hardware=meta.get("hardware") or hw.to_dict(),
-        git_commit=meta.get("git_commit") or git_commit(PROJECT), created=meta.get("created") or time.time(),
-    )
-    meta.setdefault("mlflow_parent", None)
-    if no_mlflow:
-        meta["mlflow_uri"] = None
-    else:
-        uri = tracking_uri(mlflow_uri, root)
-        if meta.get("mlflow_uri") and meta["mlflow_uri"] != uri:
-            run_dir.reset_logged()  # a resume against another store: it has none of the rows
-            meta["mlflow_parent"] = None
-        meta["mlflow_uri"] = uri
-        lock = store_lock(uri, note=warn)  # a fresh store is created and migrated by one sweep at a time
-        try:
-            cl = client(uri)
-            exp = ensure_experiment(cl, experiment_name(suite.name), uri, root, suite.description)
-            meta["mlflow_parent"] = ensure_parent(cl, exp, run_dir.run_id, meta)
-            meta["mlflow_experiment"] = exp
-        except Exception as err:
-            meta["mlflow_parent"] = None
-            warn(f"kvbench: warning: {one_line(err)}; "
-                 f"results stay in {run_dir.path}, upload them later with {sync_hint(run_dir, uri, root)}")
-        finally:
-            if lock is not None:
-                lock.release()
-    run_dir.write_meta(meta)
-    return meta
 
 
 def pytest_args(jobs: int, filter_expr: str | None, pins: tuple[str, ...]) -> list[str]:
@@ -222,14 +181,6 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
                          f"finish with kvbench sweep {opts.suite} --resume {run_dir.run_id}") from None
     finally:
         lock.release()
-
-
-def sync_hint(run_dir: RunDir, uri: str, root: Path) -> str:
-    """The sync command that reaches this sweep's store: sync never reads it from meta.json."""
-    from harness.mlflow_log import tracking_uri
-
-    same = uri == tracking_uri(None, root)
-    return f"kvbench sync {run_dir.run_id}" + ("" if same else f" --mlflow-uri {uri}")
 
 
 def _forget(run_dir: RunDir) -> None:
@@ -414,33 +365,3 @@ def eta(done: int, total: int | None, elapsed: float) -> str:
     minutes, seconds = divmod(int(round(left)), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
-
-
-def write_run_plots(rows: list[dict[str, Any]], run_dir: RunDir, warn) -> list[Path]:
-    try:
-        from harness.plots import write_plots
-
-        return write_plots(rows, run_dir.plots)
-    except Exception as err:  # a plot is a view; it must never cost the results
-        warn(f"kvbench: warning: plots failed: {type(err).__name__}: {err}")
-        return []
-
-
-def finish_mlflow(run_dir: RunDir, meta: dict[str, Any], rows: list[dict[str, Any]], plots: list[Path],
-                  root: Path, warn) -> str:
-    """Upload what is missing, close the parent run; a one-line note of where things are."""
-    uri = meta.get("mlflow_uri")
-    if not uri:
-        return "MLflow: off"
-    pending = run_dir.done_keys() - run_dir.logged_keys()
-    try:
-        if pending or not meta.get("mlflow_parent"):
-            sync(run_dir, uri, root=root)
-        meta = run_dir.meta()
-        finish_parent(uri, meta["mlflow_parent"], rows, plots)
-    except Exception as err:  # MLflow is a view: the rows are safe on disk whatever it says
-        missing = len(run_dir.done_keys() - run_dir.logged_keys())
-        warn(f"kvbench: warning: MLflow at {uri}: {one_line(err)}")
-        return (f"MLflow: {missing} config(s) not uploaded yet; run {sync_hint(run_dir, uri, root)}" if missing
-                else f"MLflow: every config is uploaded but the parent run was not closed ({uri})")
-    return f"MLflow: {uri} experiment {experiment_name(meta['suite'])}, parent run {meta['mlflow_parent']}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from harness.errors import ConfigError
+from harness.errors import UsageError
 
 URL_RE = re.compile(r"https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]{1,500}\Z", re.ASCII)
 ALLOWED = "an http(s) URL without spaces, quotes or brackets"
@@ -22,5 +22,5 @@ def is_web_url(url: str) -> bool:
 def check_web_url(url: str, option: str) -> str:
     """``url`` if it may be a link target, else one line naming ``option``; '' passes (no link)."""
     if url and not is_web_url(url):
-        raise ConfigError(f"{option} must be {ALLOWED} (got {str(url)[:80]!r})")
+        raise UsageError(f"{option} must be {ALLOWED} (got {str(url)[:80]!r})")
     return url

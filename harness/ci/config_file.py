@@ -11,11 +11,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError, HarnessError
+from harness.errors import UsageError, HarnessError
 from mini_engine.files import read_regular
 
 
-def read_config(path: str | Path, what: str, *, error: type[HarnessError] = ConfigError) -> Any:
+def read_config(path: str | Path, what: str, *, error: type[HarnessError] = UsageError) -> Any:
     """The parsed content of `path` (TOML if it ends in .toml, JSON otherwise); `what`
     names it in the message, e.g. 'runner registry' or '--event'."""
     path = Path(path)

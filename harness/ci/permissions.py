@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.ci.config_file import read_config
-from harness.errors import ConfigError
+from harness.errors import UsageError
 from harness.schemas import parse
 from harness.schemas.ci import ASSOCIATIONS, COMMANDS, PermissionsFile
 
@@ -70,7 +70,7 @@ class Permissions:
 def parse_permissions(data: Any, source: str = "permissions.json", labels: tuple[str, ...] = ()) -> Permissions:
     """The permissions as declared in harness/schemas/ci.py (PermissionsFile); ``labels``:
     the registry's runner labels, which a role's runners must be drawn from."""
-    model = parse(PermissionsFile, data, source, ConfigError, {"labels": labels}, tables="object")
+    model = parse(PermissionsFile, data, source, UsageError, {"labels": labels}, tables="object")
     roles = {name: Role(name, t.commands, t.runners) for name, t in model.roles.items()}
     users = {login.lower(): names for login, names in model.users.items()}
     return Permissions(roles, users, dict(model.associations), model.pr_author.role, model.pr_author.associations,

@@ -17,7 +17,7 @@ from harness.ci.bot import Group, known_suites
 from harness.ci.runners import Registry
 from harness.ci.specs import Refusal, show
 from harness.ci.suite_filter import check_selects
-from harness.errors import ConfigError
+from harness.errors import UsageError
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z", re.ASCII)
 SHA_RE = re.compile(r"[0-9a-f]{40}\Z", re.ASCII)
@@ -26,7 +26,7 @@ MAX_TESTS = 100
 
 def check_sha(sha: str, option: str) -> str:
     if not SHA_RE.match(sha or ""):
-        raise ConfigError(f"{option} must be a 40-character commit id in lowercase hex (got {show(str(sha))})")
+        raise UsageError(f"{option} must be a 40-character commit id in lowercase hex (got {show(str(sha))})")
     return sha
 
 
@@ -34,18 +34,18 @@ def rerun_argv(registry: Registry, tree: Path, root: Path, runner: str, tests_js
                suite: str, expr: str, run_id: str) -> list[str]:
     registry.get(runner)
     if not RUN_ID_RE.match(run_id):
-        raise ConfigError(f"--run-id must be letters, digits, '.', '_' or '-' (got {show(run_id)})")
+        raise UsageError(f"--run-id must be letters, digits, '.', '_' or '-' (got {show(run_id)})")
     try:
         tests = json.loads(tests_json or "[]")
     except json.JSONDecodeError:
-        raise ConfigError("--tests must be a JSON list of test ids") from None
+        raise UsageError("--tests must be a JSON list of test ids") from None
     if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
-        raise ConfigError("--tests must be a JSON list of test ids")
+        raise UsageError("--tests must be a JSON list of test ids")
     if bool(tests) == bool(suite):
-        raise ConfigError("give either --tests (a non-empty list) or --suite, not both")
+        raise UsageError("give either --tests (a non-empty list) or --suite, not both")
     if tests and expr:
         # A filter selects configs of a suite's grid; tests given by id would run unfiltered.
-        raise ConfigError("--filter applies to --suite only (got --tests and --filter)")
+        raise UsageError("--filter applies to --suite only (got --tests and --filter)")
     try:
         if suite:
             group = Group(runner, suite=specs.check_suite(suite, known_suites(root)),
@@ -54,14 +54,14 @@ def rerun_argv(registry: Registry, tree: Path, root: Path, runner: str, tests_js
                 check_selects(root / "suites" / f"{group.suite}.toml", group.suite, group.filter)
             return group.argv(run_id)
         if len(tests) > MAX_TESTS:
-            raise ConfigError(f"--tests: at most {MAX_TESTS} test ids (got {len(tests)})")
+            raise UsageError(f"--tests: at most {MAX_TESTS} test ids (got {len(tests)})")
         ids = []
         for token in tests:
             spec = specs.parse_test_spec(token, tree)
             want = registry.runner_for_test(tree, spec.file, spec.test)
             if want != runner:
-                raise ConfigError(f"--tests: {show(spec.node_id, 200)} runs on {show(want)}, not on {show(runner)}")
+                raise UsageError(f"--tests: {show(spec.node_id, 200)} runs on {show(want)}, not on {show(runner)}")
             ids.append(spec.node_id)
         return Group(runner, tests=ids).argv(run_id)
     except Refusal as err:
-        raise ConfigError(str(err)) from None
+        raise UsageError(str(err)) from None

@@ -14,7 +14,7 @@ from typing import Any
 from harness.ci import testfiles
 from harness.ci.config_file import read_config
 from harness.ci.specs import show
-from harness.errors import ConfigError
+from harness.errors import UsageError
 from harness.schemas import parse
 from harness.schemas.ci import RegistryFile
 DEFAULT_PATH = Path("ci") / "runners.toml"
@@ -48,7 +48,7 @@ class Registry:
 
     def get(self, label: str) -> Runner:
         if label not in self.runners:
-            raise ConfigError(f"runner must be one of {', '.join(self.runners)} (got {show(str(label))})")
+            raise UsageError(f"runner must be one of {', '.join(self.runners)} (got {show(str(label))})")
         return self.runners[label]
 
     def runner_for_suite(self, suite: str) -> str:
@@ -65,7 +65,7 @@ class Registry:
             split = self.runners_for_file(root, relpath)
             if len(split) > 1:
                 where = "; ".join(f"{label}: {', '.join(tests[:3])}" for label, tests in split.items())
-                raise ConfigError(f"{relpath}: its tests run on {len(split)} runners ({where}); name the tests")
+                raise UsageError(f"{relpath}: its tests run on {len(split)} runners ({where}); name the tests")
             return next(iter(split))
         return self._resolve(testfiles.scan(root / relpath), relpath, test)
 
@@ -93,7 +93,7 @@ class Registry:
             label = self.gpu_default if info.module_gpu else self.default
         if label not in self.runners:
             # The label is the pull request's text: quoted and cut short, it goes into a reply.
-            raise ConfigError(
+            raise UsageError(
                 f"{relpath}: runner mark {show(label)} is not in ci/runners.toml "
                 f"(known: {', '.join(self.runners)})"
             )
@@ -102,7 +102,7 @@ class Registry:
 
 def parse_registry(data: Any, source: str = "runners.toml") -> Registry:
     """The registry as declared in harness/schemas/ci.py (RegistryFile)."""
-    model = parse(RegistryFile, data, source, ConfigError)
+    model = parse(RegistryFile, data, source, UsageError)
     runners = {label: Runner(label, t.profile, t.gpus, t.runs_on, tuple(t.suites))
                for label, t in model.runners.items()}
     default = model.defaults.runner

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.ci.text import show
-from harness.errors import ConfigError
+from harness.errors import UsageError
 
 MAX_FILE_BYTES = 1 << 20  # a test file larger than this is not a test file we will parse
 
@@ -67,7 +67,7 @@ def _runner_from(marks: list[ast.expr], where: str) -> str | None:
             continue
         args = mark.args if isinstance(mark, ast.Call) else []
         if len(args) != 1 or not isinstance(args[0], ast.Constant) or not isinstance(args[0].value, str):
-            raise ConfigError(f"{show(where, 120)}: pytest.mark.runner takes one string literal label")
+            raise UsageError(f"{show(where, 120)}: pytest.mark.runner takes one string literal label")
         return args[0].value
     return None
 
@@ -86,9 +86,9 @@ def parse_source(source: str, path: str) -> TestInfo:
         tree = ast.parse(source, filename=path)
     except (SyntaxError, ValueError) as err:  # ValueError: NUL bytes, on some Pythons
         line = getattr(err, "lineno", None)
-        raise ConfigError(f"{show(path, 120)}: not valid Python" + (f" (line {line})" if line else "")) from None
+        raise UsageError(f"{show(path, 120)}: not valid Python" + (f" (line {line})" if line else "")) from None
     except (MemoryError, RecursionError):  # the parser's stack, not the machine's memory
-        raise ConfigError(f"{show(path, 120)}: too deeply nested to parse") from None
+        raise UsageError(f"{show(path, 120)}: too deeply nested to parse") from None
     module_marks = _pytestmark(tree.body)
     info = TestInfo(path, _runner_from(module_marks, path), any(_mark_name(m) == "gpu" for m in module_marks))
     for node in tree.body:
@@ -109,9 +109,9 @@ def scan(path: Path) -> TestInfo:
     try:
         st = path.stat()
     except OSError as err:
-        raise ConfigError(f"{show(path.name, 120)}: cannot be read ({type(err).__name__})") from None
+        raise UsageError(f"{show(path.name, 120)}: cannot be read ({type(err).__name__})") from None
     if st.st_size > MAX_FILE_BYTES:
-        raise ConfigError(f"{show(path.name, 120)}: larger than {MAX_FILE_BYTES} bytes, not scanned")
+        raise UsageError(f"{show(path.name, 120)}: larger than {MAX_FILE_BYTES} bytes, not scanned")
     # One comment names the same file many times (a spec per test): parse it once.
     return _scan(str(path), st.st_mtime_ns, st.st_size)
 
@@ -121,5 +121,5 @@ def _scan(path: str, mtime_ns: int, size: int) -> TestInfo:
     try:
         source = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{show(Path(path).name, 120)}: cannot be read ({type(err).__name__})") from None
+        raise UsageError(f"{show(Path(path).name, 120)}: cannot be read ({type(err).__name__})") from None
     return parse_source(source, Path(path).name)

@@ -28,7 +28,7 @@ from harness.ci.text import code, plain
 from harness.compare import compare_rows
 from harness.direction import WORDS
 from harness.results import RunDir, load_rows
-from harness.errors import ConfigError
+from harness.errors import UsageError
 
 LABEL = "kvbench-regression"
 MAX_KEY_IN_TITLE = 180
@@ -95,11 +95,11 @@ def load_nights(dirs: list[Path], baseline: dict, ui_url: str = "") -> list[Nigh
     for d in dirs:
         d = Path(d)
         if not (d / "results.jsonl").is_file():
-            raise ConfigError(f"--nights: {d} has no results.jsonl")
+            raise UsageError(f"--nights: {d} has no results.jsonl")
         rows = load_rows(d)
         for i, row in enumerate(rows, 1):
             if (name := huge_figure(row)) is not None:
-                raise ConfigError(f"--nights: {d.name}/results.jsonl row {i}: {name[:60]!r} is an integer beyond "
+                raise UsageError(f"--nights: {d.name}/results.jsonl row {i}: {name[:60]!r} is an integer beyond "
                                   f"2**63, which no run measures (a damaged night)")
         commit = str(RunDir(d).meta().get("git_commit") or "")
         nights.append(Night(d.name, d, compare_rows(rows, baseline), rows, mlflow_link(d, ui_url), commit))
@@ -115,7 +115,7 @@ def profile_of(dirs: list[Path]) -> str | None:
         if isinstance(hardware, dict) and isinstance(hardware.get("profile"), str):
             profiles.add(hardware["profile"])
     if len(profiles) > 1:
-        raise ConfigError(f"--nights: the nights ran on different hardware profiles ({', '.join(sorted(profiles))}); "
+        raise UsageError(f"--nights: the nights ran on different hardware profiles ({', '.join(sorted(profiles))}); "
                           "triage one profile at a time")
     return profiles.pop() if profiles else None
 
@@ -123,7 +123,7 @@ def profile_of(dirs: list[Path]) -> str | None:
 def history(root: Path) -> list[Path]:
     """The night directories under ``root``, oldest first (names sort by time)."""
     if not root.is_dir():
-        raise ConfigError(f"--history: {root} is not a directory")
+        raise UsageError(f"--history: {root} is not a directory")
     return sorted(p for p in root.iterdir() if (p / "results.jsonl").is_file())
 
 
@@ -204,9 +204,9 @@ def _body(key: str, metrics: list[str], where: str, nights: list[Night], streak:
 
 def plan(nights: list[Night], baseline: dict, where: str, min_nights: int = 2, repo_url: str | None = None) -> TriagePlan:
     if min_nights < 2:
-        raise ConfigError(f"--min-nights must be an integer >= 2 (got {min_nights})")
+        raise UsageError(f"--min-nights must be an integer >= 2 (got {min_nights})")
     if not nights:
-        raise ConfigError("--nights: give at least one night directory")
+        raise UsageError("--nights: give at least one night directory")
     repo_url = repo_url_from_env() if repo_url is None else repo_url
     out = TriagePlan()
     newest = nights[-1]

@@ -6,6 +6,11 @@ the parser (and ``kvbench bot``/``kvbench ci``) needs no engine, MLflow or plott
 packages; ``func`` imports what its command needs.
 """
 
+from __future__ import annotations
+
+import argparse
+import importlib
+
 # Order is the order of ``kvbench --help``.
 COMMANDS = ("run", "sweep", "compare", "baseline", "history", "report", "bisect", "sync", "ui", "replay", "conform", "bot", "ci")
 
@@ -14,3 +19,29 @@ COMMANDS = ("run", "sweep", "compare", "baseline", "history", "report", "bisect"
 ROLE = {**{name: "harness" for name in COMMANDS}, "replay": "engine", "conform": "conform", "bot": "ci", "ci": "ci"}
 # What a command cannot run without beyond its role's check (optional elsewhere in the role).
 NEEDS = {"sync": ("mlflow",), "ui": ("mlflow",)}
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse already exits 2 with one usage line; keep that but make it one line.
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"kvbench: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kvbench", description="KV-cache accounting benchmark harness")
+    parser.add_argument("--version", action="version", version=f"kvbench {version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"harness.commands.{name}").register(sub)
+    return parser
+
+
+def version() -> str:
+    """The installed distribution's version, or the source tree's when run from a checkout."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("kvbench")
+    except PackageNotFoundError:
+        return "unknown (not installed)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.errors import ConfigError, HarnessError
+from harness.errors import UsageError, HarnessError
 from mini_engine.errors import KVBenchError
 from mini_engine.files import read_regular
 
@@ -51,7 +51,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from harness.ci.bot import Comment, known_suites, plan_comment
 
     if args.pr < 1:
-        raise ConfigError(f"--pr must be a pull request number >= 1 (got {args.pr})")
+        raise UsageError(f"--pr must be a pull request number >= 1 (got {args.pr})")
     root, registry, perms = _setup(args)
     comment = Comment(args.comment, args.user, args.association, args.pr, args.author or args.user)
     plan = plan_comment(comment, root, registry, perms, known_suites(root), root)
@@ -85,7 +85,7 @@ def _table(args: argparse.Namespace, root: Path) -> tuple[str | None, bool]:
         report = compare_rows(rows, load_baseline(path))
     except ArtifactError as err:
         return f"_failed: artifact unreadable: {show(str(err), 200)}_", True
-    except (HarnessError, KVBenchError) as err:  # an undeclared metric (UnknownMetric) is a KVBenchError
+    except (HarnessError, KVBenchError) as err:  # the engine's too: the rows are the pull request's
         return f"_the results could not be compared: {show(str(err), 300)}_", True
     except (ArithmeticError, ValueError, TypeError) as err:
         # Figures the checks let through but compare cannot use: the group fails, its status is still set.
@@ -99,10 +99,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     root = Path(args.root)
     if (args.status is None) == (args.result is None):
-        raise ConfigError("give exactly one of --status or --result")
+        raise UsageError("give exactly one of --status or --result")
     status = args.status or handle.status_of(args.result)
     if status not in reply.STATUSES:
-        raise ConfigError(f"--result must be success, failure, cancelled or skipped (got {args.result!r})")
+        raise UsageError(f"--result must be success, failure, cancelled or skipped (got {args.result!r})")
     table, failed = _table(args, root)
     if failed and status == "passed":
         status = "failed"
@@ -119,13 +119,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"bot: reply {args.comment_id} group {args.group} -> {status}")
         return 0
     if not args.body_file:
-        raise ConfigError("--dry-run needs --body-file (a saved reply to update)")
+        raise UsageError("--dry-run needs --body-file (a saved reply to update)")
     try:
-        body = read_regular(args.body_file, "--body-file", ConfigError).decode("utf-8")
+        body = read_regular(args.body_file, "--body-file", UsageError).decode("utf-8")
     except OSError:
-        raise ConfigError(f"--body-file {args.body_file} cannot be read") from None
+        raise UsageError(f"--body-file {args.body_file} cannot be read") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"--body-file {args.body_file} is not UTF-8 text (a saved reply is)") from None
+        raise UsageError(f"--body-file {args.body_file} is not UTF-8 text (a saved reply is)") from None
     print(reply.update(body, args.group, status, args.run_url, links, table), end="")
     return 0
 

@@ -9,13 +9,14 @@ import json
 import sys
 from pathlib import Path
 
-from harness.errors import ConfigError
+from harness.commands import build_parser
+from harness.errors import UsageError
 
 
 def _root(args: argparse.Namespace) -> Path:
     root = Path(args.root)
     if not (root / "ci" / "runners.toml").is_file():
-        raise ConfigError(f"--root {root} holds no ci/runners.toml (run from the repository root or pass --root)")
+        raise UsageError(f"--root {root} holds no ci/runners.toml (run from the repository root or pass --root)")
     return root
 
 
@@ -71,8 +72,6 @@ def cmd_rerun_args(args: argparse.Namespace) -> int:
 
 def parse_cli(argv: list[str]) -> None:
     """Raise SystemExit unless ``kvbench <argv>`` parses to a runnable subcommand."""
-    from harness.cli import build_parser
-
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
         ns = build_parser().parse_args(argv)
     if not getattr(ns, "func", None):
@@ -103,7 +102,7 @@ def lint(root: Path) -> list[str]:
             for label in filter(None, marks):
                 if label not in registry.runners:
                     problems.append(f"{rel}: runner mark {label!r} is not in ci/runners.toml")
-        except ConfigError as err:
+        except UsageError as err:
             problems.append(f"{rel}: {err}")
     return problems
 

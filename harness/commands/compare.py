@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.errors import ConfigError
+from harness.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,7 +55,7 @@ def reference(args: argparse.Namespace, profile: str) -> tuple[dict, str, str]:
         base = load_baseline(path, expected_profile=None if args.across_profiles else profile)
         return base, str(base["profile"]), str(path)
     if args.baseline:
-        raise ConfigError("--baseline goes with one run; with two, the first run is the reference")
+        raise UsageError("--baseline goes with one run; with two, the first run is the reference")
     a = args.runs[0]
     if is_baseline_file(a):
         base = load_baseline(a)
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.sweep import filter_selects
 
     if len(args.runs) > 2:
-        raise ConfigError(f"compare takes one run or two (got {len(args.runs)}): kvbench compare [A] B")
+        raise UsageError(f"compare takes one run or two (got {len(args.runs)}): kvbench compare [A] B")
     b = args.runs[-1]
     rows, meta, profile = judged_run(b)
     ref, ref_profile, ref_name = reference(args, profile)
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         what = (f"hardware profile {ref_profile} vs {profile}" if hw_differ else
                 f"accounting profile {_names(ref_accounting)} vs {_names(accounting_profiles(rows))}")
         if not args.across_profiles:
-            raise ConfigError(f"{ref_name} and {b} differ in {what}; pass --across-profiles to compare their "
+            raise UsageError(f"{ref_name} and {b} differ in {what}; pass --across-profiles to compare their "
                               f"counters (timings are then not comparable)")
         note = f"not comparable ({what})"
         rows, ref = across(rows, ref)

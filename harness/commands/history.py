@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.errors import ConfigError
+from harness.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,14 +31,14 @@ def run(args: argparse.Namespace) -> int:
     from harness.results import results_root
 
     if args.last < 2:
-        raise ConfigError(f"--last must be an integer >= 2 (got {args.last})")
+        raise UsageError(f"--last must be an integer >= 2 (got {args.last})")
     from harness.metrics import check_metric_option
 
     check_metric_option(args.metric, "--metric", extra=("status",))
     roots = [Path(d) for d in args.nights] if args.nights else [results_root() / "runs"]
     nights = history.find_nights(roots, args.suite)
     if not nights:
-        raise ConfigError(f"--nights: no run of suite {args.suite!r} under {', '.join(map(str, roots))} (each "
+        raise UsageError(f"--nights: no run of suite {args.suite!r} under {', '.join(map(str, roots))} (each "
                           f"night is a directory with results.jsonl and a meta.json naming the suite)")
     hist = history.build(nights[-args.last:])
     head = f"kvbench history {args.suite}: {len(hist.nights)} nights, oldest first"

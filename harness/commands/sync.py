@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.mlflow_log import finish_parent, sync, unreachable
     from harness.results import load_rows, open_run_dir, results_root
-    from harness.sweep import write_run_plots
+    from harness.lifecycle import write_run_plots
 
     from harness.mlflow_log import tracking_uri
 

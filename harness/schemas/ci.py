@@ -12,9 +12,9 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BeforeValidator, ValidationInfo, model_validator
 
+from harness.hardware import PROFILES
 from harness.schemas import Model, check, int_in
 
-PROFILES = ("cpu", "rtx5090", "h100", "h200")
 LABEL_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z", re.ASCII)
 SUITE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z", re.ASCII)
 COMMANDS = ("rerun-test", "rerun-suite", "tag-and-rerun-ci")

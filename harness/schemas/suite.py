@@ -12,12 +12,11 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationInfo, model_validator
 
+from harness.metrics import INVARIANTS, STATUSES
 from harness.schemas import Model, check, int_in
 
 MAX_REPEAT = 100  # timing samples per config; more is a typo, not a measurement
 KNOWN_MARKS = ("gpu", "nightly", "slow")
-STATUSES = ("ok", "violated", "pool_exhausted", "failed")
-INVARIANT_IDS = tuple(f"K{i}" for i in range(1, 14))
 
 
 def _is_number(value: Any) -> bool:
@@ -43,7 +42,7 @@ def _option_name(name: Any, info: ValidationInfo) -> Any:
 
 
 def _invariant(name: Any) -> Any:
-    if name not in INVARIANT_IDS:
+    if name not in INVARIANTS:
         raise ValueError(f"unknown invariant {name!r} (allowed: K1 to K13)")
     return name
 

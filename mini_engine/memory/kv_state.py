@@ -17,10 +17,10 @@ from operator import attrgetter
 
 import numpy as np
 
-# Who wrote an extent last (prefill | decode | spec | pd), stored as an index into this
-# tuple; -1 is nobody yet. Stranded slots are counted per writer kind, K1 holds the aligned
-# writers to 0.
-WRITER_KINDS = ("prefill", "decode", "spec", "pd")
+from mini_engine.memory.rules import WRITER_KINDS
+
+# Who wrote an extent last (rules.WRITER_KINDS), stored as an index into that tuple; -1 is
+# nobody yet. Stranded slots are counted per writer kind, K1 holds the aligned writers to 0.
 WRITER_CODE = {k: i for i, k in enumerate(WRITER_KINDS)}
 
 

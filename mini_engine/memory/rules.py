@@ -20,6 +20,9 @@ POLICIES = ("aligned", "unaligned")  # shorthand for align: every writer or none
 AUDIT_MODES = ("record", "raise", "off")  # the auditor's: off, record violations, or raise on the first
 # Writers every engine has; each speculative algorithm adds its own (the registry's).
 BASE_WRITERS = ("extend", "decode", "pd")
+# Who wrote an extent last, as the stranded-slot counters name them (kv_state stores an
+# index into this tuple; the harness declares one metric per kind).
+WRITER_KINDS = ("prefill", "decode", "spec", "pd")
 
 
 @dataclass(frozen=True)

@@ -170,14 +170,14 @@ def test_run_files_are_not_written_through_links(tmp_path, name):
     """N13: a lock or results file that is a link is refused; its target keeps its data."""
     from harness.locks import run_lock
     from harness.results import append_line
-    from mini_engine.errors import KVBenchError
+    from harness.errors import HarnessError
 
     run = tmp_path / "run"
     run.mkdir()
     keep = tmp_path / "keep.txt"
     keep.write_text("KEEP")
     (run / name).symlink_to(keep)
-    with pytest.raises(KVBenchError, match="symbolic link"):
+    with pytest.raises(HarnessError, match="symbolic link"):
         run_lock(run).acquire() if name == "lock" else append_line(run / name, "{}")
     assert keep.read_text() == "KEEP"
 

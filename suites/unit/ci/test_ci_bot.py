@@ -257,10 +257,10 @@ def test_dispatch_pins_the_commit_the_bot_checked(setup, load_event):
 
 
 def test_bad_head_sha_is_an_error(setup, load_event):
-    from harness.errors import ConfigError
+    from harness.errors import UsageError
 
     tree, registry, perms = setup
     client = RecordingClient()
-    with pytest.raises(ConfigError, match="--head-sha must be a 40-character commit id"):
+    with pytest.raises(UsageError, match="--head-sha must be a 40-character commit id"):
         handle_event(load_event("rerun_test_single"), client, tree, tree, registry, perms, head_sha="main")
     assert client.calls == []

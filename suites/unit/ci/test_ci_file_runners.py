@@ -11,7 +11,7 @@ import pytest
 from harness.ci import reply
 from harness.ci.bot import Comment, plan_comment
 from harness.ci.rerun import rerun_argv
-from harness.errors import ConfigError
+from harness.errors import UsageError
 
 H200 = "import pytest\n\n\n@pytest.mark.runner('1-gpu-h200')\ndef test_h():\n    pass\n"
 MIXED = ("import pytest\n\n\ndef test_a():\n    pass\n\n\n"
@@ -71,9 +71,9 @@ def test_ci_runners_names_every_runner_of_a_file(files, cli, capsys):
 
 def test_rerun_args_refuses_a_mixed_file_on_one_runner(files):
     root, registry, _ = files
-    with pytest.raises(ConfigError, match=r"test_mixed.py: its tests run on 3 runners .*8-gpu-h200: TestX"):
+    with pytest.raises(UsageError, match=r"test_mixed.py: its tests run on 3 runners .*8-gpu-h200: TestX"):
         rerun_argv(registry, root, root, "cpu", json.dumps(["suites/unit/test_mixed.py"]), "", "", "r1")
-    with pytest.raises(ConfigError, match="runs on `1-gpu-h200`, not on `1-gpu-h100`"):
+    with pytest.raises(UsageError, match="runs on `1-gpu-h200`, not on `1-gpu-h100`"):
         rerun_argv(registry, root, root, "1-gpu-h100", json.dumps(["suites/gpu/test_h200.py"]), "", "", "r1")
     # What the bot dispatches for the split file passes the re-check, group by group.
     for group in _plan(files, "/rerun-test suites/unit/test_mixed.py").groups:

@@ -11,7 +11,7 @@ import pytest
 from harness.ci.github_client import GitHubClient, GitHubError, check_repo
 from harness.ci.permissions import load_permissions, parse_permissions
 from harness.ci.runners import load_registry
-from harness.errors import ConfigError, HarnessError
+from harness.errors import UsageError, HarnessError
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -116,7 +116,7 @@ def test_explicit_users_add_roles():
     ({"roles": {"x": {"commands": [], "runners": ["2-gpu-a100"]}}}, "not in ci/runners.toml"),
 ])
 def test_permission_file_validation(over, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(UsageError, match=message):
         _perms(**over)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from harness.ci import testfiles
 from harness.ci.runners import load_registry, parse_registry
-from harness.errors import ConfigError
+from harness.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -21,7 +21,7 @@ def test_real_registry():
     assert [(r.profile, r.gpus) for r in (reg.get("1-gpu-5090"), reg.get("8-gpu-h200"))] == [("rtx5090", 1), ("h200", 8)]
     assert reg.runner_for_suite("nightly-gpu") != "cpu" and reg.runner_for_suite("smoke") == "cpu"
     assert reg.runner_for_suite("not-listed") == reg.default == "cpu"
-    with pytest.raises(ConfigError, match="runner must be one of"):
+    with pytest.raises(UsageError, match="runner must be one of"):
         reg.get("4-gpu-a100")
 
 
@@ -44,16 +44,16 @@ def test_unknown_or_dynamic_runner_marks(tree):
     registry = load_registry(tree / "ci" / "runners.toml")
     bad = tree / "suites" / "unit" / "test_bad_mark.py"
     bad.write_text("import pytest\npytestmark = pytest.mark.runner('2-gpu-a100')\ndef test_x():\n    pass\n")
-    with pytest.raises(ConfigError, match="`2-gpu-a100` is not in ci/runners.toml"):
+    with pytest.raises(UsageError, match="`2-gpu-a100` is not in ci/runners.toml"):
         registry.runner_for_test(tree, "suites/unit/test_bad_mark.py")
     bad.write_text("import pytest\nLABEL = 'cpu'\npytestmark = pytest.mark.runner(LABEL)\n")
-    with pytest.raises(ConfigError, match="one string literal"):
+    with pytest.raises(UsageError, match="one string literal"):
         registry.runner_for_test(tree, "suites/unit/test_bad_mark.py")
     bad.write_text("def test_x(:\n")
-    with pytest.raises(ConfigError, match=r"not valid Python \(line 1\)"):
+    with pytest.raises(UsageError, match=r"not valid Python \(line 1\)"):
         registry.runner_for_test(tree, "suites/unit/test_bad_mark.py")
     bad.write_bytes(b"def test_x():\n    pass\n\x00\n")
-    with pytest.raises(ConfigError, match=r"test_bad_mark.py`: not valid Python\Z"):
+    with pytest.raises(UsageError, match=r"test_bad_mark.py`: not valid Python\Z"):
         registry.runner_for_test(tree, "suites/unit/test_bad_mark.py")
 
 
@@ -83,5 +83,5 @@ def _registry_text() -> dict:
 def test_registry_validation(edit, message):
     data = _registry_text()
     edit(data)
-    with pytest.raises(ConfigError, match=re.escape(message)):
+    with pytest.raises(UsageError, match=re.escape(message)):
         parse_registry(data)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from harness.baseline import load_baseline
 from harness.ci import triage
 from harness.ci.recording import RecordingClient
-from harness.errors import ConfigError
+from harness.errors import UsageError
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 NIGHTS = FIX / "nights"
@@ -173,9 +173,9 @@ def test_long_keys_keep_titles_short_and_distinct():
 
 def test_history_and_bad_input(baseline, tmp_path):
     assert triage.history(NIGHTS) == [N25, N26, N27]
-    with pytest.raises(ConfigError, match="has no results.jsonl"):
+    with pytest.raises(UsageError, match="has no results.jsonl"):
         triage.load_nights([tmp_path], baseline)
-    with pytest.raises(ConfigError, match="--min-nights must be an integer >= 2"):
+    with pytest.raises(UsageError, match="--min-nights must be an integer >= 2"):
         triage.plan(triage.load_nights([N27], baseline), baseline, "cpu", min_nights=1)
 
 

@@ -110,7 +110,7 @@ def test_merge_repeats_gives_samples_to_timings_only():
     rows = [copy.deepcopy(ROW) for _ in range(3)]
     for i, r in enumerate(rows):
         r["metrics"]["wall_s"] = 0.5 + i
-    from harness.execute import merge_repeats  # bisect merges its repeats as the sweep does
+    from harness.repeats import merge_repeats  # bisect merges its repeats as the sweep does
 
     merged = merge_repeats(rows)
     assert merged["samples"]["wall_s"] == [0.5, 1.5, 2.5] and merged["metrics"]["wall_s"] == 1.5

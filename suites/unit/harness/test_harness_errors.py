@@ -8,7 +8,7 @@ import json
 import pytest
 
 from harness.cli import main
-from harness.errors import ConfigError, HarnessError
+from harness.errors import UsageError, HarnessError
 from mini_engine.errors import KVBenchError
 
 
@@ -42,7 +42,7 @@ def test_history_errors_are_the_harness_own(tmp_path, capsys):
 
     file = tmp_path / "f"
     file.write_text("")
-    with pytest.raises(ConfigError, match="is not a directory") as err:
+    with pytest.raises(UsageError, match="is not a directory") as err:
         find_nights([file])
     assert not isinstance(err.value, KVBenchError)
     one_line_exit_2(["history", "smoke", "--nights", str(file)], capsys, "is not a directory")

@@ -17,7 +17,8 @@ from harness import facets, metrics
 from harness.cli import build_parser
 from harness.options import ID_ALIASES, WORKLOAD, by_name, config_key, options, resolved_defaults, short_names
 from harness.runner import load_config_file, resolved_config, run_config
-from harness.suites import SHORT, available, load_suite, option_names
+from harness.options import option_names
+from harness.suites import SHORT, available, load_suite
 from harness.workloads import WorkloadConfig
 from mini_engine import algos
 from mini_engine.config import EngineConfig, load_toml

@@ -17,7 +17,7 @@ from harness.baseline import BaselineError, build, counters_of, load_baseline, t
 from harness.ci.permissions import parse_permissions
 from harness.ci.runners import load_registry, parse_registry
 from harness.compare import compare_rows
-from harness.errors import ConfigError
+from harness.errors import UsageError
 from harness.metrics import COLUMNS, METRICS
 from harness.schemas import parse
 from harness.schemas.baseline import BaselineFile
@@ -71,8 +71,8 @@ def test_committed_ci_files_and_baselines_validate():
 ])
 def test_the_first_error_is_one_line_naming_where_what_and_the_value(model, data, line):
     tables = "object" if model in (PermissionsFile, BaselineFile) else "table"
-    with pytest.raises(ConfigError) as err:
-        parse(model, data, "s", ConfigError, tables=tables)
+    with pytest.raises(UsageError) as err:
+        parse(model, data, "s", UsageError, tables=tables)
     assert str(err.value) == line
 
 
@@ -91,8 +91,8 @@ json_values = st.recursive(
 def test_any_file_content_validates_or_is_one_line(model, data):
     # Whatever a file holds, the loader answers a model or one line; never a traceback.
     try:
-        parse(model, data, "f", ConfigError, {"labels": ("cpu",), "options": ("page_size",), "metrics": {"steps"}})
-    except ConfigError as err:
+        parse(model, data, "f", UsageError, {"labels": ("cpu",), "options": ("page_size",), "metrics": {"steps"}})
+    except UsageError as err:
         assert str(err).startswith("f: ") and "\n" not in str(err), str(err)
 
 
@@ -107,7 +107,7 @@ def test_loaders_raise_their_own_error_class(tmp_path):
         load_baseline(base)
     data = tomllib.loads((ROOT / "ci" / "runners.toml").read_text())
     data["runners"]["cpu"]["gpus"] = True  # a bool is not an integer, though Python says it is one
-    with pytest.raises(ConfigError, match=r"runners.cpu.gpus must be an integer >= 0 \(got True\)"):
+    with pytest.raises(UsageError, match=r"runners.cpu.gpus must be an integer >= 0 \(got True\)"):
         parse_registry(data)
 
 

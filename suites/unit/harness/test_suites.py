@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.suites import SuiteError, available, load_suite
-from mini_engine.errors import KVBenchError
+from harness.errors import HarnessError
 
 
 def write(tmp_path: Path, text: str, name: str = "grid.toml") -> Path:
@@ -118,7 +118,7 @@ def test_none_means_unset(tmp_path):
     ("[[expect]]\nviolations = { K1 = 'lots' }", "names unknown metric 'lots'"),
 ])
 def test_bad_suites_are_one_line_errors(tmp_path, text, needle):
-    with pytest.raises(KVBenchError) as err:  # SuiteError, or ExpectError for a bad rule
+    with pytest.raises(HarnessError) as err:  # SuiteError, or ExpectError for a bad rule
         load_suite(write(tmp_path, text))
     assert needle in str(err.value) and "\n" not in str(err.value)
 
@@ -142,7 +142,7 @@ def test_filter_counts_the_configs_it_selects():
     assert check_filter(None, smoke) is None
     # name:value and name=value match an option exactly: ps:1 is not ps:16, ps:3 is not steps:3
     assert check_filter("ps=1", smoke) == check_filter("ps:1", smoke) == check_filter("page_size=1", smoke) == 16
-    with pytest.raises(KVBenchError, match="selects no config"):
+    with pytest.raises(HarnessError, match="selects no config"):
         check_filter("ps:3", smoke)  # eagle configs have steps:3; no config has page size 3
     assert check_filter("steps:3", smoke) == check_filter("spec:eagle", smoke) > 0
     assert check_filter("dflash and not pre-35265", smoke) == (
