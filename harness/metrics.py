@@ -53,6 +53,10 @@ SCALES = ("page_size", "kv_full", "kv_swa", "kv_all", "kv_pools")
 GROUPS = ("memory", "swa", "invariants", "engine", "spec", "throughput", "timing", "process", "device")
 INVARIANTS = tuple(f"K{i}" for i in range(1, 14))  # DESIGN.md section 2
 STATUSES = ("ok", "violated", "pool_exhausted", "failed")  # a row's status: the engine's verdict, or failed
+# The figures a report trends by default: memory in token slots, comparable across page
+# sizes (harness/kv_units.py); pages by --metric NAME.
+TREND_METRICS = ("peak_tokens_held", "peak_stranded_slots", "peak_reserved_slots", "leaked_tokens",
+                 "output_tokens_per_s")
 # What the accounting-only backend's rates measure: the host bookkeeping, not a model.
 BOOKKEEPING = "bookkeeping speed (model none: no forward pass, accounting only)"
 

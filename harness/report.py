@@ -29,9 +29,6 @@ from harness.report_configs import CSS as CONFIG_CSS, configs_section
 from harness.report_svg import heatmap, line_chart
 from harness.urls import check_web_url, is_web_url
 
-# Memory in token slots, comparable across page sizes (harness/kv_units.py); pages by --heatmap NAME.
-TREND_METRICS = ("peak_tokens_held", "peak_stranded_slots", "peak_reserved_slots", "leaked_tokens",
-                 "output_tokens_per_s")
 MAX_LINES = 8  # configs per trend chart; more are unreadable
 MAX_FACETS = 8
 MAX_TABLE = 200

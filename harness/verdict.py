@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.compare import CompareReport, compare_rows, reference_of_run
+from harness.metrics import TREND_METRICS
 from harness.results import RESULTS, RunDir
 
 WORST_FIRST = ("regressed", "changed", "improved", "clean")
@@ -127,7 +128,7 @@ def write_files(run_dir: RunDir, j: Judgement) -> list[Path]:
     replace_text(md, j.markdown(run_dir.run_id))
     nights = [history.load_night(p) for p in ([j.previous] if j.previous else [])] + [history.load_night(run_dir.path)]
     hist = history.build(nights)
-    html, _ = report.page(hist, metrics=list(report.TREND_METRICS), configs=None, heat_metric="peak_tokens_held",
+    html, _ = report.page(hist, metrics=list(TREND_METRICS), configs=None, heat_metric="peak_tokens_held",
                           baseline=j.baseline)
     page = run_dir.path / "report.html"
     replace_text(page, html)

@@ -6,13 +6,10 @@ import argparse
 import os
 import sys
 
+# From harness.metrics, not harness.report: --help lists them, and building the parser
+# must not import the report's modules (they need pydantic, which a bare install lacks).
+from harness.metrics import TREND_METRICS
 from mini_engine.errors import ConfigError
-
-# The figures trended by default. Here, not in harness.report: --help lists them, and
-# building the parser must not import the report's modules (they need pydantic, which a
-# bare install lacks).
-TREND_METRICS = ("peak_pages_held", "peak_stranded_slots", "peak_reserved_slots", "leaked_pages",
-                 "output_tokens_per_s")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
