@@ -212,6 +212,9 @@ _DECLARED = [
     # model's shape is known (a named shape or a checkpoint's config.json), target KV only
     _m("peak_tokens_held", "counter", "tokens", "memory", "most full-pool token slots held at once (pages x page_size)",
        of="peak_pages_held", scale="page_size"),
+    _m("peak_tokens_used", "counter", "tokens", "memory",
+       "most full-pool token slots off the free list at once, the prefix tree's included (pages x page_size)",
+       of="peak_pages_used", scale="page_size"),
     _m("peak_swa_tokens_held", "counter", "tokens", "swa", "most SWA-pool token slots held at once",
        of="peak_swa_pages_held", scale="page_size"),
     _m("leaked_tokens", "counter", "tokens", "memory", "full-pool token slots not back after drain",
