@@ -20,6 +20,7 @@ from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import build_meta, decode_meta
 from mini_engine.model.draft import DraftModel
 from mini_engine.model.draft_io import DraftJob, DraftTree, rows_upto
+from mini_engine.model.extend_fused import can_fuse, paged_rows_meta
 from mini_engine.model.feature_store import FeatureStore
 from mini_engine.model.loader import resolve_model
 from mini_engine.model.mirror import DeviceMirror
@@ -112,6 +113,7 @@ class ModelBackend:
         self.cache = KVCache.allocate(self.mcfg, layout.full_slots, layout.swa_slots, self.device)
         cfg = self.cfg
         if self.draft_model is not None:
+            self.draft_model.page_size = layout.page_size
             dcache = self.draft_model.new_cache(layout.full_slots)
             self.drafter = cfg.algo.make_drafter(cfg, self.draft_model, dcache, self.temperature, self.attend,
                                                  self.gen)
@@ -231,7 +233,7 @@ class ModelBackend:
             pos.append(j.root + np.asarray(t.depths, dtype=np.int64))
             chain = t.parents == verify.chain_parents(n)
             masks.append(None if chain else _ancestor_mask(t))
-        h = self._target(ids, rows, swa_rows if b.swa_slots is not None else None, lens, pos, masks)
+        h = self._target(ids, rows, swa_rows if b.swa_slots is not None else None, lens, pos, masks, fuse=True)
         logits = self.model.logits(h)
         results, paths = [], []
         off = 0
@@ -280,8 +282,15 @@ class ModelBackend:
         return out
 
     # -- internals -----------------------------------------------------------------
-    def _target(self, ids, rows, swa_rows, lens, pos, masks) -> torch.Tensor:
-        meta = build_meta(rows, lens, pos, self.device, swa_rows=swa_rows, tree_masks=masks)
+    def _target(self, ids, rows, swa_rows, lens, pos, masks, fuse: bool = False) -> torch.Tensor:
+        meta = None
+        if fuse and swa_rows is None and can_fuse(self.model.model.layers, self.mcfg.torch_dtype, self.device,
+                                         self.attend is paged_attention):
+            # A verify forward as one compiled call (extend_fused.py); prefill keeps the Python
+            # layer, whose long chunks SDPA serves better than one decode row per token.
+            meta = paged_rows_meta(rows, lens, pos, masks, self.layout.page_size, self.device)
+        if meta is None:
+            meta = build_meta(rows, lens, pos, self.device, swa_rows=swa_rows, tree_masks=masks)
         return self.model(torch.tensor(ids, device=self.device), meta.q_pos, meta, self.cache, self.attend)
 
     def _next(self, h: torch.Tensor) -> list[int]:
