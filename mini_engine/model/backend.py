@@ -24,6 +24,7 @@ from mini_engine.model.extend_fused import can_fuse, paged_rows_meta
 from mini_engine.model.feature_store import FeatureStore
 from mini_engine.model.loader import resolve_model
 from mini_engine.model.mirror import DeviceMirror
+from mini_engine.model.threads import ThreadChoice, bucket
 from mini_engine.model.transformer import KVCache, Transformer
 from mini_engine.spec import verify
 from mini_engine.step_batch import Layout, Phase, StepBatch
@@ -65,10 +66,11 @@ class ModelBackend:
         mcfg, weights = resolve_model(cfg.model, dtype=dtype, device=cfg.device)
         mcfg = mcfg.with_pattern(cfg.layer_pattern or "all-global", cfg.window or 0)
         self.mcfg = mcfg
+        # A small model's forwards take microseconds per op: one thread or several is measured
+        # per phase and batch size (threads.py). Bigger models keep torch's own threading.
+        self.threads = None
         if self.device.type == "cpu" and mcfg.num_params() < SMALL_MODEL_PARAMS:
-            # A small model's matmuls take microseconds; intra-op threads only add handoff
-            # cost (measured on a shared 2-core CPU: 68 us vs 15 ms per linear).
-            torch.set_num_threads(1)
+            self.threads = ThreadChoice()
         self.model = Transformer(mcfg, self.device, init=weights is None)
         if weights is not None:
             weights.load_into(self.model)
@@ -124,6 +126,11 @@ class ModelBackend:
             self.graphs = DecodeGraphs(self, layout)
 
     def forward(self, batch: StepBatch) -> list:
+        if self.threads is None:
+            return self._forward(batch)
+        return self.threads.run((batch.phase, bucket(len(batch.reqs))), lambda: self._forward(batch))
+
+    def _forward(self, batch: StepBatch) -> list:
         phase = batch.phase
         if phase is Phase.DECODE:
             return self._decode(batch)
