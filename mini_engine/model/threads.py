@@ -5,7 +5,12 @@ handoff costs microseconds); at batch 64 the compiled decode layers split rows a
 heads across threads and a second core pays. Which one wins depends on the machine
 and its load, so it is measured rather than fixed: the first forwards of each (phase,
 batch size bucket) alternate between one thread and the most the process started
-with, TRIALS of each, and the faster median is kept for the rest of the run.
+with, TRIALS of each, and more threads are kept for the rest of the run only when
+their median beats one thread's by MARGIN. On a loaded machine a parallel region
+waits for a descheduled thread (milliseconds), so several threads lose there, and a
+noisy win must not hand every later step that risk. Nor are trials run while the
+machine's load average leaves no core idle: there a trial at several threads alone
+cost more than a whole run's gain (measured: a 64-request plain run 1.8x slower).
 
 Results do not depend on the choice: the compiled kernels give each row to one
 thread, and MKL's products at these shapes are bitwise equal at one and two threads
@@ -24,7 +29,8 @@ import torch
 
 # Read before any backend lowers it: the most threads this process may use.
 STARTUP_THREADS = torch.get_num_threads()
-TRIALS = 3
+TRIALS = 5
+MARGIN = 0.85  # more threads must take at most this fraction of one thread's time
 R = TypeVar("R")
 
 
@@ -33,6 +39,8 @@ class ThreadChoice:
         fixed = os.environ.get("KVBENCH_THREADS")
         self.fixed = int(fixed) if fixed else None
         self.most = max(1, STARTUP_THREADS if most is None else most)
+        if most is None and _busy(self.most):
+            self.most = 1
         self.samples: dict[object, dict[int, list[float]]] = {}
         self.chosen: dict[object, int] = {}
         _use(self.fixed or 1)
@@ -53,7 +61,8 @@ class ThreadChoice:
         out = fn()
         s[n].append(time.perf_counter() - t0)
         if all(len(v) >= TRIALS for v in s.values()):
-            self.chosen[key] = min(s, key=lambda t: statistics.median(s[t]))
+            faster = statistics.median(s[self.most]) <= MARGIN * statistics.median(s[1])
+            self.chosen[key] = self.most if faster else 1
         return out
 
 
@@ -65,3 +74,12 @@ def bucket(rows: int) -> int:
 def _use(n: int) -> None:
     if torch.get_num_threads() != n:  # set_num_threads reconfigures OpenMP and MKL: only on a change
         torch.set_num_threads(n)
+
+
+def _busy(threads: int) -> bool:
+    """Whether the last minute's load average leaves fewer than `threads` cores idle."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not on every platform
+        return False
+    return load + threads > (os.cpu_count() or 1) + 0.5

@@ -96,9 +96,9 @@ def test_thread_choice_measures_both_then_keeps_one(monkeypatch):
     before = torch.get_num_threads()
     try:
         choice = ThreadChoice(most=2)
-        seen = [choice.run("decode", torch.get_num_threads) for _ in range(10)]
-        assert seen[:6].count(1) == 3 and seen[:6].count(2) == 3  # alternated, three trials each
-        assert len(set(seen[6:])) == 1 and choice.chosen["decode"] == seen[-1]
+        seen = [choice.run("decode", torch.get_num_threads) for _ in range(14)]
+        assert seen[:10].count(1) == 5 and seen[:10].count(2) == 5  # alternated, five trials each
+        assert len(set(seen[10:])) == 1 and choice.chosen["decode"] == seen[-1]
         monkeypatch.setenv("KVBENCH_THREADS", "1")
         assert {ThreadChoice(most=2).run("decode", torch.get_num_threads) for _ in range(4)} == {1}
     finally:
