@@ -44,6 +44,8 @@ if torch is not None and not CUDA:
     # The test models' matmuls take microseconds; on a shared CPU (and with one xdist
     # worker per core) intra-op thread handoffs cost milliseconds each (measured 68 us
     # with one thread vs 15 ms with two for one tiny linear).
+    # The count torch chose, for the benchmarks that compare against a library at its default.
+    os.environ.setdefault("KVBENCH_DEFAULT_THREADS", str(torch.get_num_threads()))
     torch.set_num_threads(1)
 
 

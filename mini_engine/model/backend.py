@@ -20,9 +20,11 @@ from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import build_meta, decode_meta
 from mini_engine.model.draft import DraftModel
 from mini_engine.model.draft_io import DraftJob, DraftTree, rows_upto
+from mini_engine.model.extend_fused import can_fuse, paged_rows_meta
 from mini_engine.model.feature_store import FeatureStore
 from mini_engine.model.loader import resolve_model
 from mini_engine.model.mirror import DeviceMirror
+from mini_engine.model.threads import ThreadChoice, bucket
 from mini_engine.model.transformer import KVCache, Transformer
 from mini_engine.spec import verify
 from mini_engine.step_batch import Layout, Phase, StepBatch
@@ -64,10 +66,11 @@ class ModelBackend:
         mcfg, weights = resolve_model(cfg.model, dtype=dtype, device=cfg.device)
         mcfg = mcfg.with_pattern(cfg.layer_pattern or "all-global", cfg.window or 0)
         self.mcfg = mcfg
+        # A small model's forwards take microseconds per op: one thread or several is measured
+        # per phase and batch size (threads.py). Bigger models keep torch's own threading.
+        self.threads = None
         if self.device.type == "cpu" and mcfg.num_params() < SMALL_MODEL_PARAMS:
-            # A small model's matmuls take microseconds; intra-op threads only add handoff
-            # cost (measured on a shared 2-core CPU: 68 us vs 15 ms per linear).
-            torch.set_num_threads(1)
+            self.threads = ThreadChoice()
         self.model = Transformer(mcfg, self.device, init=weights is None)
         if weights is not None:
             weights.load_into(self.model)
@@ -112,6 +115,7 @@ class ModelBackend:
         self.cache = KVCache.allocate(self.mcfg, layout.full_slots, layout.swa_slots, self.device)
         cfg = self.cfg
         if self.draft_model is not None:
+            self.draft_model.page_size = layout.page_size
             dcache = self.draft_model.new_cache(layout.full_slots)
             self.drafter = cfg.algo.make_drafter(cfg, self.draft_model, dcache, self.temperature, self.attend,
                                                  self.gen)
@@ -122,6 +126,11 @@ class ModelBackend:
             self.graphs = DecodeGraphs(self, layout)
 
     def forward(self, batch: StepBatch) -> list:
+        if self.threads is None:
+            return self._forward(batch)
+        return self.threads.run((batch.phase, bucket(len(batch.reqs))), lambda: self._forward(batch))
+
+    def _forward(self, batch: StepBatch) -> list:
         phase = batch.phase
         if phase is Phase.DECODE:
             return self._decode(batch)
@@ -231,14 +240,23 @@ class ModelBackend:
             pos.append(j.root + np.asarray(t.depths, dtype=np.int64))
             chain = t.parents == verify.chain_parents(n)
             masks.append(None if chain else _ancestor_mask(t))
-        h = self._target(ids, rows, swa_rows if b.swa_slots is not None else None, lens, pos, masks)
+        h = self._target(ids, rows, swa_rows if b.swa_slots is not None else None, lens, pos, masks, fuse=True)
         logits = self.model.logits(h)
         results, paths = [], []
         off = 0
         greedy = self.temperature <= 0
         argmax = logits.argmax(-1).tolist() if greedy else None
-        for j, t, n in zip(jobs, trees, lens):
-            if greedy:
+        chains = None
+        if (greedy and trees and len(set(lens)) == 1 and trees[0].parents == verify.chain_parents(lens[0])
+                and all(t.parents == trees[0].parents for t in trees)):
+            # Chains of one length (DFLASH, EAGLE topk 1): the batch's verdicts in one pass.
+            n = lens[0]
+            chains = verify.greedy_chains(np.array([t.tokens for t in trees], dtype=np.int64),
+                                          np.array(argmax, dtype=np.int64).reshape(len(trees), n))
+        for k, (j, t, n) in enumerate(zip(jobs, trees, lens)):
+            if chains is not None:
+                v = chains[k]
+            elif greedy:
                 v = verify.greedy(t.tokens, t.parents, argmax[off : off + n])
             else:
                 p = torch.softmax(logits[off : off + n].double() / self.temperature, -1).cpu()
@@ -280,8 +298,15 @@ class ModelBackend:
         return out
 
     # -- internals -----------------------------------------------------------------
-    def _target(self, ids, rows, swa_rows, lens, pos, masks) -> torch.Tensor:
-        meta = build_meta(rows, lens, pos, self.device, swa_rows=swa_rows, tree_masks=masks)
+    def _target(self, ids, rows, swa_rows, lens, pos, masks, fuse: bool = False) -> torch.Tensor:
+        meta = None
+        if fuse and swa_rows is None and can_fuse(self.model.model.layers, self.mcfg.torch_dtype, self.device,
+                                         self.attend is paged_attention):
+            # A verify forward as one compiled call (extend_fused.py); prefill keeps the Python
+            # layer, whose long chunks SDPA serves better than one decode row per token.
+            meta = paged_rows_meta(rows, lens, pos, masks, self.layout.page_size, self.device)
+        if meta is None:
+            meta = build_meta(rows, lens, pos, self.device, swa_rows=swa_rows, tree_masks=masks)
         return self.model(torch.tensor(ids, device=self.device), meta.q_pos, meta, self.cache, self.attend)
 
     def _next(self, h: torch.Tensor) -> list[int]:

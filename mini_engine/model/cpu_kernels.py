@@ -61,8 +61,10 @@ def _build_name() -> str:
             flags += next((line for line in f if line.startswith(("flags", "Features"))), "")
     except OSError:
         pass
-    # torch rebuilds when a source changes, not a header: the headers' text names the build too.
-    flags += "".join(h.read_text() for h in sorted(CSRC.glob("*.h")))
+    # The sources' and headers' text names the build too: torch rebuilds a cached build in
+    # place when a source changes (and never for a header), so two checkouts with different
+    # kernels sharing one cache directory would rebuild over each other (or load the other's).
+    flags += "".join(f.read_text() for f in sorted(CSRC.glob("*.h")) + SOURCES)
     return f"{NAME}_{hashlib.sha1(flags.encode()).hexdigest()[:10]}"
 
 

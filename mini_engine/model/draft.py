@@ -25,7 +25,9 @@ from torch import nn
 from mini_engine.errors import ConfigError
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
-from mini_engine.model.layers import DecoderLayer, materialize, rope_cos_sin, rope_tables, seeded_init
+from mini_engine.model.decode_fused import decode_layer_kernel, fused_decode
+from mini_engine.model.layers import (DecoderLayer, materialize, rope_cos_sin, rope_inv_freq, rope_tables,
+                                     seeded_init)
 from mini_engine.model.transformer import Attend, KVCache, Transformer, layer_step
 
 
@@ -40,6 +42,9 @@ class DraftModel(nn.Module):
         self._target = (target,)  # a tuple: the target's weights are shared, not registered twice
         self.cfg = cfg
         self.shared_layers = shared_layers
+        # The memory layer's page size (the model backend sets it): draft forwards read the
+        # cache through page tables of this size (extend_fused.py); 1 is always exact.
+        self.page_size = 1
         own_cfg = replace(cfg, num_layers=1, layer_types=("full",), window=0)
         with torch.device("meta"):  # materialised on the target's device, then seeded
             self.fc = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=False)
@@ -88,6 +93,9 @@ class DraftModel(nn.Module):
         """Draft hidden states (before the final norm). `context_window` > 0 caps what
         every draft layer sees (DFLASH's draft_window); else shared layers keep their window."""
         x = self.fc(torch.cat([embeds, feats.to(embeds.dtype)], dim=-1))
+        kernel = None if context_window else decode_layer_kernel(self.layers, meta, x, attend is paged_attention)
+        if kernel is not None:  # one decode row per query (draft_io.draft_forward, extend_fused.py)
+            return fused_decode(kernel, self.layers, x, positions, rope_inv_freq(self.cfg, x), meta, cache)
         cos, sin = rope_cos_sin(positions, self.cfg, x.dtype)
         rope = rope_tables(cos, sin)
         for i, layer in enumerate(self.layers):

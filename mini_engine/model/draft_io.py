@@ -7,8 +7,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import build_meta
 from mini_engine.model.draft import DraftModel
+from mini_engine.model.extend_fused import can_fuse, paged_rows_meta
 from mini_engine.model.transformer import Attend, KVCache
 
 
@@ -72,13 +74,14 @@ def draft_forward(
     and one copy for the batch, not one per piece); else each piece's are concatenated.
     """
     dev = model.target.device
-    meta = build_meta(
-        [p.rows for p in pieces],
-        [len(p.positions) for p in pieces],
-        [p.positions for p in pieces],
-        dev,
-        tree_masks=[p.mask for p in pieces] if any(p.mask is not None for p in pieces) else None,
-    )
+    rows, q_lens, pos = [p.rows for p in pieces], [len(p.positions) for p in pieces], [p.positions for p in pieces]
+    masks = [p.mask for p in pieces] if any(p.mask is not None for p in pieces) else None
+    meta = None
+    if not context_window and can_fuse(model.layers, model.cfg.torch_dtype, dev, attend is paged_attention):
+        # Every draft layer in one compiled call, as plain decode (extend_fused.py).
+        meta = paged_rows_meta(rows, q_lens, pos, masks, model.page_size, dev)
+    if meta is None:
+        meta = build_meta(rows, q_lens, pos, dev, tree_masks=masks)
     if embeds is None:
         embeds = torch.cat([p.embeds for p in pieces])
     if feats is None:

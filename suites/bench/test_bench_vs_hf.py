@@ -49,7 +49,8 @@ ALGOS = {
 BATCHES = (1, 16, 64)
 PROMPT, NEW, VOCAB = 32, 64, 512
 REPEATS = int(os.environ.get("KVBENCH_VS_HF_REPEATS", "5"))
-DEFAULT_THREADS = torch.get_num_threads()  # before any backend lowers it
+# torch's own count: suites/conftest.py lowers it to one for the tests and notes it first.
+DEFAULT_THREADS = int(os.environ.get("KVBENCH_DEFAULT_THREADS", torch.get_num_threads()))
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/library.h>
 
@@ -32,6 +33,18 @@ void decode_attention_into(const at::Tensor& q, const at::Tensor& k_cache, const
 }
 
 namespace {
+
+// Rows split across the intra-op threads (torch.get_num_threads(): the model backend
+// chooses it per phase from measurement). A chunk holds at least `kRowWork` elements of
+// work, so a small batch stays on one thread (a handoff costs microseconds). Each row
+// is computed by one thread with the same operations: results do not depend on the split.
+constexpr int64_t kRowWork = 1 << 14;
+template <typename F>
+inline void for_rows(int64_t rows, int64_t per_row, const F& f) {
+  at::parallel_for(0, rows, std::max<int64_t>(1, kRowWork / std::max<int64_t>(per_row, 1)), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) f(r);
+  });
+}
 
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC contracts a * b + c across statements by default; RoPE must round as torch does.
@@ -69,14 +82,14 @@ void rope_and_write(const at::Tensor& qkv, at::Tensor& q, at::Tensor& k_cache, a
   const T* cp = cos.data_ptr<T>();
   const T* sp = ssin.data_ptr<T>();
   const int64_t row = KVH * D;
-  for (int64_t b = 0; b < B; ++b) {
+  for_rows(B, W, [&](int64_t b) {
     const T* x = src + b * W;  // [q heads | k heads | v heads]
     const T* c = cp + b * D;
     const T* s = sp + b * D;
     rope_row(x, qp + b * H * D, c, s, H, D);
     rope_row(x + H * D, kc + slots[b] * row, c, s, KVH, D);
     std::memcpy(vc + slots[b] * row, x + (H + KVH) * D, row * sizeof(T));
-  }
+  });
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -93,7 +106,7 @@ at::Tensor& rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::T
   const T* xp = xc.data_ptr<T>();
   const T* wp = w.data_ptr<T>();
   T* op = out.data_ptr<T>();
-  for (int64_t r = 0; r < rows; ++r) {
+  for_rows(rows, n, [&](int64_t r) {
     const T* xr = xp + r * n;
     // Eight partial sums (one vector register of doubles) reduced as a tree.
     double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -105,7 +118,7 @@ at::Tensor& rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::T
     const T inv = T(1) / std::sqrt(static_cast<T>(ss / n) + static_cast<T>(eps));
     T* orow = op + r * n;
     for (int64_t i = 0; i < n; ++i) orow[i] = xr[i] * inv * wp[i];
-  }
+  });
   return out;
 }
 
@@ -115,7 +128,7 @@ at::Tensor& silu_mul(const at::Tensor& gate_up, at::Tensor& out) {
   const int64_t rows = gate_up.size(0), n = gate_up.size(1) / 2;
   const T* gp = gate_up.data_ptr<T>();
   T* op = out.data_ptr<T>();
-  for (int64_t r = 0; r < rows; ++r) {
+  for_rows(rows, 2 * n, [&](int64_t r) {
     const T* g = gp + r * 2 * n;
     const T* u = g + n;
     T* o = op + r * n;
@@ -130,7 +143,7 @@ at::Tensor& silu_mul(const at::Tensor& gate_up, at::Tensor& out) {
         o[i] = g[i] / (T(1) + std::exp(-g[i])) * u[i];
       }
     }
-  }
+  });
   return out;
 }
 
@@ -258,14 +271,14 @@ at::Tensor greedy_head(const at::Tensor& h, const at::Tensor& norm_w, const at::
   int64_t* op = out.data_ptr<int64_t>();
   AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "greedy_head", [&] {
     const scalar_t* lp = logits.data_ptr<scalar_t>();
-    for (int64_t r = 0; r < rows; ++r) {
+    for_rows(rows, vocab, [&](int64_t r) {
       const scalar_t* row = lp + r * vocab;
       int64_t best = 0;
       for (int64_t i = 1; i < vocab; ++i) {
         if (row[i] > row[best] || (std::isnan(row[i]) && !std::isnan(row[best]))) best = i;
       }
       op[r] = best;
-    }
+    });
   });
   return out;
 }

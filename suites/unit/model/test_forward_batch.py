@@ -83,14 +83,22 @@ def test_graph_decode_reads_the_mirror_not_the_manager(monkeypatch):
     carry no host slots, and its tokens equal eager decode's (off a GPU the same static
     buffers run eagerly through the Triton interpreter)."""
     cfg = EngineConfig(**{**BASE, "max_running": 3})
-    want = Engine(cfg, backend=ModelBackend(cfg, dtype="float64")).run(workload())
+    # Shorter outputs than workload()'s: every step runs the Triton interpreter off a GPU
+    # (seconds each), and a few decode steps per request show where the slots come from.
+    def reqs():
+        rs = workload()
+        for r in rs:
+            r.max_new_tokens = min(r.max_new_tokens, 4)
+        return rs
+
+    want = Engine(cfg, backend=ModelBackend(cfg, dtype="float64")).run(reqs())
     from mini_engine.model.cuda_graph import DecodeGraphs
 
     seen = []
     real = DecodeGraphs.decode
     monkeypatch.setattr(DecodeGraphs, "decode", lambda self, b, mirror: seen.append(b.slots) or real(self, b, mirror))
     backend = Guarded(cfg, monkeypatch, attention="triton", cuda_graphs=True)
-    got = Engine(cfg, backend=backend).run(workload())
+    got = Engine(cfg, backend=backend).run(reqs())
     assert backend.graphs is not None
     assert got.verdict == "ok" and got.outputs == want.outputs
     assert seen and all(x is None for x in seen)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import assume, given, settings
@@ -92,3 +93,15 @@ def test_sampling_accepts_when_draft_equals_target():
     p = torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
     v = verify.sample([0, 1], [-1, 0], p, p.clone(), torch.Generator().manual_seed(0))
     assert v.tokens == [1, 0] and v.path == [0, 1]
+
+
+def test_greedy_chains_equal_the_walk_per_request():
+    """The batch's chain verdicts in one vector pass are greedy()'s, request by request."""
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 4, 7):
+        toks = rng.integers(0, 3, (40, n))  # three symbols: matches, partial runs and full acceptance all occur
+        am = rng.integers(0, 3, (40, n))
+        got = verify.greedy_chains(toks, am)
+        for b in range(40):
+            want = verify.greedy(toks[b].tolist(), verify.chain_parents(n), am[b].tolist())
+            assert (got[b].tokens, got[b].path) == (want.tokens, want.path)

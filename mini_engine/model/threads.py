@@ -1,0 +1,87 @@
+"""The intra-op thread count of a CPU forward, chosen per phase and batch size from measurement.
+
+A small model's matmuls take microseconds, and one thread often beats several (each
+handoff costs microseconds); at batch 64 the compiled decode layers split rows and
+heads across threads and a second core pays. Which one wins depends on the machine
+and its load, so it is measured rather than fixed: the first forwards of each (phase,
+batch size bucket) alternate between one thread and the most the process started
+with, TRIALS of each, and more threads are kept for the rest of the run only when
+their median beats one thread's by MARGIN. On a loaded machine a parallel region
+waits for a descheduled thread (milliseconds), so several threads lose there, and a
+noisy win must not hand every later step that risk. Nor are trials run while the
+machine's load average leaves no core idle: there a trial at several threads alone
+cost more than a whole run's gain (measured: a 64-request plain run 1.8x slower).
+
+Results do not depend on the choice: the compiled kernels give each row to one
+thread, and MKL's products at these shapes are bitwise equal at one and two threads
+(suites/unit test). KVBENCH_THREADS=n fixes the count instead (n = 1: the old fixed
+choice).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Callable, TypeVar
+
+import torch
+
+# Read before any backend lowers it: the most threads this process may use.
+STARTUP_THREADS = torch.get_num_threads()
+TRIALS = 5
+MARGIN = 0.85  # more threads must take at most this fraction of one thread's time
+R = TypeVar("R")
+
+
+class ThreadChoice:
+    def __init__(self, most: int | None = None):
+        fixed = os.environ.get("KVBENCH_THREADS")
+        self.fixed = int(fixed) if fixed else None
+        self.most = max(1, STARTUP_THREADS if most is None else most)
+        if most is None and _busy(self.most):
+            self.most = 1
+        self.samples: dict[object, dict[int, list[float]]] = {}
+        self.chosen: dict[object, int] = {}
+        _use(self.fixed or 1)
+
+    def run(self, key: object, fn: Callable[[], R]) -> R:
+        """fn() at the thread count chosen for key (measuring while it is not chosen yet)."""
+        if self.fixed or self.most == 1:
+            _use(self.fixed or 1)
+            return fn()
+        n = self.chosen.get(key)
+        if n is not None:
+            _use(n)
+            return fn()
+        s = self.samples.setdefault(key, {1: [], self.most: []})
+        n = min(s, key=lambda t: len(s[t]))  # alternate: both see the same moments
+        _use(n)
+        t0 = time.perf_counter()
+        out = fn()
+        s[n].append(time.perf_counter() - t0)
+        if all(len(v) >= TRIALS for v in s.values()):
+            faster = statistics.median(s[self.most]) <= MARGIN * statistics.median(s[1])
+            self.chosen[key] = self.most if faster else 1
+        return out
+
+
+def bucket(rows: int) -> int:
+    """Batch sizes within a factor of two share a choice."""
+    return max(1, rows).bit_length()
+
+
+def _use(n: int) -> None:
+    if torch.get_num_threads() != n:  # set_num_threads reconfigures OpenMP and MKL: only on a change
+        torch.set_num_threads(n)
+
+
+def _busy(threads: int) -> bool:
+    """Whether the last minute's load average leaves fewer than `threads` cores idle. This
+    process's own work is one of the runnable threads the average counts (a quiet 2-core
+    machine running a benchmark reads about 1.0)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not on every platform
+        return False
+    return max(load - 1, 0) + threads > (os.cpu_count() or 1) + 0.5

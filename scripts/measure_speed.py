@@ -1,0 +1,234 @@
+"""Measure kvbench's speed figures on this machine, optionally against a second checkout.
+
+    python scripts/measure_speed.py                     # this checkout: vs-HF, step costs, smoke sweep
+    python scripts/measure_speed.py --pytest            # also `python -m pytest -n 2` (long)
+    python scripts/measure_speed.py --base ../main      # before/after, interleaved round by round
+
+Figures (medians of --rounds rounds, default 3):
+
+* vs-HF decode: `kvbench run --spec none --page-size 16` (run_config, audit at its
+  default, kvbench's own thread choice) against HF `generate()` at torch's default
+  thread count and at kvbench's, on suites/bench/test_bench_vs_hf.py's checkpoint and
+  prompts (batch 1, 16, 64); the ratio is against the faster HF setting, per round.
+* spec step cost at batch 64: the median wall of an engine step whose forward is a
+  VERIFY (EAGLE chain topk 1 / 3 steps, DFLASH block 4) over the median plain DECODE
+  step of the same round (scheduler, audit and model together, as a user pays them).
+* `kvbench sweep smoke --no-mlflow` wall and, with --pytest, `python -m pytest -n 2`.
+
+Each round runs every checkout once, one after the other, each in a fresh process
+(`--child`), so before and after see the same machine load. Timings on a shared
+machine are only good relative to each other: read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+BATCHES = (1, 16, 64)
+STEP_ALGOS = {"plain": dict(spec="none"), "eagle-chain": dict(spec="eagle", topk=1, steps=3),
+              "dflash": dict(spec="dflash", block_size=4)}
+
+
+# -- the child: one round of the in-process figures for the checkout on sys.path ------------
+
+def child(ckpt: Path, files: dict[int, Path]) -> dict:
+    import torch
+
+    # test_bench_vs_hf reads torch's default thread count when imported: before any run lowers it.
+    sys.argv = sys.argv[:1]
+    from suites.bench import test_bench_vs_hf as vs
+
+    model = vs.transformers.LlamaForCausalLM.from_pretrained(ckpt).to(torch.float32).eval()
+    model.generation_config.eos_token_id = None
+    prompts = [json.loads(line)["prompt"] for line in files[max(BATCHES)].read_text().splitlines()]
+    out: dict = {"default_threads": vs.DEFAULT_THREADS}
+    for b in BATCHES:
+        vs.kvbench_run(ckpt, files[b], "plain")  # warm-up: kernels loaded, first-call allocations
+        kv_tps, kv_out, _ = vs.kvbench_run(ckpt, files[b], "plain")
+        kv_threads = torch.get_num_threads()
+        hf = {}
+        for t in sorted({vs.DEFAULT_THREADS, kv_threads}):
+            vs.hf_generate(model, prompts[:b], t)  # warm-up
+            hf[t], hf_out = vs.hf_generate(model, prompts[:b], t)
+        out[f"b{b}"] = dict(kvbench=kv_tps, kvbench_threads=kv_threads, hf=hf, ratio=kv_tps / max(hf.values()),
+                            equal=sum(a == b_ for a, b_ in zip(kv_out, hf_out)))
+    out["steps"] = step_costs(ckpt, files[max(BATCHES)])
+    return out
+
+
+def step_costs(ckpt: Path, prompts_file: Path) -> dict:
+    """Median engine-step wall (ms) per algorithm at the largest batch, by the phase it ran."""
+    from harness.runner import run_config
+    from mini_engine import engine as eng
+    from mini_engine.model import backend as be
+
+    phases: list[str] = []
+    walls: list[tuple[float, str]] = []
+    step, forward = eng.Engine.step, be.ModelBackend.forward
+
+    def timed_step(self):
+        phases.clear()
+        t0 = time.perf_counter()
+        r = step(self)
+        walls.append((time.perf_counter() - t0, ",".join(phases)))
+        return r
+
+    def noted_forward(self, batch):
+        phases.append(batch.phase.value)
+        return forward(self, batch)
+
+    eng.Engine.step, be.ModelBackend.forward = timed_step, noted_forward
+    try:
+        res = {}
+        for name, algo in STEP_ALGOS.items():
+            cfg = {"model": str(ckpt), "prompts": str(prompts_file), "page_size": 16, **algo}
+            run_config(cfg)  # warm-up
+            walls.clear()
+            row = run_config(cfg)
+            assert row["status"] == "ok", row.get("error")
+            want = "decode" if name == "plain" else "verify"
+            ms = [w * 1e3 for w, p in walls if p == want]
+            res[name] = dict(step_ms=statistics.median(ms), steps=len(ms), tau=row["metrics"]["tau"])
+        return res
+    finally:
+        eng.Engine.step, be.ModelBackend.forward = step, forward
+
+
+# -- the parent ---------------------------------------------------------------------------
+
+def env_for(checkout: Path, results: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(checkout), KVBENCH_RESULTS=results, PYTHONHASHSEED="0")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+def run_child(checkout: Path, ckpt: Path, files: dict[int, Path], results: str) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(checkout), "--ckpt", str(ckpt),
+           "--files", json.dumps({b: str(p) for b, p in files.items()})]
+    p = subprocess.run(cmd, cwd=checkout, env=env_for(checkout, results), capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"child for {checkout} failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def timed(cmd: list[str], checkout: Path, results: str) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, cwd=checkout, env=env_for(checkout, results), stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0, p.returncode
+
+
+def smoke_cmd() -> list[str]:
+    return [sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main(sys.argv[1:]))",
+            "sweep", "smoke", "--no-mlflow"]
+
+
+def write_inputs(root: Path) -> tuple[Path, dict[int, Path]]:
+    """The checkpoint and prompts of suites/bench/test_bench_vs_hf.py (its fixture's recipe)."""
+    import numpy as np
+    import torch
+    import transformers
+
+    sys.path.insert(0, str(HERE))
+    from suites.bench import test_bench_vs_hf as vs
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=vs.VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
+    transformers.LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(root / "ckpt")
+    prompts = np.random.default_rng(0).integers(0, vs.VOCAB, (max(BATCHES), vs.PROMPT)).tolist()
+    files = {}
+    for b in BATCHES:
+        files[b] = root / f"prompts-{b}.jsonl"
+        files[b].write_text("".join(json.dumps({"prompt": p, "max_new_tokens": vs.NEW}) + "\n" for p in prompts[:b]))
+    return root / "ckpt", files
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def report(name: str, rounds: list[dict]) -> dict:
+    summary: dict = {}
+    print(f"\n== {name}  ({len(rounds)} rounds; torch default threads {rounds[0]['default_threads']})")
+    for b in BATCHES:
+        rs = [r[f"b{b}"] for r in rounds]
+        hf = {t: med([r["hf"][t] for r in rs]) for t in rs[0]["hf"]}
+        ratio = med([r["ratio"] for r in rs])
+        summary[f"vs_hf_b{b}"] = ratio
+        hf_txt = " ".join(f"hf@{t}thr={v:.0f}" for t, v in hf.items())
+        print(f"  decode b{b:<3} kvbench={med([r['kvbench'] for r in rs]):.0f} tok/s "
+              f"(threads {rs[-1]['kvbench_threads']})  {hf_txt}  ratio vs faster HF={ratio:.2f}  "
+              f"equal outputs {rs[-1]['equal']}/{b}")
+    plain = [r["steps"]["plain"]["step_ms"] for r in rounds]
+    print(f"  plain decode step b{max(BATCHES)}: {med(plain):.2f} ms")
+    for algo in ("eagle-chain", "dflash"):
+        rel = [r["steps"][algo]["step_ms"] / r["steps"]["plain"]["step_ms"] for r in rounds]
+        summary[f"{algo}_step_x"] = med(rel)
+        print(f"  {algo} verify step b{max(BATCHES)}: {med([r['steps'][algo]['step_ms'] for r in rounds]):.2f} ms"
+              f" = {med(rel):.2f}x plain (tau {rounds[-1]['steps'][algo]['tau']:.2f})")
+    for key in ("smoke_s", "pytest_s"):
+        xs = [r[key] for r in rounds if key in r]
+        if xs:
+            summary[key] = med(xs)
+            fails = [r[key + "_rc"] for r in rounds if r.get(key + "_rc")]
+            print(f"  {key[:-2]} wall: {med(xs):.1f} s" + (f"  (non-zero exit codes: {fails})" if fails else ""))
+    return summary
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--base", type=Path, help="a second checkout to compare against, interleaved")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--pytest", action="store_true", help="also time `python -m pytest -n 2` (long)")
+    ap.add_argument("--no-smoke", action="store_true", help="skip `kvbench sweep smoke`")
+    ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--ckpt", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--files", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        sys.path.insert(0, str(a.child))
+        files = {int(b): Path(p) for b, p in json.loads(a.files).items()}
+        print(json.dumps(child(a.ckpt, files)))
+        return 0
+    checkouts = {"head": HERE}
+    if a.base:
+        checkouts = {"base": a.base.resolve(), "head": HERE}
+    with tempfile.TemporaryDirectory(prefix="kvbench-speed-") as tmp:
+        ckpt, files = write_inputs(Path(tmp))
+        rounds: dict[str, list[dict]] = {k: [] for k in checkouts}
+        for i in range(a.rounds):
+            # Alternate which checkout goes first: neither always gets the warmer machine.
+            order = list(checkouts.items())[:: 1 if i % 2 == 0 else -1]
+            for name, path in order:
+                results = tempfile.mkdtemp(dir=tmp)
+                r = run_child(path, ckpt, files, results)
+                if not a.no_smoke:
+                    r["smoke_s"], r["smoke_s_rc"] = timed(smoke_cmd(), path, results)
+                if a.pytest and i == 0:  # one pass each: minutes per run
+                    r["pytest_s"], r["pytest_s_rc"] = timed(
+                        [sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider"], path, results)
+                rounds[name].append(r)
+                print(f"round {i + 1}/{a.rounds} {name} done", file=sys.stderr, flush=True)
+        summaries = {name: report(f"{name}: {path}", rounds[name]) for name, path in checkouts.items()}
+    if a.base:
+        print("\n== head / base (same rounds)")
+        for key, v in summaries["head"].items():
+            b = summaries["base"].get(key)
+            if b:
+                print(f"  {key}: base {b:.2f} -> head {v:.2f}  ({v / b:.2f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
