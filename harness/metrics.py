@@ -155,7 +155,8 @@ _DECLARED = [
     _m("steps_per_s", "timing", "steps/s", "throughput", "engine steps per second", hib=True),
     _m("requests_per_s", "timing", "requests/s", "throughput", "finished requests per second", hib=True),
     # paged KV memory
-    _m("peak_pages_held", "counter", "pages", "memory", "most full-pool pages held by requests at once"),
+    _m("peak_pages_held", "counter", "pages", "memory",
+       "most full-pool pages running requests held at once (their own and the locked prefix-tree pages under them)"),
     _m("peak_reserved_slots", "counter", "slots", "memory",
        "most reserved-but-unwritten slots (the cost of reserving ahead)", column=4, head="peak reserved"),
     _m("peak_stranded_slots", "counter", "slots", "memory", "most slots stranded past unaligned extents at once",
@@ -215,6 +216,12 @@ _DECLARED = [
     _m("peak_tokens_used", "counter", "tokens", "memory",
        "most full-pool token slots off the free list at once, the prefix tree's included (pages x page_size)",
        of="peak_pages_used", scale="page_size"),
+    *(_m(name.replace("pages", "tokens"), "counter", "tokens", "memory", f"{about} (pages x page_size)", of=name,
+         scale="page_size", better="none")
+      for name, about in (("peak_tree_pages", "most full-pool token slots in the prefix tree at once"),
+                          ("tree_pages", "token slots the prefix tree holds after the drain"),
+                          ("tree_evictable_pages", "token slots of the prefix tree no request locks after the drain"),
+                          ("tree_evicted_pages", "token slots the prefix tree evicted to make room"))),
     _m("peak_swa_tokens_held", "counter", "tokens", "swa", "most SWA-pool token slots held at once",
        of="peak_swa_pages_held", scale="page_size"),
     _m("leaked_tokens", "counter", "tokens", "memory", "full-pool token slots not back after drain",

@@ -68,7 +68,7 @@ class Stats:
     def sample(self, manager, running: int) -> None:
         stranded = int(manager.stranded_slots)
         reserved = int(manager.reserved_unwritten_slots)
-        held = int(manager.pages_held)
+        held = int(manager.pages_in_use)  # own pages + locked prefix pages (memory/prefix.py)
         self.series["stranded"].append(stranded)
         self.series["reserved"].append(reserved)
         self.series["held"].append(held)
@@ -84,7 +84,7 @@ class Stats:
         self.peak_pages_held = max(self.peak_pages_held, held)
         tree = int(getattr(manager, "tree_pages", 0))
         self.peak_tree_pages = max(self.peak_tree_pages, tree)
-        self.peak_pages_used = max(self.peak_pages_used, held + tree)
+        self.peak_pages_used = max(self.peak_pages_used, int(manager.pages_held) + tree)  # own + the whole tree
         self.peak_running = max(self.peak_running, running)
 
     def finalize(self, *, wall_s: float, syncs: int, leaked_pages: int, leaked_swa_pages: int, requests: int,

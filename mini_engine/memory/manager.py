@@ -133,6 +133,13 @@ class KVManager:
         return self.prefix.pages if self.prefix is not None else 0
 
     @property
+    def pages_in_use(self) -> int:
+        """Full-pool pages running requests use: their own (pages_held) and the locked tree
+        pages their prefixes sit on, each once. The memory a batch occupies, whichever of
+        the request or the tree owns a page: without a tree it is pages_held."""
+        return self.ledger.total["full"] + (self.prefix.tree.protected_pages if self.prefix is not None else 0)
+
+    @property
     def evictable_pages(self) -> int:
         """Tree pages no request locks: SGLang's admission counts them as available."""
         return self.prefix.evictable_pages if self.prefix is not None else 0

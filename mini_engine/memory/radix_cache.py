@@ -267,6 +267,10 @@ class RadixCache:
     def evictable_pages(self) -> int:
         return self.evictable_size // self.ps
 
+    @property
+    def protected_pages(self) -> int:
+        return self.protected_size // self.ps
+
     def all_slots(self) -> np.ndarray:
         """Every slot the tree holds (audits: a slot in the tree is neither free nor a request's)."""
         out, stack = [], list(self.root.children.values())
