@@ -15,4 +15,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export OUT="${OUT:-$PWD/gpu-check-out}"
-exec "${PYTHON:-python3}" -m harness.gpu_check --out "$OUT" "$@"
+exec "${PYTHON:-python3}" -m harness.gpu.check --out "$OUT" "$@"

@@ -8,9 +8,9 @@ import errno
 import os
 import sys
 
-from harness import roles
 from harness.commands import NEEDS, ROLE, build_parser
-from harness.errors import HarnessError
+from harness.core import roles
+from harness.core.errors import HarnessError
 from mini_engine.errors import KVBenchError
 
 

@@ -34,9 +34,9 @@ import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from harness.causes import one_line
 from harness.conform_versions import aligned_nxt, check_version, free_page_ids
-from harness.errors import HarnessError
+from harness.core.causes import one_line
+from harness.core.errors import HarnessError
 from mini_engine.errors import TraceError
 from mini_engine.memory.replay import (Divergence, _short, check_algos, header_pd_radix, pool_need_sort,
                                        prepare_aligned, read_trace)

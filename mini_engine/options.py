@@ -5,7 +5,7 @@ accepts, the short names of test ids and result keys, and the defaults the plots
 assume are all read from here. An algorithm's own options (``block_size``,
 ``topk``, ...) are declared by its object in ``mini_engine.algos`` and join the
 schema right after ``spec``; the harness adds the workload options
-(``harness.options``).
+(``harness.core.options``).
 
 The checks here are the single-option ones (type, bound, choice); rules that tie
 options together (an exclusive pair, a default that depends on another option)

@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 from mini_engine.errors import KVBenchError
 from mini_engine.profiles import DEFAULT_PROFILE, SGLANG_VERSIONS
 
@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def write_traces(suites: list[str], out: Path, profiles: list[str] | None = None) -> dict[str, list[str]]:
     """{SGLang version: trace paths}, one trace per accounting-only config."""
-    from harness.runner import run_config
-    from harness.suites import load_suite
+    from harness.grid.suites import load_suite
+    from harness.run.runner import run_config
 
     by_version: dict[str, list[str]] = {}
     for suite in suites:

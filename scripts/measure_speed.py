@@ -67,7 +67,7 @@ def child(ckpt: Path, files: dict[int, Path]) -> dict:
 
 def step_costs(ckpt: Path, prompts_file: Path) -> dict:
     """Median engine-step wall (ms) per algorithm at the largest batch, by the phase it ran."""
-    from harness.runner import run_config
+    from harness.run.runner import run_config
     from mini_engine import engine as eng
     from mini_engine.model import backend as be
 

@@ -1,7 +1,7 @@
 """Rewrite the test ids a baseline file stores to the schema's spelling; nothing else changes.
 
 Test ids once spelt some options differently from the result keys (``win:`` for
-``window=``, ``pat:`` for ``layers=``, ...). The schema (harness/options.py) now
+``window=``, ``pat:`` for ``layers=``, ...). The schema (harness/core/options.py) now
 gives each option one short id, so a suite's test ids changed while the result keys,
 which key a baseline, did not. This recomputes each entry's ``test_id`` from its
 suite (the id the suite now gives the config with that key) and leaves keys,
@@ -18,14 +18,14 @@ import json
 import sys
 from pathlib import Path
 
-from harness.baseline import write_baseline
-from harness.options import ID_ALIASES, short_names
+from harness.core.options import ID_ALIASES, short_names
+from harness.judge.baseline import write_baseline
 
 
 def suite_ids(name: str) -> dict[str, str]:
     """result key -> test id for every config of a suite."""
-    from harness.runner import config_key
-    from harness.suites import load_suite
+    from harness.grid.suites import load_suite
+    from harness.run.runner import config_key
 
     return {config_key(gc.config): gc.id for gc in load_suite(name, validate=False).configs}
 

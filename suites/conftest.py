@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 # One summary line per skip reason (a shared fixture's skip otherwise prints once per test).
-from harness.pytest_skips import pytest_terminal_summary  # noqa: F401  (a pytest hook)
+from harness.core.pytest_skips import pytest_terminal_summary  # noqa: F401  (a pytest hook)
 
 try:  # the engine's torch extra; the accounting-only tests need numpy alone
     import torch

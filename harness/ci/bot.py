@@ -16,7 +16,7 @@ from harness.ci import specs
 from harness.ci.permissions import COMMANDS, Permissions
 from harness.ci.runners import Registry
 from harness.ci.specs import Refusal, show
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 SLASHES = "/\uff0f\u2215\u2044\u29f8\u2571"  # '/' and the look-alikes someone may paste
 LOGIN_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})\Z", re.ASCII)

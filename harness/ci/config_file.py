@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError, HarnessError
+from harness.core.errors import UsageError, HarnessError
 from mini_engine.files import read_regular
 
 

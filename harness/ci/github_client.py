@@ -15,7 +15,7 @@ import urllib.parse
 import urllib.request
 from typing import Callable, Protocol
 
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 REPO_RE = re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}\Z", re.ASCII)
 WORKFLOW_RE = re.compile(r"[A-Za-z0-9_.-]{1,100}\.ya?ml\Z", re.ASCII)

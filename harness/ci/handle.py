@@ -18,7 +18,7 @@ from harness.ci.permissions import Permissions
 from harness.ci.rerun import check_sha
 from harness.ci.runners import Registry
 from harness.ci.specs import show
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 WORKFLOW = "rerun-test.yml"
 MAX_TABLE = 20000  # characters of a compare table in a reply (a comment holds 65536)

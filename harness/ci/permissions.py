@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.ci.config_file import read_config
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.schemas import parse
 from harness.schemas.ci import ASSOCIATIONS, COMMANDS, PermissionsFile
 

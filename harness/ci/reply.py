@@ -12,9 +12,9 @@ import re
 from dataclasses import asdict
 
 from harness.ci.bot import Group, Plan, USAGE
-from harness.errors import HarnessError
-from harness.markdown import code, prose
-from harness.urls import is_web_url
+from harness.core.errors import HarnessError
+from harness.core.markdown import code, prose
+from harness.core.urls import is_web_url
 
 STATE_RE = re.compile(r"<!-- kvbench-bot (\{.*?\}) -->", re.S)
 STATUSES = ("queued", "running", "passed", "failed", "cancelled", "error")
@@ -40,7 +40,7 @@ def check_url(url: str) -> str:
 
 
 def plain(text: str, keep_mention: str = "", limit: int = MAX_TEXT) -> str:
-    """A sentence of the bot's as inert text (harness.markdown.prose): the code spans that
+    """A sentence of the bot's as inert text (harness.core.markdown.prose): the code spans that
     show() made of untrusted text kept, the rest escaped, no mention but @keep_mention."""
     return prose(text, limit, keep_mention)
 

@@ -17,7 +17,7 @@ from harness.ci.bot import Group, known_suites
 from harness.ci.runners import Registry
 from harness.ci.specs import Refusal, show
 from harness.ci.suite_filter import check_selects
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z", re.ASCII)
 SHA_RE = re.compile(r"[0-9a-f]{40}\Z", re.ASCII)

@@ -14,7 +14,7 @@ from typing import Any
 from harness.ci import testfiles
 from harness.ci.config_file import read_config
 from harness.ci.specs import show
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 from harness.schemas import parse
 from harness.schemas.ci import RegistryFile
 DEFAULT_PATH = Path("ci") / "runners.toml"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.ci.testfiles import scan
 from harness.ci.text import show  # noqa: F401  (re-exported: callers import it from here)
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 from harness.schemas.ci import SUITE_RE  # one spelling of a suite name, the runner registry's too
 
 MAX_LINE = 1000  # characters of the first comment line

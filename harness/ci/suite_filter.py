@@ -3,9 +3,9 @@
 `/rerun-suite smoke --filter dflash and ps:2` used to be accepted, dispatched, and only
 refused by the sweep on the runner, minutes later. The bot and `kvbench ci rerun-args`
 run in the ``ci`` install role, which has no numpy, so the suite is read here with the
-stdlib (tomllib) and expanded by the same grid code the sweep uses (harness.suites.expand,
+stdlib (tomllib) and expanded by the same grid code the sweep uses (harness.grid.suites.expand,
 which needs no numpy), without the sweep's validation (that imports the engine). The
-filter is the sweep's own (harness.grid_filter), so what is refused here is exactly what
+filter is the sweep's own (harness.grid.filter), so what is refused here is exactly what
 the sweep would refuse.
 """
 
@@ -20,7 +20,7 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
 from harness.ci.specs import Refusal, show
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 from mini_engine.errors import KVBenchError
 from mini_engine.files import read_regular
 
@@ -34,7 +34,7 @@ def _tables(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
 
 def grid_of(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """(id, config) of every config of the suite file at ``path``."""
-    from harness.suites import MAX_CONFIGS, _check_grid_size, expand
+    from harness.grid.suites import MAX_CONFIGS, _check_grid_size, expand
 
     try:
         data = tomllib.loads(read_regular(path, "suite file", Refusal).decode())
@@ -55,7 +55,7 @@ def grid_of(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def check_selects(suite_file: Path, suite: str, expr: str) -> int:
     """How many configs of ``suite`` the filter selects; Refusal when none."""
-    from harness.grid_filter import compile_filter
+    from harness.grid.filter import compile_filter
 
     try:
         selects = compile_filter(expr)

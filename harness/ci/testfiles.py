@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.ci.text import show
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 MAX_FILE_BYTES = 1 << 20  # a test file larger than this is not a test file we will parse
 

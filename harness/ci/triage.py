@@ -7,7 +7,7 @@ regressed on the newest night is a row of its table. The issue names the commit
 range between the last good night and the first bad one (each night's meta.json
 carries its commit), links that range and the nights' MLflow runs, and gives the
 `kvbench bisect` line that finds the commit. The comparison itself is
-harness.compare's, against the profile's baseline.
+harness.judge.compare's, against the profile's baseline.
 
 Keys, metric names, night names and commits come from result files, which a pull
 request can shape: in an issue body they appear only as escaped code spans.
@@ -21,14 +21,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.ci.artifact import huge_figure
 from harness.ci.github_client import Client
-from harness.ci.links import mlflow_link
 from harness.ci.text import code, plain
-from harness.compare import compare_rows
-from harness.direction import WORDS
-from harness.results import RunDir, load_rows
-from harness.errors import UsageError
+from harness.core.direction import WORDS
+from harness.core.errors import UsageError
+from harness.judge.compare import compare_rows
+from harness.store.artifact import huge_figure
+from harness.store.links import mlflow_link
+from harness.store.results import RunDir, load_rows
 
 LABEL = "kvbench-regression"
 MAX_KEY_IN_TITLE = 180
@@ -40,7 +40,7 @@ SHA_RE = re.compile(r"[0-9a-f]{7,40}\Z")
 class Night:
     name: str
     path: Path
-    report: object  # harness.compare.CompareReport
+    report: object  # harness.judge.compare.CompareReport
     rows: list[dict]
     mlflow: str = ""  # link to the night's MLflow parent run, when known
     commit: str = ""  # the commit the night measured (meta.json's git_commit)

@@ -22,7 +22,7 @@ import yaml
 from harness.ci import workflow_injection
 from harness.ci.runners import Registry
 from harness.ci.workflow_injection import jobs, steps
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 EXPR_RE = re.compile(r"^\$\{\{(.*)\}\}$", re.S)
 TOKEN_RE = re.compile(r"\s*(?:('[^']*')|(==|!=|&&|\|\||\(|\)|!)|([A-Za-z_][A-Za-z0-9_.-]*))")

@@ -15,7 +15,7 @@ import importlib
 COMMANDS = ("run", "sweep", "compare", "baseline", "history", "report", "bisect", "sync", "ui", "replay", "conform", "bot", "ci")
 
 # The role (an extra of pyproject.toml) each command needs: the CLI checks it is installed
-# (harness.roles) before the command imports anything of it, and names the extra if not.
+# (harness.core.roles) before the command imports anything of it, and names the extra if not.
 ROLE = {**{name: "harness" for name in COMMANDS}, "replay": "engine", "conform": "conform", "bot": "ci", "ci": "ci"}
 # What a command cannot run without beyond its role's check (optional elsewhere in the role).
 NEEDS = {"sync": ("mlflow",), "ui": ("mlflow",)}

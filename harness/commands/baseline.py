@@ -15,12 +15,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.baseline import build, default_path, load_baseline, write_baseline
     from harness.commands.compare import judged_run
-    from harness.mlflow_log import git_commit
-    from harness.results import results_root
+    from harness.judge.baseline import build, default_path, load_baseline, write_baseline
+    from harness.store.results import results_root
+    from harness.view.mlflow_log import git_commit
 
-    from harness.safe_write import check_target
+    from harness.core.safe_write import check_target
 
     _not_held(args.run)
     rows, meta, profile = judged_run(args.run)
@@ -37,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _not_held(run: str) -> None:
     """A run a sweep still writes is not a baseline yet: 2 of 8 configs were blessed."""
-    from harness.locks import LockBusy, run_lock
-    from harness.results import run_dir_of
+    from harness.store.locks import LockBusy, run_lock
+    from harness.store.results import run_dir_of
 
     path = run_dir_of(run).path
     if not (path / "lock").is_file():

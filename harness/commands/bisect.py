@@ -32,10 +32,10 @@ def config_of(ref: str, suite: str | None) -> tuple[dict, str]:
     """The options of a config named by test id (in --suite, or the one suite holding it) or a TOML file."""
     from pathlib import Path
 
-    from harness.suites import available, load_suite
+    from harness.grid.suites import available, load_suite
 
     if ref.endswith(".toml") and Path(ref).is_file():
-        from harness.runner import load_config_file
+        from harness.run.runner import load_config_file
 
         return load_config_file(ref), ref
     names = [suite] if suite else available()
@@ -53,7 +53,7 @@ def config_of(ref: str, suite: str | None) -> tuple[dict, str]:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness import bisect
+    from harness.judge import bisect
 
     from harness.schemas.suite import MAX_REPEAT
 
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             import os
 
-            from harness.safe_write import open_regular
+            from harness.core.safe_write import open_regular
 
             with open(open_regular(args.summary, "--summary", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
                       encoding="utf-8") as fh:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.errors import UsageError, HarnessError
+from harness.core.errors import UsageError, HarnessError
 from mini_engine.errors import KVBenchError
 from mini_engine.files import read_regular
 
@@ -66,11 +66,11 @@ def _table(args: argparse.Namespace, root: Path) -> tuple[str | None, bool]:
     """(markdown compare table, failed) for a rerun suite's results, if there are any."""
     if not args.results or not (Path(args.results) / "results.jsonl").is_file():
         return None, False
-    from harness.baseline import load_baseline
-    from harness.ci.artifact import ArtifactError, read_rows
     from harness.ci.runners import load_registry
     from harness.ci.specs import show
-    from harness.compare import compare_rows
+    from harness.judge.baseline import load_baseline
+    from harness.judge.compare import compare_rows
+    from harness.store.artifact import ArtifactError, read_rows
 
     path = args.baseline
     if not path and args.baseline_runner:
@@ -95,7 +95,7 @@ def _table(args: argparse.Namespace, root: Path) -> tuple[str | None, bool]:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from harness.ci import handle, reply
-    from harness.ci.links import mlflow_link
+    from harness.store.links import mlflow_link
 
     root = Path(args.root)
     if (args.status is None) == (args.result is None):

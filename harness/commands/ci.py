@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from harness.commands import build_parser
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 
 def _root(args: argparse.Namespace) -> Path:
@@ -29,11 +29,11 @@ def _registry(args: argparse.Namespace):
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
-    from harness.baseline import load_baseline
     from harness.ci import triage
     from harness.ci.github_client import client_for
+    from harness.judge.baseline import load_baseline
 
-    from harness.urls import check_web_url
+    from harness.core.urls import check_web_url
 
     # The link target of every night's MLflow run in the issue: http(s) only.
     ui_url = check_web_url(args.mlflow_url or "", "--mlflow-url")

@@ -6,9 +6,9 @@ import argparse
 import os
 import sys
 
-# From harness.metrics, not harness.report: --help lists them, and building the parser
+# From harness.core.metrics, not harness.view.report: --help lists them, and building the parser
 # must not import the report's modules (they need pydantic, which a bare install lacks).
-from harness.metrics import TREND_METRICS
+from harness.core.metrics import TREND_METRICS
 from mini_engine.errors import ConfigError
 
 
@@ -34,14 +34,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness import history, report
-    from harness.baseline import load_baseline
-    from harness.results import run_dir_of, run_rows
+    from harness.judge import history
+    from harness.judge.baseline import load_baseline
+    from harness.store.results import run_dir_of, run_rows
+    from harness.view import report
 
-    from harness.numbers import NumberError
-    from harness.results import ResultsError
+    from harness.core.numbers import NumberError
+    from harness.store.results import ResultsError
 
-    from harness.metrics import check_metric_option
+    from harness.core.metrics import check_metric_option
 
     check_metric_option(args.metric, "--metric")
     check_metric_option([args.heatmap], "--heatmap")
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {out} ({len(nights)} runs, {len(hist.moves)} figures moved"
           + (f"; newest: {cmp.summary()}" if cmp else "") + ")")
     if args.summary:
-        from harness.safe_write import UnsafeTarget, open_regular
+        from harness.core.safe_write import UnsafeTarget, open_regular
 
         try:
             with open(open_regular(args.summary, "--summary", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",

@@ -12,12 +12,12 @@ import json
 import os
 from typing import Any
 
-from harness.options import options as schema_options
+from harness.core.options import options as schema_options
 from mini_engine.errors import ConfigError
 
 
 def add_option_flags(p: argparse.ArgumentParser) -> None:
-    """One flag per option of the schema (harness/options.py): the engine's, then the workload's."""
+    """One flag per option of the schema (harness/core/options.py): the engine's, then the workload's."""
     engine, workload = p.add_argument_group("engine"), p.add_argument_group("workload")
     for o in schema_options():
         where = workload if o.group == "workload" else engine
@@ -45,7 +45,7 @@ def register(subparsers) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    from harness.runner import load_config_file
+    from harness.run.runner import load_config_file
 
     options: dict[str, Any] = load_config_file(args.config) if args.config else {}
     for o in schema_options():
@@ -58,7 +58,7 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def _check_writable(path: str, what: str) -> None:
     """Fail before the run on a path that could not take its result: not a regular
     file or a new path (safe_write), or in a directory that cannot be written."""
-    from harness.safe_write import check_target
+    from harness.core.safe_write import check_target
 
     check_target(path, what)
     directory = os.path.dirname(os.path.abspath(path))
@@ -83,9 +83,9 @@ def _check_applies(args: argparse.Namespace, options: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.bounds import check_options
-    from harness.expect import leak_verdict
-    from harness.runner import run_config
+    from harness.judge.expect import leak_verdict
+    from harness.run.bounds import check_options
+    from harness.run.runner import run_config
 
     if args.outputs and not args.json:
         raise ConfigError("--outputs needs --json FILE to write them to")
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--gpu-mem goes with --capacity")
     capacity = None
     if args.capacity is not None:  # bad input is found before the run
-        from harness.capacity import for_run
+        from harness.run.capacity import for_run
 
         capacity = for_run(options, args.capacity, args.gpu_mem)
     # Found before the run, so a long run never ends with nowhere to put its results.
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     # Bad input found in the run leaves no result files: each appears whole at its end.
     row = leak_verdict(run_config(options, trace=args.trace, outputs=args.outputs))
     if args.json:
-        from harness.safe_write import write_text
+        from harness.core.safe_write import write_text
 
         write_text(args.json, json.dumps(row, indent=1) + "\n", "--json")
     print_summary(row)

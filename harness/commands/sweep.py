@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.sweep import SweepOptions, run_sweep
+    from harness.grid.sweep import SweepOptions, run_sweep
     from mini_engine.errors import ConfigError
 
     # Contradictions and empty values found before anything runs: each picked a reading silently.
@@ -58,8 +58,8 @@ def list_configs(suite_name: str, expr: str | None) -> int:
     """One config id a line (those --filter selects, when given), then how many."""
     import sys
 
-    from harness.suites import load_suite
-    from harness.sweep import filter_selects
+    from harness.grid.suites import load_suite
+    from harness.grid.sweep import filter_selects
 
     suite = load_suite(suite_name, validate=False)
     keep = filter_selects(expr) if expr else None

@@ -17,11 +17,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from harness.mlflow_log import finish_parent, sync, unreachable
-    from harness.results import load_rows, open_run_dir, results_root
-    from harness.lifecycle import write_run_plots
+    from harness.grid.lifecycle import write_run_plots
+    from harness.store.results import load_rows, open_run_dir, results_root
+    from harness.view.mlflow_log import finish_parent, sync, unreachable
 
-    from harness.mlflow_log import tracking_uri
+    from harness.view.mlflow_log import tracking_uri
 
     run_dir = open_run_dir(args.run)
     uri = tracking_uri(args.mlflow_uri, results_root())

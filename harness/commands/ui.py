@@ -17,7 +17,7 @@ def runs_urls(base: str, uri: str) -> list[tuple[str, str]]:
 
     The runs view in the model-training mode, not the experiment's landing page:
     MLflow 3 lands on its GenAI pages, where a sweep's runs and charts are not."""
-    from harness.mlflow_log import client
+    from harness.view.mlflow_log import client
 
     experiments = client(uri).search_experiments(filter_string="name LIKE 'kvbench-%'")
     return [(e.name, f"{base}/#/experiments/{e.experiment_id}/runs?workflowType=machine_learning")
@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from harness.mlflow_log import MlflowUnavailable, artifact_location, default_uri
-    from harness.results import results_root
+    from harness.store.results import results_root
+    from harness.view.mlflow_log import MlflowUnavailable, artifact_location, default_uri
 
     root = results_root()
     if not (root / "mlflow.db").exists():
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     except MlflowUnavailable:
         raise
     except Exception as err:  # a damaged store: MLflow's own error, as one line
-        from harness.causes import one_line
+        from harness.core.causes import one_line
 
         raise MlflowUnavailable(f"the MLflow store {uri} cannot be read: {one_line(err)}") from None
     print(f"starting the MLflow UI on {base} ({uri}); its links follow once it answers", flush=True)

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BeforeValidator, ValidationInfo, model_validator
 
-from harness.hardware import PROFILES
+from harness.run.hardware import PROFILES
 from harness.schemas import Model, check, int_in
 
 LABEL_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z", re.ASCII)

@@ -1,6 +1,6 @@
 """The suite file (suites/*.toml) and its [[expect]] rules, as declared models.
 
-What each table means is in harness/suites.py and harness/expect.py; this file says
+What each table means is in harness/grid/suites.py and harness/judge/expect.py; this file says
 only what may be written. Names that depend on the code (engine and workload options,
 the metrics a row carries) come in the validation context as ``options`` and
 ``metrics``, so a misspelt one is refused when the suite loads, not after its run.
@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationInfo, model_validator
 
-from harness.metrics import INVARIANTS, STATUSES
+from harness.core.metrics import INVARIANTS, STATUSES
 from harness.schemas import Model, check, int_in
 
 MAX_REPEAT = 100  # timing samples per config; more is a typo, not a measurement
@@ -134,7 +134,7 @@ class RuleFile(Model):
         # not exist) matches nothing, silently: refused here, against the option's own check.
         if _known(info, "options") is None:
             return self
-        from harness.options import by_name
+        from harness.core.options import by_name
 
         specs = by_name()
         for key, cond in self.when.items():

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.baseline import load_baseline
 from harness.ci import triage
 from harness.ci.bot import Comment, plan_comment
 from harness.ci.permissions import load_permissions
 from harness.ci.recording import RecordingClient
 from harness.ci.runners import load_registry
 from harness.commands.ci import lint
+from harness.judge.baseline import load_baseline
 
 pytestmark = [pytest.mark.bench, pytest.mark.benchmark(group="ci")]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.workloads import WorkloadConfig, make_requests
+from harness.core.workloads import WorkloadConfig, make_requests
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, StepOutcome
 

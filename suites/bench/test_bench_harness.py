@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.baseline import build
-from harness.compare import compare_rows
-from harness.execute import GridSession
-from harness.results import RunDir, append_row, load_rows
-from harness.suites import load_suite
+from harness.grid.execute import GridSession
+from harness.grid.suites import load_suite
+from harness.judge.baseline import build
+from harness.judge.compare import compare_rows
+from harness.store.results import RunDir, append_row, load_rows
 
 pytestmark = [pytest.mark.bench, pytest.mark.benchmark(group="harness")]
 
@@ -71,7 +71,7 @@ def test_grid_config_overhead(benchmark, tmp_path):
 
 
 def test_mlflow_log_row(benchmark, tmp_path: Path):
-    from harness.mlflow_log import client, ensure_experiment, ensure_parent, log_row
+    from harness.view.mlflow_log import client, ensure_experiment, ensure_parent, log_row
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cl = client(uri)

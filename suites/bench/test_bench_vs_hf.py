@@ -37,7 +37,7 @@ import torch
 pytestmark = [pytest.mark.bench, pytest.mark.slow]
 transformers = pytest.importorskip("transformers", reason="HF generate() is the baseline: pip install kvbench[test]")
 
-from harness.runner import run_config  # noqa: E402
+from harness.run.runner import run_config  # noqa: E402
 from mini_engine.model import cpu_kernels  # noqa: E402
 
 ALGOS = {

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from faultkit import REPO
-from harness.compare import CompareReport, Finding
-from harness.markdown import code, one_line, prose
+from harness.core.markdown import code, one_line, prose
+from harness.judge.compare import CompareReport, Finding
 from mdcheck import cells_per_row, live
 
 NIGHTS = REPO / "suites" / "unit" / "ci" / "fixtures" / "nights"
@@ -29,7 +29,7 @@ HOSTILE = [
     "a`b``c ```` | d \\| e \\\\| f",
     "> quote\n- item\n1. one\n---\nuser@example.com &amp; \u202eevil",
 ]
-# What a name in a results artifact may be (harness.ci.artifact.NAME_RE): what the bot's table shows.
+# What a name in a results artifact may be (harness.store.artifact.NAME_RE): what the bot's table shows.
 ARTIFACT_SAFE = ["https://evil.example/login", "www.evil.example/x", "a:b/c=d,e+f"]
 TEXT = st.text(alphabet=st.sampled_from(list("ab@#!<>[]()`*_|\\\n -/:.w&;~=\u202e\u200b\xa0")), max_size=80) | st.text(
     max_size=80)

@@ -1,5 +1,5 @@
 """One rule for numbers read from files: integers within int64, floats finite, refused
-where they are read in one line naming the field (harness/numbers.py); and the sizes a
+where they are read in one line naming the field (harness/core/numbers.py); and the sizes a
 file or an option can ask for are bounded before anything is built."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _commands(root: Path) -> list[list]:
 @given(value=BAD_NUMBERS)
 def test_a_number_past_the_rule_is_one_line_everywhere(tmp_path_factory, capsys, monkeypatch, field, value):
     """N4: a 401-digit integer (or 1e400) in a row: one line naming the field, exit 2."""
-    from harness.baseline import build, write_baseline
+    from harness.judge.baseline import build, write_baseline
 
     root = tmp_path_factory.mktemp("num") / "results"
     make_run(root, "good")
@@ -94,7 +94,7 @@ def test_a_non_finite_expect_bound_is_refused_at_load(tmp_path, capsys, monkeypa
 @given(sizes=st.lists(st.integers(min_value=1, max_value=60), min_size=1, max_size=5))
 def test_the_grid_size_is_bounded_at_load(tmp_path_factory, sizes):
     """N10: 5 axes of 40 values (10**8 configs) grew to 23 GB; the count is checked first."""
-    from harness.suites import MAX_CONFIGS, SuiteError, load_suite
+    from harness.grid.suites import MAX_CONFIGS, SuiteError, load_suite
 
     names = ["page_size", "max_running", "input_len", "output_len", "num_requests"][:len(sizes)]
     path = tmp_path_factory.mktemp("grid") / "g.toml"

@@ -43,7 +43,7 @@ HOSTILE = {
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A results root with one good run and a good baseline, and a CI tree to damage."""
-    from harness.baseline import build, write_baseline
+    from harness.judge.baseline import build, write_baseline
 
     base = tmp_path_factory.mktemp("world")
     run = base / "results" / "runs" / "good"

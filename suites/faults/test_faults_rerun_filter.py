@@ -16,8 +16,8 @@ from faultkit import REPO
 from harness.ci.bot import Comment, plan_comment
 from harness.ci.permissions import load_permissions
 from harness.ci.runners import load_registry
-from harness.ci.suite_filter import check_selects
 from harness.ci.specs import Refusal
+from harness.ci.suite_filter import check_selects
 
 ARGS = ("ci", "rerun-args", "--runner", "cpu", "--run-id", "r1", "--root", REPO, "--suite", "smoke")
 # numpy and torch made unimportable, as in an install of the ci role alone
@@ -74,8 +74,8 @@ WORDS = st.sampled_from(["spec:dflash", "spec:eagle", "spec:medusa", "ps:1", "ps
        ops=st.lists(st.sampled_from(["and", "or"]), min_size=3, max_size=3))
 def test_it_refuses_exactly_what_the_sweep_refuses(words, ops):
     """The stdlib reading of the grid agrees with the sweep's own (pydantic, engine) one."""
-    from harness.suites import load_suite
-    from harness.sweep import SweepError, check_filter
+    from harness.grid.suites import load_suite
+    from harness.grid.sweep import SweepError, check_filter
 
     expr = " ".join(f"{op} {neg}{w}" if i else f"{neg}{w}" for i, ((neg, w), op) in enumerate(zip(words, ops)))
     try:

@@ -51,7 +51,7 @@ def test_full_disk_then_concurrent_resumes_lose_and_double_nothing(results_root,
     assert "worker died" not in (run / "results.jsonl").read_text() if (run / "results.jsonl").exists() else True
 
     # A live sweep owns the run: a resume refuses in one line and writes nothing.
-    from harness.locks import run_lock
+    from harness.store.locks import run_lock
 
     with run_lock(run).acquire(purpose="a test standing for a live sweep"):
         assert cli("sweep", tiny, "--no-mlflow", "--resume", "full") == 2
@@ -139,7 +139,7 @@ def test_resume_takes_a_run_of_the_root_only(results_root, tiny, tmp_path, cli, 
 
 
 def test_a_busy_run_is_refused_in_one_line(results_root, tiny, cli, capsys):
-    from harness.locks import run_lock
+    from harness.store.locks import run_lock
 
     run = results_root / "runs" / "busy"
     run.mkdir(parents=True)

@@ -113,7 +113,7 @@ def test_out_is_only_a_regular_file_or_a_new_path(tmp_path_factory, capsys, monk
 @settings(max_examples=10, deadline=None, derandomize=True)
 @given(kind=st.sampled_from(KINDS), data=st.binary(max_size=64))
 def test_safe_write_refuses_every_other_kind(tmp_path_factory, kind, data):
-    from harness.safe_write import UnsafeTarget, write_bytes
+    from harness.core.safe_write import UnsafeTarget, write_bytes
 
     tmp = tmp_path_factory.mktemp("w")
     paths = _kinds(tmp)
@@ -146,7 +146,7 @@ def test_json_and_trace_hard_linked_keep_both(tmp_path, capsys):
 
 def test_a_full_disk_is_one_line_and_keeps_the_old_file(tmp_path, capsys, monkeypatch):
     """N16: ENOSPC on --out: one line, the old report whole, no temp file."""
-    from harness import safe_write
+    from harness.core import safe_write
 
     make_run(tmp_path / "results")
     monkeypatch.setenv("KVBENCH_RESULTS", str(tmp_path / "results"))
@@ -168,9 +168,9 @@ def test_a_full_disk_is_one_line_and_keeps_the_old_file(tmp_path, capsys, monkey
 @pytest.mark.parametrize("name", ["lock", "results.jsonl"])
 def test_run_files_are_not_written_through_links(tmp_path, name):
     """N13: a lock or results file that is a link is refused; its target keeps its data."""
-    from harness.locks import run_lock
-    from harness.results import append_line
-    from harness.errors import HarnessError
+    from harness.core.errors import HarnessError
+    from harness.store.locks import run_lock
+    from harness.store.results import append_line
 
     run = tmp_path / "run"
     run.mkdir()
@@ -201,7 +201,7 @@ def test_a_run_id_that_is_a_link_is_refused(tmp_path, capsys, monkeypatch):
 
 def test_a_deep_lock_note_does_not_block_resume(tmp_path):
     """N15: a damaged lock note (4096 '[') is no owner: the lock is taken."""
-    from harness.locks import run_lock
+    from harness.store.locks import run_lock
 
     (tmp_path / "lock").write_text("[" * 4096)
     lock = run_lock(tmp_path).acquire()
@@ -232,7 +232,7 @@ def test_an_unopenable_sqlite_store_fails_fast(tmp_path, capsys, monkeypatch, st
 
 def test_baseline_refuses_a_run_a_sweep_still_writes(tmp_path, capsys, monkeypatch):
     """N15: a run held by a live sweep (2 of 8 configs done) was blessed with exit 0."""
-    from harness.locks import run_lock
+    from harness.store.locks import run_lock
 
     run = make_run(tmp_path / "results")
     monkeypatch.setenv("KVBENCH_RESULTS", str(tmp_path / "results"))
@@ -266,7 +266,7 @@ def test_sync_of_a_partial_sweep_does_not_close_it_finished(tmp_path, capsys, mo
 def test_a_sweep_that_cannot_write_meta_leaves_its_id_free(tmp_path, capsys, monkeypatch):
     """N15: a full disk before meta.json said 'finish with --resume F', which then refused
     (no meta.json), as did --run-id F (it exists)."""
-    from harness import results
+    from harness.store import results
 
     monkeypatch.setenv("KVBENCH_RESULTS", str(tmp_path / "results"))
     suite = tmp_path / "tiny.toml"

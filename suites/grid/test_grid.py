@@ -6,7 +6,7 @@ Rerun one config by its id, e.g.
 
 from __future__ import annotations
 
-from harness.expect import PASSING
+from harness.judge.expect import PASSING
 
 
 def test_config(grid_config, kvbench_grid):

@@ -257,7 +257,7 @@ def test_dispatch_pins_the_commit_the_bot_checked(setup, load_event):
 
 
 def test_bad_head_sha_is_an_error(setup, load_event):
-    from harness.errors import UsageError
+    from harness.core.errors import UsageError
 
     tree, registry, perms = setup
     client = RecordingClient()

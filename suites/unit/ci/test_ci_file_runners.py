@@ -11,7 +11,7 @@ import pytest
 from harness.ci import reply
 from harness.ci.bot import Comment, plan_comment
 from harness.ci.rerun import rerun_argv
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 H200 = "import pytest\n\n\n@pytest.mark.runner('1-gpu-h200')\ndef test_h():\n    pass\n"
 MIXED = ("import pytest\n\n\ndef test_a():\n    pass\n\n\n"

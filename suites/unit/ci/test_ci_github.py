@@ -11,7 +11,7 @@ import pytest
 from harness.ci.github_client import GitHubClient, GitHubError, check_repo
 from harness.ci.permissions import load_permissions, parse_permissions
 from harness.ci.runners import load_registry
-from harness.errors import UsageError, HarnessError
+from harness.core.errors import UsageError, HarnessError
 
 REPO = Path(__file__).resolve().parents[3]
 

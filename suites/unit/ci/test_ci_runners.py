@@ -10,7 +10,7 @@ import pytest
 
 from harness.ci import testfiles
 from harness.ci.runners import load_registry, parse_registry
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[3]
 

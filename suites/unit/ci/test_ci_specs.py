@@ -91,7 +91,7 @@ def test_filter_grammar(expr, ok):
 
 def test_show_is_safe():
     shown = specs.show("a`b\u0430" + "x" * 100)
-    # ASCII only, cut to 60 characters, fenced past the backtick it holds (harness.markdown.code)
+    # ASCII only, cut to 60 characters, fenced past the backtick it holds (harness.core.markdown.code)
     assert shown == "``a`b\\u0430" + "x" * 48 + "...``"
 
 

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.baseline import load_baseline
 from harness.ci import triage
 from harness.ci.recording import RecordingClient
-from harness.errors import UsageError
+from harness.core.errors import UsageError
+from harness.judge.baseline import load_baseline
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 NIGHTS = FIX / "nights"

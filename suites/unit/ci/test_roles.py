@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import MissingExtra
 from harness.commands import COMMANDS, ROLE
-from harness.roles import EXTRA_PACKAGES, ROLE_PACKAGES, missing_extra
+from harness.core.errors import MissingExtra
+from harness.core.roles import EXTRA_PACKAGES, ROLE_PACKAGES, missing_extra
 
 REPO = Path(__file__).resolve().parents[3]
 FIX = Path(__file__).resolve().parent / "fixtures"
@@ -156,7 +156,7 @@ VALID_ARGS = {"run": [], "sweep": ["smoke"], "compare": ["r"], "baseline": ["r"]
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_bare_install_refuses_every_command_in_one_line(tmp_path, command):
     """`pip install .` with no extra: not even pydantic, yaml or pytest. Each command says
-    which extra it needs before importing anything of it (pydantic via harness.baseline
+    which extra it needs before importing anything of it (pydantic via harness.judge.baseline
     used to end in a traceback), and its --help still works."""
     bare = tuple(sorted(EXTRA_PACKAGES | {"pydantic", "yaml", "pytest", "xdist"}))
     proc, _ = kvbench(tmp_path, command, *VALID_ARGS[command], cwd=tmp_path, blocked=bare)

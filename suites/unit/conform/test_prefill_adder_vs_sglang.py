@@ -161,7 +161,7 @@ def test_twenty_short_prompts_fill_eleven_requests(adder_classes, cache):
 def test_uniform_workload_first_batch(adder_classes):
     # kvbench's default uniform workload (100..1024 tokens, seed 0), chunk 8192: the first
     # batch charges whole pages, so it holds fewer tokens as the page grows.
-    from harness.workloads import WorkloadConfig, make_requests
+    from harness.core.workloads import WorkloadConfig, make_requests
 
     prompts = [len(r.prompt) for r in make_requests(WorkloadConfig(num_requests=24), 0)]
     for ps, tokens, cut in ((16, 8108, 864), (64, 7628, 384)):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.runner import run_config
+from harness.run.runner import run_config
 
 # Four requests of 37 prompt tokens, 11 output tokens, 5 accepted per verify:
 # prefill extent 37 (3 pages, 11 stranded each); verify 1: nxt = 37 + 32 = 69

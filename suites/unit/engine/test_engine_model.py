@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.runner import run_config, split_config
-from harness.workloads import WorkloadConfig, make_requests
+from harness.core.workloads import WorkloadConfig, make_requests
+from harness.run.runner import run_config, split_config
 from mini_engine.engine import Engine
 
 pytestmark = pytest.mark.slow

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.runner import run_config
-from harness.workloads import WorkloadConfig, make_requests
+from harness.core.workloads import WorkloadConfig, make_requests
+from harness.run.runner import run_config
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.errors import ConfigError

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness.runner import run_config
+from harness.run.runner import run_config
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.memory.replay import replay

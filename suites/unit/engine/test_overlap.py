@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from harness.runner import run_config
+from harness.run.runner import run_config
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.errors import ConfigError

@@ -1,12 +1,12 @@
-"""Shared prompts: prefix groups (harness/prefixes.py) and multi-turn sessions (harness/turns.py,
+"""Shared prompts: prefix groups (harness/core/prefixes.py) and multi-turn sessions (harness/core/turns.py,
 mini_engine/sessions.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.runner import run_config
-from harness.workloads import WorkloadConfig, make_workload
+from harness.core.workloads import WorkloadConfig, make_workload
+from harness.run.runner import run_config
 from mini_engine.config import EngineConfig
 from mini_engine.errors import ConfigError
 from mini_engine.request import Status
@@ -115,7 +115,7 @@ def test_bad_sharing(options, words):
 
 
 def test_capacity_sizes_the_last_turn_after_the_prefix():
-    from harness.turns import nominal_length
+    from harness.core.turns import nominal_length
 
     assert nominal_length({"input_len": 50, "output_len": 20, "shared_prefix": 100, "turns": 2}) == 240
     assert nominal_length({"input_len": 50, "output_len": 20}) == 70  # a row recorded before the options

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.workloads import WorkloadConfig, load_prompts, make_requests
+from harness.core.workloads import WorkloadConfig, load_prompts, make_requests
 from mini_engine.errors import ConfigError
 
 

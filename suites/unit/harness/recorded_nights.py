@@ -12,9 +12,9 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from harness.execute import GridSession
-from harness.results import RunDir, append_row, load_rows
-from harness.suites import load_suite
+from harness.grid.execute import GridSession
+from harness.grid.suites import load_suite
+from harness.store.results import RunDir, append_row, load_rows
 
 SUITE = """
 name = "nightsuite"

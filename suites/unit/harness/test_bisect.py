@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import bisect
+from harness.judge import bisect
 from mini_engine.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -110,7 +110,7 @@ def test_merge_repeats_gives_samples_to_timings_only():
     rows = [copy.deepcopy(ROW) for _ in range(3)]
     for i, r in enumerate(rows):
         r["metrics"]["wall_s"] = 0.5 + i
-    from harness.repeats import merge_repeats  # bisect merges its repeats as the sweep does
+    from harness.judge.repeats import merge_repeats  # bisect merges its repeats as the sweep does
 
     merged = merge_repeats(rows)
     assert merged["samples"]["wall_s"] == [0.5, 1.5, 2.5] and merged["metrics"]["wall_s"] == 1.5

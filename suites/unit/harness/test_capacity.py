@@ -1,4 +1,4 @@
-"""How many requests fit per GPU, without a GPU (harness/capacity.py): worked examples.
+"""How many requests fit per GPU, without a GPU (harness/run/capacity.py): worked examples.
 
 Every number below is computed by hand from the shapes' configs (DESIGN.md's KV
 formula) and the engine's pool formula, mem_fraction 0.9, context 4096 tokens:
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.capacity import GiB, capacity, for_run, grid, gpus_of
+from harness.run.capacity import GiB, capacity, for_run, grid, gpus_of
 from mini_engine.errors import ConfigError
 
 # (model, gpu) -> (pool tokens, pages at ps 16, requests of 4096 tokens)
@@ -87,7 +87,7 @@ def test_kvbench_run_prints_the_table_for_its_own_lengths(cli, capsys):
 
 
 def test_the_report_sizes_each_config_that_names_a_shape():
-    from harness.capacity_report import capacity_rows, capacity_section
+    from harness.view.capacity_report import capacity_rows, capacity_section
 
     cfg = {"model": "qwen3-0.6b", "spec": "none", "page_size": 16, "profile": "sglang-0.5.23",
            "input_len": 3000, "output_len": 1096}

@@ -7,8 +7,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from harness.causes import one_line
-from harness.results import RunDir, append_row
+from harness.core.causes import one_line
+from harness.store.results import RunDir, append_row
 
 REPO = Path(__file__).resolve().parents[3]
 KVBENCH = [sys.executable, "-m", "harness.cli"]

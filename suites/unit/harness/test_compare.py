@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.baseline import BaselineError, build, load_baseline, write_baseline
-from harness.compare import compare_rows
+from harness.judge.baseline import BaselineError, build, load_baseline, write_baseline
+from harness.judge.compare import compare_rows
 
 COUNTERS = ("steps", "output_tokens", "peak_stranded_slots", "leaked_pages", "syncs", "retractions",
             "peak_pages_held", "stranded_slots_sum")

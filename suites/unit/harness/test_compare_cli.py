@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.execute import GridSession
-from harness.results import RunDir, append_row, load_rows
-from harness.suites import load_suite
+from harness.grid.execute import GridSession
+from harness.grid.suites import load_suite
+from harness.store.results import RunDir, append_row, load_rows
 
 SUITE = """
 name = "cmp"
@@ -92,7 +92,7 @@ def test_baseline_of_another_profile_is_exit_2(runs, results_root, cli, capsys):
 
 
 def test_repeats_give_timing_samples_and_identical_counters(results_root, tmp_path):
-    from harness.baseline import build
+    from harness.judge.baseline import build
 
     suite = tmp_path / "rep.toml"
     suite.write_text(SUITE.replace('[defaults]', 'repeat = 4\n[defaults]'))

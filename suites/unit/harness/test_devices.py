@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from harness import devices, hardware
-from harness.devices import DeviceError, plan_workers
+from harness.run import devices, hardware
+from harness.run.devices import DeviceError, plan_workers
 
 
 @dataclass

@@ -1,14 +1,14 @@
-"""Direction-aware verdicts (harness/direction.py) and the roll-up by metric x axis (harness/rollup.py)."""
+"""Direction-aware verdicts (harness/core/direction.py) and the roll-up by metric x axis (harness/judge/rollup.py)."""
 
 from __future__ import annotations
 
 import itertools
 
-from harness.baseline import build
-from harness.compare import compare_rows
-from harness.direction import counter_verdict, status_verdict
-from harness.metrics import METRICS
-from harness.rollup import rollup_lines
+from harness.core.direction import counter_verdict, status_verdict
+from harness.core.metrics import METRICS
+from harness.judge.baseline import build
+from harness.judge.compare import compare_rows
+from harness.judge.rollup import rollup_lines
 
 
 def test_each_metric_declares_which_way_is_better():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.suites import load_suite
+from harness.grid.suites import load_suite
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = {name: (ROOT / name).read_text() for name in ("README.md", "docs/harness.md", "docs/ci.md")}

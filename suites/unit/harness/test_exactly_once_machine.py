@@ -19,10 +19,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from harness.execute import GridSession
-from harness.mlflow_log import Logger, all_children, client, ensure_experiment, ensure_parent, key_hash, sync
-from harness.results import RunDir
-from harness.suites import load_suite
+from harness.grid.execute import GridSession
+from harness.grid.suites import load_suite
+from harness.store.results import RunDir
+from harness.view.mlflow_log import Logger, all_children, client, ensure_experiment, ensure_parent, key_hash, sync
 
 SUITE = """
 name = "once"
@@ -72,7 +72,7 @@ def test_exactly_once_under_kills_outages_resumes_and_syncs(store):
 
         def pending_configs(self):
             # What a resumed sweep would run: configs whose key is not in results.jsonl.
-            from harness.runner import config_key
+            from harness.run.runner import config_key
 
             done = self.run.done_keys()
             return [gc for gc in suite.configs if config_key(gc.config) not in done]

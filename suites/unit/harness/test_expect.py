@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.expect import ExpectError, expectation, judge, parse_rules
+from harness.judge.expect import ExpectError, expectation, judge, parse_rules
 
 RULES = parse_rules([
     {"name": "strands", "when": {"policy": "unaligned", "page_size": {"min": 2}},

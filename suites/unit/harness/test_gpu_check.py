@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import gpu_check
-from harness.gpu_perf import peak_bandwidth
-from harness.suites import load_suite
-from harness.sweep import filter_selects
+from harness.gpu import check as gpu_check
+from harness.gpu.perf import peak_bandwidth
+from harness.grid.suites import load_suite
+from harness.grid.sweep import filter_selects
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,4 +1,4 @@
-"""The harness and CI code raise the harness's errors (harness.errors), not the engine's;
+"""The harness and CI code raise the harness's errors (harness.core.errors), not the engine's;
 the CLI still prints one line and exits 2 for them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from harness.cli import main
-from harness.errors import UsageError, HarnessError
+from harness.core.errors import UsageError, HarnessError
 from mini_engine.errors import KVBenchError
 
 
@@ -29,7 +29,7 @@ def a_run(root) -> str:
 
 
 def test_baseline_errors_are_the_harness_own(tmp_path, capsys):
-    from harness.baseline import BaselineError, load_baseline
+    from harness.judge.baseline import BaselineError, load_baseline
 
     assert issubclass(BaselineError, HarnessError) and not issubclass(BaselineError, KVBenchError)
     with pytest.raises(BaselineError, match="not found"):
@@ -38,7 +38,7 @@ def test_baseline_errors_are_the_harness_own(tmp_path, capsys):
 
 
 def test_history_errors_are_the_harness_own(tmp_path, capsys):
-    from harness.history import find_nights
+    from harness.judge.history import find_nights
 
     file = tmp_path / "f"
     file.write_text("")
@@ -55,6 +55,6 @@ def test_compare_usage_errors_are_the_harness_own(tmp_path, capsys):
 
 
 def test_a_row_that_cannot_be_written_is_a_harness_error():
-    from harness.execute import ResultWriteError
+    from harness.grid.execute import ResultWriteError
 
     assert issubclass(ResultWriteError, HarnessError) and not issubclass(ResultWriteError, KVBenchError)

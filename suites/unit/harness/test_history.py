@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import history
+from harness.judge import history
 from recorded_nights import C1, C2, C3, REGRESSED, SLOWER, record
 
 

@@ -28,7 +28,7 @@ def test_the_wheel_ships_the_suite_grids_and_not_the_tests(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert SHIPPED_SUITES <= names
     assert not any(n.startswith(("suites/unit", "suites/gpu", "suites/bench", "suites/invariants/")) for n in names)
-    assert {"harness/cli.py", "harness/devices.py", "mini_engine/engine.py"} <= names
+    assert {"harness/cli.py", "harness/run/devices.py", "mini_engine/engine.py"} <= names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "kvbench = harness.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
 

@@ -1,13 +1,13 @@
-"""Memory in token slots and KV bytes beside pages (harness/kv_units.py, kv_shape.py)."""
+"""Memory in token slots and KV bytes beside pages (harness/core/kv_units.py, kv_shape.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.kv_shape import named, shape_of
-from harness.kv_units import derive, pages_of, tokens_of
-from harness.metrics import DERIVED, METRICS
-from harness.runner import run_config
+from harness.core.kv_shape import named, shape_of
+from harness.core.kv_units import derive, pages_of, tokens_of
+from harness.core.metrics import DERIVED, METRICS
+from harness.run.runner import run_config
 
 # The smoke suite's DFLASH config (SGLang 0.5.23), swept over the page size.
 SMOKE_DFLASH = dict(workload="uniform", num_requests=12, input_len=160, output_len=96, min_len=40, seed=7,
@@ -84,8 +84,8 @@ def test_derive_is_pages_times_page_size_without_a_shape(ps):
 
 
 def test_rows_recorded_before_the_token_figures_get_them_when_read(tmp_path):
-    from harness.kv_units import fill_units
-    from harness.results import append_row, load_rows
+    from harness.core.kv_units import fill_units
+    from harness.store.results import append_row, load_rows
 
     old = {"key": "a", "config": {"page_size": 64, "model": "none"}, "status": "ok", "violations": {},
            "metrics": {"peak_pages_held": 35, "leaked_pages": 0}}

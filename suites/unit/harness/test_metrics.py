@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.metric_kinds import higher_is_better, kind
-from harness.metrics import GROUPS, INVARIANTS, KINDS, METRICS, SERIES, UnknownMetric, lookup, undeclared
+from harness.core.metric_kinds import higher_is_better, kind
+from harness.core.metrics import GROUPS, INVARIANTS, KINDS, METRICS, SERIES, UnknownMetric, lookup, undeclared
 
 ROOT = Path(__file__).resolve().parents[3]
 BASELINES = ROOT / "results" / "baselines"
@@ -30,7 +30,7 @@ CONFIGS = [
 
 @pytest.mark.parametrize("config", CONFIGS, ids=["swa", "eagle-dedup", "pd", "pressure"])
 def test_every_metric_a_real_run_emits_is_declared(config):
-    from harness.execute import run_once
+    from harness.grid.execute import run_once
 
     row = run_once(config)
     assert row["status"] != "failed", row.get("error")

@@ -109,7 +109,7 @@ def shot(page, tmp_path: Path, name: str) -> None:
 def test_the_runs_view_lists_the_sweep_and_a_config_run_shows_grouped_sections(results_root, cli, tmp_path,
                                                                                  browser, request):
     assert cli("sweep", "smoke", "--filter", FILTER, "--run-id", "web1", "-j", "1") == 0
-    from harness.mlflow_log import client
+    from harness.view.mlflow_log import client
 
     cl = client(f"sqlite:///{results_root / 'mlflow.db'}")
     exp = cl.get_experiment_by_name("kvbench-smoke").experiment_id
@@ -156,8 +156,8 @@ def in_first_screen(page, text: str) -> bool:
 
 def test_a_run_opens_on_memory_in_tokens_and_the_config_runs_have_distinct_names(results_root, cli, tmp_path,
                                                                                    browser, request):
-    from harness.mlflow_log import client
-    from harness.run_names import short_name
+    from harness.core.run_names import short_name
+    from harness.view.mlflow_log import client
 
     assert cli("sweep", "smoke", "--filter", FILTER, "--run-id", "web2", "-j", "1") == 0
     cl = client(f"sqlite:///{results_root / 'mlflow.db'}")

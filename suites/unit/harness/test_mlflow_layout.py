@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness import mlflow_layout as layout
-from harness.metrics import UnknownMetric
-from harness.mlflow_log import client, ensure_experiment, ensure_parent, finish_parent, log_row
-from harness.results import RunDir, append_row
+from harness.core.metrics import UnknownMetric
+from harness.store.results import RunDir, append_row
+from harness.view import mlflow_layout as layout
+from harness.view.mlflow_log import client, ensure_experiment, ensure_parent, finish_parent, log_row
 
 
 def row(ps=16, policy="aligned", window=None, model="none", tps=100.0, held=10, leaked=0, verdict="ok", **over):
@@ -135,7 +135,7 @@ def test_ui_names_the_runs_view_of_each_experiment(tmp_path):
 def test_system_metrics_are_sampled_on_the_parent_until_it_is_closed(tmp_path, monkeypatch):
     import time
 
-    from harness.mlflow_log import start_system_metrics
+    from harness.view.mlflow_log import start_system_metrics
 
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import RunDir, load_rows
+from harness.store.results import RunDir, load_rows
 
 from test_sweep_e2e import SUITE, children_per_key, mlflow_runs
 

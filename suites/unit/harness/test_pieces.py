@@ -6,11 +6,11 @@ import mmap
 
 import pytest
 
-from harness import hardware
-from harness.mlflow_log import all_children, client, ensure_experiment, ensure_parent, key_hash, log_row, sync
-from harness.results import RunDir, append_row
-from harness.suites import load_suite
-from harness.sweep import pytest_args
+from harness.grid.suites import load_suite
+from harness.grid.sweep import pytest_args
+from harness.run import hardware
+from harness.store.results import RunDir, append_row
+from harness.view.mlflow_log import all_children, client, ensure_experiment, ensure_parent, key_hash, log_row, sync
 
 
 @pytest.mark.parametrize("name, profile", [
@@ -66,7 +66,7 @@ def fake_row(i: int, **over) -> dict:
 
 
 def test_plots_are_written(tmp_path):
-    from harness.plots import write_plots
+    from harness.view.plots import write_plots
 
     rows = [fake_row(i) for i in range(4)] + [fake_row(9, status="failed", metrics={})]
     names = {p.name for p in write_plots(rows, tmp_path / "plots")}
@@ -79,7 +79,7 @@ def test_plots_draw_like_with_like():
     # A dedup free never leaks and a real-model run reserves for its own workload:
     # folding either into the host_pages or accounting-only figures drew numbers
     # no config measured (a negative alignment overhead, 7 of 11 leaked pages).
-    from harness.plots import alignment_overhead, heatmap_cells
+    from harness.view.plots import alignment_overhead, heatmap_cells
 
     def row(policy, free="host_pages", model="none", reserved=0, leaked=0):
         return {"config": {"spec": "dflash", "block_size": 16, "page_size": 16, "policy": policy,
@@ -137,8 +137,8 @@ def test_ui_without_a_store_is_one_line(results_root, cli, capsys):
 
 
 def test_a_crashing_config_is_recorded_failed_and_the_next_one_runs(tmp_path):
-    from harness.execute import GridSession
-    from harness.results import load_rows
+    from harness.grid.execute import GridSession
+    from harness.store.results import load_rows
 
     suite_file = tmp_path / "crash.toml"
     # pool_tokens=64 validates as an option but cannot hold one 256-token request: the run itself fails.
@@ -215,7 +215,7 @@ def test_no_driver_means_cpu(monkeypatch):
 
 
 def test_large_sweeps_print_one_line_per_algorithm_and_policy():
-    from harness.summary import group_rows
+    from harness.view.summary import group_rows
 
     rows = [fake_row(i) for i in range(4)]
     lines = group_rows(rows)
@@ -227,9 +227,9 @@ def test_large_sweeps_print_one_line_per_algorithm_and_policy():
 def test_a_config_whose_worker_died_is_recorded_failed(tmp_path):
     from types import SimpleNamespace
 
-    from harness.grid_plugin import GridController
-    from harness.results import load_rows
-    from harness.runner import config_key
+    from harness.grid.plugin import GridController
+    from harness.run.runner import config_key
+    from harness.store.results import load_rows
 
     suite = load_suite("smoke", validate=False)
     run = RunDir(tmp_path)

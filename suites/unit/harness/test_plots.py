@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.facets import POLICIES, SHAPE, facet, label, spread
-from harness.plots import metric_label, write_plots
+from harness.view.facets import POLICIES, SHAPE, facet, label, spread
+from harness.view.plots import metric_label, write_plots
 
 
 def row(ps, window=None, policy="aligned", spec="dflash", model="none", tps=1000.0, samples=None, **metrics):

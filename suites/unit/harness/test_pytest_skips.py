@@ -19,7 +19,7 @@ REASON = "needs a thing that is not installed"
 def test_one_summary_line_per_skip_reason(tmp_path, dist):
     (tmp_path / "conftest.py").write_text(
         "import pytest\n"
-        "from harness.pytest_skips import pytest_terminal_summary\n"
+        "from harness.core.pytest_skips import pytest_terminal_summary\n"
         "@pytest.fixture(scope='session')\n"
         f"def thing():\n    pytest.skip({REASON!r})\n")
     for name in ("a", "b"):

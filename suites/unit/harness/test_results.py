@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import ResultsError, append_row, load_rows, read_jsonl
+from harness.store.results import ResultsError, append_row, load_rows, read_jsonl
 
 
 def _writer(path: str, worker: int, n: int) -> None:

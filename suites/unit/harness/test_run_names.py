@@ -1,11 +1,11 @@
-"""Short, distinct MLflow run names (harness/run_names.py)."""
+"""Short, distinct MLflow run names (harness/core/run_names.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.run_names import short_name
-from harness.suites import load_suite
+from harness.core.run_names import short_name
+from harness.grid.suites import load_suite
 
 
 def test_the_axes_that_tell_configs_apart_come_first_without_option_names():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.runner import load_config_file, split_config
+from harness.core.errors import HarnessError
+from harness.run.runner import load_config_file, split_config
 from mini_engine.errors import KVBenchError
 
 

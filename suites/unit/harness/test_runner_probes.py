@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from harness.runner import run_config
+from harness.run.runner import run_config
 
 OPTIONS = dict(workload="fixed", num_requests=1, input_len=3, output_len=4, pool_tokens=4096)
 
@@ -16,7 +16,7 @@ OPTIONS = dict(workload="fixed", num_requests=1, input_len=3, output_len=4, pool
 def test_rss_peak_is_the_runs_own():
     import numpy as np
 
-    from harness.hardware import rss_peak_bytes
+    from harness.run.hardware import rss_peak_bytes
 
     big = np.ones(256 * 2**20 // 8)  # 256 MiB, touched, then freed before the run
     earlier = rss_peak_bytes()

@@ -1,5 +1,5 @@
 """Every CLI flag, TOML key, config-id field and metric against the one declared schema
-(mini_engine/options.py with the algorithms' options, harness/options.py, harness/metrics.py).
+(mini_engine/options.py with the algorithms' options, harness/core/options.py, harness/core/metrics.py).
 
 A flag without a schema entry, or an entry without its flag, fails here; so does a
 TOML key, a short id or a metric that the schema does not declare.
@@ -13,13 +13,14 @@ import re
 
 import pytest
 
-from harness import facets, metrics
 from harness.cli import build_parser
-from harness.options import ID_ALIASES, WORKLOAD, by_name, config_key, options, resolved_defaults, short_names
-from harness.runner import load_config_file, resolved_config, run_config
-from harness.options import option_names
-from harness.suites import SHORT, available, load_suite
-from harness.workloads import WorkloadConfig
+from harness.core import metrics
+from harness.core.options import ID_ALIASES, WORKLOAD, by_name, config_key, options, resolved_defaults, short_names
+from harness.core.options import option_names
+from harness.core.workloads import WorkloadConfig
+from harness.grid.suites import SHORT, available, load_suite
+from harness.run.runner import load_config_file, resolved_config, run_config
+from harness.view import facets
 from mini_engine import algos
 from mini_engine.config import EngineConfig, load_toml
 from mini_engine.errors import ConfigError, KVBenchError
@@ -142,12 +143,12 @@ def test_every_metric_of_a_run_is_declared_and_kinds_are_the_gates():
 def test_plots_defaults_and_legends_come_from_the_schema():
     assert facets.DEFAULTS == resolved_defaults()
     assert set(facets.SHAPE[1:]) == {o.name for a in algos.ALGORITHMS.values() for o in a.options}
-    from harness.plots import DRAFT_AXIS
+    from harness.view.plots import DRAFT_AXIS
 
     assert all(axis in {o.name for o in algos.get(name).options} for name, axis in DRAFT_AXIS.items())
 
 
-# Options whose rules tie them to others (harness/prefixes.py): bounds are compared where those allow any value.
+# Options whose rules tie them to others (harness/core/prefixes.py): bounds are compared where those allow any value.
 TIED = {"prefix_groups": {"shared_prefix": 1, "prompt_vocab": 2**31 - 1}}
 
 

@@ -13,18 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.baseline import BaselineError, build, counters_of, load_baseline, timings_of
 from harness.ci.permissions import parse_permissions
 from harness.ci.runners import load_registry, parse_registry
-from harness.compare import compare_rows
-from harness.errors import UsageError
-from harness.metrics import COLUMNS, METRICS
+from harness.core.errors import UsageError
+from harness.core.metrics import COLUMNS, METRICS
+from harness.grid.suites import SuiteError, available, load_suite
+from harness.judge.baseline import BaselineError, build, counters_of, load_baseline, timings_of
+from harness.judge.compare import compare_rows
 from harness.schemas import parse
 from harness.schemas.baseline import BaselineFile
 from harness.schemas.ci import PermissionsFile, RegistryFile
 from harness.schemas.suite import SuiteFile
-from harness.suites import SuiteError, available, load_suite
-from harness.summary import ROLLED, group_rows, summary_rows
+from harness.view.summary import ROLLED, group_rows, summary_rows
 
 ROOT = Path(__file__).resolve().parents[3]
 

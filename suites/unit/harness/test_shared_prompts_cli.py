@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.runner import run_config
-from harness.suites import load_suite
+from harness.grid.suites import load_suite
+from harness.run.runner import run_config
 
 ROOM = "shared_prefix=5000 leaves no room in max_context=4096"
 

@@ -1,4 +1,4 @@
-"""Step detection over nights (harness/steps.py): asv's piecewise-constant fit."""
+"""Step detection over nights (harness/judge/steps.py): asv's piecewise-constant fit."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.steps import Step, detect
+from harness.judge.steps import Step, detect
 
 
 def test_the_page_size_shape_gives_two_steps_with_their_sizes():
@@ -48,7 +48,7 @@ def test_noise_within_the_repeats_is_no_step(seed, n):
 @settings(max_examples=50, deadline=None)
 @given(values=st.lists(st.integers(-1000, 1000).map(float), min_size=1, max_size=12))
 def test_the_running_median_costs_are_the_plain_ones(values):
-    from harness.steps import _costs, _median
+    from harness.judge.steps import _costs, _median
 
     cost = _costs(values)
     for i in range(len(values)):

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.suites import SuiteError, available, load_suite
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
+from harness.grid.suites import SuiteError, available, load_suite
 
 
 def write(tmp_path: Path, text: str, name: str = "grid.toml") -> Path:
@@ -51,7 +51,7 @@ def test_nightly_gpu_covers_the_axes():
 
 
 def test_nightly_gpu_options_validate_apart_from_the_device():
-    from harness.suites import validate_config
+    from harness.grid.suites import validate_config
 
     # Only device=cuda and mem_fraction need a GPU to check; every other option is checked here.
     for gc in load_suite("nightly-gpu", validate=False).configs:
@@ -126,7 +126,7 @@ def test_bad_suites_are_one_line_errors(tmp_path, text, needle):
 @pytest.mark.parametrize("name", available())
 def test_repeated_suites_can_show_a_timing_regression(name):
     # compare's noise test needs p < ALPHA; with too few repeats no shift ever gets there.
-    from harness.compare import ALPHA, _mwu
+    from harness.judge.compare import ALPHA, _mwu
 
     n = load_suite(name, validate=False).repeat
     if n > 1:
@@ -135,7 +135,7 @@ def test_repeated_suites_can_show_a_timing_regression(name):
 
 
 def test_filter_counts_the_configs_it_selects():
-    from harness.sweep import check_filter
+    from harness.grid.sweep import check_filter
 
     smoke = load_suite("smoke")
     assert check_filter("ps:16 and not model", smoke) == 17  # both algorithms x 4 profiles x windows, + 1 dedup
@@ -155,8 +155,8 @@ def test_filter_counts_the_configs_it_selects():
 
 
 def test_filter_matches_ids_alone_and_passes_a_leading_dash_through_to_pytest(tmp_path):
-    from harness.grid_filter import compile_filter, id_options
-    from harness.sweep import pytest_args
+    from harness.grid.filter import compile_filter, id_options
+    from harness.grid.sweep import pytest_args
 
     assert id_options("spec:eagle-ps:16-pat:3:1-win:none") == {"spec": "eagle", "ps": "16", "pat": "3:1", "win": "none"}
     sel = compile_filter("ps:1 and pat:3:1")
@@ -171,7 +171,7 @@ def test_unknown_suite_names_the_available_ones():
 
 
 def test_resume_of_an_edited_suite_is_refused(tmp_path, results_root, cli, capsys):
-    from harness.results import RunDir
+    from harness.store.results import RunDir
 
     suite = write(tmp_path, "[axes]\npage_size = [1, 16]\n")
     run = RunDir(results_root / "runs" / "r1")

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.metrics import lookup
-from harness.mlflow_log import experiment_name, key_hash
-from harness.results import RunDir, load_rows
-from harness.summary import summary_rows
+from harness.core.metrics import lookup
+from harness.store.results import RunDir, load_rows
+from harness.view.mlflow_log import experiment_name, key_hash
+from harness.view.summary import summary_rows
 
 # Eight quick configs: both policies, two page sizes, two seeds; the unaligned
 # ones are expected to strand and leak.

@@ -11,11 +11,11 @@ import subprocess
 
 import pytest
 
-from harness.baseline import BaselineError, build
-from harness.bounds import BoundsError, check_jobs, check_memory, max_jobs
-from harness.expect import leak_verdict
-from harness.locks import LockBusy, Lock, run_lock, sqlite_path, store_lock
-from harness.sweep import eta
+from harness.grid.sweep import eta
+from harness.judge.baseline import BaselineError, build
+from harness.judge.expect import leak_verdict
+from harness.run.bounds import BoundsError, check_jobs, check_memory, max_jobs
+from harness.store.locks import LockBusy, Lock, run_lock, sqlite_path, store_lock
 from mini_engine.errors import ConfigError
 
 
@@ -63,7 +63,7 @@ def test_jobs_are_bounded_by_the_machine():
 
 
 def test_host_memory_bound_names_the_range():
-    from harness.runner import split_config
+    from harness.run.runner import split_config
 
     engine, workload = split_config({"max_context": 1_000_000, "input_len": 500_000, "output_len": 10,
                                      "num_requests": 1})
@@ -81,7 +81,7 @@ def test_eta_at_the_pace_so_far():
 
 @pytest.mark.parametrize("audit", ["off", "record"])
 def test_leaked_pages_fail_the_run_in_every_audit_mode(audit):
-    from harness.runner import run_config
+    from harness.run.runner import run_config
 
     row = leak_verdict(run_config({"spec": "dflash", "block_size": 16, "profile": "floor-free", "audit": audit,
                                    "num_requests": 4, "input_len": 40, "output_len": 24, "min_len": 20}))
@@ -123,7 +123,7 @@ def test_baseline_refuses_unexpected_and_non_finite_rows(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"profile": "cpu", "created": "", "git_commit": "", "configs": '
                    '{"a": {"counters": {"peak_pages_held": NaN}, "timings": {}}}}')
-    from harness.baseline import load_baseline
+    from harness.judge.baseline import load_baseline
 
     with pytest.raises(BaselineError, match="configs.a.counters.peak_pages_held must be a finite number"):
         load_baseline(bad)

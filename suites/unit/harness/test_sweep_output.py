@@ -7,10 +7,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.hardware import cpu_model
-from harness.metrics import COLUMNS
-from harness.results import RunDir
-from harness.summary import print_summary
+from harness.core.metrics import COLUMNS
+from harness.run.hardware import cpu_model
+from harness.store.results import RunDir
+from harness.view.summary import print_summary
 
 
 def _rows():
@@ -44,9 +44,9 @@ def _sized(width: int) -> str:
 
 
 def test_a_config_with_a_model_shape_gets_its_capacity_per_gpu_at_any_width():
-    """The capacity answer (harness/capacity.py) beside the figures: requests of the config's
+    """The capacity answer (harness/run/capacity.py) beside the figures: requests of the config's
     length that fit on an RTX 5090 / H100 / H200; the config keeps its name at 80 columns."""
-    from harness.capacity import capacity
+    from harness.run.capacity import capacity
 
     want = {ps: "/".join(str(capacity({"model": "qwen3-0.6b", "spec": "dflash", "block_size": 16, "page_size": ps},
                                       1280, gpu).requests) for gpu in ("rtx5090", "h100", "h200"))

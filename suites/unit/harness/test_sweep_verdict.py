@@ -1,4 +1,4 @@
-"""The sweep judges itself (harness/verdict.py): against the baseline and the run before,
+"""The sweep judges itself (harness/grid/verdict.py): against the baseline and the run before,
 with a planted reservation change (DFLASH reserving three blocks, not two) in the workers."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.mlflow_log import client, experiment_name
-from harness.results import RunDir
+from harness.store.results import RunDir
+from harness.view.mlflow_log import client, experiment_name
 
 SUITE = """
 name = "judged"
@@ -88,7 +88,7 @@ def test_a_planted_reservation_change_turns_the_night_red_and_its_fix_is_improve
 
 
 def test_the_previous_run_is_the_newest_earlier_one_of_the_suite_and_profile(tmp_path):
-    from harness.verdict import previous_run
+    from harness.grid.verdict import previous_run
 
     def night(name, suite, created, profile="cpu"):
         d = RunDir(tmp_path / name)

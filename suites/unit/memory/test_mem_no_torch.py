@@ -37,7 +37,7 @@ def test_accounting_only_runs_without_torch(tmp_path):
     # DFLASH with SWA layers and PD arrivals, audited, with a trace: every memory-layer
     # writer and check runs, and the accounting-only backend writes no device tensor.
     got = run_without_torch(f"""
-        from harness.runner import run_config
+        from harness.run.runner import run_config
         row = run_config({{"page_size": 16, "spec": "dflash", "block_size": 16, "window": 64,
                           "layer_pattern": "1:1", "workload": "pd", "pd_fraction": 0.5,
                           "num_requests": 12, "input_len": 96, "output_len": 64}},

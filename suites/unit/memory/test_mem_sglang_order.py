@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import json
 
-from harness.runner import run_config
+from harness.run.runner import run_config
 from mini_engine.memory import Auditor, KVManager, MemoryConfig, TraceWriter
 
 SMALL = dict(workload="fixed", num_requests=3, input_len=40, output_len=12, seed=0, pool_tokens=4096)

@@ -236,7 +236,7 @@ def test_cli_runs_a_checkpoint(tiny_checkpoint, capsys):
 
 
 def test_synthetic_prompts_draw_from_the_checkpoint_vocabulary(tiny_checkpoint, capsys):
-    from harness.runner import split_config
+    from harness.run.runner import split_config
 
     _, wl = split_config({"model": str(tiny_checkpoint)})
     assert wl["prompt_vocab"] == 512  # the checkpoint's, not the accounting default of 1024

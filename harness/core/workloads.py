@@ -1,0 +1,190 @@
+"""Seeded synthetic workloads and --prompts files, as lists of Requests.
+
+* fixed:     every request has input_len prompt tokens and output_len new tokens.
+* uniform:   nano-vllm's benchmark shape: input and output lengths uniform in
+             [min_len, input_len] and [min_len, output_len] (defaults 100..1024).
+* lognormal: long-tailed lengths with medians input_len / output_len and shape
+             sigma, clipped to [1, 8 x median]: a few very long requests among many short.
+* pd:        the uniform shape, but a pd_fraction of the requests arrive already
+             prefilled (fill_len = prompt length), as on the decode node of PD
+             disaggregation, staggered over the first steps.
+
+Any synthetic shape can share prompts: shared_prefix / prefix_groups put a system
+prompt before each prompt's own part (harness/core/prefixes.py), turns makes each request
+a session whose next turn extends the finished one (harness/core/turns.py). A --prompts
+file shares whatever prefixes its prompts share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.core.prefixes import check_sharing, group_of, prefixes
+from mini_engine.errors import ConfigError, check_choice, check_positive
+from mini_engine.files import read_regular
+from mini_engine.request import Request, check_context
+
+if TYPE_CHECKING:  # annotations only: building the CLI parser imports no numpy (nor the engine)
+    import numpy as np
+
+    from mini_engine.sessions import NextTurn
+
+WORKLOADS = ("fixed", "uniform", "lognormal", "pd")
+# Lengths and token ids stay int32-sized: far beyond any context, and numpy's
+# draws (lognormal's log, integers' bounds) take them without overflow.
+MOST = 2**31 - 1
+
+
+@dataclass
+class WorkloadConfig:
+    workload: str = "uniform"
+    num_requests: int = 256
+    input_len: int = 1024
+    output_len: int = 1024
+    min_len: int = 100
+    sigma: float = 1.0
+    pd_fraction: float = 1.0
+    arrival_gap: int = 0  # steps between PD arrivals (0 = all at once)
+    prompt_vocab: int = 1024  # prompt token ids are drawn from [0, prompt_vocab)
+    prompts: str | None = None  # JSON-lines file; replaces the synthetic shape
+    shared_prefix: int = 0  # tokens of the system prompt before each prompt's own part
+    prefix_groups: int = 1  # distinct system prompts, round-robin over the requests
+    turns: int = 1  # turns per session (num_requests sessions)
+
+    def __post_init__(self) -> None:
+        check_choice("workload", self.workload, WORKLOADS)
+        for name in ("num_requests", "input_len", "output_len", "min_len", "prompt_vocab"):
+            value = check_positive(name, getattr(self, name), minimum=2 if name == "prompt_vocab" else 1)
+            if value > MOST:
+                raise ConfigError(f"{name} must be an integer <= {MOST} (got {value})")
+        check_positive("arrival_gap", self.arrival_gap, minimum=0)
+        for name, low in (("shared_prefix", 0), ("prefix_groups", 1), ("turns", 1)):
+            if check_positive(name, getattr(self, name), minimum=low) > MOST:
+                raise ConfigError(f"{name} must be an integer <= {MOST} (got {getattr(self, name)})")
+        if self.prompts is not None:
+            if not isinstance(self.prompts, str):
+                raise ConfigError(f"prompts must be the path of a JSON-lines file (got {self.prompts!r})")
+            # The file gives the requests; a synthetic shape set beside it would be ignored.
+            for f in dataclasses.fields(self):
+                if f.name not in ("prompts", "output_len") and getattr(self, f.name) != f.default:
+                    raise ConfigError(f"{f.name} shapes a synthetic workload and does not apply with prompts; "
+                                      f"drop {f.name} or prompts")
+        for name, low, high in (("sigma", 0.0, 10.0), ("pd_fraction", 0.0, 1.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
+                raise ConfigError(f"{name} must be a number in [{low}, {high}] (got {v!r})")
+        check_sharing(self)
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        return tuple(cls.__dataclass_fields__)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Workload:
+    requests: list[Request]  # what arrives by itself: every request, or each session's first turn
+    next_turns: dict[int, NextTurn]  # rid -> the turn submitted when it finishes (harness/core/turns.py)
+
+
+def make_requests(wl: WorkloadConfig, seed: int, *, max_context: int | None = None) -> list[Request]:
+    """The requests that arrive by themselves (each session's first turn: see make_workload)."""
+    return make_workload(wl, seed, max_context=max_context).requests
+
+
+def make_workload(wl: WorkloadConfig, seed: int, *, max_context: int | None = None) -> Workload:
+    """The workload's requests and later turns; with max_context, a request longer than it
+    is bad input, found before its prompt is drawn (a huge length must not be allocated first)."""
+    import numpy as np  # here, not at the top: the CLI imports WORKLOADS to build its parser
+
+    from harness.core.turns import later_turns
+
+    if wl.prompts is not None:
+        return Workload(load_prompts(wl.prompts, default_output_len=wl.output_len), {})
+    rng = np.random.default_rng([seed, 0x3017])  # own stream: the engine's seed keys tokens
+    n = wl.num_requests
+    ins, outs = draw_lengths(wl, rng, n)
+    too_long = np.flatnonzero(wl.shared_prefix + ins + outs > max_context) if max_context is not None else ()
+    if len(too_long):
+        i = int(too_long[0])
+        check_context(i, wl.shared_prefix + int(ins[i]), int(outs[i]), max_context)
+    later = later_turns(wl, seed, ins, outs, max_context)  # checks whole sessions before any token is drawn
+    pd = np.zeros(n, dtype=bool)
+    if wl.workload == "pd":
+        pd = rng.random(n) < wl.pd_fraction
+    heads = prefixes(wl, seed)
+    reqs = []
+    for i in range(n):
+        own = rng.integers(0, wl.prompt_vocab, int(ins[i])).tolist()
+        prompt = [*heads[group_of(i, len(heads))], *own] if heads else own
+        fill = len(prompt) if pd[i] else 0
+        arrival = i * wl.arrival_gap if pd[i] else 0
+        reqs.append(Request(rid=i, prompt=prompt, max_new_tokens=int(outs[i]), fill_len=fill, arrival_step=arrival))
+    return Workload(reqs, later.tokens(wl) if later is not None else {})
+
+
+def draw_lengths(wl: WorkloadConfig, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n (own prompt length, output length) pairs of the workload's shape."""
+    import numpy as np
+
+    if wl.workload == "fixed":
+        ins = np.full(n, wl.input_len)
+        outs = np.full(n, wl.output_len)
+    elif wl.workload == "lognormal":
+        ins = _lognormal(rng, wl.input_len, wl.sigma, n)
+        outs = _lognormal(rng, wl.output_len, wl.sigma, n)
+    else:  # uniform and pd
+        ins = rng.integers(min(wl.min_len, wl.input_len), wl.input_len, n, endpoint=True)
+        outs = rng.integers(min(wl.min_len, wl.output_len), wl.output_len, n, endpoint=True)
+    return ins, outs
+
+
+def _lognormal(rng: np.random.Generator, median: int, sigma: float, n: int) -> np.ndarray:
+    import numpy as np
+
+    x = rng.lognormal(np.log(median), sigma, n)
+    return np.clip(np.rint(x), 1, 8 * median).astype(np.int64)
+
+
+def load_prompts(path: str, *, default_output_len: int) -> list[Request]:
+    """JSON lines: a list of token ids, or {"prompt": [...], "max_new_tokens": n, "fill_len": f}."""
+    p = Path(path)
+    try:
+        lines = read_regular(p, "prompts file", ConfigError).decode("utf-8").splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"prompts file {path!r} not found") from None
+    except (IsADirectoryError, UnicodeDecodeError) as err:
+        raise ConfigError(f"prompts file {path!r} is not a JSON-lines text file ({type(err).__name__})") from None
+    reqs: list[Request] = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"prompts file {path!r} line {lineno}"
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{where}: not valid JSON ({err.msg})") from None
+        out_len, fill = default_output_len, 0
+        if isinstance(item, dict):
+            unknown = set(item) - {"prompt", "max_new_tokens", "fill_len"}
+            if unknown:
+                raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} (allowed: prompt, max_new_tokens, fill_len)")
+            out_len = item.get("max_new_tokens", out_len)
+            fill = item.get("fill_len", 0)
+            item = item.get("prompt")
+        if not isinstance(item, list) or not item or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in item):
+            raise ConfigError(f"{where}: a prompt must be a non-empty list of token ids >= 0")
+        if isinstance(out_len, bool) or not isinstance(out_len, int) or out_len < 1:
+            raise ConfigError(f"{where}: max_new_tokens must be an integer >= 1 (got {out_len!r})")
+        if isinstance(fill, bool) or fill not in (0, len(item)):
+            raise ConfigError(f"{where}: fill_len must be 0 or the prompt length {len(item)} (got {fill!r})")
+        reqs.append(Request(rid=len(reqs), prompt=list(item), max_new_tokens=out_len, fill_len=fill))
+    if not reqs:
+        raise ConfigError(f"prompts file {path!r} holds no prompts")
+    return reqs

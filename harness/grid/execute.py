@@ -1,0 +1,106 @@
+"""One grid config: run it and judge it (in a pytest worker), record it (in the controller).
+
+`measure` is the worker's half: it touches no file, its row travels to the
+controller on the test report. `record` is the controller's half, the single
+writer: the row goes to results.jsonl before MLflow is tried, so a kill after the
+append loses nothing (sync uploads it later), and a kill before it leaves the
+config undone (resume reruns it).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from harness.core.causes import one_line
+from harness.core.errors import HarnessError
+from harness.grid.suites import GridConfig, Suite
+from harness.judge.expect import expectation, judge, leak_verdict
+from harness.judge.repeats import merge_repeats
+from harness.run.hardware import MemoryProbe
+from harness.store.results import RunDir, append_row
+from harness.view.mlflow_log import Logger
+
+
+class ResultWriteError(HarnessError):
+    """A finished config's row could not be written: an error of the sweep (disk full,
+    read-only), not of the config. The grid stops; --resume runs the config again."""
+
+
+@dataclass
+class GridSession:
+    suite: Suite
+    run_dir: RunDir
+    logger: Logger | None = None
+    worker: str = "main"
+
+    def measure(self, gc: GridConfig) -> dict[str, Any]:
+        """Run and judge one config: its row, written nowhere yet."""
+        started = time.time()
+        # A warmup run first: the first run of a config pays first touches (pool
+        # arrays, caches) that are no property of the config; its counters still
+        # join the determinism check, its timings are dropped.
+        warmup = run_once(gc.config)
+        runs = [warmup] if warmup.get("status") == "failed" else [run_once(gc.config) for _ in range(self.suite.repeat)]
+        row = merge_repeats(runs, warmup)
+        exp = expectation(resolved(gc.config), self.suite.rules)
+        verdict, reasons = judge(row, exp)
+        if row.get("nondeterministic") and verdict != "failed":
+            verdict = "unexpected"
+            reasons.append("counters differ between repeats: " + ", ".join(row["nondeterministic"]))
+        row.update(test_id=gc.id, suite=self.suite.name, run_id=self.run_dir.run_id, worker=self.worker,
+                   expected=exp.to_dict(), verdict=verdict, reasons=reasons, started_at=started,
+                   finished_at=time.time())
+        return row
+
+    def record(self, row: dict[str, Any]) -> None:
+        """Write a finished config's row, then log it to MLflow (the controller's half)."""
+        try:
+            append_row(self.run_dir.results, row)  # whole line or nothing (append_line)
+        except OSError as err:
+            raise ResultWriteError(f"{self.run_dir.results}: {err.strerror or err}") from None
+        if self.logger is not None and self.logger.log(row, row.get("test_id") or row["key"]):
+            try:
+                self.run_dir.mark_logged(row["key"])
+            except OSError:
+                pass  # sync finds the child run by its tags and does not log it twice
+
+    def run(self, gc: GridConfig) -> dict[str, Any]:
+        """Both halves in one process (tests, benchmarks, bisect-like callers)."""
+        row = self.measure(gc)
+        self.record(row)
+        return row
+
+
+def resolved(config: dict[str, Any]) -> dict[str, Any]:
+    # Rules match on effective values: a config that leaves free_policy out uses host_pages.
+    from harness.run.runner import resolved_config
+
+    try:
+        return resolved_config(dict(config))
+    except Exception:
+        return dict(config)
+
+
+def run_once(config: dict[str, Any]) -> dict[str, Any]:
+    from harness.run.runner import config_key, run_config
+
+    try:
+        with MemoryProbe() as probe:
+            row = run_config(dict(config))
+        mem = probe.figures()
+    except Exception as err:  # the runner records crashes itself; this is the backstop
+        try:
+            key = config_key(dict(config))
+        except Exception:
+            key = repr(sorted(config.items()))
+        return {"key": key, "config": dict(config), "metrics": {}, "series": {}, "violations": {},
+                "violation_samples": [], "status": "failed",
+                "error": one_line(err),
+                "traceback": traceback.format_exc(limit=8)}
+    metrics = row.setdefault("metrics", {})
+    for name, value in mem.items():
+        metrics.setdefault(name, value)
+    return leak_verdict(row)

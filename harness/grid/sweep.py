@@ -1,0 +1,368 @@
+"""`kvbench sweep`: validate a suite, set the run up once, run pytest in-process, show progress.
+
+The sweep itself is the grid plugin (harness.grid.plugin) on the grid pytest module
+(suites/grid): one test per config. This module prepares what must exist before
+workers start (run directory, meta.json, the MLflow store and the parent run),
+then runs pytest in this process with the plugin's controller: xdist workers
+(always, so a crashing config takes only its worker down; pinned one per GPU on a
+multi-GPU machine) run the configs, the controller here writes every row and
+draws the progress from pytest's reports. Afterwards: MLflow uploads that failed,
+plots, the summary.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.core.errors import HarnessError
+from harness.core.safe_write import UnsafeTarget
+from harness.grid import sigint
+from harness.grid.filter import compile_filter
+from harness.grid.lifecycle import PROJECT
+from harness.grid.lifecycle import finish_mlflow, prepare_run, write_run_plots
+from harness.grid.suites import SUITES_DIR, Suite, SuiteError, load_suite
+from harness.judge.expect import PASSING
+from harness.run import devices, hardware
+from harness.run.bounds import check_jobs
+from harness.store.locks import hold_run
+from harness.store.results import RunDir, check_store_root, create_run_dir, new_run_id, results_root, resume_run_dir
+from harness.view.mlflow_log import start_system_metrics
+
+
+GRID_TEST = SUITES_DIR / "grid" / "test_grid.py"
+
+
+class SweepError(HarnessError):
+    """Bad sweep options (filter, jobs, resume target)."""
+
+
+@dataclass
+class SweepOptions:
+    suite: str
+    jobs: int | None = None
+    resume: str | None = None
+    filter: str | None = None
+    mlflow_uri: str | None = None
+    no_mlflow: bool = False
+    run_id: str | None = None
+    quiet: bool = False
+    oversubscribe: bool = False
+    fail_on_regression: bool = False  # exit 1 when the run regressed against its baseline or the run before
+    nights: str | None = None  # where earlier runs of the suite are (default the results root's runs/)
+
+
+def filter_selects(expr: str):
+    """The --filter expression (harness.grid.filter): test id [, config] -> selected."""
+    return compile_filter(expr)
+
+
+def check_filter(expr: str | None, suite: Suite | None = None) -> int | None:
+    """Parse the -k expression as pytest will, and refuse one that selects nothing;
+    how many configs of the suite it selects."""
+    if expr is None:
+        return None
+    selects = filter_selects(expr)
+    if suite is None:
+        return None
+    selected = sum(selects(gc.id, gc.config) for gc in suite.configs)
+    if not selected:
+        raise SweepError(f"--filter {expr!r} selects no config of suite {suite.name} (ids look like {suite.configs[0].id!r})")
+    return selected
+
+
+def pytest_args(jobs: int, filter_expr: str | None, pins: tuple[str, ...]) -> list[str]:
+    """pytest's arguments for the grid: always xdist workers, so a config that kills its
+    process (segfault, OOM kill) takes a worker down, never the sweep."""
+    args = [str(GRID_TEST), "-p", "no:cacheprovider", "-q", "-rfE", "--rootdir", str(PROJECT),
+            "-m", "",  # the suite's own marks decide; the default addopts deselect gpu/nightly
+            # This process imported MLflow (and its anyio) before pytest started: nothing to rewrite there.
+            "-W", "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning"]
+    if pins:
+        # One worker per GPU, pinned before the worker process starts (CUDA reads it once).
+        for pin in pins:
+            args += ["--tx", f"popen//env:CUDA_VISIBLE_DEVICES={pin}"]
+        args += ["--dist", "load"]
+    else:
+        args += ["-n", str(jobs)]
+    if filter_expr:  # applied by the grid plugin (exact name:value words), not as -k
+        args += [f"--kvbench-filter={filter_expr}"]  # one argument: a leading '-' is not an option
+    return args
+
+
+class _Log(io.TextIOBase):
+    """pytest's output into pytest.log, best effort: a full disk there must not stop
+    pytest with an internal error (the row write is where a full disk is reported)."""
+
+    def __init__(self, path: Path):
+        from harness.core.safe_write import open_regular  # never appended through a link out of the run
+
+        self._fh = open(open_regular(path, "pytest.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
+                        encoding="utf-8", errors="replace")
+        self._ok = True
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if self._ok:
+            try:
+                self._fh.write(text)
+            except OSError:
+                self._ok = False
+        return len(text)
+
+    def flush(self) -> None:
+        if self._ok:
+            try:
+                self._fh.flush()
+            except OSError:
+                self._ok = False
+
+    def close(self) -> None:
+        self.flush()
+        self._ok = False
+        try:
+            self._fh.close()
+        except OSError:
+            pass
+        super().close()
+
+
+def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
+    from rich.console import Console
+
+    # The streams as they are now: pytest's own output goes to pytest.log meanwhile.
+    console = Console(file=sys.stdout, highlight=False, quiet=opts.quiet)
+    if not console.is_terminal:
+        console = Console(file=sys.stdout, highlight=False, quiet=opts.quiet, width=200)  # a log: ids on one line
+    err_console = Console(file=sys.stderr, highlight=False)
+    root = root or results_root()
+    # Everything that can be wrong with the input is checked before any work.
+    if not GRID_TEST.is_file():  # the grid module ships with the package: an install without it is broken
+        raise SweepError(f"this kvbench install has no suites/ ({GRID_TEST} is missing); "
+                         "reinstall it (pip install .) or run from a checkout")
+    suite = load_suite(opts.suite, validate=False)
+    selected = check_filter(opts.filter, suite)
+    if opts.resume and opts.run_id:
+        raise SweepError("--resume and --run-id are exclusive: --resume names the run to finish")
+    if not opts.no_mlflow and not (opts.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI")):
+        check_store_root(root)  # before the run directory exists: a refusal leaves nothing behind
+    hw = hardware.detect()
+    if suite.needs_gpu and hw.profile == "cpu":
+        raise SuiteError(f"suite {suite.name} needs a CUDA GPU (marks {', '.join(suite.marks)}); this machine has none (profile cpu)")
+    suite = load_suite(suite.path)  # validate every config now that the machine can run them
+    plan = devices.plan_workers(opts.jobs, hw.gpu_ids, uses_gpu=suite.needs_gpu, oversubscribe=opts.oversubscribe)
+    check_jobs(opts.jobs, hw.gpu_count)  # after the GPU plan: its refusal names --oversubscribe
+    note = lambda m: err_console.print(m, markup=False)  # noqa: E731
+    if opts.resume:
+        run_dir = resume_run_dir(opts.resume, root=root)
+        # One sweep per run: two resumes at once doubled every row (one refuses here).
+        lock = hold_run(run_dir.path, f"kvbench sweep {suite.name} --resume", note)
+    else:
+        run_dir = create_run_dir(opts.run_id or new_run_id(suite.name), root=root)
+        lock = hold_run(run_dir.path, f"kvbench sweep {suite.name}", note)
+    try:
+        if opts.resume:
+            check_resumable(run_dir, suite)
+        return _sweep(opts, suite, run_dir, hw, plan, selected, root, console, err_console)
+    except (OSError, UnsafeTarget) as err:  # a full disk or a read-only root under the sweep's own files
+        if not opts.resume and not run_dir.meta_path.exists():
+            lock.release()
+            _forget(run_dir)  # a resume needs meta.json: a run that never got one keeps nothing
+            raise SweepError(f"cannot write {getattr(err, 'filename', None) or run_dir.meta_path}: "
+                             f"{getattr(err, 'strerror', None) or err}; nothing was kept, run the sweep again "
+                             f"(run id {run_dir.run_id} is free)") from None
+        where = getattr(err, "filename", None) or run_dir.path
+        raise SweepError(f"cannot write {where}: {getattr(err, 'strerror', None) or err}; rows already written are kept, "
+                         f"finish with kvbench sweep {opts.suite} --resume {run_dir.run_id}") from None
+    finally:
+        lock.release()
+
+
+def _forget(run_dir: RunDir) -> None:
+    """Remove a fresh run directory the sweep made before it could write meta.json, so
+    its id is not stuck: neither --resume (no meta.json) nor --run-id (it exists) took it."""
+    for name in ("lock", "pytest.log", "mlflow_logged.txt", "results.jsonl"):
+        p = run_dir.path / name
+        if name != "results.jsonl" or (p.is_file() and p.stat().st_size == 0):
+            p.unlink(missing_ok=True)
+    try:
+        run_dir.path.rmdir()
+    except OSError:
+        pass  # something else is in it: left for a person to look at
+
+
+def check_resumable(run_dir: RunDir, suite: Suite) -> None:
+    prev = run_dir.meta()
+    if prev.get("suite") and prev["suite"] != suite.name:
+        raise SweepError(f"run {run_dir.run_id} is a sweep of suite {prev['suite']!r}, not {suite.name!r}")
+    # Finished rows were expanded and judged by the file as it was; mixing them with
+    # rows of an edited grid or rules would make one run of two suites.
+    if prev.get("suite_hash") and prev["suite_hash"] != suite.digest:
+        raise SweepError(f"suite {suite.name} changed since run {run_dir.run_id} began (hash {prev['suite_hash']}, "
+                         f"now {suite.digest}); start a new run instead of --resume")
+
+
+def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardware, plan: devices.WorkerPlan,
+           selected: int | None, root: Path, console, err_console) -> int:
+    import pytest
+
+    from harness.grid.plugin import WRITE_FAILED, GridController
+
+    jobs = plan.jobs
+    meta = prepare_run(suite, run_dir, opts.mlflow_uri, jobs=jobs, filter_expr=opts.filter,
+                       no_mlflow=opts.no_mlflow, root=root, hw=hw, warn=lambda m: err_console.print(m))
+    start_system_metrics(meta.get("mlflow_uri"), meta.get("mlflow_parent"))
+    display = Display(console)
+    # No parent run: the controller leaves every row for sync (finish_mlflow below).
+    controller = GridController(suite, run_dir, uri=meta.get("mlflow_uri"), parent=meta.get("mlflow_parent"),
+                                root=root, filter_expr=opts.filter, display=display)
+    done_before = len(controller.done)
+    chosen = f" ({selected} selected by --filter)" if selected is not None else ""
+    console.print(f"kvbench sweep {suite.name}: {len(suite.configs)} configs{chosen}, {jobs} worker(s), profile {hw.profile}, "
+                  f"run {run_dir.run_id}" + (f" (resuming, {done_before} done)" if opts.resume else ""))
+    if order := devices.check_order():  # before the live progress, which would overdraw it
+        err_console.print(order, markup=False, soft_wrap=True)
+    started = time.time()
+    log = _Log(run_dir.path / "pytest.log")
+    streams = sys.stdout, sys.stderr
+    display.start()
+    sigints: list[int] = []  # a Ctrl-C is a SIGINT here; pytest's INTERRUPTED alone is not one (harness/grid/sigint.py)
+    try:
+        sys.stdout = sys.stderr = log  # pytest's terminal report is the log, the console is the progress
+        try:
+            with devices.pci_bus_order(), sigint.watch(sigints):
+                rc = int(pytest.main(pytest_args(jobs, opts.filter, plan.pins), plugins=[controller]))
+        finally:
+            sys.stdout, sys.stderr = streams
+            display.stop()
+            log.close()
+    except KeyboardInterrupt:  # outside pytest's own handling (which returns INTERRUPTED)
+        rc = int(pytest.ExitCode.INTERRUPTED)
+        sigints.append(2)
+    if rc == pytest.ExitCode.INTERRUPTED and sigints:
+        err_console.print(f"kvbench: interrupted; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
+        raise KeyboardInterrupt
+    if controller.write_error is not None or rc == WRITE_FAILED:
+        # Not a config's fault: no "worker died" rows, every unwritten config stays undone.
+        raise SweepError(f"a result could not be written to {run_dir.results} (disk full, read-only or over quota), "
+                         f"so the sweep stopped; {len(run_dir.done_keys())} config(s) are recorded; make room and "
+                         f"finish with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
+    completed = rc in (0, 1, 5)  # 1: some config not as expected; 5: nothing left to run
+    if completed and controller.collected is None:  # no worker started (a plugin it could not import): nothing ran
+        completed, controller.stop_reason = False, "no worker collected the grid"
+    if not completed:  # pytest itself broke (internal error): keep what finished, say where to look
+        try:
+            lines = (run_dir.path / "pytest.log").read_text(errors="replace").strip().splitlines()[-15:]
+        except OSError:
+            lines = []
+        err_console.print("\n".join(lines), markup=False)
+        why = f" ({controller.stop_reason})" if controller.stop_reason else ""
+        err_console.print(f"kvbench: pytest stopped with exit code {rc}{why} before finishing; see {run_dir.path / 'pytest.log'}"
+                          f"; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
+    from harness.store.results import load_rows
+    from harness.view.summary import print_summary
+
+    rows = load_rows(run_dir.path)
+    wall = time.time() - started
+    meta = run_dir.meta()
+    meta["wall_s"] = meta.get("wall_s", 0.0) + wall
+    run_dir.write_meta(meta)
+    plots = write_run_plots(rows, run_dir, err_console.print)
+    mlflow_note = finish_mlflow(run_dir, meta, rows, plots, root, err_console.print)
+    print_summary(console, rows, run_dir, wall, mlflow_note, ran=len(rows) - done_before)
+    from harness.grid.verdict import judge_sweep
+
+    regressed = judge_sweep(run_dir, rows, root, opts, console, err_console.print)
+    if regressed and opts.fail_on_regression:
+        return 1
+    return 0 if completed and all(r.get("verdict") in PASSING for r in rows) else 1
+
+
+class Display:
+    """The sweep's progress, told by the grid controller as pytest reports arrive: a live
+    bar on a terminal, a line per finished config in a log (CI), where a live display
+    would print nothing."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console, self.live = console, console.is_terminal
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("eta {task.fields[eta]}"), TextColumn("{task.fields[counts]}"))
+        # pytest's output goes to pytest.log meanwhile: the bar must not take sys.stdout over.
+        self.progress = Progress(*columns, console=console, transient=False, disable=not self.live,
+                                 redirect_stdout=False, redirect_stderr=False)
+        self.task = self.progress.add_task("collecting", total=None, counts="", eta="-")
+        self.total: int | None = None
+        self.done = 0
+        self.running: list[str] = []
+        self.counts = {"violated": 0, "unexpected": 0, "failed": 0}
+        self.started_at = time.monotonic()
+
+    def start(self) -> None:
+        self.started_at = time.monotonic()
+        self.progress.start()
+
+    def collected(self, ids: list[str]) -> None:
+        # Only this attempt's configs count: a resumed run's earlier rows are deselected.
+        self.total = len(ids)
+        self._update()
+
+    def started(self, cid: str) -> None:
+        self.running.append(cid)
+        self._update()
+
+    def stopped(self, cid: str) -> None:
+        if cid in self.running:
+            self.running.remove(cid)
+            self._update()
+
+    def row(self, row: dict) -> None:
+        cid = row.get("test_id") or row.get("key")
+        if cid in self.running:  # a crashed worker's config never stops
+            self.running.remove(cid)
+        self.done += 1
+        if any(v for v in (row.get("violations") or {}).values() if isinstance(v, (int, float))):
+            self.counts["violated"] += 1
+        if row.get("verdict") == "failed":
+            self.counts["failed"] += 1
+        elif row.get("verdict") not in PASSING:
+            self.counts["unexpected"] += 1
+        if not self.live:
+            self.console.print(f"[{self.done}/{self.total or '?'}] {cid}: status {row.get('status')}, "
+                               f"verdict {row.get('verdict')}, eta {self._eta()}", markup=False)
+        self._update()
+
+    def _eta(self) -> str:
+        return eta(self.done, self.total, time.monotonic() - self.started_at)
+
+    def _summary(self) -> str:
+        c = self.counts
+        return f"with violations {c['violated']} · unexpected {c['unexpected']} · failed {c['failed']}"
+
+    def _update(self) -> None:
+        current = ", ".join(sorted(self.running)[:2]) or ("starting" if self.total is None else "")
+        self.progress.update(self.task, total=self.total, completed=self.done, description=current[:70],
+                             counts=self._summary(), eta=self._eta())
+
+    def stop(self) -> None:
+        self._update()
+        self.progress.stop()
+        if not self.live:
+            self.console.print(f"{self.done} configs run, {self._summary()}")
+
+
+def eta(done: int, total: int | None, elapsed: float) -> str:
+    """Time left at the mean pace so far ('-' until a config has finished)."""
+    if not total or not done:
+        return "-"
+    left = max(0.0, elapsed / done * (total - done))
+    minutes, seconds = divmod(int(round(left)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"

@@ -1,0 +1,176 @@
+"""The sweep judges itself: its rows against the baseline and the run before.
+
+A sweep whose every config ran as expected can still have moved: a reservation
+three blocks wide instead of two passes every per-config expectation and shows
+only against a reference. So when a sweep ends it compares itself with
+
+* the hardware profile's baseline (``<results root>/baselines/<profile>.json``),
+* the previous run of the same suite on the same hardware profile (the newest
+  earlier run under the results root, or under ``--nights DIR``),
+
+prints one verdict line per reference and the roll-up of what moved, writes
+``compare.md`` and ``report.html`` into the run directory, and tags the MLflow
+parent ``kvbench.compare = regressed|changed|improved|clean`` (the worst of the
+two) with both files attached. With no reference at all there is nothing to judge
+and no tag. ``--fail-on-regression`` makes a regression the sweep's exit status
+and closes the parent FAILED.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core.metrics import TREND_METRICS
+from harness.judge.compare import CompareReport, compare_rows, reference_of_run
+from harness.store.results import RESULTS, RunDir
+
+WORST_FIRST = ("regressed", "changed", "improved", "clean")
+TAG = "kvbench.compare"
+
+
+@dataclass
+class Judgement:
+    reports: list[tuple[str, CompareReport]] = field(default_factory=list)  # (what it is against, the compare)
+    baseline: dict[str, Any] | None = None
+    previous: Path | None = None
+    notes: list[str] = field(default_factory=list)  # references that could not be read
+
+    @property
+    def direction(self) -> str:
+        """The worst direction over the references; "" when there was none."""
+        seen = {r.direction for _, r in self.reports}
+        return next((d for d in WORST_FIRST if d in seen), "")
+
+    @property
+    def regressed(self) -> bool:
+        return self.direction == "regressed"
+
+    def lines(self) -> list[str]:
+        if not self.reports:
+            return [*self.notes, "compare: no baseline for this hardware profile and no earlier run of the suite: "
+                                 "nothing to judge against"]
+        out = list(self.notes)
+        for against, report in self.reports:
+            out.append(f"compare against {against}: {report.direction} ({report.summary()})")
+            from harness.judge.rollup import rollup_lines
+
+            out += [line for line in rollup_lines(report.findings, report.configs)[1:9]]
+        return out
+
+    def markdown(self, run_id: str) -> str:
+        """The compare tables as plain text in code fences: config ids and values hold
+        characters Markdown would read as markup, and a fence shows them as they are."""
+        parts = [f"# kvbench compare: {run_id}", "", f"Verdict: **{self.direction or 'no reference'}**", ""]
+        for against, report in self.reports:
+            parts += [f"## Against {against}", "", "```text", report.table("text"), "```", ""]
+        return "\n".join(parts + self.notes) + "\n"
+
+
+def previous_run(run_dir: RunDir, meta: dict[str, Any], roots: list[Path]) -> RunDir | None:
+    """The newest run of the same suite and hardware profile that started before this one."""
+    suite, profile = meta.get("suite"), (meta.get("hardware") or {}).get("profile")
+    created = meta.get("created") or 0
+    best: tuple[float, str, RunDir] | None = None
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for p in root.iterdir():
+            if not (p / RESULTS).is_file() or p.resolve() == run_dir.path.resolve():
+                continue
+            try:
+                other = RunDir(p).meta()
+            except Exception:  # a foreign or torn directory is not a night
+                continue
+            when = other.get("created")
+            if (other.get("suite") != suite or (other.get("hardware") or {}).get("profile") != profile
+                    or not isinstance(when, (int, float)) or when >= created):
+                continue
+            if best is None or (when, p.name) > best[:2]:
+                best = (when, p.name, RunDir(p))
+    return best[2] if best else None
+
+
+def judge(run_dir: RunDir, rows: list[dict[str, Any]], meta: dict[str, Any], root: Path,
+          nights: Path | None = None) -> Judgement:
+    from harness.grid.sweep import filter_selects
+    from harness.judge.baseline import BaselineError, default_path, load_baseline
+    from harness.store.results import load_rows
+
+    j = Judgement()
+    expr = meta.get("filter")
+    selected = filter_selects(expr) if expr else None  # a filtered sweep does not miss what it left out
+    profile = (meta.get("hardware") or {}).get("profile") or "cpu"
+    path = default_path(profile, root)
+    if path.is_file():
+        try:
+            j.baseline = load_baseline(path, expected_profile=profile)
+            j.reports.append((f"baseline {path.name}", compare_rows(rows, j.baseline, selected=selected)))
+        except BaselineError as err:
+            j.notes.append(f"compare: baseline not used: {err}")
+    prev = previous_run(run_dir, meta, [nights] if nights else [root / "runs"])
+    if prev is not None:
+        j.previous = prev.path
+        ref = reference_of_run(load_rows(prev.path), prev.meta())
+        j.reports.append((f"previous run {prev.run_id}", compare_rows(rows, ref, selected=selected)))
+    return j
+
+
+def write_files(run_dir: RunDir, j: Judgement) -> list[Path]:
+    """compare.md and report.html in the run directory (nothing when there is no reference)."""
+    if not j.reports:
+        return []
+    from harness.judge import history
+    from harness.store.results import replace_text
+    from harness.view import report
+
+    md = run_dir.path / "compare.md"
+    replace_text(md, j.markdown(run_dir.run_id))
+    nights = [history.load_night(p) for p in ([j.previous] if j.previous else [])] + [history.load_night(run_dir.path)]
+    hist = history.build(nights)
+    html, _ = report.page(hist, metrics=list(TREND_METRICS), configs=None, heat_metric="peak_tokens_held",
+                          baseline=j.baseline)
+    page = run_dir.path / "report.html"
+    replace_text(page, html)
+    return [md, page]
+
+
+def tag_parent(uri: str, parent: str, j: Judgement, files: list[Path], fail: bool) -> None:
+    """The verdict as the parent's tag, the files as its artifacts (``compare/``); a
+    regression under --fail-on-regression closes it FAILED, the red the night deserves."""
+    from harness.view.mlflow_log import client
+
+    cl = client(uri)
+    if j.direction:
+        cl.set_tag(parent, TAG, j.direction)
+    for path in files:
+        cl.log_artifact(parent, str(path), artifact_path="compare")
+    if fail and j.regressed:
+        cl.set_terminated(parent, "FAILED")
+
+
+def judge_sweep(run_dir: RunDir, rows: list[dict[str, Any]], root: Path, opts, console, warn) -> bool:
+    """After a sweep: judge it, print the verdict, write and attach the files. True when it
+    regressed. A judgement that breaks is a warning: the results on disk stand."""
+    from harness.core.causes import one_line
+
+    meta = run_dir.meta()
+    try:
+        j = judge(run_dir, rows, meta, root, Path(opts.nights) if opts.nights else None)
+        files = write_files(run_dir, j)
+    except Exception as err:
+        warn(f"kvbench: warning: the sweep could not judge itself: {one_line(err)}")
+        return False
+    for line in j.lines():
+        console.print(line, markup=False, highlight=False)
+    if files:
+        console.print(f"compare table and report: {', '.join(str(f) for f in files)}", markup=False)
+    if meta.get("mlflow_uri") and meta.get("mlflow_parent"):
+        try:
+            tag_parent(meta["mlflow_uri"], meta["mlflow_parent"], j, files, opts.fail_on_regression)
+        except Exception as err:  # MLflow is a view
+            warn(f"kvbench: warning: MLflow: the verdict was not attached: {one_line(err)}")
+    if j.regressed and opts.fail_on_regression:
+        console.print("--fail-on-regression: the run regressed: exit 1", markup=False)
+    return j.regressed

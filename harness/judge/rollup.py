@@ -1,0 +1,102 @@
+"""One line per metric and direction instead of one row per config.
+
+One rule change moves the same figure in dozens of configs: 131 flat rows hide
+that it is one move. The roll-up groups the moved figures by metric and verdict
+and names what the configs have in common along the axes the run varies:
+
+    peak_reserved_slots regressed +50.0% in 27 configs: spec=dflash, block_size=16; all page_size, all window
+
+An axis is an option whose value differs between the compared configs. Where
+every config of a group shares one value it is named (``spec=dflash``); where the
+group spans every value of the run it is ``all page_size``; otherwise the values
+it covers are listed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from harness.core.direction import WORDS
+from harness.core.markdown import code, prose
+
+ORDER = ("regression", "changed", "improvement")
+MAX_VALUES = 4  # values of an axis listed before "n values"
+
+
+def rollup_lines(findings: Iterable[Any], configs: dict[str, dict], fmt: str = "text") -> list[str]:
+    """Roll-up lines of the moved figures (regressed, changed, improved), worst first.
+    A finding needs ``key``, ``metric``, ``verdict`` and ``baseline`` / ``now`` (a history
+    Move's ``before`` / ``after``)."""
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for f in findings:
+        if f.verdict in ORDER:
+            groups.setdefault((f.metric, f.verdict), []).append(f)
+    if not groups:
+        return []
+    axes = _axes(configs.values())
+    ordered = sorted(groups.items(), key=lambda kv: (ORDER.index(kv[0][1]), -len(kv[1]), kv[0][0]))
+    lines = []
+    for (metric, verdict), group in ordered:
+        keys = list(dict.fromkeys(f.key for f in group))
+        where = _where([configs[k] for k in keys if k in configs], axes)
+        change = _change(group)
+        text = (f"{metric} {WORDS[verdict]}{' ' + change if change else ''} in {len(keys)} "
+                f"config{'s' if len(keys) != 1 else ''}{': ' + where if where else ''}")
+        # Metric names and axis values come from the rows: untrusted in GitHub Markdown.
+        lines.append(f"- {code(metric)} {prose(text[len(metric) + 1:])}" if fmt == "markdown" else f"  {text}")
+    head = "By metric (moved figures rolled up over the configs):"
+    return [f"**{head}**" if fmt == "markdown" else head, *lines]
+
+
+def _value(v: Any) -> str:
+    return "none" if v is None else str(v)
+
+
+def _axes(configs: Iterable[dict]) -> dict[str, list[str]]:
+    """Options whose value differs between configs, with their values in first-seen order."""
+    seen: dict[str, dict[str, None]] = {}
+    configs = list(configs)
+    for cfg in configs:
+        for name in cfg:
+            seen.setdefault(name, {})
+    for cfg in configs:
+        for name in seen:
+            seen[name][_value(cfg.get(name))] = None
+    return {name: list(vals) for name, vals in seen.items() if len(vals) > 1}
+
+
+def _where(configs: list[dict], axes: dict[str, list[str]]) -> str:
+    if not configs:
+        return ""
+    fixed, spans = [], []
+    for name, values in axes.items():
+        mine = list(dict.fromkeys(_value(c.get(name)) for c in configs))
+        if len(mine) == 1:
+            fixed.append(f"{name}={mine[0]}")
+        elif len(mine) == len(values):
+            spans.append(f"all {name}")
+        elif len(mine) <= MAX_VALUES:
+            spans.append(f"{name} {'/'.join(mine)}")
+        else:
+            spans.append(f"{len(mine)} of {len(values)} {name}")
+    return "; ".join(p for p in (", ".join(fixed), ", ".join(spans)) if p)
+
+
+def _nums(f: Any) -> tuple[Any, Any]:
+    """(before, now) of a compare Finding or a history Move."""
+    if hasattr(f, "baseline"):
+        return f.baseline, f.now
+    return f.before, f.after
+
+
+def _change(group: list[Any]) -> str:
+    """The relative change when every config moved alike, else its range; deltas from 0."""
+    pairs = [_nums(f) for f in group]
+    pairs = [(b, n) for b, n in pairs if isinstance(b, (int, float)) and isinstance(n, (int, float))]
+    if not pairs:
+        return ""
+    if all(b for b, _ in pairs):
+        rel = sorted({round(100 * (n - b) / abs(b), 1) for b, n in pairs})
+        return f"{rel[0]:+.1f}%" if len(rel) == 1 else f"{rel[0]:+.1f}%..{rel[-1]:+.1f}%"
+    deltas = sorted({n - b for b, n in pairs})
+    return f"{deltas[0]:+g}" if len(deltas) == 1 else f"{deltas[0]:+g}..{deltas[-1]:+g}"

@@ -1,0 +1,222 @@
+"""What a sweep looks like in MLflow: metric names, tags, notes, the parent's aggregates.
+
+Pure functions of result rows and meta.json; harness/view/mlflow_log.py makes the calls.
+Metric names come from the declared schema (harness/core/metrics.py): ``group/name``,
+so MLflow draws one section per group (memory, invariants, throughput, ...), and
+series under ``group/series/name``. A parent run carries, per value of the axes a
+dashboard charts (page_size, block_size, window), the sweep's peak token slots and
+KV bytes held, stranded slots, leaked token slots and throughput medians, so that one metric of the
+parent runs of successive nights is a trend line.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any
+
+from harness.core.metrics import BOOKKEEPING, METRICS, bookkeeping_only, lookup, row_metrics, series
+
+SERIES_POINTS = 256  # step metrics per series; the full series is in the row artifact
+AXES = ("page_size", "block_size", "window")
+# (metric, how the configs of one axis value fold into one number)
+# Memory in token slots and KV bytes (harness/core/kv_units.py): pages are not comparable across page sizes.
+AGGREGATES = (("peak_tokens_held", "max"), ("peak_swa_tokens_held", "max"), ("peak_kv_bytes_held", "max"),
+              ("peak_stranded_slots", "max"), ("leaked_tokens", "sum"), ("leaked_swa_tokens", "sum"),
+              ("output_tokens_per_s", "median"))
+_FOLD = {"max": max, "sum": sum, "median": statistics.median}
+
+
+def kvbench_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("kvbench")
+    except Exception:
+        return "unknown"
+
+
+# Tags every run of a sweep carries (the parent's are copied to its config runs), so
+# `tags.hardware_profile = 'cpu'` or a commit finds config runs as well as parents.
+CONTEXT_TAGS = ("suite", "hardware_profile", "gpu_name", "commit", "git_commit", "mlflow.source.git.commit",
+                "kvbench_version", "driver", "torch_version", "triton_version")
+
+
+def context_tags(meta: dict[str, Any]) -> dict[str, str]:
+    """The sweep's context, on the parent and (copied) on every config run."""
+    hw = meta.get("hardware") or {}
+    commit = meta.get("git_commit") or "unknown"
+    return {
+        "suite": str(meta.get("suite", "")),
+        "hardware_profile": hw.get("profile") or "cpu",
+        "gpu_name": hw.get("gpu_name") or "none",
+        "commit": commit,
+        "git_commit": commit,
+        "mlflow.source.git.commit": commit,
+        "kvbench_version": kvbench_version(),
+        "driver": hw.get("driver") or "none",
+        "torch_version": hw.get("torch_version") or "none",
+        "triton_version": hw.get("triton_version") or "none",
+    }
+
+
+def profile_of(config: dict[str, Any]) -> str:
+    """The accounting profile a config ran under; the reservation policy where the
+    engine has no profile option."""
+    config = config or {}
+    return str(config.get("profile") or config.get("policy") or "none")
+
+
+def config_tags(row: dict[str, Any]) -> dict[str, str]:
+    config = row.get("config") or {}
+    model = config.get("model", "none")
+    return {
+        "profile": profile_of(config),
+        "model": str(model),
+        "throughput_meaning": BOOKKEEPING if bookkeeping_only(config) else f"serving speed of model {model}",
+        "mlflow.note.content": config_note(row),
+        # One warm run is a single sample: no spread, and nights apart it is noise, not a trend.
+        "kvbench.timings": f"median of {row.get('repeat')} runs" if repeated(row) else "single sample",
+    }
+
+
+def repeated(row: dict[str, Any]) -> bool:
+    """Timed more than once (the suite's repeat), so a median and a spread exist."""
+    return isinstance(row.get("repeat"), int) and row["repeat"] > 1
+
+
+def headline_tags(row: dict[str, Any]) -> dict[str, str]:
+    """The tag a run's page shows first (MLflow lists tags as they were set, above the
+    description): its peak memory in token slots, short enough not to be cut."""
+    m = row.get("metrics") or {}
+    if not isinstance(m.get("peak_tokens_held"), (int, float)):
+        return {}
+    text = f"{m['peak_tokens_held']:,} token slots held"
+    if isinstance(m.get("peak_kv_bytes_held"), (int, float)):
+        text += f", {m['peak_kv_bytes_held'] / 2**20:,.1f} MiB KV"
+    return {"peak_memory": text}
+
+
+def memory_line(row: dict[str, Any]) -> str:
+    """The run's memory in token slots (and KV bytes where the shape is known) first: the
+    figure that compares across page sizes, on the first screen of the run's page."""
+    m, ps = row.get("metrics") or {}, (row.get("config") or {}).get("page_size")
+    if "peak_tokens_held" not in m:
+        return ""
+    text = f"**Memory:** peak {m['peak_tokens_held']:,} token slots held ({m.get('peak_pages_held', '?')} pages of {ps})"
+    if isinstance(m.get("peak_kv_bytes_held"), (int, float)):
+        text += f", {m['peak_kv_bytes_held'] / 2**20:,.2f} MiB of KV"
+    return (text + f"; peak reserved {m.get('peak_reserved_slots', '?')} and stranded "
+            f"{m.get('peak_stranded_slots', '?')} slots; {m.get('leaked_tokens', '?')} token slots leaked.")
+
+
+def config_note(row: dict[str, Any]) -> str:
+    lines = [f"**{row.get('test_id') or row.get('key')}** ({row.get('status')}, verdict {row.get('verdict')})", ""]
+    if memory_line(row):
+        lines += [memory_line(row), ""]
+    if bookkeeping_only(row.get("config") or {}):
+        lines += ["The throughput section of this run is **bookkeeping speed**: model `none` runs the accounting "
+                  "alone, with no forward pass. It is not a serving figure.", ""]
+    repeat = row.get("repeat") or 1
+    lines.append(f"Timings: median of {repeat} warm run(s) after one warmup run; `.iqr` metrics are their "
+                 "interquartile range." if repeat > 1 else
+                 "Timings: one run after a warmup run (the suite's repeat is 1), so no spread is measured.")
+    if row.get("reasons"):
+        lines += ["", "Why not as expected: " + "; ".join(map(str, row["reasons"]))]
+    return "\n".join(lines)
+
+
+def schema_note() -> str:
+    """The metric legend, a markdown table logged on the parent run (MLflow has no metric descriptions)."""
+    lines = ["# kvbench metrics", "", "Config runs carry these; a parent carries the sweep's aggregates of some "
+             "(`<name>.<max|sum|median>/<axis>_<value>`) and the verdict counts (`sweep/`).", "",
+             "| metric | unit | kind | help |", "|---|---|---|---|"]
+    for m in sorted(METRICS.values(), key=lambda m: m.mlflow_name):
+        help = f"{m.help}; with model none: {BOOKKEEPING}" if m.is_rate else m.help
+        lines.append(f"| `{m.mlflow_name}` | {m.unit} | {m.kind} | {help} |")
+    return "\n".join(lines)
+
+
+def iqr(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[2] - q[0]
+
+
+def scalar_metrics(row: dict[str, Any]) -> dict[str, float]:
+    """MLflow name -> value: every declared scalar, and the IQR of each repeated timing."""
+    out = {lookup(name).mlflow_name: v for name, v in row_metrics(row).items()}
+    for name, samples in (row.get("samples") or {}).items():
+        if isinstance(samples, list) and len(samples) > 1:
+            out[f"{lookup(name).mlflow_name}.iqr"] = iqr([float(s) for s in samples])
+    return out
+
+
+def downsample(values: list[Any]) -> list[tuple[int, float]]:
+    n = len(values)
+    stride = max(1, -(-n // SERIES_POINTS))
+    picked = list(range(0, n, stride))
+    if n and picked[-1] != n - 1:
+        picked.append(n - 1)  # keep the final step: it shows what is left after drain
+    return [(i, float(values[i])) for i in picked]
+
+
+def series_metrics(row: dict[str, Any]) -> list[tuple[str, int, float]]:
+    out = []
+    for name, values in (row.get("series") or {}).items():
+        if isinstance(values, list) and values:
+            key = series(name).mlflow_name
+            out.extend((key, step, v) for step, v in downsample(values))
+    return out
+
+
+def _piece(value: Any) -> str:
+    return re.sub(r"[^\w.-]", "_", "none" if value is None else str(value))
+
+
+def sweep_aggregates(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per axis value, the sweep's figures: ``memory/peak_tokens_held.max/page_size_16``.
+
+    Throughput folds only configs of one model backend (``.model_none`` is the
+    bookkeeping's speed) and only repeated ones: a single sample charted night after
+    night is noise drawn as a trend. Failed configs measured nothing and are left out."""
+    out: dict[str, float] = {}
+    measured = [r for r in rows if r.get("status") != "failed"]
+    for metric, how in AGGREGATES:
+        m = lookup(metric)
+        slices: dict[str, list[float]] = {}
+        for r in measured:
+            value = (r.get("metrics") or {}).get(metric)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or (m.gate == "noise" and not repeated(r)):
+                continue
+            config = r.get("config") or {}
+            name = f"{m.mlflow_name}.{how}"
+            if m.is_rate:
+                name += f".model_{_piece(config.get('model', 'none'))}"
+            slices.setdefault(f"{name}/all", []).append(float(value))
+            for axis in AXES:  # no window is a value of its axis; no block_size (EAGLE) is not
+                if axis in config and (config[axis] is not None or axis == "window"):
+                    slices.setdefault(f"{name}/{axis}_{_piece(config[axis])}", []).append(float(value))
+        out.update({k: float(_FOLD[how](v)) for k, v in slices.items()})
+    return out
+
+
+def verdict_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
+    counts = {"sweep/configs": float(len(rows))}
+    for v in ("ok", "as_expected", "unexpected", "failed"):
+        counts[f"sweep/verdict_{v}"] = float(sum(r.get("verdict") == v for r in rows))
+    counts["invariants/violations.sum/all"] = float(sum(
+        (r.get("metrics") or {}).get("violations", 0) or 0 for r in rows if r.get("status") != "failed"))
+    return counts
+
+
+def parent_status(rows: list[dict[str, Any]]) -> str:
+    """FINISHED when every config ran as expected, else FAILED (a red run in the list)."""
+    from harness.judge.expect import PASSING
+
+    return "FINISHED" if rows and all(r.get("verdict") in PASSING for r in rows) else "FAILED"
+
+
+def profiles(rows: list[dict[str, Any]]) -> str:
+    return ",".join(sorted({profile_of(r.get("config") or {}) for r in rows})) or "none"
