@@ -211,7 +211,9 @@ def test_release_order_and_syncs_equal_0518s(sg0518, release_0518, ps, data, len
     group (a decode result's), the rest one by one."""
     lens = [(e, min(c, e)) for e, c in lens]
     width = 80
-    mem = MemoryConfig(ps, 64 * 80 // ps + 8, len(lens), width, free_policy="unique-row")
+    # the chunk cache: 0.5.18's unique free is its ChunkCache's release (its radix tree frees by segment)
+    mem = MemoryConfig(ps, 64 * 80 // ps + 8, len(lens), width, free_policy="unique-row",
+                       prefix_cache="chunk")
     buf = io.StringIO()
     with TraceWriter.for_memory(buf, mem, {}) as trace:
         m = KVManager(mem, None, trace)
