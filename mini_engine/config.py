@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from mini_engine import algos
 from mini_engine.algos import SPECS
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.files import read_regular
-from mini_engine.options import Option, by_name, check_float as _check_float, engine_options
+from mini_engine.options import Option, by_name, check_float as _check_float, dataclass_from, engine_options
 from mini_engine.pool_budget import footprint, pool_tokens
 from mini_engine.profiles import FREE_RULES, POLICIES, PREFIX_CACHES, PROFILES, Profile, resolve
 PROFILE_NAMES = tuple(PROFILES)
@@ -54,19 +54,7 @@ DEFAULT_POOL_TOKENS = 1 << 18
 _CHECKED_FIRST = ("page_size", "max_running", "max_context", "chunked_prefill", "vocab_size", "spec")
 
 
-def _fields_from_schema(cls):
-    """Declare each option of the schema (mini_engine/options.py) as a dataclass field,
-    ahead of the class's own private fields, then make the dataclass."""
-    own = dict(cls.__dict__.get("__annotations__", {}))
-    declared = {}
-    for o in engine_options():
-        declared[o.name] = o.annotation
-        setattr(cls, o.name, o.default)
-    cls.__annotations__ = {**declared, **own}
-    return dataclass(cls)
-
-
-@_fields_from_schema
+@dataclass_from(engine_options)
 class EngineConfig:
     """Every option of mini_engine.options.engine_options() is a field (page_size, spec, ...)."""
 

@@ -193,3 +193,19 @@ def engine_options() -> tuple[Option, ...]:
 
 def by_name() -> dict[str, Option]:
     return {o.name: o for o in engine_options()}
+
+
+def dataclass_from(options: Callable[[], tuple[Option, ...]]) -> Callable[[type], type]:
+    """A class decorator: declare each option of ``options()`` as a dataclass field
+    (its name, its annotation, its default), ahead of the class's own fields, then
+    make the dataclass. EngineConfig is built from the engine's schema, the
+    harness's WorkloadConfig from the workload's."""
+    def make(cls: type) -> type:
+        own = dict(cls.__dict__.get("__annotations__", {}))
+        declared = {}
+        for o in options():
+            declared[o.name] = o.annotation
+            setattr(cls, o.name, o.default)
+        cls.__annotations__ = {**declared, **own}
+        return dataclass(cls)
+    return make

@@ -14,7 +14,7 @@ from typing import Any
 from mini_engine.options import Option, engine_options
 
 
-MOST = 2**31 - 1  # lengths and token ids stay int32-sized (harness/core/workloads.py)
+MOST = 2**31 - 1  # lengths and token ids stay int32-sized (WorkloadConfig, harness/core/workloads.py)
 
 
 def _workloads() -> tuple[str, ...]:

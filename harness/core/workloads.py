@@ -23,9 +23,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.core.options import MOST, WORKLOAD
 from harness.core.prefixes import check_sharing, group_of, prefixes
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.files import read_regular
+from mini_engine.options import Option, dataclass_from
 from mini_engine.request import Request, check_context
 
 if TYPE_CHECKING:  # annotations only: building the CLI parser imports no numpy (nor the engine)
@@ -34,26 +36,18 @@ if TYPE_CHECKING:  # annotations only: building the CLI parser imports no numpy 
     from mini_engine.sessions import NextTurn
 
 WORKLOADS = ("fixed", "uniform", "lognormal", "pd")
-# Lengths and token ids stay int32-sized: far beyond any context, and numpy's
-# draws (lognormal's log, integers' bounds) take them without overflow.
-MOST = 2**31 - 1
+# Lengths and token ids stay int32-sized (MOST, harness/core/options.py): far beyond
+# any context, and numpy's draws (lognormal's log, integers' bounds) take them without overflow.
 
 
-@dataclass
+def _workload_options() -> tuple[Option, ...]:
+    return WORKLOAD
+
+
+@dataclass_from(_workload_options)
 class WorkloadConfig:
-    workload: str = "uniform"
-    num_requests: int = 256
-    input_len: int = 1024
-    output_len: int = 1024
-    min_len: int = 100
-    sigma: float = 1.0
-    pd_fraction: float = 1.0
-    arrival_gap: int = 0  # steps between PD arrivals (0 = all at once)
-    prompt_vocab: int = 1024  # prompt token ids are drawn from [0, prompt_vocab)
-    prompts: str | None = None  # JSON-lines file; replaces the synthetic shape
-    shared_prefix: int = 0  # tokens of the system prompt before each prompt's own part
-    prefix_groups: int = 1  # distinct system prompts, round-robin over the requests
-    turns: int = 1  # turns per session (num_requests sessions)
+    """Every option of harness.core.options.WORKLOAD is a field (workload, num_requests, ...),
+    declared there once with its type, default, help and bounds."""
 
     def __post_init__(self) -> None:
         check_choice("workload", self.workload, WORKLOADS)
