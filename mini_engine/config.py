@@ -17,15 +17,10 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 from mini_engine import algos
 from mini_engine.algos import SPECS
 from mini_engine.errors import ConfigError, check_choice, check_positive
-from mini_engine.files import read_regular
+from mini_engine.files import read_document
 from mini_engine.options import Option, by_name, check_float as _check_float, dataclass_from, engine_options
 from mini_engine.pool_budget import footprint, pool_tokens
 from mini_engine.profiles import FREE_RULES, POLICIES, PREFIX_CACHES, PROFILES, Profile, resolve
@@ -237,20 +232,8 @@ class EngineConfig:
 
 
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The parsed TOML file, or a one-line ConfigError naming it."""
-    p = Path(path)
-    try:
-        return tomllib.loads(read_regular(p, "config file", ConfigError).decode("utf-8"))
-    except ConfigError:  # not a regular file: already one line (a ValueError, kept from the handler below)
-        raise
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(p)!r} not found") from None
-    except IsADirectoryError:
-        raise ConfigError(f"config file {str(p)!r} is a directory") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config file {str(p)!r} is not valid TOML: not UTF-8 text") from None
-    except ValueError as err:  # TOMLDecodeError, or an integer of more digits than Python converts
-        raise ConfigError(f"config file {str(p)!r} is not valid TOML: {err}") from None
+    """The parsed TOML file, or a one-line ConfigError naming it (mini_engine/files.py)."""
+    return read_document(Path(path), "config file", ConfigError, fmt="toml")
 
 
 def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:

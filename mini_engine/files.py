@@ -4,12 +4,23 @@ A path given as input may be a FIFO, a device or a directory: a plain open() of 
 with no writer blocks for ever, /dev/zero never ends. The file is opened without
 blocking and its kind read from the open descriptor (no race with a rename), and
 anything but a regular file is refused in one line naming the option.
+
+``read_document`` is the one reader of such a document: every failure (missing, not
+a regular file, unreadable, too big, not UTF-8, not valid TOML/JSON) is the caller's
+error class in one line of one pattern, ``<what> <path>: <reason>``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 _KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
@@ -30,9 +41,50 @@ def read_regular(path: str | os.PathLike[str], what: str, error: type[Exception]
     try:
         mode = os.fstat(fd).st_mode  # before fdopen, which raises its own error on a directory
         if not stat.S_ISREG(mode):
-            raise error(f"{what} {os.fspath(path)!r} is {kind_of(mode)}; give a regular file")
+            raise failure(error, what, path, f"{kind_of(mode)}, not a regular file")
     except BaseException:
         os.close(fd)
         raise
     with os.fdopen(fd, "rb") as fh:
         return fh.read()
+
+
+def failure(error: type[Exception], what: str, path: str | os.PathLike[str], reason: str) -> Exception:
+    """The one-line error about a document: ``<what> <path>: <reason>``."""
+    return error(f"{what} {os.fspath(path)!r}: {reason}")
+
+
+FORMATS = ("text", "json", "toml")
+
+
+def read_document(path: str | os.PathLike[str], what: str, error: type[Exception], *, fmt: str = "text",
+                  limit: int | None = None, missing: str | None = None) -> Any:
+    """The document at ``path``: its text (fmt "text"), or its parsed JSON or TOML.
+    Every failure is ``error("<what> <path>: <reason>")``: not found (``missing`` added,
+    a hint where to get one), not a regular file, unreadable, over ``limit`` bytes,
+    not UTF-8 text, not valid JSON/TOML, nested too deeply."""
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {FORMATS} (got {fmt!r})")
+    try:
+        if limit is not None and (size := os.stat(path).st_size) > limit:
+            raise failure(error, what, path, f"{size} bytes, over the limit of {limit}")
+        text = read_regular(path, what, error).decode("utf-8")
+    except FileNotFoundError:
+        raise failure(error, what, path, "not found" + (f" ({missing})" if missing else "")) from None
+    except IsADirectoryError:
+        raise failure(error, what, path, "a directory, not a regular file") from None
+    except UnicodeDecodeError:
+        raise failure(error, what, path, "not UTF-8 text") from None
+    except OSError as err:
+        raise failure(error, what, path, f"cannot be read ({err.strerror or type(err).__name__})") from None
+    if fmt == "text":
+        return text
+    name = fmt.upper()
+    try:
+        return json.loads(text) if fmt == "json" else tomllib.loads(text)
+    except json.JSONDecodeError as err:
+        raise failure(error, what, path, f"not valid JSON: {err.msg} (line {err.lineno})") from None
+    except RecursionError:
+        raise failure(error, what, path, "nested too deeply to read") from None
+    except ValueError as err:  # TOMLDecodeError, or an integer of more digits than Python converts
+        raise failure(error, what, path, f"not valid {name}: {str(err).splitlines()[0][:200]}") from None

@@ -235,7 +235,7 @@ def test_cli_handle_event_path_is_a_directory(tree, tmp_path):
     kvbench = Path(sys.executable).parent / "kvbench"
     out = subprocess.run([kvbench, "bot", "handle", "--event", tmp_path, "--root", tree],
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "is a directory" in out.stderr  # the one input-file rule: a regular file or nothing
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "': a directory, not a regular file" in out.stderr  # the one input-file rule: a regular file or nothing
 
 
 def test_dispatch_pins_the_commit_the_bot_checked(setup, load_event):

@@ -92,7 +92,7 @@ def test_trace_and_prompts(tmp_path):
     (["--pool-tokens", "256", *SMALL[:4], "--input-len", "300", "--output-len", "10"], "too small for one request"),
     (["--spec", "medusa"], "invalid choice"),
     (["--page-size", "x"], "invalid int value"),
-    (["--config", "/nonexistent/c.toml"], "not found"),
+    (["--config", "/nonexistent/c.toml"], "config file '/nonexistent/c.toml': not found"),
     (["--prompts", "/nonexistent/p.jsonl"], "prompts file"),
     (["--prompts", "/nonexistent/p.jsonl", "--num-requests", "8"], "num_requests shapes a synthetic workload"),
     (["--outputs"], "--outputs needs --json"),
@@ -114,7 +114,7 @@ def test_bad_input_is_one_line_exit_2(argv, words, capsys):
 
 
 @pytest.mark.parametrize("content, words", [
-    (b"\xff\xfe", "not valid TOML: not UTF-8 text"),
+    (b"\xff\xfe", "c.toml': not UTF-8 text"),
     (b"prompts = 5\n", "prompts must be the path of a JSON-lines file"),
     (b"[engine]\npage_size = 16.5\n", "page_size must be an integer >= 1"),
 ])

@@ -106,9 +106,9 @@ def test_toml(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown table \[workload\] \(allowed: \[engine\]\)"):
         load_toml(p)
     p.write_text("spec = \n")
-    with pytest.raises(ConfigError, match="not valid TOML"):
+    with pytest.raises(ConfigError, match="config file '.*': not valid TOML"):
         load_toml(p)
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ConfigError, match="config file '.*missing.toml': not found"):
         load_toml(tmp_path / "missing.toml")
     p.write_text("[model]\nx = 1\n")
     with pytest.raises(ConfigError, match=r"unknown table \[model\]"):

@@ -31,13 +31,13 @@ def test_unknown_tables_are_the_harness_error(tmp_path, text, words):
 
 
 @pytest.mark.parametrize("content, words", [
-    (b"spec = \n", "not valid TOML"),
-    (b"\xff\xfe", "not valid TOML: not UTF-8 text"),
+    (b"spec = \n", "c.toml': not valid TOML"),
+    (b"\xff\xfe", "c.toml': not UTF-8 text"),
 ])
 def test_a_file_that_is_not_toml_is_one_line(tmp_path, content, words):
     p = tmp_path / "c.toml"
     p.write_bytes(content)
     with pytest.raises(KVBenchError, match=words):
         load_config_file(p)
-    with pytest.raises(KVBenchError, match="not found"):
+    with pytest.raises(KVBenchError, match="config file '.*missing.toml': not found"):
         load_config_file(tmp_path / "missing.toml")
