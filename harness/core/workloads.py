@@ -20,13 +20,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.core.options import MOST, WORKLOAD
 from harness.core.prefixes import check_sharing, group_of, prefixes
 from mini_engine.errors import ConfigError, check_choice, check_positive
-from mini_engine.files import read_regular
+from mini_engine.files import failure, read_document
 from mini_engine.options import Option, dataclass_from
 from mini_engine.request import Request, check_context
 
@@ -148,13 +147,7 @@ def _lognormal(rng: np.random.Generator, median: int, sigma: float, n: int) -> n
 
 def load_prompts(path: str, *, default_output_len: int) -> list[Request]:
     """JSON lines: a list of token ids, or {"prompt": [...], "max_new_tokens": n, "fill_len": f}."""
-    p = Path(path)
-    try:
-        lines = read_regular(p, "prompts file", ConfigError).decode("utf-8").splitlines()
-    except FileNotFoundError:
-        raise ConfigError(f"prompts file {path!r} not found") from None
-    except (IsADirectoryError, UnicodeDecodeError) as err:
-        raise ConfigError(f"prompts file {path!r} is not a JSON-lines text file ({type(err).__name__})") from None
+    lines = read_document(path, "prompts file", ConfigError).splitlines()
     reqs: list[Request] = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
@@ -180,5 +173,5 @@ def load_prompts(path: str, *, default_output_len: int) -> list[Request]:
             raise ConfigError(f"{where}: fill_len must be 0 or the prompt length {len(item)} (got {fill!r})")
         reqs.append(Request(rid=len(reqs), prompt=list(item), max_new_tokens=out_len, fill_len=fill))
     if not reqs:
-        raise ConfigError(f"prompts file {path!r} holds no prompts")
+        raise failure(ConfigError, "prompts file", path, "holds no prompts")
     return reqs

@@ -93,7 +93,7 @@ def test_trace_and_prompts(tmp_path):
     (["--spec", "medusa"], "invalid choice"),
     (["--page-size", "x"], "invalid int value"),
     (["--config", "/nonexistent/c.toml"], "config file '/nonexistent/c.toml': not found"),
-    (["--prompts", "/nonexistent/p.jsonl"], "prompts file"),
+    (["--prompts", "/nonexistent/p.jsonl"], "prompts file '/nonexistent/p.jsonl': not found"),
     (["--prompts", "/nonexistent/p.jsonl", "--num-requests", "8"], "num_requests shapes a synthetic workload"),
     (["--outputs"], "--outputs needs --json"),
     (["--json", "/nonexistent/r.out", "--trace", "/nonexistent/./r.out"], "name the same file"),

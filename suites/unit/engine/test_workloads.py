@@ -53,5 +53,5 @@ def test_prompts_file(tmp_path):
         p.write_text(text + "\n")
         with pytest.raises(ConfigError, match=words):
             load_prompts(str(p), default_output_len=7)
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ConfigError, match="prompts file '.*nope': not found"):
         load_prompts(str(tmp_path / "nope"), default_output_len=1)

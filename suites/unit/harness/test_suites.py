@@ -106,7 +106,7 @@ def test_none_means_unset(tmp_path):
     ("[[expect]]\nmetrics = { steps = { above = 1 } }", "metrics.steps: unknown key 'above' (allowed: min, max, equals)"),
     ("[axes]\npage_size = [1]\n[[exclude]]\npage_size = 1", "the grid is empty"),
     ("[axes]\npage_size = [1, 16]\n[[exclude]]\npage_sise = 1", "exclude[0].page_sise: unknown option 'page_sise'"),
-    ("[axes]\nprompts = ['no-such-prompts.jsonl']", "no-such-prompts.jsonl' not found"),
+    ("[axes]\nprompts = ['no-such-prompts.jsonl']", "no-such-prompts.jsonl': not found"),
     ("[axes]\nmodel = ['no-such-model']", "config default: checkpoint directory 'no-such-model'"),
     ("[[expect]]\nviolations = { K99 = { min = 1 } }", "unknown invariant 'K99'"),
     ("[[expect]]\nstatus = 'violatd'", "status must be one of ok, violated"),
