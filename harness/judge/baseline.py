@@ -23,7 +23,7 @@ from harness.core.errors import HarnessError
 from harness.core.metrics import lookup
 from harness.schemas import parse
 from harness.schemas.baseline import BaselineFile
-from mini_engine.files import read_regular
+from mini_engine.files import read_document
 
 
 class BaselineError(HarnessError):
@@ -136,20 +136,7 @@ def non_finite(config: dict[str, Any]) -> str | None:
 
 def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = None) -> dict[str, Any]:
     p = Path(path)
-    try:
-        data = json.loads(read_regular(p, "baseline", BaselineError).decode("utf-8"))
-    except BaselineError:  # not a regular file: already one line
-        raise
-    except FileNotFoundError:
-        raise BaselineError(f"baseline {str(p)!r} not found (create it with kvbench baseline RUN)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BaselineError(f"baseline {str(p)!r} is not valid JSON: {err}") from None
-    except RecursionError:
-        raise BaselineError(f"baseline {str(p)!r} is nested too deeply to be a baseline") from None
-    except ValueError as err:  # an integer of more digits than Python converts
-        raise BaselineError(f"baseline {str(p)!r} is not valid JSON: {str(err)[:120]}") from None
-    except OSError as err:
-        raise BaselineError(f"baseline {str(p)!r} cannot be read: {err.strerror}") from None
+    data = read_document(p, "baseline", BaselineError, fmt="json", missing="create it with kvbench baseline RUN")
     from harness.core.numbers import NumberError, check_numbers
 
     try:

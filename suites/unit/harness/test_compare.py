@@ -124,11 +124,11 @@ def test_new_missing_and_status_findings():
 
 
 def test_load_baseline_errors(tmp_path):
-    with pytest.raises(BaselineError, match="not found"):
+    with pytest.raises(BaselineError, match="baseline '.*none.json': not found"):
         load_baseline(tmp_path / "none.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    with pytest.raises(BaselineError, match="not valid JSON"):
+    with pytest.raises(BaselineError, match="baseline '.*bad.json': not valid JSON"):
         load_baseline(bad)
     bad.write_text(json.dumps({"profile": "cpu"}))
     with pytest.raises(BaselineError, match="missing key 'created'"):

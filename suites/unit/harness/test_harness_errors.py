@@ -32,9 +32,10 @@ def test_baseline_errors_are_the_harness_own(tmp_path, capsys):
     from harness.judge.baseline import BaselineError, load_baseline
 
     assert issubclass(BaselineError, HarnessError) and not issubclass(BaselineError, KVBenchError)
-    with pytest.raises(BaselineError, match="not found"):
+    with pytest.raises(BaselineError, match="baseline '.*missing.json': not found"):
         load_baseline(tmp_path / "missing.json")
-    one_line_exit_2(["compare", a_run(tmp_path), "--baseline", str(tmp_path / "missing.json")], capsys, "not found")
+    one_line_exit_2(["compare", a_run(tmp_path), "--baseline", str(tmp_path / "missing.json")], capsys,
+                    "missing.json': not found")
 
 
 def test_history_errors_are_the_harness_own(tmp_path, capsys):
