@@ -77,8 +77,13 @@ def read_document(path: str | os.PathLike[str], what: str, error: type[Exception
         raise failure(error, what, path, "not UTF-8 text") from None
     except OSError as err:
         raise failure(error, what, path, f"cannot be read ({err.strerror or type(err).__name__})") from None
-    if fmt == "text":
-        return text
+    return text if fmt == "text" else parse_document(text, path, what, error, fmt=fmt)
+
+
+def parse_document(text: str, path: str | os.PathLike[str], what: str, error: type[Exception], *,
+                   fmt: str) -> Any:
+    """``text`` (read from ``path``) parsed as ``fmt`` ("json" or "toml"); a failure is
+    ``error("<what> <path>: <reason>")``. For a caller that also keeps the text (a digest)."""
     name = fmt.upper()
     try:
         return json.loads(text) if fmt == "json" else tomllib.loads(text)

@@ -29,11 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 from harness import ROOT
 from harness.core.errors import HarnessError
 from harness.core.options import option_names, short_names
@@ -41,7 +36,7 @@ from harness.judge.expect import ExpectRule, known_metrics, rule_of
 from harness.schemas import parse
 from harness.schemas.suite import SuiteFile
 from mini_engine.errors import KVBenchError
-from mini_engine.files import read_regular
+from mini_engine.files import failure, parse_document, read_document
 
 SUITES_DIR = ROOT / "suites"
 PATH_OPTIONS = ("prompts",)  # resolved once, against the suite file's directory
@@ -88,7 +83,7 @@ def resolve(name_or_path: str | os.PathLike[str]) -> Path:
     p = Path(name_or_path)
     if p.suffix == ".toml" or os.sep in str(name_or_path):
         if not p.is_file():
-            raise SuiteError(f"suite file {str(p)!r} not found")
+            raise failure(SuiteError, "suite file", p, "not found")
         return p.resolve()
     q = SUITES_DIR / f"{name_or_path}.toml"
     if not q.is_file():
@@ -99,18 +94,8 @@ def resolve(name_or_path: str | os.PathLike[str]) -> Path:
 
 def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -> Suite:
     path = resolve(name_or_path)
-    try:
-        raw = read_regular(path, "suite file", SuiteError)
-    except OSError as err:
-        raise SuiteError(f"suite {path.name}: cannot be read ({err.strerror})") from None
-    try:
-        data = tomllib.loads(raw.decode())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise SuiteError(f"suite {path.name}: not valid TOML: {str(err)[:200]}") from None
-    except RecursionError:
-        raise SuiteError(f"suite {path.name}: nested too deeply to be a suite") from None
-    except ValueError as err:  # an integer of more digits than Python converts
-        raise SuiteError(f"suite {path.name}: not valid TOML: {str(err)[:120]}") from None
+    text = read_document(path, "suite file", SuiteError)
+    data = parse_document(text, path, "suite file", SuiteError, fmt="toml")
     where = f"suite {path.name}"
     from harness.core.numbers import check_numbers
 
@@ -137,7 +122,7 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
             raise SuiteError(f"{where}: two different configs share the id {cid!r}")
         seen[cid] = cfg
         grid.append(GridConfig(cid, _resolve_paths(cfg, path.parent)))
-    suite = Suite(name=name, path=path, digest=hashlib.sha256(raw).hexdigest()[:16], repeat=repeat,
+    suite = Suite(name=name, path=path, digest=hashlib.sha256(text.encode("utf-8")).hexdigest()[:16], repeat=repeat,
                   marks=tuple(marks), configs=grid, rules=rules, description=model.description)
     if validate:
         for gc in grid:

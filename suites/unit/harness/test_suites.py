@@ -89,7 +89,7 @@ def test_none_means_unset(tmp_path):
 
 
 @pytest.mark.parametrize("text, needle", [
-    ("[axes\npage_size = [1]", "not valid TOML"),
+    ("[axes\npage_size = [1]", "grid.toml': not valid TOML"),
     ("[axes]\npage_size = [0]", "page_size must be an integer >= 1"),
     ("[axes]\nspec = ['medusa']", "spec must be one of"),
     ("[axes]\npage_size = 16", "must be a non-empty list"),
