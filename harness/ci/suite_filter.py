@@ -3,7 +3,7 @@
 `/rerun-suite smoke --filter dflash and ps:2` used to be accepted, dispatched, and only
 refused by the sweep on the runner, minutes later. The bot and `kvbench ci rerun-args`
 run in the ``ci`` install role, which has no numpy, so the suite is read here with the
-stdlib (tomllib) and expanded by the same grid code the sweep uses (harness.grid.suites.expand,
+stdlib (tomllib, through mini_engine.files.read_document) and expanded by the same grid code the sweep uses (harness.grid.suites.expand,
 which needs no numpy), without the sweep's validation (that imports the engine). The
 filter is the sweep's own (harness.grid.filter), so what is refused here is exactly what
 the sweep would refuse.
@@ -14,15 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python < 3.11
-    import tomli as tomllib  # type: ignore[no-redef]
-
 from harness.ci.specs import Refusal, show
 from harness.core.errors import HarnessError
 from mini_engine.errors import KVBenchError
-from mini_engine.files import read_regular
+from mini_engine.files import read_document
 
 
 def _tables(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -36,10 +31,7 @@ def grid_of(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """(id, config) of every config of the suite file at ``path``."""
     from harness.grid.suites import MAX_CONFIGS, _check_grid_size, expand
 
-    try:
-        data = tomllib.loads(read_regular(path, "suite file", Refusal).decode())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError, RecursionError) as err:
-        raise Refusal(f"suite {path.name} cannot be read: {str(err).splitlines()[0][:120]}") from None
+    data = read_document(path, "suite file", Refusal, fmt="toml")
     defaults, axes = data.get("defaults") or {}, data.get("axes") or {}
     if not isinstance(defaults, dict) or not isinstance(axes, dict) or \
             not all(isinstance(v, list) for v in axes.values()):
