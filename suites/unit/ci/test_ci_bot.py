@@ -202,7 +202,7 @@ def test_cli_handle_dry_run(tree, load_event, tmp_path):
     out = subprocess.run([kvbench, "bot", "handle", "--event", bad, "--root", tree],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
-    assert out.stderr.strip().count("\n") == 0 and "is not valid JSON" in out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "bad.json': not valid JSON" in out.stderr
     assert "Traceback" not in out.stderr
 
 
