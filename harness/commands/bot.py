@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.core.errors import UsageError, HarnessError
 from mini_engine.errors import KVBenchError
-from mini_engine.files import read_regular
+from mini_engine.files import read_document
 
 
 def _setup(args: argparse.Namespace):
@@ -120,12 +120,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if not args.body_file:
         raise UsageError("--dry-run needs --body-file (a saved reply to update)")
-    try:
-        body = read_regular(args.body_file, "--body-file", UsageError).decode("utf-8")
-    except OSError:
-        raise UsageError(f"--body-file {args.body_file} cannot be read") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"--body-file {args.body_file} is not UTF-8 text (a saved reply is)") from None
+    body = read_document(args.body_file, "--body-file", UsageError)
     print(reply.update(body, args.group, status, args.run_url, links, table), end="")
     return 0
 

@@ -119,7 +119,7 @@ def test_a_binary_body_file_is_one_line(tmp_path, cli, capsys):
     body = tmp_path / "reply.md"
     body.write_bytes(b"\xff\xfe\x00binary")
     assert _report(cli, body) == 2
-    _one_line(capsys, "--body-file", "UTF-8")
+    _one_line(capsys, "--body-file", "reply.md': not UTF-8 text")
 
 
 @pytest.mark.parametrize("pr", ["0", "-1"])
