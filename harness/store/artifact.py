@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.store.results import META, RESULTS
+from mini_engine.files import read_document
 
 MAX_BYTES = 64 << 20  # a real rerun writes a few MB at most
 MAX_ROWS = 20000
@@ -32,15 +33,8 @@ class ArtifactError(HarnessError):
 
 
 def read_text(path: Path) -> str:
-    try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise ArtifactError(f"{path.name} is {size} bytes (at most {MAX_BYTES})")
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise ArtifactError(f"{path.name} is not UTF-8 text") from None
-    except OSError as err:
-        raise ArtifactError(f"{path.name} cannot be read ({err.strerror})") from None
+    """The text of one of the artifact's files (at most MAX_BYTES), or a one-line ArtifactError."""
+    return read_document(path, "results artifact", ArtifactError, limit=MAX_BYTES)
 
 
 def _loads(text: str, where: str) -> Any:
@@ -119,7 +113,7 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / META
     if not path.is_file():
         return {}
-    meta = _loads(read_text(path), META)
+    meta = read_document(path, "results artifact", ArtifactError, fmt="json", limit=MAX_BYTES)
     if not isinstance(meta, dict):
         raise ArtifactError(f"{META} is not an object")
     return meta
