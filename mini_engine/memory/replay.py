@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from mini_engine.errors import KVBenchError, TraceError
+from mini_engine.files import read_document
 from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.sizing import next_extents, pd_swa_tail_len
 from mini_engine.memory.trace import FORMAT, VERSION
@@ -135,15 +136,7 @@ def prepare_aligned(rec: dict) -> bool:
 def read_trace(path: str | os.PathLike) -> tuple[dict, list[tuple[int, dict]]]:
     """The header and every record (line number, parsed record) of a trace; TraceError if unreadable."""
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise TraceError(f"trace file {path} does not exist or is not a file")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except UnicodeDecodeError:
-        raise TraceError(f"{path}: not a text file (a trace is JSON lines)") from None
-    except OSError as err:
-        raise TraceError(f"cannot read trace file {path}: {err.strerror}") from None
+    lines = read_document(path, "trace file", TraceError).splitlines()
     if not lines or not lines[0].strip():
         raise TraceError(f"trace file {path} is empty (expected a kvbench-trace header line)")
     head = _read_header(path, lines[0])

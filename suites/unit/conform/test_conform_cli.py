@@ -216,7 +216,7 @@ HEADER = '{"format": "kvbench-trace", "version": 1, "page_size": 16, "num_pages"
 
 
 @pytest.mark.parametrize("text, words", [
-    (None, "does not exist"),
+    (None, "t.jsonl': not found"),
     ("", "is empty"),
     ("not json\n", "line 1 is not JSON"),
     ('{"format": "other"}\n', "not a kvbench-trace header"),

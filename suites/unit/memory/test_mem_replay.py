@@ -115,7 +115,7 @@ def test_clean_trace_cli_exit_0(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("content, msg", [
-    (None, "does not exist"),
+    (None, "t.jsonl': not found"),
     ("", "is empty"),
     ("not json\n", "line 1 is not JSON"),
     ('{"format": "other"}\n', "not a kvbench-trace header"),
