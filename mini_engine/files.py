@@ -55,11 +55,13 @@ def failure(error: type[Exception], what: str, path: str | os.PathLike[str], rea
 
 
 FORMATS = ("text", "json", "toml")
+_REQUIRED = object()
 
 
 def read_document(path: str | os.PathLike[str], what: str, error: type[Exception], *, fmt: str = "text",
-                  limit: int | None = None, missing: str | None = None) -> Any:
-    """The document at ``path``: its text (fmt "text"), or its parsed JSON or TOML.
+                  limit: int | None = None, missing: str | None = None, default: Any = _REQUIRED) -> Any:
+    """The document at ``path``: its text (fmt "text"), or its parsed JSON or TOML;
+    ``default`` when given and the file does not exist (an optional document).
     Every failure is ``error("<what> <path>: <reason>")``: not found (``missing`` added,
     a hint where to get one), not a regular file, unreadable, over ``limit`` bytes,
     not UTF-8 text, not valid JSON/TOML, nested too deeply."""
@@ -70,6 +72,8 @@ def read_document(path: str | os.PathLike[str], what: str, error: type[Exception
             raise failure(error, what, path, f"{size} bytes, over the limit of {limit}")
         text = read_regular(path, what, error).decode("utf-8")
     except FileNotFoundError:
+        if default is not _REQUIRED:
+            return default
         raise failure(error, what, path, "not found" + (f" ({missing})" if missing else "")) from None
     except IsADirectoryError:
         raise failure(error, what, path, "a directory, not a regular file") from None

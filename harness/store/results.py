@@ -20,6 +20,7 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.core.numbers import check_numbers
+from mini_engine.files import read_document
 
 
 RESULTS = "results.jsonl"
@@ -82,14 +83,7 @@ class RunDir:
         return self.path / "plots"
 
     def meta(self) -> dict[str, Any]:
-        try:
-            meta = json.loads(self.meta_path.read_bytes().decode("utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError
-            raise ResultsError(f"{self.meta_path} is not valid JSON: {str(err)[:200]}") from None
-        except OSError as err:
-            raise ResultsError(f"{self.meta_path} cannot be read ({err.strerror})") from None
+        meta = read_document(self.meta_path, "run meta", ResultsError, fmt="json", default={})
         if not isinstance(meta, dict):
             raise ResultsError(f"{self.meta_path} is not a JSON object")
         check_numbers(meta, str(self.meta_path))
@@ -278,14 +272,9 @@ def append_row(path: Path, row: dict[str, Any]) -> None:
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Rows of a JSON-lines file. A torn last line (the writer was killed mid-write) is
     ignored; a bad line anywhere else means the file is damaged, which is an error."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
+    text = read_document(path, "results file", ResultsError, default=None)
+    if text is None:
         return []
-    except UnicodeDecodeError:
-        raise ResultsError(f"{path} is not UTF-8 text (a results file is JSON lines)") from None
-    except OSError as err:
-        raise ResultsError(f"{path} cannot be read ({err.strerror})") from None
     lines = text.split("\n")
     rows: list[dict[str, Any]] = []
     for i, line in enumerate(lines):
