@@ -67,7 +67,10 @@ def child(ckpt: Path, files: dict[int, Path]) -> dict:
 
 def step_costs(ckpt: Path, prompts_file: Path) -> dict:
     """Median engine-step wall (ms) per algorithm at the largest batch, by the phase it ran."""
-    from harness.run.runner import run_config
+    try:  # a checkout from before the harness's layers (--base): harness/runner.py
+        from harness.runner import run_config
+    except ImportError:
+        from harness.run.runner import run_config
     from mini_engine import engine as eng
     from mini_engine.model import backend as be
 
