@@ -24,8 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mini_engine.config import EngineConfig
-from mini_engine.engine import Engine
-from mini_engine.request import Request
+from engine_plans import run_plans
 from sglang_source import methods
 
 
@@ -92,19 +91,7 @@ def sglang_overlap_plans(rules, prompts, max_news, accepts, reserve, ps):
 def kvbench_plans(spec_opts, prompts, max_news, accept_len, ps):
     cfg = EngineConfig(page_size=ps, accept_len=accept_len, pool_tokens=1 << 16, max_context=1024,
                        chunked_prefill=8192, **spec_opts)
-    eng = Engine(cfg)
-    eng.submit([Request(i, list(range(1, p + 1)), n) for i, (p, n) in enumerate(zip(prompts, max_news))])
-    plans = []
-    prepare = eng.manager.prepare
-
-    def recording(states, reserve, **kw):
-        ok = prepare(states, reserve, **kw)
-        plans.append([(int(s.committed), int(s.allocated)) for s in states])
-        return ok
-
-    eng.manager.prepare = recording
-    res = eng.run()
-    assert res.verdict == "ok" and res.violations == {}
+    plans, _ = run_plans(cfg, prompts, max_news)
     return plans, cfg.step_reserve
 
 

@@ -36,6 +36,7 @@ from mini_engine.engine import Engine, open_trace
 from mini_engine.memory import KVManager, MemoryConfig, TraceWriter
 from mini_engine.profiles import PROFILES
 from mini_engine.request import Request
+from engine_plans import run_plans
 from sglang_source import assigned, functions, methods, source
 
 torch = pytest.importorskip("torch")  # SGLang's own dependency: without it no SGLang loads either
@@ -108,19 +109,8 @@ def plans_0518(nxt, prompts, max_news, accept):
 def kvbench_plans(opts, prompts, max_news, accept, ps):
     cfg = EngineConfig(page_size=ps, accept_len=accept, pool_tokens=1 << 16, max_context=1024,
                        chunked_prefill=8192, profile=PROFILE, **opts)
-    eng = Engine(cfg)
-    eng.submit([Request(i, list(range(1, p + 1)), n) for i, (p, n) in enumerate(zip(prompts, max_news))])
-    plans, prepare = [], eng.manager.prepare
-
-    def recording(states, reserve, **kw):
-        ok = prepare(states, reserve, **kw)
-        plans.append([(int(s.committed), int(s.allocated)) for s in states])
-        return ok
-
-    eng.manager.prepare = recording
-    res = eng.run()
-    assert res.verdict == "ok" and res.violations == {}
-    return plans, cfg, res.stats
+    plans, stats = run_plans(cfg, prompts, max_news)
+    return plans, cfg, stats
 
 
 def _rule(sg, rules, algo: str, ps: int, cfg):
