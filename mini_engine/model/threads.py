@@ -27,6 +27,8 @@ from typing import Callable, TypeVar
 
 import torch
 
+from mini_engine.errors import ConfigError
+
 # Read before any backend lowers it: the most threads this process may use.
 STARTUP_THREADS = torch.get_num_threads()
 TRIALS = 5
@@ -37,6 +39,8 @@ R = TypeVar("R")
 class ThreadChoice:
     def __init__(self, most: int | None = None):
         fixed = os.environ.get("KVBENCH_THREADS")
+        if fixed and not (fixed.isdigit() and int(fixed) >= 1):
+            raise ConfigError(f"KVBENCH_THREADS must be a positive integer (got {fixed!r})")
         self.fixed = int(fixed) if fixed else None
         self.most = max(1, STARTUP_THREADS if most is None else most)
         if most is None and _busy(self.most):
