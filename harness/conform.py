@@ -37,9 +37,17 @@ from types import SimpleNamespace
 from harness.conform_versions import aligned_nxt, check_version, free_page_ids
 from harness.core.causes import one_line
 from harness.core.errors import HarnessError
+from mini_engine import algos
 from mini_engine.errors import TraceError
-from mini_engine.memory.replay import (Divergence, _short, check_algos, header_pd_radix, pool_need_sort,
-                                       prepare_aligned, read_trace)
+from mini_engine.memory.replay import (
+    Divergence,
+    _short,
+    check_algos,
+    header_pd_radix,
+    pool_need_sort,
+    prepare_aligned,
+    read_trace,
+)
 
 SGLANG_VERSION = "0.5.23"
 INSTALL = (f"pip install --no-deps sglang=={SGLANG_VERSION} && pip install 'kvbench[conform]' "
@@ -86,8 +94,8 @@ def load_sglang() -> SimpleNamespace:
             raise SGLangMissing(f"conform needs SGLang {SGLANG_VERSION} (0.5.18 for sglang-pre-35265 traces; "
                                 f"{name} does not import: {what}); "
                                 f"install it with: {INSTALL}") from None
-    import sglang
-    import torch
+    import sglang  # sglang: optional, loaded only on this path
+    import torch  # torch: optional, loaded only on this path
 
     return SimpleNamespace(torch=torch, version=getattr(sglang, "__version__", "unknown"), **mods)
 
@@ -104,7 +112,7 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
     if head.get("swa_num_pages"):
         pools["swa"] = _allocator(sg, head["swa_num_pages"], ps, need_sort.get("swa", False))
     config = head.get("config") or {}
-    check_algos(path, config, records)
+    check_algos(path, config, records, algos.writers())
     spec_reserve = _spec_reserve(sg, config, ps)
 
     report = ConformReport(path)
@@ -242,7 +250,6 @@ def _spec_reserve(sg, config: dict, ps: int) -> dict[str, int]:
     """{algo: SGLang's per-step reserve}: "none" (plain decode: one slot a step) always,
     plus the spec algorithm the header names when it names all of its options."""
     out = {"none": _sglang_reserve(sg, ps, None, 1, 1, None, doubled=False)}
-    from mini_engine import algos
 
     algo = algos.ALGORITHMS.get(config.get("spec"))
     args = algo.sglang_spec(config) if algo is not None else None

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mini_engine.errors import InvariantViolation
+from mini_engine.memory.invariants import Violation
 
 if TYPE_CHECKING:
     from mini_engine.memory.allocator import PagedAllocator
@@ -197,8 +198,6 @@ class FreeList:
         self._num_released = 0
 
     def _violation(self, kid: str, **values) -> None:
-        from mini_engine.memory.invariants import Violation
-
         v = Violation(kid, None, -1, {"pool": self.pool, **values})
         if self.auditor is None:
             raise InvariantViolation(v)

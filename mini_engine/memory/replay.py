@@ -13,6 +13,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from mini_engine.errors import KVBenchError, TraceError
 from mini_engine.files import read_document
@@ -207,27 +208,28 @@ KINDS = {
 }
 
 
-def check_algos(path: str, config: dict, records: list) -> None:
+def check_algos(path: str, config: dict, records: list, algorithms: Mapping[str, str]) -> None:
     """An algorithm kvbench does not know (spec "medusa") would leave its reserve
     unchecked and the trace called conforming (conform) or clean (replay): refused by
-    name instead. ``config``: the header's config table."""
-    from mini_engine import algos  # here, not at the top: the registry is not needed to read a trace
-
+    name instead. ``config``: the header's config table; ``algorithms``: each known
+    algorithm's name -> its writer (``mini_engine.algos.writers()``)."""
     spec = config.get("spec")
-    if spec is not None and spec not in algos.ALGORITHMS:
-        raise TraceError(f"{path}: header config.spec must be one of {', '.join(sorted(algos.ALGORITHMS))} "
+    if spec is not None and spec not in algorithms:
+        raise TraceError(f"{path}: header config.spec must be one of {', '.join(sorted(algorithms))} "
                          f"(got {str(spec)[:40]!r})")
-    writers = {"none"} | {a.writer_name for a in algos.ALGORITHMS.values()}
+    writers = {"none"} | set(algorithms.values())
     for lineno, rec in records:
         if rec["op"] == "prepare" and rec.get("algo") is not None and rec["algo"] not in writers:
             raise TraceError(f"{path}: line {lineno} (prepare) algo must be one of {', '.join(sorted(writers))} "
                              f"(got {str(rec['algo'])[:40]!r})")
 
 
-def replay(path: str | os.PathLike) -> ReplayReport:
+def replay(path: str | os.PathLike, algorithms: Mapping[str, str]) -> ReplayReport:
+    """Replay the trace at ``path`` on fresh allocators; ``algorithms``: the algorithms a
+    trace may name (``mini_engine.algos.writers()``)."""
     path = os.fspath(path)
     head, records = read_trace(path)
-    check_algos(path, head.get("config") or {}, records)  # as conform does: an unknown one is bad input
+    check_algos(path, head.get("config") or {}, records, algorithms)  # as conform does: an unknown one is bad input
     ps = head["page_size"]
     need_sort = pool_need_sort(path, records)
     pd_radix = header_pd_radix(path, head)

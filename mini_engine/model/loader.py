@@ -30,8 +30,8 @@ class Weights:
     files: list[Path]
 
     def load_into(self, model: torch.nn.Module) -> None:
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
+        from safetensors import SafetensorError  # safetensors: optional, loaded only on this path
+        from safetensors.torch import load_file  # safetensors: optional, loaded only on this path
 
         expected = model.state_dict()
         seen: set[str] = set()
@@ -196,7 +196,7 @@ def model_vocab_size(name: str) -> int:
 
 def save_checkpoint(model: torch.nn.Module, mcfg: ModelConfig, path: str | Path) -> Path:
     """Write `model` as an HF-format directory (how tests build checkpoints on disk)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # safetensors: optional, loaded only on this path
 
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
