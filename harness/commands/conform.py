@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mini_engine.errors import TraceError
+
 DESCRIPTION = """\
 Replay kvbench allocation traces (kvbench run --trace FILE) on SGLang's own code and
 check every call: PagedTokenToKVPoolAllocator (TokenToKVPoolAllocator at page size 1),
@@ -36,9 +38,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Imported here: SGLang and torch take seconds to import; other commands never pay it.
+    # numpy (torch, SGLang): SGLang and torch take seconds to import; other commands never pay it.
     from harness.conform import conform, describe, load_sglang
-    from mini_engine.errors import TraceError
 
     sg = load_sglang()
     status = 0
