@@ -135,6 +135,7 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
                     found = ("result", "a result", one_line(err))
                 if found is not None:
                     found = (f"pool {pool} {found[0]}",) + found[1:]
+                tree.saw_free(rec)
         except (KeyError, TypeError, ValueError) as err:
             raise TraceError(f"{path}: line {lineno} ({op}) is malformed ({err})") from None
         if found is not None:

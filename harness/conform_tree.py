@@ -17,7 +17,9 @@ The node a lock names is the SGLang node that the match or insert recorded with 
 node id ended on. SGLang's tree frees its evicted leaves into a recorder, not into
 the allocator conform replays: kvbench's eviction is its own ``free_pages`` records
 (one per leaf, just before the evict record), which replay on SGLang's allocator as
-every other free does; comparing the pages here ties those frees to SGLang's tree.
+every other free does. So an evict is also checked against those records: the full
+pool's page ids freed since the previous tree call must end with the pages SGLang's
+tree evicted, in its order (the free-list order every later allocation depends on).
 
 The tree is SGLang 0.5.23's (kvbench's tree reproduces it): under another release
 (0.5.18, for sglang-pre-35265 traces) the tree records are counted as unchecked.
@@ -53,15 +55,22 @@ class TreeConform:
         self.checked = sg.version == TREE_VERSION
         self.calls = 0  # tree calls (match, insert, lock, unlock, evict) checked
         self.unchecked = 0  # tree calls of a trace conformed under another release
+        self.ns: dict | None = None  # SGLang's tree classes, once the trace's tree record came
         self.tree = None
         self.tokens = TokenStore()
         self.nodes: dict[int, object] = {}  # the recorded node id -> SGLang's node
         self.freed = _Freed(page_size)
+        self.frees: list[int] = []  # the full pool's page ids freed since the last tree call
+
+    def saw_free(self, rec: dict) -> None:
+        """An allocator free of the trace (conform.py): an eviction's frees come just before it."""
+        if rec["op"] == "free_pages" and rec.get("pool", "full") == "full":
+            self.frees.extend(rec["page_ids"])
 
     def check(self, rec: dict):
         """(field, kvbench's value, SGLang's value) of the first mismatch, or None. A record
         that cannot be run (a call before the tree record, tokens the trace never gave, an
-        unknown node) raises ValueError or KeyError: conform calls the trace malformed."""
+        unknown node) raises ValueError: conform calls the trace malformed."""
         op = rec["op"]
         if op == "tokens":
             self.tokens.add(rec)
@@ -77,6 +86,7 @@ class TreeConform:
             raise ValueError("a tree call before the trace's tree record")
         self.calls += 1
         found = getattr(self, "_" + op)(rec)
+        self.frees = []
         if found is None:
             for fld, got in (("evictable", self.tree.evictable_size()), ("protected", self.tree.protected_size())):
                 if rec[fld] != got:
@@ -103,12 +113,18 @@ class TreeConform:
         return None
 
     def _lock(self, rec: dict):
-        delta = self.tree.inc_lock_ref(self.nodes[rec["node"]]).delta
+        delta = self.tree.inc_lock_ref(self._node(rec)).delta
         return None if delta == rec["delta"] else (f"delta (node {rec['node']})", rec["delta"], delta)
 
     def _unlock(self, rec: dict):
-        delta = self.tree.dec_lock_ref(self.nodes[rec["node"]]).delta
+        delta = self.tree.dec_lock_ref(self._node(rec)).delta
         return None if delta == rec["delta"] else (f"delta (node {rec['node']})", rec["delta"], delta)
+
+    def _node(self, rec: dict):
+        node = self.nodes.get(rec["node"])
+        if node is None:
+            raise ValueError(f"node {rec['node']} is not one an earlier match or insert ended on")
+        return node
 
     def _evict(self, rec: dict):
         self.freed.pages = []
@@ -117,4 +133,7 @@ class TreeConform:
             return f"evicted (of {rec['num_tokens']} tokens asked)", rec["evicted"], got
         if self.freed.pages != rec["pages"]:
             return "pages", rec["pages"], self.freed.pages
+        before = self.frees[-len(self.freed.pages):] if self.freed.pages else []
+        if before != self.freed.pages:
+            return "pages (the free_pages records before it)", before, self.freed.pages
         return None

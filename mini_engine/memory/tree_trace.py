@@ -74,15 +74,17 @@ class TreeTrace:
     def _tokens(self, rid, raw: np.ndarray) -> None:
         """A tokens record with what the trace does not hold yet of rid's raw tokens."""
         known, source = self._known.get(rid), None
-        if known is None:
-            peers = self._by_start.setdefault(raw[:START].tobytes(), [])
-            shared = [(_common(self._known[p], raw), p) for p in peers]
-            at, source = max(shared, key=lambda s: s[0], default=(0, None))
-            peers[:] = (peers + [rid])[-PEERS:]
-        else:
+        if known is not None:
             at = _common(known, raw)
-        if at >= len(raw):
-            return  # the trace has them (raw is a prefix of what it holds)
+            if at >= len(raw):
+                return  # the trace has them (raw is a prefix of what it holds)
+        elif not len(raw):
+            return
+        else:  # a new request: from the earlier one that shares the most, if any
+            peers = self._by_start.setdefault(raw[:START].tobytes(), [])
+            at, source = max(((_common(self._known[p], raw), p) for p in peers), key=lambda s: s[0],
+                             default=(0, None))
+            peers[:] = (peers + [rid])[-PEERS:]
         rec = {"op": "tokens", "rid": rid, "at": at, "ids": raw[at:].tolist()}
         if source is not None and at:
             rec["from"] = source
