@@ -13,7 +13,7 @@ import ast
 import importlib.util
 from pathlib import Path
 
-from harness.sglang_radix import compile_classes as classes  # noqa: F401 (the tests import it from here)
+from harness.sglang_radix import compile_classes
 
 
 def _compile(module: str, nodes: list, names: set[str], where: str, namespace: dict) -> dict:
@@ -39,6 +39,10 @@ def methods(module: str, cls: str, names: set[str], namespace: dict) -> dict:
     """The named methods of class ``cls`` of ``module``, as plain functions in ``namespace``."""
     klass = next(n for n in source(module).body if isinstance(n, ast.ClassDef) and n.name == cls)
     return _compile(module, klass.body, names, f"{module}.{cls}", namespace)
+
+
+# The named top-level classes of a module, compiled (harness/sglang_radix.py, where conform needs it too).
+classes = compile_classes
 
 
 def assigned(module: str, where: str, target: str):

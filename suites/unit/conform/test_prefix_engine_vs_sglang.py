@@ -14,6 +14,7 @@ an evicted page) is a divergence that names it.
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -148,3 +149,13 @@ def test_a_trace_without_tree_records_still_replays_and_conforms(sg, tmp_path):
     assert rep.conforms and rep.tree_calls == 0 and rep.allocator_calls > 0, rep
     mine = replay(old)
     assert mine.divergences == 0 and mine.tree_calls == 0
+
+
+def test_under_0518_the_tree_calls_are_counted_not_checked(sg, tmp_path):
+    """kvbench's tree is 0.5.23's: a pre-35265 trace conformed under 0.5.18 (here the
+    installed allocator standing in, under 0.5.18's name) counts its tree calls unchecked."""
+    path = tmp_path / "t.jsonl"
+    _engine_trace(path, 16, 30, 3, {"profile": "sglang-pre-35265"})
+    rep = conform(path, SimpleNamespace(**{**vars(sg), "version": "0.5.18"}))
+    assert rep.conforms, describe(rep.first_divergence)
+    assert rep.tree_calls == 0 and rep.tree_unchecked == sum(r.get("op") in TREE_CALLS for r in _records(path)[1:]) > 0
