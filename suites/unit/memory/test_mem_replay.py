@@ -61,7 +61,7 @@ def test_trace_header_and_records(tmp_path):
     record(path)
     lines = [json.loads(x) for x in open(path)]
     head = lines[0]
-    assert head["format"] == "kvbench-trace" and head["version"] == 1
+    assert head["format"] == "kvbench-trace" and head["version"] == 2
     assert (head["page_size"], head["num_pages"], head["swa_num_pages"]) == (16, 48, 48)
     ops = {x["op"] for x in lines[1:]}
     assert {"alloc_extend", "free_pages", "prepare", "swa_prealloc"} <= ops
