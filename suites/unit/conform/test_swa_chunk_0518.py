@@ -119,8 +119,8 @@ class Side:
         if self.ps == 1:
             out = self.alloc.alloc(extent)
         else:
-            t = lambda v: torch.tensor([v], dtype=torch.int64)  # noqa: E731
-            out = self.alloc.alloc_extend(t(0), t(0), t(extent), t(extent), t(-1), extent)
+            zero, seq, last = (torch.tensor([v], dtype=torch.int64) for v in (0, extent, -1))
+            out = self.alloc.alloc_extend(zero, zero.clone(), seq, seq.clone(), last, extent)
         self.rows[row, :extent] = out
         self.reqs[row] = SimpleNamespace(req_pool_idx=row, kv=SimpleNamespace(kv_allocated_len=extent,
                                          swa_evicted_seqlen=0), cache_protected_len=0,

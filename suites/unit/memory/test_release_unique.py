@@ -2,8 +2,10 @@
 
 0.5.18 frees the committed row through allocator.free() (a unique: sorted page ids, a
 device sync) and the over-allocation by segment; under a free group SGLang makes one
-unique over the group's slots, so one sync per group. Side by side with 0.5.18's own
-code: suites/unit/conform/test_sglang_0518.py.
+unique over the group's slots, so one sync per group. With SWA, 0.5.18's SWAChunkCache
+frees through its SWA allocator (full unique, then free_swa's page unique, mask and SWA
+unique). Side by side with 0.5.18's own code: suites/unit/conform/test_sglang_0518.py and
+test_swa_chunk_0518.py.
 """
 
 from __future__ import annotations
