@@ -72,7 +72,6 @@ class ConformReport:
     reserves: int = 0  # prepare records whose reserve was checked against SGLang's formula
     row_overflows: int = 0  # reservations cut at the row where SGLang's runs past it (K4)
     tree_calls: int = 0  # prefix tree calls checked on SGLang's RadixCache (harness/conform_tree.py)
-    tree_unchecked: int = 0  # tree calls of a trace conformed under a release without kvbench's tree
     first_divergence: Divergence | None = None
 
     @property
@@ -150,7 +149,7 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
             fld, expected, got = found
             report.first_divergence = Divergence(report.calls, lineno, op, fld, expected, got)
             break
-    report.tree_calls, report.tree_unchecked = tree.calls, tree.unchecked
+    report.tree_calls = tree.calls
     return report
 
 

@@ -8,6 +8,14 @@ imported: no KV events, no metrics, the LRU strategy, and ``time.monotonic`` rep
 a counter, so recency is strictly increasing (kvbench's tree ticks a logical clock at the
 same points, memory/radix_cache.py). ``kvbench conform`` (harness/conform_tree.py) and
 the side-by-side tests (suites/unit/conform/) build their trees from it.
+
+Both releases kvbench conforms against build here, each from its own source. Their trees
+run match, insert, lock, unlock and evict by the same code; what differs is around it:
+0.5.18's RadixCache takes its KV events from a mixin (``KVCacheEventMixin``, 0.5.23: a
+``KVCacheEventRecorder`` member), reads ``disable_finished_insert`` from its params, asks
+``get_eviction_strategy`` with the policy name alone, and its match result carries the
+matched slots (``device_indices``) where 0.5.23's carries their count
+(``device_prefix_len``): ``matched_len`` reads either.
 """
 
 from __future__ import annotations
@@ -56,6 +64,17 @@ class _NoEvents:
         return lambda *a, **k: None
 
 
+class _NoEventsMixin:  # 0.5.18's KVCacheEventMixin, with events off: records nothing
+    def _record_store_event(self, node, medium=None):
+        pass
+
+    def _record_remove_event(self, node, medium=None):
+        pass
+
+    def _record_all_cleared_event(self):
+        pass
+
+
 class _Base:  # what RadixCache takes from BasePrefixCache on this path
     def update_eviction_metrics(self, num_evicted, start_time):
         pass
@@ -80,7 +99,8 @@ def radix_namespace(torch) -> dict:
         "logger": logging.getLogger("sglang-radix"), "Optional": Optional, "Any": Any,
         "time": SimpleNamespace(monotonic=lambda: float(next(clock)), perf_counter=lambda: 0.0),
         "BasePrefixCache": _Base, "KVCacheEventRecorder": _NoEvents, "LoRANameTable": object,
-        "get_eviction_strategy": lambda name, config: policy["LRUStrategy"](),
+        "KVCacheEventMixin": _NoEventsMixin,  # 0.5.18's
+        "get_eviction_strategy": lambda name, config=None: policy["LRUStrategy"](),
         "split_node_hash_value": lambda h, n, ps: (None, None), "CacheInitParams": object,
     })
     return compile_classes(TREE, {"RadixKey", "TreeNode", "RadixCache"}, ns)
@@ -92,5 +112,12 @@ def radix_cache(ns: dict, page_size: int, allocator, *, bigram: bool = False):
     params = SimpleNamespace(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=allocator,
                              page_size=page_size, is_eagle=bigram, eviction_policy="lru",
                              eviction_policy_config=None, enable_kv_cache_events=False,
-                             dynamo_kv_event_format=False, kv_event_lora_names=None, enable_metrics=False)
+                             dynamo_kv_event_format=False, kv_event_lora_names=None, enable_metrics=False,
+                             disable_finished_insert=False)
     return ns["RadixCache"](params)
+
+
+def matched_len(result) -> int:
+    """The matched length of a match_prefix result: 0.5.23's count, or 0.5.18's slots counted."""
+    n = getattr(result, "device_prefix_len", None)
+    return len(result.device_indices) if n is None else n

@@ -18,9 +18,9 @@ options. An unaligned record is checked against max(cur, committed + reserve): t
 pre-35265 DFLASH rule, reproduced (in 0.5.18 it is inline in a method that needs a
 GPU batch). The PD SWA tail (swa_prealloc) is SGLang 0.5.23's _swa_tail_len rule,
 reproduced (its module needs the disaggregation stack). The prefix tree's calls
-(match, insert, lock, unlock, evict) run on SGLang 0.5.23's own RadixCache, in trace
-order: matched and cached lengths, lock deltas, evicted pages, evictable and protected
-sizes after each. The first divergence of each trace is reported with its call index
+(match, insert, lock, unlock, evict) run on the installed SGLang's own RadixCache
+(0.5.23, or 0.5.18), in trace order: matched and cached lengths, lock deltas, evicted
+pages, evictable and protected sizes after each. The first divergence of each trace is reported with its call index
 and both values.
 
 Needs the SGLang release of each trace's profile importable: 0.5.23, or 0.5.18 for
@@ -43,7 +43,6 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     # numpy (torch, SGLang): SGLang and torch take seconds to import; other commands never pay it.
     from harness.conform import conform, describe, load_sglang
-    from harness.conform_tree import TREE_VERSION  # numpy: as the line above
 
     sg = load_sglang()
     status = 0
@@ -58,8 +57,6 @@ def run(args: argparse.Namespace) -> int:
         checked = (f"{rep.calls} calls: {rep.allocator_calls} allocator calls, "
                    f"{rep.reservations} reservations, {rep.reserves} reserves"
                    + (f", {rep.tree_calls} tree calls" if rep.tree_calls else "")
-                   + (f", {rep.tree_unchecked} tree calls not checked (the tree is {TREE_VERSION}'s)"
-                      if rep.tree_unchecked else "")
                    + (f"; {rep.row_overflows} cut at the row: K4, SGLang writes past it" if rep.row_overflows else ""))
         if rep.conforms:
             print(f"{path}: conforms to sglang {sg.version} ({checked})")
