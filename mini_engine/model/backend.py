@@ -274,14 +274,14 @@ class ModelBackend:
             swa = None if b.swa_slots is None else [s[: j.root + n] for s, j in zip(b.swa_slots, jobs)]
             pos = [j.root + np.arange(n, dtype=np.int64) for j in jobs]
             h = self._target(ids, rows, swa, [n] * B, pos, [None] * B, fuse=True)
-        logits = self.model.logits(h)
         if self.temperature <= 0:
             # The accepted run is the leading matches of the draft with the target's argmax.
-            argmax = logits.argmax(-1).cpu().numpy().reshape(B, n)
+            argmax = self.model.greedy(h).cpu().numpy().reshape(B, n)
             counts = np.cumprod(toks[:, 1:] == argmax[:, :-1], axis=1).sum(axis=1) + 1 if n > 1 \
                 else np.ones(B, dtype=np.int64)
             results = [row[:c] for row, c in zip(argmax.tolist(), counts.tolist())]
         else:
+            logits = self.model.logits(h)
             results, parents = [], verify.chain_parents(n)
             for k in range(B):
                 p = torch.softmax(logits[k * n : (k + 1) * n].double() / self.temperature, -1).cpu()

@@ -112,6 +112,14 @@ def draft_forward(
     return list(torch.split(h, [len(p.positions) for p in pieces]))
 
 
+def pick_from(model: DraftModel, hidden: torch.Tensor, temperature: float,
+              gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """pick() over the drafter's logits at `hidden`; greedy without materialising them."""
+    if temperature <= 0:
+        return model.greedy(hidden), None
+    return pick(model.logits(hidden), temperature, gen)
+
+
 def pick(logits: torch.Tensor, temperature: float, gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Greedy (argmax) or sampled tokens from [n, V] logits; the draft distribution when sampling."""
     if temperature <= 0:

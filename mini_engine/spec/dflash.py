@@ -20,7 +20,7 @@ import torch
 
 from mini_engine.model.draft import DraftModel
 from mini_engine.model.draft_io import (ChainDrafts, DraftJob, Piece, context_rows, context_update, draft_forward,
-                                        flat_feats, job_columns, pick, rows_upto, slot_table, table_forward)
+                                        flat_feats, job_columns, pick_from, rows_upto, slot_table, table_forward)
 from mini_engine.model.extend_fused import SlotTable
 from mini_engine.model.transformer import Attend, KVCache
 
@@ -76,8 +76,7 @@ class DFlashDrafter:
             row = roots[seq] + np.tile(np.arange(bs), B)
             h = table_forward(m, self.cache, table, seq, row, embeds, block_feats, self.attend,
                               lens=roots[seq] + bs)
-        logits = m.logits(h.view(B, bs, -1)[:, :-1].reshape(B * (bs - 1), -1))
-        toks, q = pick(logits, self.temperature, self.gen)
+        toks, q = pick_from(m, h.view(B, bs, -1)[:, :-1].reshape(B * (bs - 1), -1), self.temperature, self.gen)
         tokens = np.empty((B, bs), dtype=np.int64)
         tokens[:, 0] = root_ids
         tokens[:, 1:] = toks.view(B, bs - 1).cpu().numpy()

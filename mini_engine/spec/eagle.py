@@ -19,7 +19,7 @@ import torch
 
 from mini_engine.model.draft import DraftModel
 from mini_engine.model.draft_io import (ChainDrafts, DraftJob, DraftTree, Piece, context_rows, context_update,
-                                        draft_forward, flat_feats, job_columns, pick, rows_upto, slot_table,
+                                        draft_forward, flat_feats, job_columns, pick, pick_from, rows_upto, slot_table,
                                         table_forward)
 from mini_engine.model.extend_fused import SlotTable
 from mini_engine.model.transformer import Attend, KVCache
@@ -147,7 +147,7 @@ class EagleDrafter:
         last = self.steps if self.temperature > 0 else nodes
         toks, qs = [], []
         for s in range(1, last + 1):
-            t, q = pick(m.logits(hid), self.temperature, self.gen)  # node s - 1 proposes node s
+            t, q = pick_from(m, hid, self.temperature, self.gen)  # node s - 1 proposes node s
             toks.append(t)
             qs.append(q)
             if s == self.steps:
