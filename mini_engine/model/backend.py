@@ -19,9 +19,9 @@ from mini_engine.errors import ConfigError
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import build_meta, decode_meta
 from mini_engine.model.draft import DraftModel
-from mini_engine.model.draft_io import DraftJob, DraftTree, rows_upto
-from mini_engine.model.extend_fused import can_fuse, paged_rows_meta
-from mini_engine.model.feature_store import FeatureStore
+from mini_engine.model.draft_io import ChainDrafts, DraftJob, DraftTree, rows_upto
+from mini_engine.model.extend_fused import SlotTable, can_fuse, paged_rows_meta
+from mini_engine.model.feature_store import FeatureStore, settle
 from mini_engine.model.loader import resolve_model
 from mini_engine.model.mirror import DeviceMirror
 from mini_engine.model.threads import ThreadChoice, bucket
@@ -221,14 +221,81 @@ class ModelBackend:
     @torch.inference_mode()
     def _verify(self, b: StepBatch) -> list[list[int]]:
         reqs = b.reqs
-        jobs = []
-        for k, r in enumerate(reqs):
-            root = int(b.starts[k])
-            _writes_from(r, root, b.committed[k])
+        roots = b.starts
+        for k in np.flatnonzero(roots != b.committed)[:1].tolist():
+            _writes_from(reqs[k], int(roots[k]), b.committed[k])
+        jobs, stores = [], []
+        for r, root, slots in zip(reqs, roots.tolist(), b.slots):
             st = self._store(r)
-            jobs.append(DraftJob(st.draft_done, r.tokens(st.draft_done, root + 1),
-                                 st.get(st.draft_done - 1, root), b.slots[k]))
-        trees = self.drafter.draft(jobs)
+            stores.append(st)
+            d = st.draft_done
+            jobs.append(DraftJob(d, r.tokens(d, root + 1), st.get(d - 1, root), slots))
+        # One slot table for every forward of the step (the drafter's and the verify), when
+        # they go through the compiled decode layers (extend_fused.py).
+        table = None
+        if b.swa_slots is None and can_fuse(self.model.model.layers, self.mcfg.torch_dtype, self.device,
+                                            self.attend is paged_attention):
+            table = SlotTable(b.slots, self.layout.page_size, self.device)
+        drafts = self.drafter.draft(jobs, table=table)
+        if isinstance(drafts, ChainDrafts):
+            results, counts, keep, h = self._verify_chains(b, jobs, drafts, table)
+        else:
+            results, paths, h = self._verify_trees(b, jobs, drafts)
+            counts = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
+            lens = [len(t.tokens) for t in drafts]
+            offs = np.cumsum(lens) - lens
+            keep = np.concatenate([off + np.asarray(p, dtype=np.int64) for off, p in zip(offs.tolist(), paths)])
+        # EAGLE's root KV is final after its draft forward; DFLASH's block overwrote it.
+        done = self.cfg.algo.draft_root_done
+        before_root = None
+        if done == 0:
+            starts = np.fromiter((len(j.feats) for j in jobs), dtype=np.int64, count=len(jobs))
+            before_root = torch.cat([j.feats for j in jobs]).index_select(
+                0, torch.from_numpy(np.cumsum(starts) - 1).to(self.device))
+        settle(stores, roots, h, keep, counts, before_root, done)
+        return results
+
+    def _verify_chains(self, b: StepBatch, jobs: list[DraftJob], drafts: ChainDrafts, table: SlotTable | None):
+        """Chains of one length (DFLASH's blocks, EAGLE topk 1): the target forward, its
+        verdicts and the rows to keep, in tensor passes over the batch. Returns the results,
+        each request's accepted path length, the path's rows of h (flat) and h."""
+        reqs, toks = b.reqs, drafts.tokens
+        B, n = toks.shape
+        self._check_ids(reqs, toks[:, 0])
+        for k in np.flatnonzero(((toks < 0) | (toks >= self.mcfg.vocab_size)).any(1))[:1].tolist():
+            self.check_tokens(reqs[k], toks[k].tolist())
+        ids = torch.from_numpy(toks.reshape(-1)).to(self.device)
+        if table is not None:
+            seq = np.repeat(np.arange(B), n)
+            meta = table.meta(seq, b.starts[seq] + np.tile(np.arange(n), B))
+            h = self.model(ids, meta.q_pos, meta, self.cache, self.attend)
+        else:
+            rows = [rows_upto(j, j.root + n) for j in jobs]
+            swa = None if b.swa_slots is None else [s[: j.root + n] for s, j in zip(b.swa_slots, jobs)]
+            pos = [j.root + np.arange(n, dtype=np.int64) for j in jobs]
+            h = self._target(ids, rows, swa, [n] * B, pos, [None] * B, fuse=True)
+        if self.temperature <= 0:
+            # The accepted run is the leading matches of the draft with the target's argmax.
+            argmax = self.model.greedy(h).cpu().numpy().reshape(B, n)
+            counts = np.cumprod(toks[:, 1:] == argmax[:, :-1], axis=1).sum(axis=1) + 1 if n > 1 \
+                else np.ones(B, dtype=np.int64)
+            results = [row[:c] for row, c in zip(argmax.tolist(), counts.tolist())]
+        else:
+            logits = self.model.logits(h)
+            results, parents = [], verify.chain_parents(n)
+            for k in range(B):
+                p = torch.softmax(logits[k * n : (k + 1) * n].double() / self.temperature, -1).cpu()
+                q = drafts.q[k].cpu() if drafts.q is not None else torch.zeros_like(p)
+                results.append(verify.sample(toks[k].tolist(), parents, p, q, self.gen).tokens)
+            counts = np.fromiter(map(len, results), dtype=np.int64, count=B)
+        # A chain's accepted path is nodes 0 .. count - 1: already contiguous, no KV moves.
+        first = np.repeat(np.arange(B) * n, counts)
+        keep = first + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
+        return results, counts, keep, h
+
+    def _verify_trees(self, b: StepBatch, jobs: list[DraftJob], trees: list[DraftTree]):
+        """Trees (EAGLE topk > 1): per request verdicts; the accepted branch made contiguous."""
+        reqs = b.reqs
         ids, rows, swa_rows, lens, pos, masks = [], [], [], [], [], []
         for k, (r, j, t) in enumerate(zip(reqs, jobs, trees)):
             n = len(t.tokens)
@@ -246,17 +313,8 @@ class ModelBackend:
         off = 0
         greedy = self.temperature <= 0
         argmax = logits.argmax(-1).tolist() if greedy else None
-        chains = None
-        if (greedy and trees and len(set(lens)) == 1 and trees[0].parents == verify.chain_parents(lens[0])
-                and all(t.parents == trees[0].parents for t in trees)):
-            # Chains of one length (DFLASH, EAGLE topk 1): the batch's verdicts in one pass.
-            n = lens[0]
-            chains = verify.greedy_chains(np.array([t.tokens for t in trees], dtype=np.int64),
-                                          np.array(argmax, dtype=np.int64).reshape(len(trees), n))
-        for k, (j, t, n) in enumerate(zip(jobs, trees, lens)):
-            if chains is not None:
-                v = chains[k]
-            elif greedy:
+        for t, n in zip(trees, lens):
+            if greedy:
                 v = verify.greedy(t.tokens, t.parents, argmax[off : off + n])
             else:
                 p = torch.softmax(logits[off : off + n].double() / self.temperature, -1).cpu()
@@ -265,8 +323,8 @@ class ModelBackend:
             off += n
             results.append(v.tokens)
             paths.append(v.path)
-        self._settle(reqs, jobs, paths, lens, h, b.swa_slots)
-        return results
+        self._move_branches(jobs, paths, b.swa_slots)
+        return results, paths, h
 
     @torch.inference_mode()
     def _transfer(self, b: StepBatch) -> list[int]:
@@ -307,7 +365,9 @@ class ModelBackend:
             meta = paged_rows_meta(rows, lens, pos, masks, self.layout.page_size, self.device)
         if meta is None:
             meta = build_meta(rows, lens, pos, self.device, swa_rows=swa_rows, tree_masks=masks)
-        return self.model(torch.tensor(ids, device=self.device), meta.q_pos, meta, self.cache, self.attend)
+        if not isinstance(ids, torch.Tensor):
+            ids = torch.tensor(ids, device=self.device)
+        return self.model(ids, meta.q_pos, meta, self.cache, self.attend)
 
     def _next(self, h: torch.Tensor) -> list[int]:
         if self.temperature <= 0:
@@ -316,13 +376,11 @@ class ModelBackend:
         p = torch.softmax(logits.double() / self.temperature, -1).cpu()
         return torch.multinomial(p, 1, generator=self.gen).squeeze(-1).tolist()
 
-    def _settle(self, reqs, jobs: list[DraftJob], paths: list[list[int]], lens: list[int], h: torch.Tensor,
-                swa_slots: list[np.ndarray] | None) -> None:
-        """Make each accepted branch contiguous in the target KV and keep its features: one
-        KV move and one feature gather for the whole batch."""
-        src, dst, swa_src, swa_dst, keep = [], [], [], [], []
-        off = 0
-        for i, (j, path, n) in enumerate(zip(jobs, paths, lens)):
+    def _move_branches(self, jobs: list[DraftJob], paths: list[list[int]],
+                       swa_slots: list[np.ndarray] | None) -> None:
+        """Make each accepted tree branch contiguous in the target KV: one KV move for the batch."""
+        src, dst, swa_src, swa_dst = [], [], [], []
+        for i, (j, path) in enumerate(zip(jobs, paths)):
             root = j.root
             for k, node in enumerate(path):
                 if node != k:  # a tree branch: node's KV goes to position root + k
@@ -331,25 +389,16 @@ class ModelBackend:
                     if swa_slots is not None:
                         swa_src.append(swa_slots[i][root + node])
                         swa_dst.append(swa_slots[i][root + k])
-            keep += [off + node for node in path]
-            off += n
-        if src:
-            src_a, dst_a = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
-            if swa_slots is not None:
-                swa_src = torch.tensor(swa_src, dtype=torch.int64).to(self.device)
-                swa_dst = torch.tensor(swa_dst, dtype=torch.int64).to(self.device)
-            else:
-                swa_src = swa_dst = None
-            self.cache.move(torch.from_numpy(src_a).to(self.device), torch.from_numpy(dst_a).to(self.device),
-                            swa_src, swa_dst)
-        kept = h.index_select(0, torch.tensor(keep, device=h.device)).split([len(p) for p in paths])
-        # EAGLE's root KV is final after its draft forward; DFLASH's block overwrote it.
-        done = self.cfg.algo.draft_root_done
-        for r, j, feats in zip(reqs, jobs, kept):
-            st = self._store(r)
-            st.put(j.root, feats)
-            st.draft_done = j.root + done
-            st.trim()
+        if not src:
+            return
+        src_a, dst_a = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
+        if swa_slots is not None:
+            swa_src = torch.tensor(swa_src, dtype=torch.int64).to(self.device)
+            swa_dst = torch.tensor(swa_dst, dtype=torch.int64).to(self.device)
+        else:
+            swa_src = swa_dst = None
+        self.cache.move(torch.from_numpy(src_a).to(self.device), torch.from_numpy(dst_a).to(self.device),
+                        swa_src, swa_dst)
 
     def _store(self, r) -> FeatureStore:
         st = self.feats.get(r.rid)

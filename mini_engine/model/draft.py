@@ -68,7 +68,11 @@ class DraftModel(nn.Module):
 
     @property
     def layers(self) -> list[DecoderLayer]:
-        return [*self.target.model.layers[: self.shared_layers], self.layer]
+        # Built once: slicing a ModuleList builds a new one (a module __init__), twice a forward.
+        got = self.__dict__.get("_layer_list")
+        if got is None:
+            got = self.__dict__["_layer_list"] = [*self.target.model.layers[: self.shared_layers], self.layer]
+        return got
 
     def new_cache(self, slots: int) -> KVCache:
         cfg = replace(self.cfg, num_layers=self.shared_layers + 1, layer_types=("full",) * (self.shared_layers + 1), window=0)
@@ -108,3 +112,7 @@ class DraftModel(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.target.logits(hidden)
+
+    def greedy(self, hidden: torch.Tensor) -> torch.Tensor:
+        """logits(hidden).argmax(-1), in one call where the CPU kernels run (Transformer.greedy)."""
+        return self.target.greedy(hidden)

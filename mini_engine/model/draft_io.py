@@ -10,7 +10,7 @@ import torch
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import build_meta
 from mini_engine.model.draft import DraftModel
-from mini_engine.model.extend_fused import can_fuse, paged_rows_meta
+from mini_engine.model.extend_fused import SlotTable, can_fuse, paged_rows_meta
 from mini_engine.model.transformer import Attend, KVCache
 
 
@@ -43,6 +43,28 @@ class DraftTree:
     parents: list[int]
     depths: list[int]
     q: torch.Tensor | None = None  # [n, V] draft distribution at each node (sampling only)
+
+
+@dataclass
+class ChainDrafts:
+    """Every request's draft as a chain of one length, for the whole batch (DFLASH's block,
+    EAGLE with topk 1): tokens [B, n], the root first; q [B, n, V] the draft distribution
+    at each node (sampling only; zeros at a node that proposed nothing). Indexing gives
+    one request's DraftTree."""
+
+    tokens: np.ndarray
+    q: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, i: int) -> DraftTree:
+        n = self.tokens.shape[1]
+        return DraftTree(self.tokens[i].tolist(), [-1] + list(range(n - 1)), list(range(n)),
+                         None if self.q is None else self.q[i])
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
 
 
 @dataclass
@@ -90,6 +112,14 @@ def draft_forward(
     return list(torch.split(h, [len(p.positions) for p in pieces]))
 
 
+def pick_from(model: DraftModel, hidden: torch.Tensor, temperature: float,
+              gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """pick() over the drafter's logits at `hidden`; greedy without materialising them."""
+    if temperature <= 0:
+        return model.greedy(hidden), None
+    return pick(model.logits(hidden), temperature, gen)
+
+
 def pick(logits: torch.Tensor, temperature: float, gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Greedy (argmax) or sampled tokens from [n, V] logits; the draft distribution when sampling."""
     if temperature <= 0:
@@ -106,3 +136,45 @@ def context_update(model: DraftModel, cache: KVCache, jobs: list[DraftJob], atte
     ids = torch.tensor([t for j in jobs for t in j.tokens], device=dev)
     feats = jobs[0].feats if len(jobs) == 1 else torch.cat([j.feats for j in jobs])
     return draft_forward(model, cache, pieces, attend, context_window, model.embed(ids), feats)
+
+
+def slot_table(model: DraftModel, jobs: list[DraftJob], attend: Attend, context_window: int = 0,
+               table: SlotTable | None = None) -> SlotTable | None:
+    """The step's slot table when the drafter's forwards go through the compiled decode
+    layers (extend_fused.py), else None (the Python layer: build_meta). `table`: one the
+    caller built over the same jobs' slots (the model backend shares it with the verify)."""
+    dev = model.target.device
+    if context_window or not can_fuse(model.layers, model.cfg.torch_dtype, dev, attend is paged_attention):
+        return None
+    return table if table is not None else SlotTable([j.slots for j in jobs], model.page_size, dev)
+
+
+def job_columns(jobs: list[DraftJob]) -> tuple[np.ndarray, np.ndarray]:
+    """Each job's first position and token count, as arrays."""
+    n = len(jobs)
+    starts = np.fromiter((j.start for j in jobs), dtype=np.int64, count=n)
+    lens = np.fromiter((len(j.tokens) for j in jobs), dtype=np.int64, count=n)
+    return starts, lens
+
+
+def flat_feats(jobs: list[DraftJob]) -> torch.Tensor:
+    return jobs[0].feats if len(jobs) == 1 else torch.cat([j.feats for j in jobs])
+
+
+def table_forward(model: DraftModel, cache: KVCache, table: SlotTable, seq: np.ndarray, row: np.ndarray,
+                  embeds: torch.Tensor, feats: torch.Tensor, attend: Attend,
+                  lens: np.ndarray | None = None) -> torch.Tensor:
+    """One draft forward over queries (sequence, row) of the step's table; flat hidden states."""
+    meta = table.meta(seq, row, lens)
+    return model(embeds, feats, meta.q_pos, meta, cache, attend)
+
+
+def context_rows(model: DraftModel, cache: KVCache, jobs: list[DraftJob], table: SlotTable, attend: Attend,
+                 which: np.ndarray, starts: np.ndarray, lens: np.ndarray, ids: torch.Tensor,
+                 feats: torch.Tensor) -> torch.Tensor:
+    """context_update through the step's table: causal rows [start, start + len) of the
+    sequences `which`, fed token ids `ids` and features `feats` (flat, in order)."""
+    seq = np.repeat(which, lens)
+    first = np.cumsum(lens) - lens
+    row = np.repeat(starts, lens) + (np.arange(int(lens.sum())) - np.repeat(first, lens))
+    return table_forward(model, cache, table, seq, row, model.embed(ids), feats, attend)

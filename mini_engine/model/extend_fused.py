@@ -64,16 +64,47 @@ def paged_rows_meta(slot_rows: list[np.ndarray], q_lens, q_pos: list[np.ndarray]
                 return None
             if full:
                 lens[first[b] : first[b] + ql[b]] = kv[b]
-    flat = np.concatenate(slot_rows).astype(np.int64, copy=False)
-    kv_ptr = np.cumsum(kv) - kv
-    out = flat[kv_ptr[seq] + row]
-    pages, ps = _page_table(flat, kv, kv_ptr, page_size)
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)  # noqa: E731
-    lens_d = t(lens)
-    ar = torch.arange(T + 1, device=device)
-    return AttnMeta(batch=T, max_q=1, max_kv=int(lens.max()), q_lens=np.ones(T, dtype=np.int64), kv_lens=lens,
-                    q_indptr=ar, kv_indptr=ar, q_pos=t(row), tok_seq=ar[:T], kv_slots=t(pages[seq]),
-                    out_slots=t(out), page_size=ps, kv_lens_device=lens_d)
+    return SlotTable(slot_rows, page_size, device, kv).meta(seq, row, lens)
+
+
+class SlotTable:
+    """The page table of a batch's slot rows, built once and read by every forward of a step.
+
+    A speculative step runs several forwards over the same requests (the drafter's
+    context update and draft steps, the verify); each reads a prefix of the same slot
+    row, so one table serves them all, and each forward names its queries by
+    (sequence, row) instead of handing over slot rows again.
+    """
+
+    def __init__(self, slot_rows: list[np.ndarray], page_size: int, device, kv: np.ndarray | None = None):
+        B = len(slot_rows)
+        self.kv = np.fromiter(map(len, slot_rows), dtype=np.int64, count=B) if kv is None else kv
+        self.flat = np.concatenate(slot_rows).astype(np.int64, copy=False) if B else np.zeros(0, dtype=np.int64)
+        self.kv_ptr = np.cumsum(self.kv) - self.kv
+        self.pages, self.page_size = _page_table(self.flat, self.kv, self.kv_ptr, page_size) if B else (None, 1)
+        self.device = device
+
+    def __len__(self) -> int:
+        return len(self.kv)
+
+    def meta(self, seq: np.ndarray, row: np.ndarray, lens: np.ndarray | None = None) -> AttnMeta:
+        """Queries at rows `row` of sequences `seq` (one decode row each); `lens`: the keys
+        each sees (default causal, row + 1). A row past the slot row raises (K4 seen from
+        the model: the reservation must cover what a forward writes)."""
+        over = row >= self.kv[seq]
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            raise RuntimeError(f"the draft needs positions up to {int(row[i])} but the reservation ends at "
+                               f"{int(self.kv[seq[i]])}")
+        if lens is None:
+            lens = row + 1
+        T = len(seq)
+        t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(self.device)  # noqa: E731
+        ar = torch.arange(T + 1, device=self.device)
+        return AttnMeta(batch=T, max_q=1, max_kv=int(lens.max()), q_lens=np.ones(T, dtype=np.int64), kv_lens=lens,
+                        q_indptr=ar, kv_indptr=ar, q_pos=t(row), tok_seq=ar[:T],
+                        kv_slots=t(self.pages[seq]), out_slots=t(self.flat[self.kv_ptr[seq] + row]),
+                        page_size=self.page_size, kv_lens_device=t(lens))
 
 
 def _page_table(flat: np.ndarray, kv: np.ndarray, kv_ptr: np.ndarray, page_size: int) -> tuple[np.ndarray, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -46,6 +47,10 @@ class FeatureStore:
             body = torch.cat([torch.zeros(lead, self.hidden_size, device=self.device, dtype=self.dtype), body])
         return body
 
+    def reset(self, start: int, h: torch.Tensor, draft_done: int) -> None:
+        """Hold exactly the features of positions [start, start + len(h))."""
+        self.start, self.h, self.draft_done = start, h, draft_done
+
     def trim(self) -> None:
         """Drop what the next draft cannot need (positions below draft_done - 1)."""
         keep = max(0, self.draft_done - 1)
@@ -55,3 +60,29 @@ class FeatureStore:
 
     def _empty(self) -> torch.Tensor:
         return torch.zeros(0, self.hidden_size, device=self.device, dtype=self.dtype)
+
+
+def settle(stores: list[FeatureStore], roots: np.ndarray, h: torch.Tensor, keep: np.ndarray, counts: np.ndarray,
+           before_root: torch.Tensor, done: int) -> None:
+    """After a verify, every store keeps what the next draft needs, in one gather.
+
+    For each request, put(root, its accepted path's features) then draft_done = root +
+    done and trim(): the features of positions [root + done - 1, ...). The path's rows
+    of h are `keep` (flat, `counts` a request); with done 0 the next draft also needs
+    the feature of root - 1 (before_root, one row a request: the last feature its job
+    was fed), unless the root is position 0.
+    """
+    B = len(stores)
+    extra = (roots >= 1) if done == 0 else np.zeros(B, dtype=bool)
+    cnt = counts + extra
+    first = np.cumsum(cnt) - cnt
+    idx = np.empty(int(cnt.sum()), dtype=np.int64)
+    kept_first = np.cumsum(counts) - counts
+    idx[np.repeat(first + extra, counts) + (np.arange(len(keep)) - np.repeat(kept_first, counts))] = keep
+    src = h
+    if extra.any():
+        idx[first[extra]] = len(h) + np.flatnonzero(extra)
+        src = torch.cat([h, before_root.to(h.dtype)])
+    parts = src.index_select(0, torch.from_numpy(idx).to(h.device)).split(cnt.tolist())
+    for st, root, x, f in zip(stores, roots.tolist(), extra.tolist(), parts):
+        st.reset(root - x, f, root + done)

@@ -18,7 +18,10 @@ import numpy as np
 import torch
 
 from mini_engine.model.draft import DraftModel
-from mini_engine.model.draft_io import DraftJob, DraftTree, Piece, context_update, draft_forward, pick, rows_upto
+from mini_engine.model.draft_io import (ChainDrafts, DraftJob, DraftTree, Piece, context_rows, context_update,
+                                        draft_forward, flat_feats, job_columns, pick, pick_from, rows_upto, slot_table,
+                                        table_forward)
+from mini_engine.model.extend_fused import SlotTable
 from mini_engine.model.transformer import Attend, KVCache
 
 
@@ -86,7 +89,10 @@ class EagleDrafter:
         """Draft KV of positions the target has prefilled (fed the target's features)."""
         context_update(self.model, self.cache, jobs, self.attend)
 
-    def draft(self, jobs: list[DraftJob]) -> list[DraftTree]:
+    def draft(self, jobs: list[DraftJob], table: SlotTable | None = None) -> list[DraftTree] | ChainDrafts:
+        """Each job's draft; table: the step's slot table over the jobs' slots, if the caller has one."""
+        if self.topk == 1:
+            return self._chain(jobs, table)
         m = self.model
         dev = m.target.device
         # Positions verified last step, the root last: final draft KV, and the root's
@@ -115,6 +121,53 @@ class EagleDrafter:
             fronts = [list(t.frontier) for t in trees]
             self._expand(trees, fronts, torch.stack([t.hidden[n] for t, f in zip(trees, fronts) for n in f]))
         return [t.select(self.ndt - 1) for t in trees]
+
+    def _chain(self, jobs: list[DraftJob], table: SlotTable | None) -> ChainDrafts:
+        """topk 1: one chain a request, drafted for the whole batch in tensor passes.
+
+        A chain's cumulative log-probability only falls with depth, so its best
+        num_draft_tokens - 1 nodes are its shallowest: no scores, no selection. Each step
+        forwards the newest node alone; the nodes before it already wrote their draft KV
+        (rows root + 1, ...), which a causal query reads as it reads the prefix."""
+        m, B = self.model, len(jobs)
+        dev = m.target.device
+        table = slot_table(m, jobs, self.attend, 0, table)
+        starts, lens = job_columns(jobs)
+        roots = starts + lens - 1
+        if table is None:
+            hid = torch.stack([h[-1] for h in context_update(m, self.cache, jobs, self.attend)])
+        else:
+            ids = torch.tensor([t for j in jobs for t in j.tokens], device=dev)
+            h = context_rows(m, self.cache, jobs, table, self.attend, np.arange(B), starts, lens, ids,
+                             flat_feats(jobs))
+            hid = h[torch.from_numpy(np.cumsum(lens) - 1).to(dev)]
+        nodes = min(self.ndt - 1, self.steps)
+        # Greedy drafts stop at the last node kept; sampling draws every step, as the
+        # generator's stream must not depend on the budget.
+        last = self.steps if self.temperature > 0 else nodes
+        toks, qs = [], []
+        for s in range(1, last + 1):
+            t, q = pick_from(m, hid, self.temperature, self.gen)  # node s - 1 proposes node s
+            toks.append(t)
+            qs.append(q)
+            if s == self.steps:
+                break
+            # Forward node s (row and position root + s), fed its parent's hidden state.
+            if table is None:
+                pieces = [Piece(None, None, np.array([j.root + s]), rows_upto(j, j.root + s + 1)) for j in jobs]
+                hid = draft_forward(m, self.cache, pieces, self.attend, embeds=m.embed(t), feats=hid)
+                hid = torch.cat(hid)
+            else:
+                hid = table_forward(m, self.cache, table, np.arange(B), roots + s, m.embed(t), hid, self.attend)
+        tokens = np.empty((B, nodes + 1), dtype=np.int64)
+        tokens[:, 0] = [j.tokens[-1] for j in jobs]
+        if nodes:
+            tokens[:, 1:] = torch.stack(toks[:nodes], 1).cpu().numpy()
+        q = None
+        if self.temperature > 0:
+            qs = qs[: self.steps] + [torch.zeros_like(qs[0])]  # the deepest node proposed nothing
+            q = torch.stack(qs[: nodes + 1], 1)
+        return ChainDrafts(tokens, q)
 
     def _expand(self, trees: list[_Tree], fronts: list[list[int]], hidden: torch.Tensor) -> None:
         """Each frontier node proposes topk children; keep the best topk per tree."""
