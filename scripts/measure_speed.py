@@ -3,6 +3,8 @@
     python scripts/measure_speed.py                     # this checkout: vs-HF, step costs, smoke sweep
     python scripts/measure_speed.py --pytest            # also `python -m pytest -n 2` (long)
     python scripts/measure_speed.py --base ../main      # before/after, interleaved round by round
+    python scripts/measure_speed.py --walls             # only the two walls below, once each (minutes)
+    python scripts/measure_speed.py --walls --base ../main --rounds 2
 
 Figures (medians of --rounds rounds, default 3):
 
@@ -13,7 +15,9 @@ Figures (medians of --rounds rounds, default 3):
 * spec step cost at batch 64: the median wall of an engine step whose forward is a
   VERIFY (EAGLE chain topk 1 / 3 steps, DFLASH block 4) over the median plain DECODE
   step of the same round (scheduler, audit and model together, as a user pays them).
-* `kvbench sweep smoke --no-mlflow` wall and, with --pytest, `python -m pytest -n 2`.
+* `kvbench sweep smoke --no-mlflow` wall and, with --pytest, `python -m pytest -n 2`
+  (the README's test command). --walls measures only these two, without the vs-HF and
+  step-cost rounds, and prints each round's figures as they come.
 
 Each round runs every checkout once, one after the other, each in a fresh process
 (`--child`), so before and after see the same machine load. Timings on a shared
@@ -123,6 +127,10 @@ def run_child(checkout: Path, ckpt: Path, files: dict[int, Path], results: str) 
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+# The README's test command; -q and no cache directory change neither what runs nor its time.
+PYTEST_CMD = ["-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider"]
+
+
 def timed(cmd: list[str], checkout: Path, results: str) -> tuple[float, int]:
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=checkout, env=env_for(checkout, results), stdout=subprocess.DEVNULL,
@@ -189,16 +197,58 @@ def report(name: str, rounds: list[dict]) -> dict:
     return summary
 
 
+def walls(checkouts: dict[str, Path], rounds: int, smoke: bool, pytest: bool) -> int:
+    """--walls: the test command's and the smoke sweep's wall per checkout, interleaved."""
+    names = {"pytest_s": "test command (python -m pytest -n 2)", "smoke_s": "kvbench sweep smoke --no-mlflow"}
+    walls_of: dict[str, dict[str, list[float]]] = {c: {k: [] for k in names} for c in checkouts}
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="kvbench-walls-") as tmp:
+        for i in range(rounds):
+            for name, path in list(checkouts.items())[:: 1 if i % 2 == 0 else -1]:
+                cmds = ({"pytest_s": [sys.executable, *PYTEST_CMD]} if pytest else {}) | (
+                    {"smoke_s": smoke_cmd()} if smoke else {})
+                for key, cmd in cmds.items():
+                    wall, rc = timed(cmd, path, tempfile.mkdtemp(dir=tmp))
+                    walls_of[name][key].append(wall)
+                    failed |= rc != 0
+                    print(f"round {i + 1}/{rounds} {name}: {names[key]}: {wall:.1f} s"
+                          + (f" (exit {rc})" if rc else ""), flush=True)
+    print()
+    for name, path in checkouts.items():
+        for key, xs in walls_of[name].items():
+            if xs:
+                print(f"{name} ({path}): {names[key]}: median {med(xs):.1f} s over {len(xs)} run(s)")
+    return 1 if failed else 0
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"measure_speed: error: {message}\n")  # one line, no usage block
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", type=Path, help="a second checkout to compare against, interleaved")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, help="rounds per checkout (default 3; 1 with --walls)")
     ap.add_argument("--pytest", action="store_true", help="also time `python -m pytest -n 2` (long)")
+    ap.add_argument("--walls", action="store_true",
+                    help="only time `python -m pytest -n 2` and `kvbench sweep smoke --no-mlflow`")
     ap.add_argument("--no-smoke", action="store_true", help="skip `kvbench sweep smoke`")
+    ap.add_argument("--no-pytest", action="store_true", help="with --walls: skip `python -m pytest -n 2`")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--ckpt", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--files", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.rounds is not None and a.rounds < 1:
+        ap.error(f"--rounds takes a whole number of at least 1, not {a.rounds}")
+    if a.base is not None and not (a.base / "harness").is_dir():
+        ap.error(f"--base {str(a.base)!r} is not a kvbench checkout (no harness/ in it)")
+    rounds = a.rounds or (1 if a.walls else 3)
+    if a.walls:
+        checkouts = {"base": a.base.resolve(), "head": HERE} if a.base else {"head": HERE}
+        if a.no_smoke and a.no_pytest:
+            ap.error("--walls with both --no-smoke and --no-pytest leaves nothing to time")
+        return walls(checkouts, rounds, not a.no_smoke, not a.no_pytest)
     if a.child:
         sys.path.insert(0, str(a.child))
         files = {int(b): Path(p) for b, p in json.loads(a.files).items()}
@@ -210,7 +260,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kvbench-speed-") as tmp:
         ckpt, files = write_inputs(Path(tmp))
         rounds: dict[str, list[dict]] = {k: [] for k in checkouts}
-        for i in range(a.rounds):
+        for i in range(rounds):
             # Alternate which checkout goes first: neither always gets the warmer machine.
             order = list(checkouts.items())[:: 1 if i % 2 == 0 else -1]
             for name, path in order:
@@ -219,10 +269,9 @@ def main() -> int:
                 if not a.no_smoke:
                     r["smoke_s"], r["smoke_s_rc"] = timed(smoke_cmd(), path, results)
                 if a.pytest and i == 0:  # one pass each: minutes per run
-                    r["pytest_s"], r["pytest_s_rc"] = timed(
-                        [sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider"], path, results)
+                    r["pytest_s"], r["pytest_s_rc"] = timed([sys.executable, *PYTEST_CMD], path, results)
                 rounds[name].append(r)
-                print(f"round {i + 1}/{a.rounds} {name} done", file=sys.stderr, flush=True)
+                print(f"round {i + 1}/{rounds} {name} done", file=sys.stderr, flush=True)
         summaries = {name: report(f"{name}: {path}", rounds[name]) for name, path in checkouts.items()}
     if a.base:
         print("\n== head / base (same rounds)")
