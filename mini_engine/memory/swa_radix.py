@@ -79,6 +79,11 @@ class SWANode:
         self.parent = parent
         self.id = nid
 
+    @property
+    def lock_ref(self) -> int:
+        """The FULL lock count (K13 reads it as the full tree's)."""
+        return self.full_lock
+
 
 class SWARadixCache:
     """FULL + SWA prefix tree. swa_map: full slot -> SWA slot (the pool's map, shared);
@@ -459,6 +464,21 @@ class SWARadixCache:
 
     def total_size(self) -> int:
         return self.full_evictable + self.full_protected
+
+    # The full tree's names, for what reads either tree (K12, K13, the manager's figures).
+    _child_key = _ck
+
+    @property
+    def protected_size(self) -> int:
+        return self.full_protected
+
+    @property
+    def evictable_size(self) -> int:
+        return self.full_evictable
+
+    @property
+    def protected_pages(self) -> int:
+        return self.full_protected // self.ps
 
     def swa_size(self) -> int:
         return self.swa_evictable + self.swa_protected

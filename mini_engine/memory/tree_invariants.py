@@ -71,6 +71,12 @@ def check_k13(m: KVManager, step: int) -> list[Violation]:
     return out
 
 
+def check_k14(m: KVManager, step: int) -> list[Violation]:
+    """K14 on the manager's SWA-aware tree (memory/swa_prefix.py); nothing without one."""
+    tree = getattr(m.prefix, "tree", None)
+    return swa_tree_violations(tree, step) if hasattr(tree, "swa_map") else []
+
+
 def swa_tree_violations(tree: SWARadixCache, step: int = 0) -> list[Violation]:
     """K14, the SWA-aware tree (memory/swa_radix.py): a tombstone holds no SWA page (the
     pool's map names none for its FULL slots), a live node's SWA slots are the ones the map

@@ -68,10 +68,13 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def load() -> SimpleNamespace:
     """The classes the side-by-side test drives (ImportError when SGLang cannot load)."""
+    # torch's data utilities probe for dill themselves: load them before the stand-in exists.
+    import torch
+    import torch.utils.data  # noqa: F401
+
     if not any(isinstance(f, _StandIns) for f in sys.meta_path):
         sys.meta_path.insert(0, _StandIns())
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    import torch
 
     base = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache")
     urc = importlib.import_module("sglang.srt.mem_cache.unified_radix_cache")
