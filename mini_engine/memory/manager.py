@@ -134,6 +134,11 @@ class KVManager:
         return self.prefix.pages if self.prefix is not None else 0
 
     @property
+    def evictable_swa_pages(self) -> int:
+        """SWA-pool pages of the SWA-aware tree no request locks (admission counts them as available)."""
+        return self.prefix.tree.swa_evictable // self.ps if hasattr(self.prefix, "swa_pages") else 0
+
+    @property
     def tree_swa_pages(self) -> int:
         """SWA-pool pages held by the SWA-aware tree (0 without one)."""
         return getattr(self.prefix, "swa_pages", 0)
