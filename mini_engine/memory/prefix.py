@@ -26,11 +26,9 @@ UnifiedRadixCache (FULL component) and mem_cache/common.py do:
 EAGLE keys the tree by bigrams (``RadixKey(is_bigram=spec_algorithm.is_eagle())``):
 a key of n tokens is n - 1 bigrams long, so the page alignment is one token shorter.
 
-Not here: SWA models (SGLang's UnifiedRadixCache with the SWA component). Their tree is
-memory/swa_radix.py (tombstones, the window-gated match, window locks, SWA eviction),
-checked against SGLang's own class, but KVManager does not run it yet: it builds no
-PrefixCache when the model has an SWA pool, so SWA runs keep the chunk cache's release
-under either ``prefix_cache`` value.
+Not here: SWA models (SGLang's UnifiedRadixCache with the SWA component). KVManager runs
+their tree through memory/swa_prefix.py (the same calls) over memory/swa_radix.py
+(tombstones, the window-gated match, window locks, SWA eviction).
 """
 
 from __future__ import annotations
