@@ -65,9 +65,9 @@ class SWAPrefixCache:
             self.log.append((op, args, result, (self.tree.full_evictable, self.tree.swa_evictable)))
 
     # -- the tree's frees --------------------------------------------------------------
-    def _split_owner(self, pages: np.ndarray, in_tree: np.ndarray, pool: str) -> None:
+    def _split_owner(self, pages: np.ndarray, in_tree: np.ndarray, pool: str) -> int:
         """Pages leaving the tree or the request under way: the tree's lose their mark, the
-        request's leave its ledger."""
+        request's leave its ledger. Returns how many were the tree's."""
         mine = in_tree[pages]
         in_tree[pages[mine]] = False
         own = pages[~mine]

@@ -23,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from mini_engine.memory.invariants import Violation  # noqa: F401 (loads K1-K13 before tree_invariants)
 from mini_engine.memory.swa_radix import SWARadixCache
 from mini_engine.memory.tree_invariants import swa_tree_violations
+from suites.unit.conform import sglang_swa_tree
 
 FULL_PAGES, SWA_PAGES = 48, 24
 
@@ -30,8 +31,7 @@ FULL_PAGES, SWA_PAGES = 48, 24
 @pytest.fixture(scope="module")
 def sgswa(sg):  # sg: the installed SGLang, or a skip
     try:
-        from suites.unit.conform import sglang_swa_tree
-        return sglang_swa_tree.load()
+        return sglang_swa_tree.load()  # SGLang's serving stack, imported only here (heavy, optional)
     except Exception as err:  # an ImportError, or a dependency failing at import time
         if os.environ.get("KVBENCH_REQUIRE_SGLANG") == "1":
             pytest.fail(f"KVBENCH_REQUIRE_SGLANG=1 but SGLang's UnifiedRadixCache does not load: {err}")
