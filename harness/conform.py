@@ -21,6 +21,9 @@ Every record of a trace (DESIGN.md section 5) is re-run on the production object
   replay goes on from kvbench's cut extent.
 * swa_prealloc: the PD decode side's SWA tail, SGLang 0.5.23's _swa_tail_len rule,
   reproduced (its module needs the whole disaggregation stack to import).
+* the prefix tree's calls (match, insert, lock, unlock, evict; trace version 2) on
+  SGLang's own RadixCache, in trace order between the allocator calls:
+  harness/conform_tree.py.
 
 The first divergence of a trace stops its replay: past it the two allocators hold
 different free lists, and every later call would diverge for the same reason.
@@ -34,12 +37,22 @@ import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from harness.conform_tree import TreeConform
 from harness.conform_versions import aligned_nxt, check_version, free_page_ids
 from harness.core.causes import one_line
 from harness.core.errors import HarnessError
+from mini_engine import algos
 from mini_engine.errors import TraceError
-from mini_engine.memory.replay import (Divergence, _short, check_algos, header_pd_radix, pool_need_sort,
-                                       prepare_aligned, read_trace)
+from mini_engine.memory.replay import (
+    Divergence,
+    _short,
+    check_algos,
+    header_pd_radix,
+    pool_need_sort,
+    prepare_aligned,
+    read_trace,
+)
+from mini_engine.memory.tree_trace import TREE_OPS
 
 SGLANG_VERSION = "0.5.23"
 INSTALL = (f"pip install --no-deps sglang=={SGLANG_VERSION} && pip install 'kvbench[conform]' "
@@ -58,6 +71,8 @@ class ConformReport:
     reservations: int = 0  # requests whose nxt was checked
     reserves: int = 0  # prepare records whose reserve was checked against SGLang's formula
     row_overflows: int = 0  # reservations cut at the row where SGLang's runs past it (K4)
+    tree_calls: int = 0  # prefix tree calls checked on SGLang's RadixCache (harness/conform_tree.py)
+    tree_unchecked: int = 0  # tree calls of a trace conformed under a release without kvbench's tree
     first_divergence: Divergence | None = None
 
     @property
@@ -86,8 +101,8 @@ def load_sglang() -> SimpleNamespace:
             raise SGLangMissing(f"conform needs SGLang {SGLANG_VERSION} (0.5.18 for sglang-pre-35265 traces; "
                                 f"{name} does not import: {what}); "
                                 f"install it with: {INSTALL}") from None
-    import sglang
-    import torch
+    import sglang  # sglang: optional, loaded only on this path
+    import torch  # torch: optional, loaded only on this path
 
     return SimpleNamespace(torch=torch, version=getattr(sglang, "__version__", "unknown"), **mods)
 
@@ -104,10 +119,11 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
     if head.get("swa_num_pages"):
         pools["swa"] = _allocator(sg, head["swa_num_pages"], ps, need_sort.get("swa", False))
     config = head.get("config") or {}
-    check_algos(path, config, records)
+    check_algos(path, config, records, algos.writers())
     spec_reserve = _spec_reserve(sg, config, ps)
 
     report = ConformReport(path)
+    tree = TreeConform(sg, ps)
     for lineno, rec in records:
         report.calls += 1
         op = rec["op"]
@@ -116,6 +132,8 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
                 found = _check_prepare(sg, rec, ps, spec_reserve, report, head.get("row_width"))
             elif op == "swa_prealloc":
                 found = _check_swa_prealloc(rec, ps, pd_radix)
+            elif op in TREE_OPS:
+                found = tree.check(rec)
             else:
                 report.allocator_calls += 1
                 pool = rec.get("pool", "full")
@@ -125,12 +143,14 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
                     found = ("result", "a result", one_line(err))
                 if found is not None:
                     found = (f"pool {pool} {found[0]}",) + found[1:]
+                tree.saw_free(rec)
         except (KeyError, TypeError, ValueError) as err:
             raise TraceError(f"{path}: line {lineno} ({op}) is malformed ({err})") from None
         if found is not None:
             fld, expected, got = found
             report.first_divergence = Divergence(report.calls, lineno, op, fld, expected, got)
             break
+    report.tree_calls, report.tree_unchecked = tree.calls, tree.unchecked
     return report
 
 
@@ -242,7 +262,6 @@ def _spec_reserve(sg, config: dict, ps: int) -> dict[str, int]:
     """{algo: SGLang's per-step reserve}: "none" (plain decode: one slot a step) always,
     plus the spec algorithm the header names when it names all of its options."""
     out = {"none": _sglang_reserve(sg, ps, None, 1, 1, None, doubled=False)}
-    from mini_engine import algos
 
     algo = algos.ALGORITHMS.get(config.get("spec"))
     args = algo.sglang_spec(config) if algo is not None else None

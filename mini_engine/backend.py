@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from mini_engine.config import EngineConfig
 from mini_engine.request import Request
+from mini_engine.spec.simulated import SimulatedBackend
 from mini_engine.step_batch import Layout, StepBatch
 
 
@@ -42,8 +43,6 @@ class Backend(Protocol):
 
 def create_backend(cfg: EngineConfig) -> Backend:
     if cfg.model == "none":
-        from mini_engine.spec.simulated import SimulatedBackend
-
         return SimulatedBackend(cfg)
     # Imported lazily: the accounting-only path must not pay for (or need) the model code.
     module = importlib.import_module("mini_engine.model.backend")

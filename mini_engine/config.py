@@ -21,7 +21,8 @@ from mini_engine import algos
 from mini_engine.algos import SPECS
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.files import read_document
-from mini_engine.options import Option, by_name, check_float as _check_float, dataclass_from, engine_options
+from mini_engine.option import Option, check_float as _check_float, dataclass_from
+from mini_engine.options import by_name, engine_options
 from mini_engine.pool_budget import footprint, pool_tokens
 from mini_engine.profiles import FREE_RULES, POLICIES, PREFIX_CACHES, PROFILES, Profile, resolve
 PROFILE_NAMES = tuple(PROFILES)
@@ -195,7 +196,7 @@ class EngineConfig:
     def kv_bytes_per_token(self) -> int:
         # Both pools are sized in tokens alike, so every layer costs one token's KV.
         if self.model != "none":
-            from mini_engine.model.config import SHAPES  # a named shape knows its own KV size
+            from mini_engine.model.config import SHAPES  # torch: only a named shape's KV size needs the model's config
 
             if self.model in SHAPES:
                 return SHAPES[self.model].kv_bytes_per_token("all")
@@ -272,7 +273,7 @@ def read_tables(path: str | os.PathLike[str], tables: tuple[str, ...],
 
 def require_cuda() -> None:
     """device='cuda' on a machine without one is bad input, not a torch traceback."""
-    import torch
+    import torch  # torch: optional, loaded only on this path
 
     if not torch.cuda.is_available():
         raise ConfigError("device='cuda' but no CUDA device is visible; use device=cpu")
@@ -280,7 +281,7 @@ def require_cuda() -> None:
 
 def _device_memory_bytes(device: str) -> int:
     if device == "cuda":
-        import torch
+        import torch  # torch: optional, loaded only on this path
 
         require_cuda()
         return int(torch.cuda.mem_get_info()[1])

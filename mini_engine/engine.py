@@ -15,9 +15,11 @@ sizes a config asks for mini_engine.pool_sizing.
 from __future__ import annotations
 
 import enum
+import inspect
 import time
 import weakref
 from contextlib import nullcontext
+from typing import Callable
 
 from mini_engine.backend import Backend, create_backend
 from mini_engine.config import EngineConfig, require_cuda
@@ -54,9 +56,20 @@ def open_trace(cfg: EngineConfig, path_or_file) -> TraceWriter:
 
 
 class Engine:
+    """The step loop over one config's pools and backend.
+
+    ``on_finish``, when given, is called with each request that finished with all its
+    outputs, once its pages are released (a retracted request, or one a stopped run
+    drains unfinished, is no finish). It may submit new requests: the session engine
+    (mini_engine/sessions.py) submits a finished turn's next turn from it.
+    """
+
     def __init__(self, cfg: EngineConfig, backend: Backend | None = None, *,
-                 trace: TraceWriter | None = None):
+                 trace: TraceWriter | None = None, on_finish: Callable[[Request], None] | None = None):
         self.cfg = cfg
+        # A method of this engine is held weakly, as the scheduler's callback below is.
+        self.on_finish = (_weak_callback(on_finish) if inspect.ismethod(on_finish) and on_finish.__self__ is self
+                          else on_finish)
         if cfg.device == "cuda":
             require_cuda()
         self.reserve = decode_reserve(cfg)
@@ -268,6 +281,8 @@ class Engine:
         r.decode_batches = 0  # a retracted request starts over
         self.decoding.released(r.rid)
         self.backend.release(r)
+        if self.on_finish is not None and not retracted and r.remaining <= 0:
+            self.on_finish(r)
 
     def _drain(self) -> None:
         """Release whatever still runs (a stopped run) so leaks are measured on a drained pool."""

@@ -1,4 +1,5 @@
-"""Reading a file a user named (--config, --prompts, --event, a baseline, a reply body).
+"""Reading a file a user named (--config, --prompts, --event, a baseline, a reply body, a
+checkpoint's config.json, a workflow, a pull request's test file).
 
 A path given as input may be a FIFO, a device or a directory: a plain open() of a FIFO
 with no writer blocks for ever, /dev/zero never ends. The file is opened without
@@ -33,15 +34,17 @@ def kind_of(mode: int) -> str:
     return "not a regular file"
 
 
-def read_regular(path: str | os.PathLike[str], what: str, error: type[Exception]) -> bytes:
-    """The bytes of ``path``; ``error`` if it is not a regular file. Other OSErrors
-    (not found, no permission) propagate, for the caller's own message."""
+def read_regular(path: str | os.PathLike[str], what: str, error: type[Exception],
+                 shown: str | os.PathLike[str] | None = None) -> bytes:
+    """The bytes of ``path``; ``error`` if it is not a regular file (the message names
+    ``shown``, default the path). Other OSErrors (not found, no permission) propagate,
+    for the caller's own message."""
     # O_NONBLOCK: opening a FIFO for reading waits for a writer otherwise.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         mode = os.fstat(fd).st_mode  # before fdopen, which raises its own error on a directory
         if not stat.S_ISREG(mode):
-            raise failure(error, what, path, f"{kind_of(mode)}, not a regular file")
+            raise failure(error, what, path if shown is None else shown, f"{kind_of(mode)}, not a regular file")
     except BaseException:
         os.close(fd)
         raise
@@ -59,29 +62,33 @@ _REQUIRED = object()
 
 
 def read_document(path: str | os.PathLike[str], what: str, error: type[Exception], *, fmt: str = "text",
-                  limit: int | None = None, missing: str | None = None, default: Any = _REQUIRED) -> Any:
+                  limit: int | None = None, missing: str | None = None, default: Any = _REQUIRED,
+                  shown: str | None = None) -> Any:
     """The document at ``path``: its text (fmt "text"), or its parsed JSON or TOML;
     ``default`` when given and the file does not exist (an optional document).
     Every failure is ``error("<what> <path>: <reason>")``: not found (``missing`` added,
     a hint where to get one), not a regular file, unreadable, over ``limit`` bytes,
-    not UTF-8 text, not valid JSON/TOML, nested too deeply."""
+    not UTF-8 text, not valid JSON/TOML, nested too deeply. ``shown``: the name the
+    message gives the document in place of its path (a file of a pull request's checkout,
+    named in a reply on it by its own name, not by the runner's directories)."""
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS} (got {fmt!r})")
+    named = path if shown is None else shown
     try:
         if limit is not None and (size := os.stat(path).st_size) > limit:
-            raise failure(error, what, path, f"{size} bytes, over the limit of {limit}")
-        text = read_regular(path, what, error).decode("utf-8")
+            raise failure(error, what, named, f"{size} bytes, over the limit of {limit}")
+        text = read_regular(path, what, error, named).decode("utf-8")
     except FileNotFoundError:
         if default is not _REQUIRED:
             return default
-        raise failure(error, what, path, "not found" + (f" ({missing})" if missing else "")) from None
+        raise failure(error, what, named, "not found" + (f" ({missing})" if missing else "")) from None
     except IsADirectoryError:
-        raise failure(error, what, path, "a directory, not a regular file") from None
+        raise failure(error, what, named, "a directory, not a regular file") from None
     except UnicodeDecodeError:
-        raise failure(error, what, path, "not UTF-8 text") from None
+        raise failure(error, what, named, "not UTF-8 text") from None
     except OSError as err:
-        raise failure(error, what, path, f"cannot be read ({err.strerror or type(err).__name__})") from None
-    return text if fmt == "text" else parse_document(text, path, what, error, fmt=fmt)
+        raise failure(error, what, named, f"cannot be read ({err.strerror or type(err).__name__})") from None
+    return text if fmt == "text" else parse_document(text, named, what, error, fmt=fmt)
 
 
 def parse_document(text: str, path: str | os.PathLike[str], what: str, error: type[Exception], *,

@@ -44,10 +44,11 @@ def footprint(cfg) -> Footprint:
     the model runs in (a bf16 shape runs in float32 on the CPU, as the loader does)."""
     if cfg.model == "none":
         return Footprint(0, cfg.kv_bytes_per_token)
-    import torch
+    import torch  # torch: optional, loaded only on this path
 
-    from mini_engine.model.backend import DEFAULT_DRAFT_LAYERS
-    from mini_engine.model.config import SHAPES
+    from mini_engine.model.backend import DEFAULT_DRAFT_LAYERS  # numpy, torch: optional, loaded only on this path
+    from mini_engine.model.config import SHAPES  # torch: optional, loaded only on this path
+    # torch: optional, loaded only on this path
     from mini_engine.model.loader import read_hf_config, config_from_hf
 
     if cfg.model in SHAPES:

@@ -18,7 +18,7 @@ def prefix_match(manager, r: Request):
     prefix = manager.prefix
     if prefix is None:
         return None
-    return prefix.match(np.asarray(r.tokens(0, r.seq_len), dtype=np.int64))
+    return prefix.match(np.asarray(r.tokens(0, r.seq_len), dtype=np.int64), r.rid)
 
 
 def checkpoint_prefill(manager, r: Request) -> None:

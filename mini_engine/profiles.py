@@ -19,7 +19,9 @@ Knobs, with SGLang 0.5.23's values first:
                          extent drops its last page (a what-if). "dedup": unique
                          pages of the row's slots (the device-truth path, a sync).
                          "unique-row": 0.5.18's, the committed row through a
-                         unique free (a sync), the over-allocation by segment
+                         unique free (a sync), the over-allocation by segment;
+                         with SWA its SWAChunkCache's: both parts and the window
+                         eviction through the SWA allocator's unique frees
                          (mini_engine.memory.release_unique).
   swa_eviction_interval  SGLANG_SWA_EVICTION_INTERVAL: a decode step evicts only
                          once committed - window >= cursor + interval (128).

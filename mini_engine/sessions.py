@@ -3,9 +3,9 @@
 The engine knows arrivals only as fixed steps (Request.arrival_step); a next turn's
 prompt is its predecessor's prompt + outputs + new tokens, known only at that
 predecessor's finish. SessionEngine adds that dependency around the engine without
-changing it: when a request finishes with all its outputs, its NextTurn becomes a
-Request that arrives the next step, so the predecessor's release (and whatever a
-prefix cache keeps of it) comes first.
+changing it, through the engine's public ``on_finish`` hook: when a request finishes
+with all its outputs, its NextTurn becomes a Request that arrives the next step, so the
+predecessor's release (and whatever a prefix cache keeps of it) comes first.
 
 Every turn is validated before the first step (lengths and pool, as the engine
 validates any request): the lengths of later turns are known in advance, since a
@@ -30,8 +30,8 @@ class NextTurn:
 
 class SessionEngine(Engine):
     def __init__(self, cfg: EngineConfig, next_turns: dict[int, NextTurn], **kwargs):
-        super().__init__(cfg, **kwargs)
         self.next_turns = dict(next_turns)  # predecessor rid -> its next turn, popped when submitted
+        super().__init__(cfg, on_finish=self._submit_next_turn, **kwargs)
 
     def validate(self, reqs: list[Request]) -> None:
         """The requests and, with stand-ins of their lengths, every turn that will follow them."""
@@ -48,11 +48,9 @@ class SessionEngine(Engine):
                 nxt = self.next_turns.get(nxt.rid)
         return out
 
-    def _on_release(self, r: Request, retracted: bool) -> None:
-        super()._on_release(r, retracted)
-        # A retracted request comes back; one released unfinished (a stopped run's drain) has no next turn.
-        if retracted or r.remaining > 0:
-            return
+    def _submit_next_turn(self, r: Request) -> None:
+        """The engine's on_finish: ``r`` finished with all its outputs (a retracted request
+        comes back, one released unfinished by a stopped run's drain has no next turn)."""
         nxt = self.next_turns.pop(r.rid, None)
         if nxt is not None:
             self.submit([Request(rid=nxt.rid, prompt=[*r.prompt, *r.outputs, *nxt.new_tokens],

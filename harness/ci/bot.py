@@ -16,6 +16,7 @@ from harness.ci import specs
 from harness.ci.permissions import COMMANDS, Permissions
 from harness.ci.runners import Registry
 from harness.ci.specs import Refusal, show
+from harness.ci.suite_filter import check_selects
 from harness.core.errors import HarnessError
 
 SLASHES = "/\uff0f\u2215\u2044\u29f8\u2571"  # '/' and the look-alikes someone may paste
@@ -136,8 +137,6 @@ def _rerun_suite(args: list[str], registry: Registry, grant, suites: list[str], 
     if not grant.allows("rerun-suite", runner):
         raise Refusal(f"no permission to run on runner `{runner}`")
     if expr:  # a filter that selects nothing is refused now, not by the sweep on the runner
-        from harness.ci.suite_filter import check_selects
-
         check_selects(suite_root / "suites" / f"{suite}.toml", suite, expr)
     return [Group(runner, suite=suite, filter=expr)]
 

@@ -51,15 +51,6 @@ def check_repo(repo: str) -> str:
     return repo
 
 
-def client_for(repo: str | None) -> Client:
-    """The client for ``repo``, or, without one, a recording client that only prints."""
-    if repo:
-        return GitHubClient(repo)
-    from harness.ci.recording import RecordingClient  # it imports this module
-
-    return RecordingClient()
-
-
 def _urllib_send(token: str, api_url: str) -> Send:
     def send(method: str, path: str, payload: dict | None) -> tuple[int, object]:
         data = None if payload is None else json.dumps(payload).encode()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.ci.github_client import GitHubError
+from harness.ci.github_client import Client, GitHubClient, GitHubError
 
 
 @dataclass
@@ -85,3 +85,10 @@ class RecordingClient:
 
     def count(self, name: str) -> int:
         return sum(1 for c in self.calls if c[0] == name)
+
+
+def client_for(repo: str | None) -> Client:
+    """The client for ``repo``, or, without one, a recording client that only prints."""
+    if repo:
+        return GitHubClient(repo)
+    return RecordingClient()

@@ -16,6 +16,8 @@ from typing import Any
 
 from harness.ci.specs import Refusal, show
 from harness.core.errors import HarnessError
+from harness.grid.filter import compile_filter
+from harness.grid.suites import MAX_CONFIGS, _check_grid_size, expand
 from mini_engine.errors import KVBenchError
 from mini_engine.files import read_document
 
@@ -29,7 +31,6 @@ def _tables(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
 
 def grid_of(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """(id, config) of every config of the suite file at ``path``."""
-    from harness.grid.suites import MAX_CONFIGS, _check_grid_size, expand
 
     data = read_document(path, "suite file", Refusal, fmt="toml")
     defaults, axes = data.get("defaults") or {}, data.get("axes") or {}
@@ -47,7 +48,6 @@ def grid_of(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def check_selects(suite_file: Path, suite: str, expr: str) -> int:
     """How many configs of ``suite`` the filter selects; Refusal when none."""
-    from harness.grid.filter import compile_filter
 
     try:
         selects = compile_filter(expr)

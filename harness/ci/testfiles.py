@@ -13,8 +13,10 @@ from pathlib import Path
 
 from harness.ci.text import show
 from harness.core.errors import UsageError
+from mini_engine.files import failure, read_document
 
 MAX_FILE_BYTES = 1 << 20  # a test file larger than this is not a test file we will parse
+WHAT = "test file"  # what a failure to read or parse one calls it
 
 
 @dataclass
@@ -86,9 +88,9 @@ def parse_source(source: str, path: str) -> TestInfo:
         tree = ast.parse(source, filename=path)
     except (SyntaxError, ValueError) as err:  # ValueError: NUL bytes, on some Pythons
         line = getattr(err, "lineno", None)
-        raise UsageError(f"{show(path, 120)}: not valid Python" + (f" (line {line})" if line else "")) from None
+        raise failure(UsageError, WHAT, path, "not valid Python" + (f" (line {line})" if line else "")) from None
     except (MemoryError, RecursionError):  # the parser's stack, not the machine's memory
-        raise UsageError(f"{show(path, 120)}: too deeply nested to parse") from None
+        raise failure(UsageError, WHAT, path, "too deeply nested to parse") from None
     module_marks = _pytestmark(tree.body)
     info = TestInfo(path, _runner_from(module_marks, path), any(_mark_name(m) == "gpu" for m in module_marks))
     for node in tree.body:
@@ -105,21 +107,22 @@ def parse_source(source: str, path: str) -> TestInfo:
     return info
 
 
+def _read(path: Path) -> str:
+    # Named by its file name, not the checkout's directories: a reply on the pull request shows it.
+    return read_document(path, WHAT, UsageError, limit=MAX_FILE_BYTES, shown=path.name)
+
+
 def scan(path: Path) -> TestInfo:
     try:
         st = path.stat()
-    except OSError as err:
-        raise UsageError(f"{show(path.name, 120)}: cannot be read ({type(err).__name__})") from None
-    if st.st_size > MAX_FILE_BYTES:
-        raise UsageError(f"{show(path.name, 120)}: larger than {MAX_FILE_BYTES} bytes, not scanned")
+    except OSError:
+        st = None
+    if st is None or st.st_size > MAX_FILE_BYTES:  # read_document says what is wrong, in its one line
+        return parse_source(_read(path), path.name)
     # One comment names the same file many times (a spec per test): parse it once.
     return _scan(str(path), st.st_mtime_ns, st.st_size)
 
 
 @functools.lru_cache(maxsize=256)
 def _scan(path: str, mtime_ns: int, size: int) -> TestInfo:
-    try:
-        source = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise UsageError(f"{show(Path(path).name, 120)}: cannot be read ({type(err).__name__})") from None
-    return parse_source(source, Path(path).name)
+    return parse_source(_read(Path(path)), Path(path).name)

@@ -23,6 +23,7 @@ from harness.ci import workflow_injection
 from harness.ci.runners import Registry
 from harness.ci.workflow_injection import jobs, steps
 from harness.core.errors import HarnessError
+from mini_engine.files import failure, read_document
 
 EXPR_RE = re.compile(r"^\$\{\{(.*)\}\}$", re.S)
 TOKEN_RE = re.compile(r"\s*(?:('[^']*')|(==|!=|&&|\|\||\(|\)|!)|([A-Za-z_][A-Za-z0-9_.-]*))")
@@ -45,18 +46,21 @@ class Problem:
 
 
 def load(path: Path) -> dict:
+    """A workflow file as a mapping; WorkflowError ``workflow '<name>': <reason>`` when
+    it cannot be read (mini_engine.files.read_document) or is not a YAML mapping."""
+    text = read_document(path, "workflow", WorkflowError, shown=path.name)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         # One line: PyYAML's own message quotes the offending lines.
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         what = " ".join(str(getattr(err, "problem", "") or "unreadable").split())[:120]
-        raise WorkflowError(f"{path.name}: not valid YAML{where}: {what}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise WorkflowError(f"{path.name}: cannot be read ({type(err).__name__})") from None
+        raise failure(WorkflowError, "workflow", path.name, f"not valid YAML{where}: {what}") from None
+    except RecursionError:
+        raise failure(WorkflowError, "workflow", path.name, "nested too deeply to read") from None
     if not isinstance(data, dict):
-        raise WorkflowError(f"{path.name}: a workflow is a mapping")
+        raise failure(WorkflowError, "workflow", path.name, "a workflow is a mapping")
     if True in data:  # YAML 1.1 reads the key `on` as a boolean
         data["on"] = data.pop(True)
     return data
@@ -247,7 +251,8 @@ def check_all(root: Path, registry: Registry, parse) -> list[Problem]:
         try:
             workflow = load(path)
         except WorkflowError as err:
-            problems.append(Problem(path.name, "-", str(err).removeprefix(f"{path.name}: ")))
+            # The file is the problem's own: its reason alone, as the lint's other lines.
+            problems.append(Problem(path.name, "-", str(err).removeprefix(f"workflow {path.name!r}: ")))
             continue
         if not isinstance(workflow.get("jobs"), dict) or not all(isinstance(j, dict) for j in workflow["jobs"].values()):
             problems.append(Problem(path.name, "-", "jobs: must be a mapping of job ids to jobs"))

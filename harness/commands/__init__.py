@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from importlib.metadata import PackageNotFoundError, version as dist_version
 
 # Order is the order of ``kvbench --help``.
 COMMANDS = ("run", "sweep", "compare", "baseline", "history", "report", "bisect", "sync", "ui", "replay", "conform", "bot", "ci")
@@ -38,8 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def version() -> str:
     """The installed distribution's version, or the source tree's when run from a checkout."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
 
     try:
         return dist_version("kvbench")

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from harness.commands.compare import judged_run
+from harness.core.safe_write import check_target
+from harness.store.locks import LockBusy, run_lock
+from harness.store.results import results_root, run_dir_of
+from harness.view.mlflow_log import git_commit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,14 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from harness.commands.compare import judged_run
+    # pydantic: only this command loads it, not the parser
     from harness.judge.baseline import build, default_path, load_baseline, write_baseline
-    from harness.store.results import results_root
-    from harness.view.mlflow_log import git_commit
-
-    from harness.core.safe_write import check_target
 
     _not_held(args.run)
     rows, meta, profile = judged_run(args.run)
@@ -37,8 +38,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _not_held(run: str) -> None:
     """A run a sweep still writes is not a baseline yet: 2 of 8 configs were blessed."""
-    from harness.store.locks import LockBusy, run_lock
-    from harness.store.results import run_dir_of
 
     path = run_dir_of(run).path
     if not (path / "lock").is_file():

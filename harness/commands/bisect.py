@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
+from harness.ci.text import code
+from harness.core.safe_write import open_regular
+from harness.run.runner import load_config_file
 from mini_engine.errors import ConfigError
 
 
@@ -30,13 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def config_of(ref: str, suite: str | None) -> tuple[dict, str]:
     """The options of a config named by test id (in --suite, or the one suite holding it) or a TOML file."""
-    from pathlib import Path
 
-    from harness.grid.suites import available, load_suite
+    from harness.grid.suites import available, load_suite  # pydantic: only this command loads it, not the parser
 
     if ref.endswith(".toml") and Path(ref).is_file():
-        from harness.run.runner import load_config_file
-
         return load_config_file(ref), ref
     names = [suite] if suite else available()
     found = [(name, load_suite(name).by_id().get(ref)) for name in names]
@@ -51,11 +53,9 @@ def config_of(ref: str, suite: str | None) -> tuple[dict, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from harness.judge import bisect  # pydantic: only this command loads it, not the parser
 
-    from harness.judge import bisect
-
-    from harness.schemas.suite import MAX_REPEAT
+    from harness.schemas.suite import MAX_REPEAT  # pydantic: only this command loads it, not the parser
 
     if not 1 <= args.repeat <= MAX_REPEAT:  # a suite's repeat bound: more is a typo, not a measurement
         raise ConfigError(f"--repeat must be an integer from 1 to {MAX_REPEAT} (got {args.repeat})")
@@ -80,10 +80,6 @@ def run(args: argparse.Namespace) -> int:
     print(line + (f"\n  {why}" if why else ""))
     if args.summary:
         try:
-            import os
-
-            from harness.core.safe_write import open_regular
-
             with open(open_regular(args.summary, "--summary", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
                       encoding="utf-8") as fh:
                 fh.write(summary(name, good, bad, result, line, why))
@@ -93,8 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def summary(name: str, good: str, bad: str, result, line: str, why: str) -> str:
-    from harness.ci.text import code  # one code span no commit text or reason can break out of
-
+    # code(): one code span no commit text or reason can break out of
     rows = [f"| {code(s.commit[:12])} | {s.state} | {code(s.reason) if s.reason else ''} |" for s in result.steps]
     return "\n".join([f"### kvbench bisect {code(name)}", "", f"{code(good[:12])}..{code(bad[:12])}: "
                       + code(line), "", "| commit | state | moved |", "|---|---|---|", *rows, ""]) + "\n"

@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.core.errors import UsageError, HarnessError
+from harness.ci.config_file import read_config
+from harness.ci.github_client import GitHubClient
+from harness.ci.recording import client_for
+from harness.core.errors import HarnessError, UsageError
+from harness.store.artifact import ArtifactError, read_rows
+from harness.store.links import mlflow_link
 from mini_engine.errors import KVBenchError
 from mini_engine.files import read_document
 
 
 def _setup(args: argparse.Namespace):
-    from harness.ci.permissions import load_permissions
-    from harness.ci.runners import load_registry
+    from harness.ci.permissions import load_permissions  # pydantic: only this command loads it, not the parser
+    from harness.ci.runners import load_registry  # pydantic: only this command loads it, not the parser
 
     root = Path(args.root)
     registry = load_registry(root / "ci" / "runners.toml")
@@ -21,9 +26,7 @@ def _setup(args: argparse.Namespace):
 
 
 def cmd_handle(args: argparse.Namespace) -> int:
-    from harness.ci.config_file import read_config
-    from harness.ci.github_client import client_for
-    from harness.ci.handle import EventError, handle_event
+    from harness.ci.handle import EventError, handle_event  # pydantic: only this command loads it, not the parser
 
     root, registry, perms = _setup(args)
     event = read_config(args.event, "--event", error=EventError)
@@ -47,7 +50,8 @@ def cmd_handle(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from harness.ci import reply
+    from harness.ci import reply  # pydantic: only this command loads it, not the parser
+    # pydantic: only this command loads it, not the parser
     from harness.ci.bot import Comment, known_suites, plan_comment
 
     if args.pr < 1:
@@ -66,11 +70,10 @@ def _table(args: argparse.Namespace, root: Path) -> tuple[str | None, bool]:
     """(markdown compare table, failed) for a rerun suite's results, if there are any."""
     if not args.results or not (Path(args.results) / "results.jsonl").is_file():
         return None, False
-    from harness.ci.runners import load_registry
-    from harness.ci.specs import show
-    from harness.judge.baseline import load_baseline
-    from harness.judge.compare import compare_rows
-    from harness.store.artifact import ArtifactError, read_rows
+    from harness.ci.runners import load_registry  # pydantic: only this command loads it, not the parser
+    from harness.ci.specs import show  # pydantic: only this command loads it, not the parser
+    from harness.judge.baseline import load_baseline  # pydantic: only this command loads it, not the parser
+    from harness.judge.compare import compare_rows  # pydantic: only this command loads it, not the parser
 
     path = args.baseline
     if not path and args.baseline_runner:
@@ -94,8 +97,7 @@ def _table(args: argparse.Namespace, root: Path) -> tuple[str | None, bool]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.ci import handle, reply
-    from harness.store.links import mlflow_link
+    from harness.ci import handle, reply  # pydantic: only this command loads it, not the parser
 
     root = Path(args.root)
     if (args.status is None) == (args.result is None):
@@ -112,8 +114,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         run_link = mlflow_link(Path(args.results), links[0])
         links = [run_link] if run_link else links
     if args.github:
-        from harness.ci.github_client import GitHubClient
-
         handle.report(GitHubClient(args.github), args.comment_id, args.group, status, args.run_url, links, table,
                       settle_s=handle.SETTLE_S)
         print(f"bot: reply {args.comment_id} group {args.group} -> {status}")

@@ -9,8 +9,10 @@ import json
 import sys
 from pathlib import Path
 
+from harness.ci.recording import client_for
 from harness.commands import build_parser
 from harness.core.errors import UsageError
+from harness.core.urls import check_web_url
 
 
 def _root(args: argparse.Namespace) -> Path:
@@ -22,18 +24,15 @@ def _root(args: argparse.Namespace) -> Path:
 
 def _registry(args: argparse.Namespace):
     """--root and its runner registry."""
-    from harness.ci.runners import load_registry
+    from harness.ci.runners import load_registry  # pydantic: only this command loads it, not the parser
 
     root = _root(args)
     return root, load_registry(root / "ci" / "runners.toml")
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
-    from harness.ci import triage
-    from harness.ci.github_client import client_for
-    from harness.judge.baseline import load_baseline
-
-    from harness.core.urls import check_web_url
+    from harness.ci import triage  # pydantic: only this command loads it, not the parser
+    from harness.judge.baseline import load_baseline  # pydantic: only this command loads it, not the parser
 
     # The link target of every night's MLflow run in the issue: http(s) only.
     ui_url = check_web_url(args.mlflow_url or "", "--mlflow-url")
@@ -59,7 +58,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 
 def cmd_rerun_args(args: argparse.Namespace) -> int:
-    from harness.ci.rerun import check_sha, rerun_argv
+    from harness.ci.rerun import check_sha, rerun_argv  # pydantic: only this command loads it, not the parser
 
     root, registry = _registry(args)
     tree = Path(args.tree) if args.tree else root
@@ -80,9 +79,10 @@ def parse_cli(argv: list[str]) -> None:
 
 def lint(root: Path) -> list[str]:
     """Problems in the workflows, the runner registry, the permissions and runner marks."""
+    # pydantic, yaml: only this command loads it, not the parser
     from harness.ci import specs, testfiles, workflows
-    from harness.ci.permissions import load_permissions
-    from harness.ci.runners import load_registry
+    from harness.ci.permissions import load_permissions  # pydantic: only this command loads it, not the parser
+    from harness.ci.runners import load_registry  # pydantic: only this command loads it, not the parser
 
     registry = load_registry(root / "ci" / "runners.toml")
     load_permissions(root / "ci" / "permissions.json", registry.labels)
@@ -121,7 +121,7 @@ def cmd_runners(args: argparse.Namespace) -> int:
         for r in registry.runners.values():
             print(f"{r.label:12} profile={r.profile:8} gpus={r.gpus} runs-on={r.runs_on} suites={','.join(r.suites) or '-'}")
         return 0
-    from harness.ci.specs import parse_test_spec
+    from harness.ci.specs import parse_test_spec  # pydantic: only this command loads it, not the parser
 
     for token in args.files:
         spec = parse_test_spec(token, root)

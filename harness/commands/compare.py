@@ -10,6 +10,8 @@ import argparse
 from pathlib import Path
 
 from harness.core.errors import UsageError
+from harness.run import hardware
+from harness.store.results import results_root, run_dir_of, run_rows
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,8 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def judged_run(run: str) -> tuple[list[dict], dict, str]:
     """The rows, meta.json and hardware profile of the run a command judges (compare)
     or blesses (baseline); the profile is the one it ran on, else this machine's."""
-    from harness.run import hardware
-    from harness.store.results import run_dir_of, run_rows
 
     meta = run_dir_of(run).meta()
     rows = run_rows(run)
@@ -46,9 +46,9 @@ def is_baseline_file(path: str) -> bool:
 
 def reference(args: argparse.Namespace, profile: str) -> tuple[dict, str, str]:
     """(reference, its hardware profile, how to name it) for the judged run's profile."""
+    # pydantic: only this command loads it, not the parser
     from harness.judge.baseline import default_path, load_baseline
-    from harness.judge.compare import reference_of_run
-    from harness.store.results import results_root
+    from harness.judge.compare import reference_of_run  # pydantic: only this command loads it, not the parser
 
     if len(args.runs) == 1:
         path = args.baseline or default_path(profile, results_root())
@@ -65,7 +65,8 @@ def reference(args: argparse.Namespace, profile: str) -> tuple[dict, str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.grid.sweep import filter_selects
+    from harness.grid.sweep import filter_selects  # pydantic: only this command loads it, not the parser
+    # pydantic: only this command loads it, not the parser
     from harness.judge.compare import accounting_profiles, across, compare_rows
 
     if len(args.runs) > 2:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mini_engine.errors import TraceError
+
 DESCRIPTION = """\
 Replay kvbench allocation traces (kvbench run --trace FILE) on SGLang's own code and
 check every call: PagedTokenToKVPoolAllocator (TokenToKVPoolAllocator at page size 1),
@@ -15,8 +17,11 @@ the reserve against get_alloc_reserve_per_decode when the header names the spec
 options. An unaligned record is checked against max(cur, committed + reserve): the
 pre-35265 DFLASH rule, reproduced (in 0.5.18 it is inline in a method that needs a
 GPU batch). The PD SWA tail (swa_prealloc) is SGLang 0.5.23's _swa_tail_len rule,
-reproduced (its module needs the disaggregation stack). The first divergence of each
-trace is reported with its call index and both values.
+reproduced (its module needs the disaggregation stack). The prefix tree's calls
+(match, insert, lock, unlock, evict) run on SGLang 0.5.23's own RadixCache, in trace
+order: matched and cached lengths, lock deltas, evicted pages, evictable and protected
+sizes after each. The first divergence of each trace is reported with its call index
+and both values.
 
 Needs the SGLang release of each trace's profile importable: 0.5.23, or 0.5.18 for
 sglang-pre-35265 traces (a trace of another release is refused: one line, exit 2).
@@ -36,9 +41,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Imported here: SGLang and torch take seconds to import; other commands never pay it.
+    # numpy (torch, SGLang): SGLang and torch take seconds to import; other commands never pay it.
     from harness.conform import conform, describe, load_sglang
-    from mini_engine.errors import TraceError
+    from harness.conform_tree import TREE_VERSION  # numpy: as the line above
 
     sg = load_sglang()
     status = 0
@@ -52,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
             continue
         checked = (f"{rep.calls} calls: {rep.allocator_calls} allocator calls, "
                    f"{rep.reservations} reservations, {rep.reserves} reserves"
+                   + (f", {rep.tree_calls} tree calls" if rep.tree_calls else "")
+                   + (f", {rep.tree_unchecked} tree calls not checked (the tree is {TREE_VERSION}'s)"
+                      if rep.tree_unchecked else "")
                    + (f"; {rep.row_overflows} cut at the row: K4, SGLang writes past it" if rep.row_overflows else ""))
         if rep.conforms:
             print(f"{path}: conforms to sglang {sg.version} ({checked})")

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from harness.core.errors import UsageError
+from harness.core.markdown import code
+from harness.core.metrics import check_metric_option
+from harness.judge.rollup import rollup_lines
+from harness.store.results import results_root
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,14 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from harness.judge import history
-    from harness.store.results import results_root
+    from harness.judge import history  # pydantic: only this command loads it, not the parser
 
     if args.last < 2:
         raise UsageError(f"--last must be an integer >= 2 (got {args.last})")
-    from harness.core.metrics import check_metric_option
 
     check_metric_option(args.metric, "--metric", extra=("status",))
     roots = [Path(d) for d in args.nights] if args.nights else [results_root() / "runs"]
@@ -43,13 +44,11 @@ def run(args: argparse.Namespace) -> int:
     hist = history.build(nights[-args.last:])
     head = f"kvbench history {args.suite}: {len(hist.nights)} nights, oldest first"
     if args.format == "markdown":
-        from harness.core.markdown import code  # the suite name is the user's text: a code span
-
+        # the suite name is the user's text: a code span
         head = f"### kvbench history {code(args.suite)}: {len(hist.nights)} nights, oldest first\n"
     print(head)
     print(history.nights_text(hist, args.format))
     print(history.table(hist, metrics=args.metric, configs=args.config, show_all=args.all, fmt=args.format))
-    from harness.judge.rollup import rollup_lines
 
     moves = len({(m.key, m.metric) for m in hist.moves})
     count = {v: sum(m.verdict == v for m in hist.moves) for v in history.MOVED}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from mini_engine.algos import writers
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -15,10 +17,10 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Imported here: the memory layer pulls in torch, which every other command would pay for.
+    # numpy: here, not at the top: replay needs only the memory layer, and building the parser must not need numpy.
     from mini_engine.memory.replay import replay
 
-    report = replay(args.trace)
+    report = replay(args.trace, writers())
     us = report.seconds_per_call * 1e6
     if report.divergences == 0:
         print(f"replayed {report.calls} calls, 0 divergences ({us:.1f} us/call host time)")

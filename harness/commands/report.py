@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 # From harness.core.metrics, not harness.view.report: --help lists them, and building the parser
 # must not import the report's modules (they need pydantic, which a bare install lacks).
-from harness.core.metrics import TREND_METRICS
+from harness.core.metrics import TREND_METRICS, check_metric_option
+from harness.core.numbers import NumberError
+from harness.core.safe_write import UnsafeTarget, open_regular
+from harness.store.results import ResultsError, run_dir_of, run_rows
 from mini_engine.errors import ConfigError
 
 
@@ -32,17 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from harness.judge import history
-    from harness.judge.baseline import load_baseline
-    from harness.store.results import run_dir_of, run_rows
-    from harness.view import report
-
-    from harness.core.numbers import NumberError
-    from harness.store.results import ResultsError
-
-    from harness.core.metrics import check_metric_option
+    from harness.judge import history  # pydantic: only this command loads it, not the parser
+    from harness.judge.baseline import load_baseline  # pydantic: only this command loads it, not the parser
+    from harness.view import report  # pydantic: only this command loads it, not the parser
 
     check_metric_option(args.metric, "--metric")
     check_metric_option([args.heatmap], "--heatmap")
@@ -75,8 +71,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {out} ({len(nights)} runs, {len(hist.moves)} figures moved"
           + (f"; newest: {cmp.summary()}" if cmp else "") + ")")
     if args.summary:
-        from harness.core.safe_write import UnsafeTarget, open_regular
-
         try:
             with open(open_regular(args.summary, "--summary", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
                       encoding="utf-8") as fh:

@@ -13,6 +13,11 @@ import os
 from typing import Any
 
 from harness.core.options import options as schema_options
+from harness.core.safe_write import check_target, write_text
+from harness.judge.expect import leak_verdict
+from harness.run.bounds import check_options
+from harness.run.capacity import for_run
+from harness.run.runner import load_config_file, run_config
 from mini_engine.errors import ConfigError
 
 
@@ -45,8 +50,6 @@ def register(subparsers) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    from harness.run.runner import load_config_file
-
     options: dict[str, Any] = load_config_file(args.config) if args.config else {}
     for o in schema_options():
         value = getattr(args, o.name)
@@ -58,7 +61,6 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def _check_writable(path: str, what: str) -> None:
     """Fail before the run on a path that could not take its result: not a regular
     file or a new path (safe_write), or in a directory that cannot be written."""
-    from harness.core.safe_write import check_target
 
     check_target(path, what)
     directory = os.path.dirname(os.path.abspath(path))
@@ -83,10 +85,6 @@ def _check_applies(args: argparse.Namespace, options: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.judge.expect import leak_verdict
-    from harness.run.bounds import check_options
-    from harness.run.runner import run_config
-
     if args.outputs and not args.json:
         raise ConfigError("--outputs needs --json FILE to write them to")
     if args.json and args.trace and os.path.realpath(args.json) == os.path.realpath(args.trace):
@@ -98,8 +96,6 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--gpu-mem goes with --capacity")
     capacity = None
     if args.capacity is not None:  # bad input is found before the run
-        from harness.run.capacity import for_run
-
         capacity = for_run(options, args.capacity, args.gpu_mem)
     # Found before the run, so a long run never ends with nowhere to put its results.
     for path, what in ((args.json, "--json"), (args.trace, "--trace")):
@@ -108,8 +104,6 @@ def run(args: argparse.Namespace) -> int:
     # Bad input found in the run leaves no result files: each appears whole at its end.
     row = leak_verdict(run_config(options, trace=args.trace, outputs=args.outputs))
     if args.json:
-        from harness.core.safe_write import write_text
-
         write_text(args.json, json.dumps(row, indent=1) + "\n", "--json")
     print_summary(row)
     if capacity is not None:
@@ -118,8 +112,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_capacity(title: str, heads: list[str], rows: list[list[str]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # rich: only this command loads it, not the parser
+    from rich.table import Table  # rich: only this command loads it, not the parser
 
     table = Table(title=title, show_header=True, header_style="bold", title_justify="left")
     for i, h in enumerate(heads):
@@ -130,8 +124,8 @@ def print_capacity(title: str, heads: list[str], rows: list[list[str]]) -> None:
 
 
 def print_summary(row: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # rich: only this command loads it, not the parser
+    from rich.table import Table  # rich: only this command loads it, not the parser
 
     m = row["metrics"]
     table = Table(show_header=True, header_style="bold")

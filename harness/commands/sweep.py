@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+
+from mini_engine.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,10 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from harness.grid.sweep import SweepOptions, run_sweep
-    from mini_engine.errors import ConfigError
+    from harness.grid.sweep import SweepOptions, run_sweep  # pydantic: only this command loads it, not the parser
 
     # Contradictions and empty values found before anything runs: each picked a reading silently.
     if args.no_mlflow and args.mlflow_uri:
@@ -56,10 +57,9 @@ def run(args: argparse.Namespace) -> int:
 
 def list_configs(suite_name: str, expr: str | None) -> int:
     """One config id a line (those --filter selects, when given), then how many."""
-    import sys
 
-    from harness.grid.suites import load_suite
-    from harness.grid.sweep import filter_selects
+    from harness.grid.suites import load_suite  # pydantic: only this command loads it, not the parser
+    from harness.grid.sweep import filter_selects  # pydantic: only this command loads it, not the parser
 
     suite = load_suite(suite_name, validate=False)
     keep = filter_selects(expr) if expr else None

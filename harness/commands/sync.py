@@ -4,6 +4,10 @@ close the sweep's parent run with its aggregates and plots."""
 from __future__ import annotations
 
 import argparse
+import sys
+
+from harness.store.results import load_rows, open_run_dir, results_root
+from harness.view.mlflow_log import finish_parent, sync, tracking_uri, unreachable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,13 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
-    from harness.grid.lifecycle import write_run_plots
-    from harness.store.results import load_rows, open_run_dir, results_root
-    from harness.view.mlflow_log import finish_parent, sync, unreachable
-
-    from harness.view.mlflow_log import tracking_uri
+    from harness.grid.lifecycle import write_run_plots  # pydantic: only this command loads it, not the parser
 
     run_dir = open_run_dir(args.run)
     uri = tracking_uri(args.mlflow_uri, results_root())

@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from harness.core.causes import one_line
+from harness.store.results import results_root
+from harness.view.mlflow_log import MlflowUnavailable, artifact_location, client, default_uri
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +29,6 @@ def runs_urls(base: str, uri: str) -> list[tuple[str, str]]:
 
     The runs view in the model-training mode, not the experiment's landing page:
     MLflow 3 lands on its GenAI pages, where a sweep's runs and charts are not."""
-    from harness.view.mlflow_log import client
 
     experiments = client(uri).search_experiments(filter_string="name LIKE 'kvbench-%'")
     return [(e.name, f"{base}/#/experiments/{e.experiment_id}/runs?workflowType=machine_learning")
@@ -28,7 +39,6 @@ def _check_bind(host: str, port: int, error: type[Exception]) -> None:
     """Refuse, in one line, a host that does not resolve or an address already taken:
     the MLflow server logs such a failure and exits 0 (after up to a minute), so the
     command would look as if it had served."""
-    import socket
 
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -44,15 +54,6 @@ def _check_bind(host: str, port: int, error: type[Exception]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from harness.store.results import results_root
-    from harness.view.mlflow_log import MlflowUnavailable, artifact_location, default_uri
-
     root = results_root()
     if not (root / "mlflow.db").exists():
         raise MlflowUnavailable(f"no local MLflow store at {root / 'mlflow.db'}: run kvbench sweep first")
@@ -72,7 +73,6 @@ def run(args: argparse.Namespace) -> int:
     except MlflowUnavailable:
         raise
     except Exception as err:  # a damaged store: MLflow's own error, as one line
-        from harness.core.causes import one_line
 
         raise MlflowUnavailable(f"the MLflow store {uri} cannot be read: {one_line(err)}") from None
     print(f"starting the MLflow UI on {base} ({uri}); its links follow once it answers", flush=True)
@@ -99,8 +99,6 @@ def run(args: argparse.Namespace) -> int:
 
 def wait_ready(base: str, proc, poll_s: float = 0.5) -> bool:
     """Poll the server's /health until it answers 200; False when the server exited first."""
-    import time
-    import urllib.request
 
     while proc.poll() is None:
         try:

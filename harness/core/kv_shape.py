@@ -14,7 +14,10 @@ unknown and its rows carry token slots only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from mini_engine.errors import KVBenchError
 
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
@@ -49,7 +52,7 @@ class KVShape:
 
 def named(name: str, layer_pattern: str | None = None) -> KVShape:
     """A shape of the engine's table, its layers split by the layer pattern."""
-    from mini_engine.model.config import named_shape
+    from mini_engine.model.config import named_shape  # torch: optional, loaded only on this path
 
     return _of_model(named_shape(name), layer_pattern)
 
@@ -61,7 +64,7 @@ def shape_of(config: dict[str, Any], checkpoints: bool = True) -> KVShape | None
     model = config.get("model") or "none"
     if model == "none":
         return None
-    from mini_engine.model.config import SHAPES
+    from mini_engine.model.config import SHAPES  # torch: optional, loaded only on this path
 
     if model in SHAPES:
         return named(model, config.get("layer_pattern"))
@@ -69,9 +72,7 @@ def shape_of(config: dict[str, Any], checkpoints: bool = True) -> KVShape | None
 
 
 def _of_checkpoint(path: str, layer_pattern: str | None) -> KVShape | None:
-    from pathlib import Path
-
-    from mini_engine.errors import KVBenchError
+    # torch: optional, loaded only on this path
     from mini_engine.model.loader import config_from_hf, read_hf_config
 
     try:
@@ -84,7 +85,7 @@ def _of_checkpoint(path: str, layer_pattern: str | None) -> KVShape | None:
 
 
 def _of_model(mcfg, layer_pattern: str | None) -> KVShape:
-    from mini_engine.model.config import layer_types_for
+    from mini_engine.model.config import layer_types_for  # torch: optional, loaded only on this path
 
     types = layer_types_for(layer_pattern or "all-global", mcfg.num_layers)
     sliding = sum(1 for t in types if t == "sliding")

@@ -138,7 +138,8 @@ _DECLARED = [
        column=7),
     _m("syncs_per_step", "counter", "syncs/step", "engine", "device syncs per engine step"),
     _m("release_syncs", "counter", "syncs", "engine", "device syncs of the unique frees as SGLang pays them: "
-       "one per free group holding one (0.5.18's release of the committed row)"),
+       "one per free group holding one (0.5.18's release of the committed row; with SWA also "
+       "its SWA allocator's page unique and mask, at release and window eviction)"),
     # speculative decoding
     _m("tau", "info", "tokens/verify", "spec", "mean accepted length per verify, bonus token included", hib=True),
     _m("acceptance_rate", "info", "ratio", "spec", "accepted drafts over drafted tokens", hib=True),

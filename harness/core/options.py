@@ -11,41 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from mini_engine.options import Option, engine_options
+from harness.core.workload_options import WORKLOAD
+from harness.core.workloads import WorkloadConfig
+from mini_engine import algos
+from mini_engine.config import EngineConfig
+from mini_engine.option import Option
+from mini_engine.options import engine_options
 
-
-MOST = 2**31 - 1  # lengths and token ids stay int32-sized (WorkloadConfig, harness/core/workloads.py)
-
-
-def _workloads() -> tuple[str, ...]:
-    from harness.core.workloads import WORKLOADS
-
-    return WORKLOADS
-
-
-WORKLOAD = (
-    Option("workload", str, "uniform", "synthetic workload", choices=_workloads, group="workload"),
-    Option("num_requests", int, 256, "requests", short="n", minimum=1, maximum=MOST, group="workload"),
-    Option("input_len", int, 1024, "prompt length (fixed) or its upper bound / median", short="in", minimum=1,
-           maximum=MOST, group="workload"),
-    Option("output_len", int, 1024, "output length (fixed) or its upper bound / median", short="out", minimum=1,
-           maximum=MOST, group="workload"),
-    Option("min_len", int, 100, "lower bound of the uniform lengths", minimum=1, maximum=MOST, group="workload"),
-    Option("sigma", float, 1.0, "shape of the lognormal lengths", minimum=0.0, maximum=10.0, group="workload"),
-    Option("pd_fraction", float, 1.0, "share of pd requests that arrive prefilled", minimum=0.0, maximum=1.0,
-           group="workload"),
-    Option("arrival_gap", int, 0, "steps between PD arrivals", minimum=0, group="workload"),
-    Option("prompt_vocab", int, 1024, "synthetic prompt ids are below this", minimum=2, maximum=MOST,
-           group="workload"),
-    Option("prompts", str, None, "JSON-lines prompts file in place of a synthetic workload", group="workload"),
-    # Shared prompts (harness/core/prefixes.py, harness/core/turns.py): what a prefix cache can reuse.
-    Option("shared_prefix", int, 0, "tokens of a system prompt every prompt starts with, before its own "
-           "input_len-shaped part (0: none)", minimum=0, maximum=MOST, group="workload"),
-    Option("prefix_groups", int, 1, "distinct shared prefixes, request i takes prefix i mod groups",
-           minimum=1, maximum=MOST, group="workload"),
-    Option("turns", int, 1, "turns per session: the next turn's prompt is this prompt + its output + new "
-           "tokens, arriving when this turn finishes", minimum=1, maximum=MOST, group="workload"),
-)
 
 # Test ids spelt these options differently before the one schema; --filter still reads them.
 ID_ALIASES = {"win": "window", "pat": "layer_pattern", "wl": "workload", "run": "max_running",
@@ -75,23 +47,18 @@ def short_names() -> dict[str, str]:
 
 def resolved_defaults() -> dict[str, Any]:
     """Every option's value in a config that sets none (the engine's defaults resolved)."""
-    from harness.core.workloads import WorkloadConfig
-    from mini_engine.config import EngineConfig
 
     return {**EngineConfig().to_dict(), **WorkloadConfig().to_dict()}
 
 
 def option_names() -> tuple[str, ...]:
     """Every option a config may set: the engine's, then the workload's."""
-    from harness.core.workloads import WorkloadConfig
-    from mini_engine.config import EngineConfig
 
     return EngineConfig.option_names() + WorkloadConfig.option_names()
 
 
 def config_key(full: dict[str, Any]) -> str:
     """The result key of a resolved configuration (every option present)."""
-    from mini_engine import algos
 
     short = short_names()
     defaults = resolved_defaults()

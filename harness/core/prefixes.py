@@ -44,7 +44,7 @@ def check_fits(shared_prefix: int, max_context: int) -> None:
 def prefixes(wl: Any, seed: int) -> list[list[int]]:
     """The prefixes the requests use (none when shared_prefix is 0), as token id lists: one per
     group, but never more than there are requests (a group beyond them would be drawn for nothing)."""
-    import numpy as np
+    import numpy as np  # numpy: optional, loaded only on this path
 
     if wl.shared_prefix == 0:
         return []

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harness.core.lengths import draw_lengths
 from mini_engine.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,9 +40,9 @@ class LaterTurns:
 
     def tokens(self, wl: Any) -> dict[int, NextTurn]:
         """predecessor rid -> its next turn, with the new tokens drawn."""
-        import numpy as np
+        import numpy as np  # numpy: optional, loaded only on this path
 
-        from mini_engine.sessions import NextTurn
+        from mini_engine.sessions import NextTurn  # numpy: optional, loaded only on this path
 
         rng = np.random.default_rng([self.seed, _STREAM, 1])
         later, n = self.ins.shape
@@ -58,9 +59,7 @@ def later_turns(wl: Any, seed: int, ins: np.ndarray, outs: np.ndarray,
                 max_context: int | None) -> LaterTurns | None:
     """The later turns' lengths (None for single-turn sessions); a session whose last turn
     is longer than max_context is bad input, found before any of its tokens is drawn."""
-    import numpy as np
-
-    from harness.core.workloads import draw_lengths
+    import numpy as np  # numpy: optional, loaded only on this path
 
     if wl.turns == 1:
         return None

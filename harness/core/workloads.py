@@ -22,22 +22,17 @@ import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.core.options import MOST, WORKLOAD
+from harness.core.lengths import draw_lengths
 from harness.core.prefixes import check_sharing, group_of, prefixes
+from harness.core.turns import later_turns
+from harness.core.workload_options import MOST, WORKLOAD, WORKLOADS
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.files import failure, read_document
-from mini_engine.options import Option, dataclass_from
+from mini_engine.option import Option, dataclass_from
 from mini_engine.request import Request, check_context
 
 if TYPE_CHECKING:  # annotations only: building the CLI parser imports no numpy (nor the engine)
-    import numpy as np
-
     from mini_engine.sessions import NextTurn
-
-WORKLOADS = ("fixed", "uniform", "lognormal", "pd")
-# Lengths and token ids stay int32-sized (MOST, harness/core/options.py): far beyond
-# any context, and numpy's draws (lognormal's log, integers' bounds) take them without overflow.
-
 
 def _workload_options() -> tuple[Option, ...]:
     return WORKLOAD
@@ -94,9 +89,7 @@ def make_requests(wl: WorkloadConfig, seed: int, *, max_context: int | None = No
 def make_workload(wl: WorkloadConfig, seed: int, *, max_context: int | None = None) -> Workload:
     """The workload's requests and later turns; with max_context, a request longer than it
     is bad input, found before its prompt is drawn (a huge length must not be allocated first)."""
-    import numpy as np  # here, not at the top: the CLI imports WORKLOADS to build its parser
-
-    from harness.core.turns import later_turns
+    import numpy as np  # numpy: here, not at the top: the CLI imports WORKLOADS to build its parser
 
     if wl.prompts is not None:
         return Workload(load_prompts(wl.prompts, default_output_len=wl.output_len), {})
@@ -120,29 +113,6 @@ def make_workload(wl: WorkloadConfig, seed: int, *, max_context: int | None = No
         arrival = i * wl.arrival_gap if pd[i] else 0
         reqs.append(Request(rid=i, prompt=prompt, max_new_tokens=int(outs[i]), fill_len=fill, arrival_step=arrival))
     return Workload(reqs, later.tokens(wl) if later is not None else {})
-
-
-def draw_lengths(wl: WorkloadConfig, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """n (own prompt length, output length) pairs of the workload's shape."""
-    import numpy as np
-
-    if wl.workload == "fixed":
-        ins = np.full(n, wl.input_len)
-        outs = np.full(n, wl.output_len)
-    elif wl.workload == "lognormal":
-        ins = _lognormal(rng, wl.input_len, wl.sigma, n)
-        outs = _lognormal(rng, wl.output_len, wl.sigma, n)
-    else:  # uniform and pd
-        ins = rng.integers(min(wl.min_len, wl.input_len), wl.input_len, n, endpoint=True)
-        outs = rng.integers(min(wl.min_len, wl.output_len), wl.output_len, n, endpoint=True)
-    return ins, outs
-
-
-def _lognormal(rng: np.random.Generator, median: int, sigma: float, n: int) -> np.ndarray:
-    import numpy as np
-
-    x = rng.lognormal(np.log(median), sigma, n)
-    return np.clip(np.rint(x), 1, 8 * median).astype(np.int64)
 
 
 def load_prompts(path: str, *, default_output_len: int) -> list[Request]:

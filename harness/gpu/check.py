@@ -20,6 +20,7 @@ the CPU smoke suite for the sweep), to check the plumbing anywhere.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -33,6 +34,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness import ROOT
+from harness.run import hardware
+from harness.store.results import read_jsonl
+from mini_engine.config import EngineConfig
+from mini_engine.request import Request
 
 STEPS = ("pytest", "nightly", "k11", "decode", "kernel")
 
@@ -136,7 +141,6 @@ class Check:
         missing = [m for m in ("rich", "numpy") if not has(m)]
         if missing:
             return "skipped", {"reason": f"kvbench sweep needs {', '.join(missing)}"}
-        from harness.store.results import read_jsonl
 
         run_id = f"gpu-check-{time.strftime('%Y%m%d-%H%M%S')}"
         cmd = [sys.executable, "-m", "harness.cli", "sweep", self.plan.suite, "--filter", self.plan.suite_filter,
@@ -157,14 +161,10 @@ class Check:
     # -- in-process steps ----------------------------------------------------
 
     def k11(self) -> tuple[str, Any]:
-        import functools
+        import numpy as np  # numpy: optional, loaded only on this path
 
-        import numpy as np
-
-        from mini_engine.config import EngineConfig
-        from mini_engine.engine import Engine
-        from mini_engine.model.backend import ModelBackend
-        from mini_engine.request import Request
+        from mini_engine.engine import Engine  # numpy: optional, loaded only on this path
+        from mini_engine.model.backend import ModelBackend  # numpy, torch: optional, loaded only on this path
 
         p = self.plan
         rng = np.random.default_rng(0)
@@ -175,6 +175,7 @@ class Check:
                                max_context=512, window=32, layer_pattern="3:1", audit="raise", **spec)
             backend = ModelBackend(cfg, dtype="float64", attention=attention.split("-")[0])
             if attention.startswith("triton-"):  # before setup, so that the drafter attends alike
+                # numpy, torch, triton: optional, loaded only on this path
                 from mini_engine.model.attention_triton import triton_paged_attention
 
                 backend.attend = functools.partial(triton_paged_attention, kernel=attention.split("-")[1])
@@ -197,6 +198,7 @@ class Check:
         return ("ok" if ok else "failed"), {"model": p.k11_model, "dtype": "float64", "checks": checks}
 
     def decode(self) -> tuple[str, Any]:
+        # numpy, torch: optional, loaded only on this path
         from harness.gpu.perf import ALGOS, Workload, decode_throughput
 
         p = self.plan
@@ -212,7 +214,7 @@ class Check:
         return ("ok" if ok else "failed"), {"peak_bytes_per_s": self.peak_bw, "runs": rows}
 
     def kernel(self) -> tuple[str, Any]:
-        from harness.gpu.perf import kernel_bandwidth
+        from harness.gpu.perf import kernel_bandwidth  # numpy, torch: optional, loaded only on this path
 
         p = self.plan
         rows = [kernel_bandwidth(p.kernel_shape, b, p.kernel_ctx, p.device, self.peak_bw, p.kernel_iters)
@@ -242,10 +244,9 @@ def junit_counts(xml: Path) -> dict[str, int]:
 
 
 def machine(device: str, peak_override: float | None) -> dict[str, Any]:
-    import torch
+    import torch  # torch: optional, loaded only on this path
 
-    from harness.gpu.perf import peak_bandwidth
-    from harness.run import hardware
+    from harness.gpu.perf import peak_bandwidth  # numpy, torch: optional, loaded only on this path
 
     hw = hardware.detect().to_dict()
     name = torch.cuda.get_device_name(0) if device == "cuda" else None
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are defined: before any import of them
-    import torch
+    import torch  # torch: optional, loaded only on this path
 
     if not args.dry_run and not torch.cuda.is_available():
         print("gpu-check: error: no CUDA device is visible; run it on a GPU machine or pass --dry-run",

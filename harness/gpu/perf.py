@@ -19,6 +19,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mini_engine.config import EngineConfig
+from mini_engine.engine import Engine, decode_reserve
+from mini_engine.model.attn_meta import build_meta
+from mini_engine.model.backend import ModelBackend
+from mini_engine.model.config import named_shape
+from mini_engine.pool_budget import footprint
+from mini_engine.request import Request
+from mini_engine.step_batch import Phase
+
 # Peak memory bandwidth (bytes/s) of known GPUs, matched in order against the device name
 # (torch's or NVML's, e.g. "NVIDIA H100 80GB HBM3"): vendor datasheet figures.
 PEAK_BANDWIDTH = (
@@ -71,8 +80,6 @@ class Workload:
 
 
 def _requests(w: Workload, vocab: int, seed: int = 0):
-    from mini_engine.request import Request
-
     rng = np.random.default_rng(seed)
     return [Request(rid=i, prompt=rng.integers(0, vocab, w.prompt_len).tolist(), max_new_tokens=w.output_len)
             for i in range(w.batch)]
@@ -81,11 +88,6 @@ def _requests(w: Workload, vocab: int, seed: int = 0):
 def decode_throughput(w: Workload, algo: str, peak_bw: float | None) -> dict:
     """One measured run of `w` under `algo` after a warm-up run of the same batch (Triton
     compiles, CUDA graphs are captured): decode steps are timed one by one, synchronised."""
-    from mini_engine.config import EngineConfig
-    from mini_engine.engine import Engine, decode_reserve
-    from mini_engine.model.backend import ModelBackend
-    from mini_engine.pool_budget import footprint
-    from mini_engine.step_batch import Phase
 
     opts = ALGOS[algo]
     probe = EngineConfig(model=w.shape, device=w.device, **opts)
@@ -146,7 +148,6 @@ def decode_throughput(w: Workload, algo: str, peak_bw: float | None) -> dict:
 
 def _decode_batch(batch: int, ctx: int, page: int, slots: int, device: str, seed: int):
     """A decode batch over random pages of a pool: each sequence's row is its pages' slots."""
-    from mini_engine.model.attn_meta import build_meta
 
     rng = np.random.default_rng(seed)
     pages = rng.permutation(np.arange(1, slots // page))
@@ -193,8 +194,8 @@ def _time(fn, device: str, iters: int) -> float:
 def kernel_bandwidth(shape: str, batch: int, ctx: int, device: str, peak_bw: float | None, iters: int) -> dict:
     """The Triton paged-decode kernel and SDPA over gathered pages on one layer's decode of a
     shape: time per call and K+V bytes read per second (the traffic decode cannot avoid)."""
+    # triton: optional, loaded only on this path
     from mini_engine.model.attention_triton import triton_paged_attention
-    from mini_engine.model.config import named_shape
 
     mcfg = named_shape(shape)
     dtype = mcfg.torch_dtype if device == "cuda" else torch.float32

@@ -20,6 +20,7 @@ from harness.grid.suites import GridConfig, Suite
 from harness.judge.expect import expectation, judge, leak_verdict
 from harness.judge.repeats import merge_repeats
 from harness.run.hardware import MemoryProbe
+from harness.run.runner import config_key, resolved_config, run_config
 from harness.store.results import RunDir, append_row
 from harness.view.mlflow_log import Logger
 
@@ -76,7 +77,6 @@ class GridSession:
 
 def resolved(config: dict[str, Any]) -> dict[str, Any]:
     # Rules match on effective values: a config that leaves free_policy out uses host_pages.
-    from harness.run.runner import resolved_config
 
     try:
         return resolved_config(dict(config))
@@ -85,8 +85,6 @@ def resolved(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_once(config: dict[str, Any]) -> dict[str, Any]:
-    from harness.run.runner import config_key, run_config
-
     try:
         with MemoryProbe() as probe:
             row = run_config(dict(config))

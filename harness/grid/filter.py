@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 from harness.core.errors import HarnessError
 from harness.core.options import ID_ALIASES, option_names, short_names
+from harness.core.workloads import WorkloadConfig
+from mini_engine.config import EngineConfig
 
 
 _ASSIGN = re.compile(r"(?<=\w)=(?=[\w.+\-/:])")
@@ -37,9 +39,6 @@ def _option_names() -> dict[str, str]:
 
 
 def _defaults() -> dict[str, Any]:
-    from harness.core.workloads import WorkloadConfig
-    from mini_engine.config import EngineConfig
-
     fields = {**EngineConfig.__dataclass_fields__, **WorkloadConfig.__dataclass_fields__}
     return {name: f.default for name, f in fields.items()}
 
@@ -58,9 +57,9 @@ def id_options(test_id: str) -> dict[str, str]:
 
 def compile_filter(expr: str) -> Callable[[str, dict[str, Any]], bool]:
     """(test id, config) -> selected. Raises FilterError for a malformed expression."""
-    from _pytest.mark.expression import Expression
+    from _pytest.mark.expression import Expression  # pytest: optional, loaded only on this path
 
-    from harness.grid.suites import fmt_value
+    from harness.grid.suites import fmt_value  # pydantic: optional, loaded only on this path
 
     text = _ASSIGN.sub(":", expr.strip())
     if not text:

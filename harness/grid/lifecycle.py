@@ -14,12 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.causes import one_line
+from harness.grid.suites import SUITES_DIR, Suite
 from harness.run import hardware
 from harness.store.locks import store_lock
-from harness.view.mlflow_log import (client, ensure_experiment, ensure_parent, experiment_name, finish_parent, git_commit,
-                                sync, tracking_uri)
-from harness.grid.suites import SUITES_DIR, Suite
 from harness.store.results import RunDir, check_store_root, results_root
+from harness.view.mlflow_log import (
+    client,
+    ensure_experiment,
+    ensure_parent,
+    experiment_name,
+    finish_parent,
+    git_commit,
+    sync,
+    tracking_uri,
+)
 
 PROJECT = SUITES_DIR.parent
 
@@ -74,7 +82,7 @@ def sync_hint(run_dir: RunDir, uri: str, root: Path) -> str:
 
 def write_run_plots(rows: list[dict[str, Any]], run_dir: RunDir, warn) -> list[Path]:
     try:
-        from harness.view.plots import write_plots
+        from harness.view.plots import write_plots  # numpy: optional, loaded only on this path
 
         return write_plots(rows, run_dir.plots)
     except Exception as err:  # a plot is a view; it must never cost the results

@@ -31,10 +31,15 @@ from typing import Any
 
 from harness import ROOT
 from harness.core.errors import HarnessError
+from harness.core.numbers import check_numbers
 from harness.core.options import option_names, short_names
+from harness.core.workloads import WorkloadConfig, load_prompts
 from harness.judge.expect import ExpectRule, known_metrics, rule_of
+from harness.run.bounds import check_memory
+from harness.run.runner import split_config
 from harness.schemas import parse
 from harness.schemas.suite import SuiteFile
+from mini_engine.config import EngineConfig
 from mini_engine.errors import KVBenchError
 from mini_engine.files import failure, parse_document, read_document
 
@@ -97,7 +102,6 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
     text = read_document(path, "suite file", SuiteError)
     data = parse_document(text, path, "suite file", SuiteError, fmt="toml")
     where = f"suite {path.name}"
-    from harness.core.numbers import check_numbers
 
     check_numbers(data, where)  # inf/nan bounds and int64 overflow, before the rules are built
     context = {"options": frozenset(option_names()), "metrics": known_metrics()}
@@ -148,10 +152,6 @@ def expand(defaults: dict[str, Any], axes: dict[str, Any], includes: list[dict[s
 
 def validate_config(config: dict[str, Any], where: str) -> None:
     """Build the engine and workload configs the run would build; a KVBenchError -> SuiteError."""
-    from harness.core.workloads import load_prompts
-    from harness.run.runner import split_config
-
-    from harness.run.bounds import check_memory
 
     try:
         engine, workload = split_config(config)
@@ -226,8 +226,6 @@ def _axis_keys(axes: dict[str, list[Any]]) -> list[str]:
 
 def _normalise(config: dict[str, Any]) -> dict[str, Any]:
     """'none' -> None for options whose default is unset (TOML cannot say null)."""
-    from harness.core.workloads import WorkloadConfig
-    from mini_engine.config import EngineConfig
 
     unset = {f for f, d in EngineConfig.__dataclass_fields__.items() if d.default is None}
     unset |= {f for f, d in WorkloadConfig.__dataclass_fields__.items() if d.default is None}

@@ -20,18 +20,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.errors import HarnessError
-from harness.core.safe_write import UnsafeTarget
+from harness.core.safe_write import UnsafeTarget, open_regular
 from harness.grid import sigint
 from harness.grid.filter import compile_filter
-from harness.grid.lifecycle import PROJECT
-from harness.grid.lifecycle import finish_mlflow, prepare_run, write_run_plots
+from harness.grid.lifecycle import PROJECT, finish_mlflow, prepare_run, write_run_plots
 from harness.grid.suites import SUITES_DIR, Suite, SuiteError, load_suite
+from harness.grid.verdict import judge_sweep
 from harness.judge.expect import PASSING
 from harness.run import devices, hardware
 from harness.run.bounds import check_jobs
 from harness.store.locks import hold_run
-from harness.store.results import RunDir, check_store_root, create_run_dir, new_run_id, results_root, resume_run_dir
+from harness.store.results import (
+    RunDir,
+    check_store_root,
+    create_run_dir,
+    load_rows,
+    new_run_id,
+    results_root,
+    resume_run_dir,
+)
 from harness.view.mlflow_log import start_system_metrics
+from harness.view.summary import print_summary
 
 
 GRID_TEST = SUITES_DIR / "grid" / "test_grid.py"
@@ -99,8 +108,7 @@ class _Log(io.TextIOBase):
     pytest with an internal error (the row write is where a full disk is reported)."""
 
     def __init__(self, path: Path):
-        from harness.core.safe_write import open_regular  # never appended through a link out of the run
-
+        # never appended through a link out of the run (open_regular)
         self._fh = open(open_regular(path, "pytest.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
                         encoding="utf-8", errors="replace")
         self._ok = True
@@ -134,7 +142,7 @@ class _Log(io.TextIOBase):
 
 
 def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
-    from rich.console import Console
+    from rich.console import Console  # rich: optional, loaded only on this path
 
     # The streams as they are now: pytest's own output goes to pytest.log meanwhile.
     console = Console(file=sys.stdout, highlight=False, quiet=opts.quiet)
@@ -210,9 +218,9 @@ def check_resumable(run_dir: RunDir, suite: Suite) -> None:
 
 def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardware, plan: devices.WorkerPlan,
            selected: int | None, root: Path, console, err_console) -> int:
-    import pytest
+    import pytest  # pytest: optional, loaded only on this path
 
-    from harness.grid.plugin import WRITE_FAILED, GridController
+    from harness.grid.plugin import WRITE_FAILED, GridController  # pytest: optional, loaded only on this path
 
     jobs = plan.jobs
     meta = prepare_run(suite, run_dir, opts.mlflow_uri, jobs=jobs, filter_expr=opts.filter,
@@ -265,8 +273,6 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
         why = f" ({controller.stop_reason})" if controller.stop_reason else ""
         err_console.print(f"kvbench: pytest stopped with exit code {rc}{why} before finishing; see {run_dir.path / 'pytest.log'}"
                           f"; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
-    from harness.store.results import load_rows
-    from harness.view.summary import print_summary
 
     rows = load_rows(run_dir.path)
     wall = time.time() - started
@@ -276,7 +282,6 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     plots = write_run_plots(rows, run_dir, err_console.print)
     mlflow_note = finish_mlflow(run_dir, meta, rows, plots, root, err_console.print)
     print_summary(console, rows, run_dir, wall, mlflow_note, ran=len(rows) - done_before)
-    from harness.grid.verdict import judge_sweep
 
     regressed = judge_sweep(run_dir, rows, root, opts, console, err_console.print)
     if regressed and opts.fail_on_regression:
@@ -290,6 +295,7 @@ class Display:
     would print nothing."""
 
     def __init__(self, console):
+        # rich: optional, loaded only on this path
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.console, self.live = console, console.is_terminal

@@ -22,9 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.causes import one_line
 from harness.core.metrics import TREND_METRICS
+from harness.grid.filter import compile_filter
+from harness.judge import history
+from harness.judge.baseline import BaselineError, default_path, load_baseline
 from harness.judge.compare import CompareReport, compare_rows, reference_of_run
-from harness.store.results import RESULTS, RunDir
+from harness.judge.rollup import rollup_lines
+from harness.store.results import RESULTS, RunDir, load_rows, replace_text
+from harness.view import report as report_view
+from harness.view.mlflow_log import client
 
 WORST_FIRST = ("regressed", "changed", "improved", "clean")
 TAG = "kvbench.compare"
@@ -54,7 +61,6 @@ class Judgement:
         out = list(self.notes)
         for against, report in self.reports:
             out.append(f"compare against {against}: {report.direction} ({report.summary()})")
-            from harness.judge.rollup import rollup_lines
 
             out += [line for line in rollup_lines(report.findings, report.configs)[1:9]]
         return out
@@ -94,13 +100,10 @@ def previous_run(run_dir: RunDir, meta: dict[str, Any], roots: list[Path]) -> Ru
 
 def judge(run_dir: RunDir, rows: list[dict[str, Any]], meta: dict[str, Any], root: Path,
           nights: Path | None = None) -> Judgement:
-    from harness.grid.sweep import filter_selects
-    from harness.judge.baseline import BaselineError, default_path, load_baseline
-    from harness.store.results import load_rows
 
     j = Judgement()
     expr = meta.get("filter")
-    selected = filter_selects(expr) if expr else None  # a filtered sweep does not miss what it left out
+    selected = compile_filter(expr) if expr else None  # a filtered sweep does not miss what it left out
     profile = (meta.get("hardware") or {}).get("profile") or "cpu"
     path = default_path(profile, root)
     if path.is_file():
@@ -121,15 +124,12 @@ def write_files(run_dir: RunDir, j: Judgement) -> list[Path]:
     """compare.md and report.html in the run directory (nothing when there is no reference)."""
     if not j.reports:
         return []
-    from harness.judge import history
-    from harness.store.results import replace_text
-    from harness.view import report
 
     md = run_dir.path / "compare.md"
     replace_text(md, j.markdown(run_dir.run_id))
     nights = [history.load_night(p) for p in ([j.previous] if j.previous else [])] + [history.load_night(run_dir.path)]
     hist = history.build(nights)
-    html, _ = report.page(hist, metrics=list(TREND_METRICS), configs=None, heat_metric="peak_tokens_held",
+    html, _ = report_view.page(hist, metrics=list(TREND_METRICS), configs=None, heat_metric="peak_tokens_held",
                           baseline=j.baseline)
     page = run_dir.path / "report.html"
     replace_text(page, html)
@@ -139,7 +139,6 @@ def write_files(run_dir: RunDir, j: Judgement) -> list[Path]:
 def tag_parent(uri: str, parent: str, j: Judgement, files: list[Path], fail: bool) -> None:
     """The verdict as the parent's tag, the files as its artifacts (``compare/``); a
     regression under --fail-on-regression closes it FAILED, the red the night deserves."""
-    from harness.view.mlflow_log import client
 
     cl = client(uri)
     if j.direction:
@@ -153,7 +152,6 @@ def tag_parent(uri: str, parent: str, j: Judgement, files: list[Path], fail: boo
 def judge_sweep(run_dir: RunDir, rows: list[dict[str, Any]], root: Path, opts, console, warn) -> bool:
     """After a sweep: judge it, print the verdict, write and attach the files. True when it
     regressed. A judgement that breaks is a warning: the results on disk stand."""
-    from harness.core.causes import one_line
 
     meta = run_dir.meta()
     try:

@@ -21,6 +21,8 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.core.metrics import lookup
+from harness.core.numbers import NumberError, check_numbers, counter_problem
+from harness.core.safe_write import write_text
 from harness.schemas import parse
 from harness.schemas.baseline import BaselineFile
 from mini_engine.files import read_document
@@ -106,7 +108,6 @@ def check_blessable(rows: list[dict[str, Any]]) -> None:
 def bad_counter(row: dict[str, Any]) -> str | None:
     """The first counter (an exact-gated metric, a violation count) of a row that is not a
     count: counters_of would drop a string silently and bless a negative one."""
-    from harness.core.numbers import counter_problem
 
     figures = [(f"metrics.{name}", v) for name, v in (row.get("metrics") or {}).items() if lookup(name).gate == "exact"]
     figures += [(f"violations.{vid}", v) for vid, v in (row.get("violations") or {}).items()]
@@ -137,7 +138,6 @@ def non_finite(config: dict[str, Any]) -> str | None:
 def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = None) -> dict[str, Any]:
     p = Path(path)
     data = read_document(p, "baseline", BaselineError, fmt="json", missing="create it with kvbench baseline RUN")
-    from harness.core.numbers import NumberError, check_numbers
 
     try:
         check_numbers(data, f"baseline {str(p)!r}")
@@ -152,8 +152,6 @@ def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = N
 
 
 def write_baseline(path: Path, baseline: dict[str, Any]) -> None:
-    from harness.core.safe_write import write_text
-
     write_text(path, _dumps(baseline), "baseline", mkdir=True)  # the old baseline stays whole until the new one is
 
 

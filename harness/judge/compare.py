@@ -27,6 +27,7 @@ from harness.core.markdown import code
 from harness.core.metrics import lookup
 from harness.core.numbers import is_number, vanished
 from harness.judge.baseline import counters_of, entry
+from harness.judge.rollup import rollup_lines
 
 VERDICTS = ("ok", "regression", "improvement", "changed", "new", "missing", "not comparable")
 THRESHOLD = 0.10
@@ -112,8 +113,8 @@ class CompareReport:
             raise ValueError(f"fmt must be 'text' or 'markdown' (got {fmt!r})")
         if not cells:
             lines = ["no changes"]
-        from harness.judge.rollup import rollup_lines  # what moved, by metric and the axes that explain it
 
+        # what moved, by metric and the axes that explain it
         rolled = rollup_lines(self.findings, self.configs, fmt)
         return "\n".join(lines + ([""] + rolled if rolled else []) + ["", self.summary()])
 
@@ -237,7 +238,7 @@ def _mwu(now: list[float], base: list[float], *, worse_means_larger: bool) -> fl
     """One-sided p-value that ``now`` is shifted past ``base`` in the observed direction."""
     if len(now) < 2 or len(base) < 2:
         return None
-    from scipy.stats import mannwhitneyu
+    from scipy.stats import mannwhitneyu  # scipy: optional, loaded only on this path
 
     alt = "greater" if worse_means_larger else "less"
     return float(mannwhitneyu(now, base, alternative=alt).pvalue)

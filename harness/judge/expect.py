@@ -52,8 +52,8 @@ class ExpectRule:
 
 def parse_rules(raw: Any, where: str) -> list[ExpectRule]:
     """[[expect]] tables (a suite's, or any list of them) checked by the declared model."""
-    from harness.schemas import parse
-    from harness.schemas.suite import SuiteFile
+    from harness.schemas import parse  # pydantic: optional, loaded only on this path
+    from harness.schemas.suite import SuiteFile  # pydantic: optional, loaded only on this path
 
     context = {"options": frozenset(option_names()), "metrics": known_metrics()}
     rules = parse(SuiteFile, {"expect": raw}, where, ExpectError, context).expect
@@ -62,7 +62,7 @@ def parse_rules(raw: Any, where: str) -> list[ExpectRule]:
 
 def rule_of(r: Any, i: int) -> ExpectRule:
     """A validated rule (harness.schemas.suite.RuleFile) as the judge reads it."""
-    from harness.schemas.suite import plain
+    from harness.schemas.suite import plain  # pydantic: optional, loaded only on this path
 
     return ExpectRule(r.name if r.name is not None else f"rule {i + 1}", {k: plain(c) for k, c in r.when.items()},
                       r.status, {k: plain(c) for k, c in r.metrics.items()},
@@ -72,7 +72,7 @@ def rule_of(r: Any, i: int) -> ExpectRule:
 def known_metrics() -> frozenset[str]:
     """The metric names a row can carry: the engine's statistics (asked from its own
     Stats, so a new figure is known at once) and the memory probe's mem_* figures."""
-    from mini_engine.stats import Stats
+    from mini_engine.stats import Stats  # numpy: optional, loaded only on this path
 
     names = Stats(page_size=1, max_accept=1).finalize(wall_s=1.0, syncs=0, leaked_pages=0, leaked_swa_pages=0, requests=0,
                              finished=0, violations=0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from harness.core.markdown import code
 from harness.core.metric_kinds import kind
 from harness.judge.baseline import counters_of
 from harness.judge.compare import compare_rows, reference_of_run
-from harness.store.results import RESULTS, load_rows
+from harness.store.results import RESULTS, RunDir, load_rows
 
 MOVED = ("regression", "improvement", "changed")
 FIGURE_RE = re.compile(r"-?[0-9][0-9.e+-]*|-|")  # what _num writes (and no note): shown as is in Markdown
@@ -139,8 +140,6 @@ def is_night(path: Path) -> bool:
 
 
 def load_night(path: Path) -> Night:
-    from harness.store.results import RunDir
-
     return Night(path, RunDir(path).meta(), load_rows(path))
 
 
@@ -252,7 +251,6 @@ def _block(title: str, head: list[str], cells: list[list[str]], fmt: str) -> lis
 
 def nights_text(hist: History, fmt: str = "text") -> str:
     """The nights, oldest first: index, commit, start time, hardware profile, directory."""
-    import time
 
     rows = []
     for i, n in enumerate(hist.nights):

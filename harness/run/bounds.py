@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from harness.core.errors import HarnessError
+from harness.run.runner import split_config
 from mini_engine.errors import ConfigError
 
 HEADROOM = 0.8  # of the memory available now: the rest is the interpreter, torch, the OS
@@ -69,7 +70,6 @@ def check_memory(engine: Any, workload: dict[str, Any], *, available: int | None
 
 def check_options(options: dict[str, Any]) -> None:
     """check_memory for a flat dict of options (kvbench run), before anything is allocated."""
-    from harness.run.runner import split_config
 
     engine, workload = split_config(options)
     check_memory(engine, workload)

@@ -22,7 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.core.turns import nominal_length
+from harness.run.runner import resolved_config
+from mini_engine.config import EngineConfig
 from mini_engine.errors import ConfigError
+from mini_engine.pool_budget import footprint, pool_tokens
+from mini_engine.pool_sizing import request_pages, swa_pages
 
 GiB = 1 << 30
 GPUS = {"rtx5090": ("RTX 5090", 32 * GiB), "h100": ("H100", 80 * GiB), "h200": ("H200", 141 * GiB)}
@@ -49,7 +54,6 @@ class Capacity:
 
 def engine_config(options: dict[str, Any]):
     """The run's options as an EngineConfig on a GPU (bf16, sized by mem_fraction)."""
-    from mini_engine.config import EngineConfig
 
     opts = {k: v for k, v in options.items() if k in EngineConfig.option_names()}
     opts.update(device="cuda", pool_tokens=None, mem_fraction=opts.get("mem_fraction") or DEFAULT_FRACTION)
@@ -61,8 +65,6 @@ def engine_config(options: dict[str, Any]):
 
 def capacity(options: dict[str, Any], context: int, gpu: str, gpu_bytes: int | None = None) -> Capacity:
     """Requests of ``context`` tokens (prompt + output) that fit on ``gpu`` under ``options``."""
-    from mini_engine.pool_budget import footprint, pool_tokens
-    from mini_engine.pool_sizing import request_pages, swa_pages
 
     if gpu_bytes is None:
         if gpu not in GPUS:
@@ -113,8 +115,6 @@ def table_rows(caps: list[Capacity]) -> tuple[list[str], list[list[str]]]:
 def for_run(options: dict[str, Any], shape: str, gpu_mem: float | None) -> tuple[str, list[str], list[list[str]]]:
     """``kvbench run --capacity [SHAPE]``: the run's options (its model, or SHAPE) across
     the GPU profiles and page sizes, for its longest request. (title, heads, rows)."""
-    from harness.core.turns import nominal_length
-    from harness.run.runner import resolved_config
 
     full = resolved_config(options)  # the workload's lengths with their defaults
     model = shape or full.get("model") or "none"

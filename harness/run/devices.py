@@ -59,7 +59,7 @@ def _text(value: Any) -> str:
 def nvml() -> Iterator[Any]:
     """pynvml, initialised; None where there is no driver (a CPU machine)."""
     try:
-        import pynvml
+        import pynvml  # nvml: optional, loaded only on this path
     except ImportError:
         yield None
         return

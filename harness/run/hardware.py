@@ -14,6 +14,7 @@ import platform
 import resource
 import sys
 from dataclasses import asdict, dataclass, field
+from importlib.metadata import version
 from typing import Any
 
 from harness.run import devices
@@ -88,8 +89,6 @@ def detect() -> Hardware:
 
 def _version(module: str) -> str | None:
     try:
-        from importlib.metadata import version
-
         return version(module)
     except Exception:
         return None
@@ -153,7 +152,7 @@ class MemoryProbe:
 
     def __enter__(self) -> MemoryProbe:
         try:
-            import torch
+            import torch  # torch: optional, loaded only on this path
 
             if torch.cuda.is_available():
                 torch.cuda.reset_peak_memory_stats()
@@ -169,7 +168,7 @@ class MemoryProbe:
         now = rss_bytes()
         out = {"mem_rss_bytes": now, "mem_rss_growth_bytes": max(0, now - self.rss_before)}
         try:
-            import torch
+            import torch  # torch: optional, loaded only on this path
 
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 out["mem_torch_peak_bytes"] = int(torch.cuda.max_memory_allocated())

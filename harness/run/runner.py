@@ -15,10 +15,13 @@ from contextlib import nullcontext
 from typing import Any
 
 from harness.core.errors import UsageError
+from harness.core.kv_units import derive
+from harness.core.options import config_key as key_of
 from harness.core.prefixes import check_fits
+from harness.core.safe_write import replacing
 from harness.core.workloads import WorkloadConfig, make_workload
 from harness.run.hardware import RssPeak
-from mini_engine.config import EngineConfig
+from mini_engine.config import EngineConfig, read_tables
 from mini_engine.errors import ConfigError, KVBenchError
 
 
@@ -34,7 +37,6 @@ def _normalise(config: dict[str, Any]) -> dict[str, Any]:
 def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The options of a run's TOML file (``kvbench run --config``), flat: top-level keys
     and the [engine] and [workload] tables merged in; split_config says whose each is."""
-    from mini_engine.config import read_tables
 
     return read_tables(path, _TABLES, UsageError)  # a missing or malformed file: one line
 
@@ -55,7 +57,7 @@ def split_config(config: dict[str, Any]) -> tuple[EngineConfig, dict[str, Any]]:
     cfg = EngineConfig.from_dict(engine)
     if cfg.model != "none" and "prompt_vocab" not in workload and "prompts" not in workload:
         # Synthetic prompts must be token ids the model knows: draw from its vocabulary.
-        from mini_engine.model.loader import model_vocab_size
+        from mini_engine.model.loader import model_vocab_size  # torch: only a real model loads it
 
         workload["prompt_vocab"] = model_vocab_size(cfg.model)
     wl = WorkloadConfig(**workload)
@@ -75,7 +77,6 @@ def config_key(config: dict[str, Any]) -> str:
 
 def _key(full: dict[str, Any]) -> str:
     """config_key of an already resolved configuration (its spelling: harness/core/options.py)."""
-    from harness.core.options import config_key as key_of
 
     return key_of(full)
 
@@ -86,8 +87,8 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
     ``outputs`` adds every request's prompt and output ids; ``trace`` writes the
     allocation trace to that file.
     """
-    from mini_engine.engine import open_trace  # the memory layer loads only when a run starts
-    from mini_engine.sessions import engine_for
+    from mini_engine.engine import open_trace  # numpy: the memory layer loads only when a run starts
+    from mini_engine.sessions import engine_for  # numpy: optional, loaded only on this path
 
     cfg, wl = split_config(config)
     full = {**cfg.to_dict(), **wl}
@@ -100,7 +101,6 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
     # The trace is ours: the one ``with`` closes it, so a run that raises keeps every
     # record written before the failing call. The RSS peak spans the engine's
     # construction (its pools and rows) and its run.
-    from harness.core.safe_write import replacing
 
     # The trace file appears whole when the run ends (safe_write), never through a link.
     with RssPeak() as rss, replacing(trace, "--trace") if trace else nullcontext() as fh, \
@@ -117,7 +117,6 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
         except Exception as err:  # a crash inside the run is a result, not a lost sweep
             row["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=8)}"
             return row
-    from harness.core.kv_units import derive
 
     metrics = {**result.stats, "rss_peak_bytes": rss.bytes}
     metrics.update(derive(full, metrics, result.series))  # tokens and bytes beside the pages

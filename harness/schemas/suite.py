@@ -13,7 +13,9 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationInfo, model_validator
 
 from harness.core.metrics import INVARIANTS, STATUSES
+from harness.core.options import by_name
 from harness.schemas import Model, check, int_in
+from mini_engine.errors import KVBenchError
 
 MAX_REPEAT = 100  # timing samples per config; more is a typo, not a measurement
 KNOWN_MARKS = ("gpu", "nightly", "slow")
@@ -134,7 +136,6 @@ class RuleFile(Model):
         # not exist) matches nothing, silently: refused here, against the option's own check.
         if _known(info, "options") is None:
             return self
-        from harness.core.options import by_name
 
         specs = by_name()
         for key, cond in self.when.items():
@@ -147,7 +148,6 @@ class RuleFile(Model):
 
 def _when_problem(option: Any, cond: Any) -> str | None:
     """Why ``cond`` can match no value of ``option`` (None: it can)."""
-    from mini_engine.errors import KVBenchError
 
     if isinstance(cond, WhenBounds):
         if (cond.min is not None or cond.max is not None) and option.type not in (int, float):

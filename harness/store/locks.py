@@ -23,6 +23,7 @@ from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
 from harness.core.errors import HarnessError
+from harness.core.safe_write import open_regular
 
 
 STORE_WAIT_S = 300.0  # creating and migrating a store takes seconds; more means a stuck owner
@@ -42,7 +43,6 @@ class Lock:
 
     def acquire(self, *, wait_s: float = 0.0, note: Callable[[str], None] = lambda m: None,
                 purpose: str = "") -> "Lock":
-        from harness.core.safe_write import open_regular
 
         try:  # never through a symlink: truncating the note would empty its target
             fd = open_regular(self.path, f"the lock of {self.what}", os.O_RDWR | os.O_CREAT)

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
+from harness.core.kv_units import fill_units
 from harness.core.numbers import check_numbers
+from harness.core.safe_write import open_regular, write_text
 from mini_engine.files import read_document
 
 
@@ -131,7 +133,6 @@ def _check_meta_shape(meta: dict[str, Any], path: Path) -> None:
 def replace_text(path: Path, text: str) -> None:
     """Write ``path`` atomically: a reader (or a SIGKILL) never sees half a file, and
     only a regular file or a new path is replaced (safe_write)."""
-    from harness.core.safe_write import write_text
 
     write_text(path, text, path.name)
 
@@ -216,7 +217,6 @@ def check_store_root(root: Path) -> None:
 def append_line(path: Path, line: str) -> None:
     """Append one line atomically with respect to other appenders (flock + one write)."""
     data = (line.rstrip("\n") + "\n").encode()
-    from harness.core.safe_write import open_regular
 
     fd = open_regular(path, path.name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:
@@ -317,8 +317,8 @@ def load_rows(path_or_run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 raise ResultsError(f"{p}: row {row['key']!r} has a '{field}' that is not an object")
         latest.pop(row["key"], None)  # keep first-seen order of the latest rows
         latest[row["key"]] = row
-    from harness.core.kv_units import fill_units  # older nights get their token figures too
 
+    # older nights get their token figures too
     return [fill_units(row) for row in latest.values()]
 
 

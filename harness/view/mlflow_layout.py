@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import re
 import statistics
+from importlib.metadata import version
 from typing import Any
 
 from harness.core.metrics import BOOKKEEPING, METRICS, bookkeeping_only, lookup, row_metrics, series
+from harness.judge.expect import PASSING
 
 SERIES_POINTS = 256  # step metrics per series; the full series is in the row artifact
 AXES = ("page_size", "block_size", "window")
@@ -29,8 +31,6 @@ _FOLD = {"max": max, "sum": sum, "median": statistics.median}
 
 def kvbench_version() -> str:
     try:
-        from importlib.metadata import version
-
         return version("kvbench")
     except Exception:
         return "unknown"
@@ -213,7 +213,6 @@ def verdict_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 def parent_status(rows: list[dict[str, Any]]) -> str:
     """FINISHED when every config ran as expected, else FAILED (a red run in the list)."""
-    from harness.judge.expect import PASSING
 
     return "FINISHED" if rows and all(r.get("verdict") in PASSING for r in rows) else "FAILED"
 

@@ -14,12 +14,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from harness.core.causes import one_line
 from harness.core.errors import HarnessError
+from harness.core.run_names import short_name
+from harness.core.safe_write import kind_of
+from harness.store.locks import sqlite_path, store_lock
+from harness.store.results import load_rows
 from harness.view import mlflow_layout as layout
 from mini_engine.errors import KVBenchError
 
@@ -60,9 +67,6 @@ def check_local_store(uri: str) -> None:
     it for about two minutes (a sync took 107 s, a 4-config sweep 4 minutes) before
     saying so. What can be known up front: the file is a regular file or absent, and its
     directory exists and can be written (sqlite writes a journal beside the file)."""
-    import stat
-
-    from harness.store.locks import sqlite_path
 
     db = sqlite_path(uri)
     if db is None:
@@ -71,8 +75,6 @@ def check_local_store(uri: str) -> None:
     try:
         mode = os.lstat(db).st_mode
         if not stat.S_ISREG(mode):
-            from harness.core.safe_write import kind_of
-
             why = f"{db} is {kind_of(mode)}, not a database file"
     except FileNotFoundError:
         pass
@@ -97,7 +99,7 @@ def key_hash(key: str) -> str:
 def client(uri: str):
     check_local_store(uri)
     quiet_client_env()
-    from mlflow import MlflowClient
+    from mlflow import MlflowClient  # mlflow: optional, loaded only on this path
 
     # Its store logs a database error with the full traceback, then raises it; kvbench
     # says the raised error in one line (a read-only store printed pages above it).
@@ -156,7 +158,7 @@ def ensure_parent(cl, exp_id: str, run_id: str, meta: dict[str, Any]) -> str:
                         start_time=int(created * 1000) if isinstance(created, (int, float)) else None)
     params = {"suite": meta.get("suite", ""), "configs": meta.get("configs", 0), "jobs": meta.get("jobs", 1),
               "filter": meta.get("filter") or "none", "repeat": meta.get("repeat", 1)}
-    from mlflow.entities import Param
+    from mlflow.entities import Param  # mlflow: optional, loaded only on this path
 
     cl.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
     cl.log_text(run.info.run_id, layout.schema_note(), "metrics.md")  # MLflow has no metric descriptions
@@ -216,7 +218,7 @@ def log_row(cl, exp_id: str, parent_id: str, run_id: str, row: dict[str, Any], n
 
     ``existing``: the runs already logged for this key, when the caller searched in bulk;
     ``context``: the parent's context tags, when the caller read them once."""
-    from mlflow.entities import Metric, Param, RunStatus
+    from mlflow.entities import Metric, Param, RunStatus  # mlflow: optional, loaded only on this path
 
     key = row["key"]
     if existing is None:
@@ -230,9 +232,9 @@ def log_row(cl, exp_id: str, parent_id: str, run_id: str, row: dict[str, Any], n
             "kvbench.verdict": str(row.get("verdict")), "kvbench.role": "config",
             **(context_of(cl, parent_id) if context is None else context), **layout.config_tags(row)}
     start, end = run_times(row)
-    from harness.core.run_names import short_name  # the runs table cuts long names to one prefix
 
     tags["kvbench.test_id"] = name[:5000]
+    # the runs table cuts long names to one prefix
     child = cl.create_run(exp_id, tags=tags, run_name=short_name(name), start_time=start)
     cid = child.info.run_id
     params = [Param(k, ("none" if v is None else str(v))[:PARAM_CHARS]) for k, v in sorted((row.get("config") or {}).items())]
@@ -249,9 +251,7 @@ def log_row(cl, exp_id: str, parent_id: str, run_id: str, row: dict[str, Any], n
 
 
 def _log_series_plot(cl, run_id: str, row: dict[str, Any]) -> None:
-    import tempfile
-
-    from harness.view.plots import series_plot
+    from harness.view.plots import series_plot  # numpy: optional, loaded only on this path
 
     with tempfile.TemporaryDirectory(prefix="kvbench-plot-") as tmp:
         path = series_plot(row, Path(tmp) / "series.png")
@@ -301,7 +301,6 @@ class Logger:
 
 def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
     """Upload every row of a run that MLflow does not have; (uploaded, already there)."""
-    from harness.store.results import load_rows
 
     meta = run_dir.meta()
     if not meta:
@@ -310,7 +309,6 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
     # meta.json came with the run directory, which may be another's (a rerun's artifact),
     # and a server named there would receive the upload and the environment's credentials.
     uri = tracking_uri(uri, root)
-    from harness.store.locks import store_lock
 
     # A sync may be the first to open a local store (the sweep ran without MLflow):
     # create and migrate it under the same lock as a sweep does.
@@ -365,7 +363,7 @@ def finish_parent(uri: str, parent_id: str, rows: list[dict[str, Any]], artifact
     expected, else FAILED (or ``status``). Closing again (a later sync) updates it."""
     stop_system_metrics(parent_id)
     cl = client(uri)
-    from mlflow.entities import Metric, RunTag
+    from mlflow.entities import Metric, RunTag  # mlflow: optional, loaded only on this path
 
     now = int(time.time() * 1000)
     figures = {**layout.verdict_metrics(rows), **layout.sweep_aggregates(rows)}
@@ -392,6 +390,7 @@ def start_system_metrics(uri: str | None, parent_id: str | None) -> None:
         return
     try:
         quiet_client_env()
+        # mlflow: optional, loaded only on this path
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
         monitor = SystemMetricsMonitor(parent_id, tracking_uri=uri)
@@ -415,7 +414,6 @@ def unreachable(uri: str, err: BaseException) -> MlflowUnavailable:
 
 
 def _first_line(err: BaseException) -> str:
-    from harness.core.causes import one_line  # keeps the cause a long library message ends with
-
+    # keeps the cause a long library message ends with
     return one_line(err)
 

@@ -21,6 +21,7 @@ skipped, not drawn blank.
 
 from __future__ import annotations
 
+import io
 import json
 import statistics
 import textwrap
@@ -30,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from harness.core.kv_units import fill_units, pages_of
 from harness.core.metrics import BOOKKEEPING, lookup
+from harness.core.safe_write import write_bytes
 from harness.view.facets import POLICIES, SHAPE, facet, label, measured, opt, panel_title, sort_values, spread
 from mini_engine.algos import ALGORITHMS
 
@@ -116,9 +119,7 @@ def alignment_overhead(rows: list[dict[str, Any]]) -> dict[tuple, list[tuple[flo
 
 
 def write_plots(rows: list[dict[str, Any]], out: Path, units: str = "tokens") -> list[Path]:
-    import matplotlib
-
-    from harness.core.kv_units import fill_units, pages_of
+    import matplotlib  # matplotlib: optional, loaded only on this path
 
     matplotlib.use("Agg")
     rows = [fill_units(r) for r in rows]  # rows recorded before the token figures get them
@@ -134,7 +135,7 @@ def write_plots(rows: list[dict[str, Any]], out: Path, units: str = "tokens") ->
 
 
 def _heatmap(rows: list[dict[str, Any]], metric: str, label: str, path: Path) -> Path | None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: optional, loaded only on this path
 
     panels = heatmap_cells(rows, metric)
     if not panels:
@@ -173,7 +174,7 @@ def _heatmap(rows: list[dict[str, Any]], metric: str, label: str, path: Path) ->
 
 
 def _overhead(rows: list[dict[str, Any]], path: Path) -> Path | None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: optional, loaded only on this path
 
     groups = alignment_overhead(rows)
     if not groups:
@@ -211,7 +212,7 @@ def metric_label(metric: str, rows: list[dict[str, Any]]) -> str:
 def _grid(rows: list[dict[str, Any]], metrics: tuple[str, ...], x: tuple[str, ...], lines: tuple[str, ...],
           path: Path) -> Path | None:
     """A row of panels per metric, a panel per value of the options that change the figure."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: optional, loaded only on this path
 
     # A config without the x option (EAGLE has no block_size) is not on this figure;
     # no window is a value of the window axis (all-global attention).
@@ -279,7 +280,7 @@ def _suptitle(fig, text: str) -> None:
 
 
 def _save(fig, path: Path) -> Path:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: optional, loaded only on this path
 
     _write_png(fig, path, 90)
     plt.close(fig)
@@ -289,9 +290,6 @@ def _save(fig, path: Path) -> Path:
 def _write_png(fig, path: Path, dpi: int) -> None:
     # Drawn in memory and written through safe_write: a plot name in a run directory
     # is never a link out of it, and a reader never sees half an image.
-    import io
-
-    from harness.core.safe_write import write_bytes
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
@@ -306,10 +304,10 @@ def series_plot(row: dict[str, Any], path: Path) -> Path | None:
     series = {k: v for k, v in (row.get("series") or {}).items() if isinstance(v, list) and v}
     if not series:
         return None
-    import matplotlib
+    import matplotlib  # matplotlib: optional, loaded only on this path
 
     matplotlib.use("Agg")
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # matplotlib: optional, loaded only on this path
 
     fig = Figure(figsize=(6, 3))
     slots = fig.add_axes((0.1, 0.15, 0.78, 0.72))

@@ -21,9 +21,11 @@ from typing import Any
 
 from harness.core.markdown import code, prose
 from harness.core.metric_kinds import higher_is_better, kind
+from harness.core.safe_write import write_text
 from harness.core.urls import check_web_url, is_web_url
 from harness.judge import history
 from harness.judge.compare import CompareReport, compare_rows, reference_of_run
+from harness.judge.rollup import ORDER, rollup_lines
 from harness.store.links import mlflow_link
 from harness.view.capacity_report import capacity_section
 from harness.view.report_configs import CSS as CONFIG_CSS, configs_section
@@ -217,7 +219,6 @@ def runs_table(hist: history.History, mlflow_url: str) -> str:
 
 def rollup_html(findings, configs: dict) -> str:
     """The roll-up by metric and axis (harness/judge/rollup.py), each line in its verdict's colour."""
-    from harness.judge.rollup import ORDER, rollup_lines
 
     moved = [f for f in findings if f.verdict in ORDER]
     items = []
@@ -318,7 +319,6 @@ def summary(hist: history.History, report: CompareReport | None, html_name: str,
     changed = sum(m.verdict == "changed" for m in hist.moves)
     lines += ["", f"**Moved between consecutive runs:** {len(hist.moves)} figures, {len(regressions)} regressions, "
               f"{better} improvements, {changed} changed."]
-    from harness.judge.rollup import rollup_lines
 
     lines += ["", *rollup_lines(hist.moves, hist.configs(), "markdown")[1:12]]
     for m in regressions[:10]:
@@ -336,6 +336,4 @@ def summary(hist: history.History, report: CompareReport | None, html_name: str,
 
 
 def write(path: Path, text: str) -> None:
-    from harness.core.safe_write import write_text
-
     write_text(path, text, "--out", mkdir=True)

@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from harness.core.metrics import COLUMNS
+from harness.core.run_names import short_name
 from harness.judge.expect import PASSING
 from harness.store.results import RunDir
+from harness.view.capacity_report import short_fits
 
 # Heads carry their unit ("stranded" alone did not say peak slots) and stack on
 # lines, so the table fits a terminal: only the config column folds, never a figure.
@@ -44,7 +46,6 @@ def verdict_text(row: dict[str, Any]) -> str:
 def config_name(row: dict[str, Any]) -> str:
     """The config as the table names it: its short run name (harness/core/run_names.py), the
     same words as MLflow's runs, narrow enough that the column survives 80 columns."""
-    from harness.core.run_names import short_name
 
     return short_name(row["test_id"]) if row.get("test_id") else row["key"]
 
@@ -61,7 +62,6 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
 def fits_cells(rows: list[dict[str, Any]]) -> list[str] | None:
     """The capacity column (harness/view/capacity_report.py), or None when no config names a
     model shape (model none sizes no pool): a column of dashes would only cost width."""
-    from harness.view.capacity_report import short_fits
 
     cache: dict = {}
     cells = [short_fits(row, cache) for row in rows]
@@ -109,7 +109,7 @@ def _rollup(how: str, values: list[Any]) -> Any:
 def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: float, mlflow_note: str,
                   ran: int | None = None) -> None:
     """``ran``: configs this attempt ran (a resumed run's rows include earlier attempts)."""
-    from rich.table import Table
+    from rich.table import Table  # rich: optional, loaded only on this path
 
     if len(rows) > FULL_TABLE_MAX:
         table = Table(title=f"{len(rows)} configs by algorithm and policy")

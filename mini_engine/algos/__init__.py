@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 from mini_engine.algos.base import ROW_HEADROOM_RULES, Algorithm
 from mini_engine.algos.dflash import DFlash
@@ -30,7 +31,7 @@ def register(algo: Algorithm) -> Algorithm:
         raise ConfigError(f"register() takes an Algorithm instance (got {type(algo).__name__})")
     if algo.name in ALGORITHMS:
         raise ConfigError(f"an algorithm named {algo.name!r} is already registered")
-    built = getattr(_modules().get("mini_engine.config"), "EngineConfig", None)
+    built = getattr(sys.modules.get("mini_engine.config"), "EngineConfig", None)
     if built is not None:  # EngineConfig is built: a new option has no field to live in
         fields = set(built.option_names())
         late = [o.name for o in algo.options if o.name not in fields]
@@ -42,14 +43,15 @@ def register(algo: Algorithm) -> Algorithm:
     return algo
 
 
+def writers() -> dict[str, str]:
+    """Each registered algorithm's name -> the writer its plans are traced under (a trace's
+    header names the one, its prepare records the other). The memory layer's replay checks
+    a trace against it, handed in by its caller: memory imports nothing above it."""
+    return {a.name: a.writer_name for a in ALGORITHMS.values()}
+
+
 def get(name: str) -> Algorithm:
     return ALGORITHMS[check_choice("spec", name, tuple(SPECS))]
-
-
-def _modules() -> dict:
-    import sys
-
-    return sys.modules
 
 
 def load_plugins(names: str | None = None) -> None:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from mini_engine.algos.speculative import Speculative
 from mini_engine.errors import check_positive
-from mini_engine.options import Option
+from mini_engine.option import Option
 
 if TYPE_CHECKING:
     from mini_engine.config import EngineConfig
@@ -42,7 +42,7 @@ class DFlash(Speculative):
         return cfg.block_size  # SGLang verifies the whole block
 
     def make_drafter(self, cfg: EngineConfig, draft_model, cache, temperature: float, attend, gen):
-        from mini_engine.spec.dflash import DFlashDrafter
+        from mini_engine.spec.dflash import DFlashDrafter  # numpy, torch: optional, loaded only on this path
 
         return DFlashDrafter(draft_model, cache, cfg.block_size, cfg.draft_window, temperature, attend, gen)
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from mini_engine.algos.speculative import Speculative
 from mini_engine.errors import ConfigError, check_positive
-from mini_engine.options import Option
+from mini_engine.option import Option
 
 if TYPE_CHECKING:
     from mini_engine.config import EngineConfig
@@ -51,7 +51,7 @@ class Eagle(Speculative):
         return cfg.num_draft_tokens
 
     def make_drafter(self, cfg: EngineConfig, draft_model, cache, temperature: float, attend, gen):
-        from mini_engine.spec.eagle import EagleDrafter
+        from mini_engine.spec.eagle import EagleDrafter  # numpy, torch: optional, loaded only on this path
 
         return EagleDrafter(draft_model, cache, cfg.topk, cfg.steps, cfg.num_draft_tokens, temperature, attend, gen)
 

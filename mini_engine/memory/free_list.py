@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mini_engine.errors import InvariantViolation
+from mini_engine.memory.invariants import Violation
 
 if TYPE_CHECKING:
     from mini_engine.memory.allocator import PagedAllocator
@@ -74,6 +75,17 @@ class FreeList:
         pages = np.array(page_ids, dtype=np.int64).reshape(-1)  # a copy, as in free()
         return self._release("free_pages", pages, pages)
 
+    def pay_syncs(self, kind: str, n: int) -> None:
+        """Syncs a composite allocator above this pool pays around one of its frees
+        (SGLang 0.5.18's SWA free_swa: release_unique.py): per call, or once per free group
+        and kind, since that allocator holds a group's calls of one kind and frees them as one.
+        """
+        self.syncs += n
+        if self._group is None:
+            self.release_syncs += n
+        else:
+            self._group.end_syncs[kind] = n
+
     def _release(self, op: str, given: np.ndarray, pages: np.ndarray) -> np.ndarray:
         """One free call (op: free | free_pages, given: what the caller passed): held in the
         open free group, else put on the free list and traced as the call it is."""
@@ -120,6 +132,7 @@ class FreeList:
         group, self._group = self._group, None
         if group is None:
             raise RuntimeError("free_group_end without free_group_begin")
+        self.release_syncs += sum(group.end_syncs.values())
         if self.page_size == 1:
             self._flush("free_pages", group.entries)
             return
@@ -197,8 +210,6 @@ class FreeList:
         self._num_released = 0
 
     def _violation(self, kid: str, **values) -> None:
-        from mini_engine.memory.invariants import Violation
-
         v = Violation(kid, None, -1, {"pool": self.pool, **values})
         if self.auditor is None:
             raise InvariantViolation(v)
@@ -206,10 +217,12 @@ class FreeList:
 
 
 class FreeGroup:
-    """The frees held by an open free group: (op, what the caller gave, checked pages)."""
+    """The frees held by an open free group: (op, what the caller gave, checked pages), and
+    the syncs a composite allocator above the pool pays at the group's end, by kind (pay_syncs)."""
 
     def __init__(self) -> None:
         self.entries: list[tuple[str, np.ndarray, np.ndarray]] = []
+        self.end_syncs: dict[str, int] = {}
 
     def add(self, op: str, given: np.ndarray, pages: np.ndarray) -> np.ndarray:
         self.entries.append((op, given, pages))

@@ -105,7 +105,8 @@ class KVManager:
 
     @property
     def release_syncs(self) -> int:
-        """The unique frees' syncs as SGLang pays them: one per free group holding one."""
+        """The unique frees' syncs as SGLang pays them: one per free group holding one (with
+        0.5.18's SWA allocator, its free_swa's unique and mask too: release_unique.py)."""
         return self.full.release_syncs + (self.swa.allocator.release_syncs if self.swa else 0)
 
     @property

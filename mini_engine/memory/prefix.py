@@ -39,6 +39,7 @@ from mini_engine.memory.invariants import Violation
 from mini_engine.memory.kv_state import ReqKVState
 from mini_engine.memory.radix_cache import RadixCache, RadixNode
 from mini_engine.memory.tables import KVTables
+from mini_engine.memory.tree_trace import TreeTrace, evicted_pages, raw_len, tree_key
 
 BIGRAM_ALGOS = ("eagle", "eagle3")
 
@@ -55,14 +56,14 @@ class PrefixCache:
         self.hit_tokens = 0  # of those, matched in the tree (not computed again)
         self.evicted_pages = 0
         self.peak_pages = 0
-        # The tree calls as they happen, when a caller asks (a conform test replays them on
-        # SGLang's own tree): (op, args, result, evictable_size after).
-        self.log: list[tuple] | None = None
+        # The tree calls, one trace record each when the run writes a trace (memory/tree_trace.py;
+        # kvbench replay and conform run them again on kvbench's and SGLang's trees).
+        self.log = TreeTrace(t.trace, self.tree, bigram) if t.trace is not None else None
         self._evicting: list[int] = []  # the slots of the eviction under way (log only)
 
-    def _note(self, op: str, args: tuple, result) -> None:
+    def _note(self, op: str, fields: dict, raw=None) -> None:
         if self.log is not None:
-            self.log.append((op, args, result, self.tree.evictable_size))
+            self.log.write(op, fields, raw)
 
     # -- figures ---------------------------------------------------------------------
     @property
@@ -76,18 +77,17 @@ class PrefixCache:
     # -- keys ------------------------------------------------------------------------
     def _key(self, tokens: np.ndarray) -> np.ndarray:
         """The tree key of tokens: the tokens, or (EAGLE) one bigram per adjacent pair."""
-        tokens = np.asarray(tokens, dtype=np.int64)
-        if not self.bigram:
-            return tokens
-        return (tokens[:-1] << 32) | tokens[1:] if len(tokens) > 1 else np.empty(0, np.int64)
+        return tree_key(tokens, self.bigram)
 
     # -- admission ---------------------------------------------------------------------
-    def match(self, tokens) -> tuple[np.ndarray, RadixNode]:
-        """(slots, node) of the longest cached prefix of tokens[:len - 1], page-aligned."""
+    def match(self, tokens, rid=None) -> tuple[np.ndarray, RadixNode]:
+        """(slots, node) of the longest cached prefix of tokens[:len - 1], page-aligned.
+        rid: the request's (names its tokens in the trace)."""
         tokens = np.asarray(tokens, dtype=np.int64)
-        key = self._key(tokens[:max(len(tokens) - 1, 0)])
+        n = max(len(tokens) - 1, 0)
+        key = self._key(tokens[:n])
         slots, node = self.tree.match_prefix(key)
-        self._note("match", (key.tolist(),), (len(slots), node.id))
+        self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id}, tokens)
         return slots, node
 
     def adopt(self, state: ReqKVState, slots: np.ndarray, node: RadixNode, lookup: int = 0) -> int:
@@ -121,12 +121,14 @@ class PrefixCache:
         host_row = self.req_to_token.host[row]
         prefix_len = self.tree.insert(key[:aligned], host_row[:aligned].copy())
         node = self.tree.last_node
-        self._note("insert", (key[:aligned].tolist(), host_row[:aligned].tolist()), (prefix_len, node.id))
+        self._note("insert", {"rid": state.rid, "len": raw_len(aligned, self.bigram), "slots": host_row[:aligned],
+                              "cached": prefix_len, "node": node.id}, tokens)
         p_key = self._key(tokens[:prompt_len])
         p_len = len(p_key) // self.ps * self.ps
         if 0 < p_len < aligned:  # split the leaf at the prompt boundary (SGLang's second insert)
             got = self.tree.insert(p_key[:p_len], host_row[:p_len].copy())
-            self._note("insert", (p_key[:p_len].tolist(), host_row[:p_len].tolist()), (got, self.tree.last_node.id))
+            self._note("insert", {"rid": state.rid, "len": raw_len(p_len, self.bigram), "slots": host_row[:p_len],
+                                  "cached": got, "node": self.tree.last_node.id}, tokens)
         if prefix_len > prot:  # the row's own copies of pages the tree already had
             self.t.give_back("full", state, self.full.free_segment(host_row, prot, prefix_len))
         new_at = max(prefix_len, prot)
@@ -152,13 +154,13 @@ class PrefixCache:
     def _lock(self, row: int, node: RadixNode) -> int:
         self.locks[row] = node
         delta = self.tree.inc_lock_ref(node)
-        self._note("lock", (node.id,), delta)
+        self._note("lock", {"node": node.id, "delta": delta})
         return delta // self.ps
 
     def unlock(self, row: int) -> None:
         node = self.locks.pop(row, None)
         if node is not None:
-            self._note("unlock", (node.id,), self.tree.dec_lock_ref(node))
+            self._note("unlock", {"node": node.id, "delta": self.tree.dec_lock_ref(node)})
 
     def forget(self, state: ReqKVState) -> None:
         """The request leaves (release): its protected length leaves the running sum, its lock goes."""
@@ -176,7 +178,8 @@ class PrefixCache:
         if short > 0 and self.tree.evictable_size:
             self._evicting = []
             freed = self.tree.evict(short * self.ps)
-            self._note("evict", (short * self.ps,), (freed, sorted(self._evicting)))
+            self._note("evict", {"num_tokens": short * self.ps, "evicted": freed,
+                                 "pages": evicted_pages(self._evicting, self.ps)})
 
     def _evicted(self, slots: np.ndarray) -> None:
         pages = np.asarray(slots, dtype=np.int64)[::self.ps] // self.ps

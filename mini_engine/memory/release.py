@@ -7,7 +7,7 @@ of its own.
 from __future__ import annotations
 
 from mini_engine.memory.kv_state import ReqKVState
-from mini_engine.memory.release_unique import unique_row_pieces
+from mini_engine.memory.release_unique import swa_chunk_release, unique_row_pieces
 from mini_engine.memory.tables import KVTables
 
 
@@ -41,6 +41,12 @@ class Release:
             # frees by segment (RadixCache.cache_finished_req), the else branch below.
             for pages in unique_row_pieces(self.full, host_row, state.committed, extent, ps):
                 self.t.give_back("full", state, pages)
+        elif self.rules.free == "unique-row" and prefix is None:
+            # 0.5.18's SWAChunkCache release on its SWA allocator (release_unique.py).
+            for full_pages, swa_pages in swa_chunk_release(self.full, self.swa, host_row, prot,
+                                                           state.committed, extent):
+                self.t.give_back("full", state, full_pages)
+                self.t.give_back("swa", state, swa_pages)
         elif self.rules.free == "dedup":
             if extent > prot:
                 self.t.give_back("full", state, self.full.free(host_row[prot:extent]))

@@ -1,7 +1,8 @@
 """Replay an allocation trace on fresh allocators and report the first divergence.
 
 Every allocator call is re-run and its out / available compared with the record;
-planning records (prepare, swa_prealloc) are recomputed from the sizing formulas.
+planning records (prepare, swa_prealloc) are recomputed from the sizing formulas;
+the prefix tree's records (trace version 2) run on a fresh tree (tree_replay.py).
 A file that cannot be read as a trace is a TraceError (one line, exit 2 from the CLI).
 read_trace and pool_need_sort are shared with harness/conform.py, which replays the
 same records on SGLang's own allocator.
@@ -13,25 +14,39 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from mini_engine.errors import KVBenchError, TraceError
 from mini_engine.files import read_document
 from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.sizing import next_extents, pd_swa_tail_len
 from mini_engine.memory.trace import FORMAT, VERSION
+from mini_engine.memory.tree_replay import TreeReplay
+from mini_engine.memory.tree_trace import TREE_OPS
 
 # The record format, declared once: each op's fields and what each must be (KINDS).
 # Every field listed is required; OPTIONAL ones are checked where a record has them.
 # Plain checks, not a validation library: the engine stays numpy-only (the harness's
 # config files use pydantic models, harness/schemas).
+TREE_AFTER = {"evictable": "count", "protected": "count"}
 RECORDS = {
     "alloc_extend": {"prefix_lens": "counts", "seq_lens": "counts", "last_locs": "ints", "out": "any", "available": "int"},
     "free": {"indices": "ints", "available": "int"},
     "free_pages": {"page_ids": "ints", "available": "int"},
     "prepare": {"reserve": "count", "reqs": "reqs"},  # and "aligned" (newer traces) or "policy"
     "swa_prealloc": {"fill_len": "count", "window": "count", "tail": "count", "evicted": "int"},
+    # The prefix tree's calls (version 2, memory/tree_trace.py); each call also carries the
+    # tree's evictable and protected sizes after it.
+    "tree": {"bigram": "bool"},
+    "tokens": {"rid": "rid", "at": "count", "ids": "ints"},
+    "match": {"rid": "rid", "len": "count", "matched": "count", "node": "count", **TREE_AFTER},
+    "insert": {"rid": "rid", "len": "count", "cached": "count", "node": "count", **TREE_AFTER},  # + pages or slots
+    "lock": {"node": "count", "delta": "int", **TREE_AFTER},
+    "unlock": {"node": "count", "delta": "int", **TREE_AFTER},
+    "evict": {"num_tokens": "count", "evicted": "count", "pages": "ints", **TREE_AFTER},
 }
-OPTIONAL = {"pool": "pool", "decode": "bool", "need_sort": "bool", "aligned": "bool"}
+OPTIONAL = {"pool": "pool", "decode": "bool", "need_sort": "bool", "aligned": "bool", "pages": "ints",
+            "slots": "ints", "from": "rid"}
 # The header (line 1), after its format and version: required fields, then those that
 # may be absent or null.
 HEADER = {"page_size": "size", "num_pages": "size"}
@@ -41,6 +56,8 @@ REQ_FIELDS = ("cur", "committed", "nxt")  # one request of a prepare record
 # fewer than 2**31 slots; replay and conform build host arrays (and conform torch
 # tensors) of that many entries, so a larger header is refused before any is built.
 MAX_POOL_SLOTS = 2**31 - 1
+# Versions read: 1 has no tree records, 2 adds them (a version 1 trace replays as before).
+READABLE = (1, VERSION)
 
 @dataclass
 class Divergence:
@@ -63,6 +80,7 @@ class ReplayReport:
     first_divergence: Divergence | None = None
     seconds_per_call: float = 0.0
     allocator_calls: int = 0
+    tree_calls: int = 0  # match, insert, lock, unlock and evict records
     all_divergences: list[Divergence] = field(default_factory=list, repr=False)
 
 
@@ -78,8 +96,9 @@ def _read_header(path: str, line: str) -> dict:
         raise TraceError(f"{path}: line 1 is not JSON ({err.msg}); expected the kvbench-trace header") from None
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise TraceError(f'{path}: line 1 is not a kvbench-trace header (needs "format": "{FORMAT}")')
-    if head.get("version") != VERSION:
-        raise TraceError(f"{path}: trace version {head.get('version')!r} is not supported (expected {VERSION})")
+    if head.get("version") not in READABLE:
+        raise TraceError(f"{path}: trace version {head.get('version')!r} is not supported "
+                         f"(expected {' or '.join(map(str, READABLE))})")
     fields = {**HEADER, **{k: kind for k, kind in HEADER_OPTIONAL.items() if head.get(k) is not None}}
     for key, kind in fields.items():
         test, what = KINDS[kind]
@@ -122,6 +141,8 @@ def _parse(path: str, lineno: int, line: str) -> dict:
         if any(q < p for p, q in zip(rec["prefix_lens"], rec["seq_lens"])):
             raise TraceError(f"{path}: line {lineno} (alloc_extend) each seq_lens entry must be >= its prefix_lens "
                              f"entry")
+    if op == "insert" and ("pages" in rec) == ("slots" in rec):
+        raise TraceError(f"{path}: line {lineno} (insert) needs its slots as pages or slots (one of the two)")
     if op == "prepare" and "aligned" not in rec and rec.get("policy") not in ("aligned", "unaligned"):
         raise TraceError(f'{path}: line {lineno} (prepare) needs "aligned": true|false '
                          f'(or "policy": "aligned"|"unaligned")')
@@ -144,7 +165,7 @@ def read_trace(path: str | os.PathLike) -> tuple[dict, list[tuple[int, dict]]]:
     pools = {"full"} | ({"swa"} if head.get("swa_num_pages") else set())
     for n, rec in records:
         pool = rec.get("pool", "full")
-        if rec["op"] not in ("prepare", "swa_prealloc") and pool not in pools:
+        if rec["op"] not in ("prepare", "swa_prealloc", *TREE_OPS) and pool not in pools:
             raise TraceError(f"{path}: line {n} uses pool {pool!r}, which the header does not define")
     return head, records
 
@@ -202,32 +223,34 @@ KINDS = {
     "counts": (lambda x: _int_list(x) and all(v >= 0 for v in x), "must be a list of integers >= 0"),
     "bool": (lambda x: isinstance(x, bool), "must be true or false"),
     "pool": (lambda x: x in ("full", "swa"), 'must be "full" or "swa"'),
+    "rid": (lambda x: _is_int(x) or isinstance(x, str), "must be an integer or a string"),
     "reqs": (_reqs, "is malformed (a list of requests, each with integers >= 0 cur, committed and nxt)"),
     "any": (lambda x: True, ""),
 }
 
 
-def check_algos(path: str, config: dict, records: list) -> None:
+def check_algos(path: str, config: dict, records: list, algorithms: Mapping[str, str]) -> None:
     """An algorithm kvbench does not know (spec "medusa") would leave its reserve
     unchecked and the trace called conforming (conform) or clean (replay): refused by
-    name instead. ``config``: the header's config table."""
-    from mini_engine import algos  # here, not at the top: the registry is not needed to read a trace
-
+    name instead. ``config``: the header's config table; ``algorithms``: each known
+    algorithm's name -> its writer (``mini_engine.algos.writers()``)."""
     spec = config.get("spec")
-    if spec is not None and spec not in algos.ALGORITHMS:
-        raise TraceError(f"{path}: header config.spec must be one of {', '.join(sorted(algos.ALGORITHMS))} "
+    if spec is not None and spec not in algorithms:
+        raise TraceError(f"{path}: header config.spec must be one of {', '.join(sorted(algorithms))} "
                          f"(got {str(spec)[:40]!r})")
-    writers = {"none"} | {a.writer_name for a in algos.ALGORITHMS.values()}
+    writers = {"none"} | set(algorithms.values())
     for lineno, rec in records:
         if rec["op"] == "prepare" and rec.get("algo") is not None and rec["algo"] not in writers:
             raise TraceError(f"{path}: line {lineno} (prepare) algo must be one of {', '.join(sorted(writers))} "
                              f"(got {str(rec['algo'])[:40]!r})")
 
 
-def replay(path: str | os.PathLike) -> ReplayReport:
+def replay(path: str | os.PathLike, algorithms: Mapping[str, str]) -> ReplayReport:
+    """Replay the trace at ``path`` on fresh allocators; ``algorithms``: the algorithms a
+    trace may name (``mini_engine.algos.writers()``)."""
     path = os.fspath(path)
     head, records = read_trace(path)
-    check_algos(path, head.get("config") or {}, records)  # as conform does: an unknown one is bad input
+    check_algos(path, head.get("config") or {}, records, algorithms)  # as conform does: an unknown one is bad input
     ps = head["page_size"]
     need_sort = pool_need_sort(path, records)
     pd_radix = header_pd_radix(path, head)
@@ -244,6 +267,7 @@ def replay(path: str | os.PathLike) -> ReplayReport:
 
     report = ReplayReport()
     spent = 0.0
+    tree = TreeReplay(ps)
 
     def diverge(rec_no: int, lineno: int, op: str, fld: str, expected, got) -> None:
         d = Divergence(rec_no, lineno, op, fld, expected, got)
@@ -262,6 +286,15 @@ def replay(path: str | os.PathLike) -> ReplayReport:
         if op in ("prepare", "swa_prealloc"):
             _check_plan(rec, ps, pd_radix, lambda f, e, g: diverge(n, lineno, op, f, e, g), path, lineno,
                         cut_at)
+            continue
+        if op in TREE_OPS:
+            report.tree_calls += op not in TREE_OPS[:2]
+            try:
+                found = tree.check(rec)
+            except ValueError as err:
+                raise TraceError(f"{path}: line {lineno} ({op}) cannot be replayed: {err}") from None
+            for fld, expected, got in found:
+                diverge(n, lineno, op, fld, expected, got)
             continue
         alloc = pools[rec.get("pool", "full")]
         t0 = time.perf_counter()

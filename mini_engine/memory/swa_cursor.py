@@ -15,6 +15,7 @@ from mini_engine.errors import EvictFloorError, check_positive
 from mini_engine.memory.invariants import Violation
 from mini_engine.memory.kv_state import ReqKVState
 from mini_engine.memory.growth import Growth
+from mini_engine.memory.release_unique import free_swa
 from mini_engine.memory.sizing import pd_swa_tail_len, swa_evict_target
 from mini_engine.memory.tables import KVTables
 
@@ -47,7 +48,11 @@ class SWACursor:
         # cursor there first (swa_dead_lo, cache_protected_len); 0 without a tree.
         old = max(old, state.protected)
         new = self._write_cursor(state, max(new, old))
-        freed = self.swa.evict(self.req_to_token.host[state.row], old, new)
+        row = self.req_to_token.host[state.row]
+        if p.free == "unique-row":  # 0.5.18: its SWA allocator's free_swa (a unique, not by stride)
+            freed = free_swa(self.swa, row[old:new])
+        else:
+            freed = self.swa.evict(row, old, new)
         self.t.give_back("swa", state, freed)
         return len(freed)
 

@@ -1,7 +1,8 @@
 """Allocation trace (DESIGN.md section 5): JSON lines, header first.
 
-The writer records every allocator call of both pools and the manager's planning
-records; replay.py re-runs a file on fresh allocators.
+The writer records every allocator call of both pools, the manager's planning
+records and (version 2) the prefix tree's calls (tree_trace.py); replay.py re-runs a
+file on fresh allocators and a fresh tree.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import IO
 from mini_engine.errors import TraceError
 
 FORMAT = "kvbench-trace"
-VERSION = 1
+VERSION = 2  # 2: the prefix tree's records (a version 1 trace has none and still replays)
 
 
 class TraceWriter:

@@ -43,7 +43,7 @@ def attention_backend(name: str, head_dim: int):
         if not triton_fits(head_dim):
             raise ConfigError(f"attention=triton needs a power-of-two head_dim (the model has {head_dim}); "
                               "use attention=torch")
-        from mini_engine.model.attention_triton import triton_paged_attention
+        from mini_engine.model.attention_triton import triton_paged_attention  # triton: only attention=triton
 
         return triton_paged_attention
     raise ConfigError(f"attention must be one of torch, triton (got {name!r})")
@@ -121,7 +121,7 @@ class ModelBackend:
                                                  self.gen)
         self.graphs = None
         if self.use_graphs and cfg.algo.graphable:
-            from mini_engine.model.cuda_graph import DecodeGraphs
+            from mini_engine.model.cuda_graph import DecodeGraphs  # triton: only CUDA graphs load it
 
             self.graphs = DecodeGraphs(self, layout)
 

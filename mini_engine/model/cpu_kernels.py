@@ -12,8 +12,10 @@ path: same results (up to float rounding in attention), slower.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import platform
 import shutil
 from pathlib import Path
 
@@ -52,9 +54,6 @@ def extend_attention():
 
 
 def _build_name() -> str:
-    import hashlib
-    import platform
-
     flags = platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -78,7 +77,7 @@ def _load():
                     " and ".join(missing))
         return False
     try:
-        from torch.utils import cpp_extension
+        from torch.utils import cpp_extension  # cpp_extension: loads setuptools, only when the kernels build
 
         # The build is named after the CPU's features (FLAGS has -march=native), so a cache
         # directory shared by different hosts never loads a foreign build.

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from mini_engine.errors import KVBenchError
+from mini_engine.files import failure, read_document
 from mini_engine.model.config import DTYPES, SHAPES, ModelConfig, named_shape
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
@@ -30,8 +31,8 @@ class Weights:
     files: list[Path]
 
     def load_into(self, model: torch.nn.Module) -> None:
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
+        from safetensors import SafetensorError  # safetensors: optional, loaded only on this path
+        from safetensors.torch import load_file  # safetensors: optional, loaded only on this path
 
         expected = model.state_dict()
         seen: set[str] = set()
@@ -61,6 +62,9 @@ class Weights:
             raise CheckpointError(f"checkpoint {self.path}: missing parameter {missing[0]!r}{more}")
 
 
+CONFIG = "checkpoint config"  # what a config.json failure calls the file
+
+
 def read_hf_config(path: Path) -> dict:
     """A checkpoint directory's config.json as a dict; CheckpointError (one line) when it is missing or bad."""
     if not path.exists():
@@ -68,14 +72,10 @@ def read_hf_config(path: Path) -> dict:
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {str(path)!r} is not a directory (expected config.json + *.safetensors)")
     cfg_file = path / "config.json"
-    if not cfg_file.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r} has no config.json")
-    try:
-        data = json.loads(cfg_file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"checkpoint {str(path)!r}: config.json is not valid JSON ({err})") from None
+    data = read_document(cfg_file, CONFIG, CheckpointError, fmt="json",
+                         missing="a checkpoint directory holds config.json and *.safetensors weight files")
     if not isinstance(data, dict):
-        raise CheckpointError(f"checkpoint {str(path)!r}: config.json must hold a JSON object")
+        raise failure(CheckpointError, CONFIG, cfg_file, "must hold a JSON object")
     return data
 
 
@@ -196,7 +196,7 @@ def model_vocab_size(name: str) -> int:
 
 def save_checkpoint(model: torch.nn.Module, mcfg: ModelConfig, path: str | Path) -> Path:
     """Write `model` as an HF-format directory (how tests build checkpoints on disk)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # safetensors: optional, loaded only on this path
 
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.ci import workflows
 from harness.commands.ci import lint
 
 REPO = Path(__file__).resolve().parents[3]
@@ -100,13 +101,32 @@ def test_yaml_spelling_is_read_too(tmp_path):
     ("on: push\njobs: {t: [1, 2]}\n", "jobs: must be a mapping"),
     ("on: push\njobs:\n  t: {runs-on: x\n", "not valid YAML (line"),
     ("on: !!python/object/apply:os.system ['true']\n", "not valid YAML (line 1"),
-    ("\xff\xfe", "cannot be read (UnicodeDecodeError)"),
+    ("\xff\xfe", "not UTF-8 text"),
 ])
 def test_a_malformed_workflow_is_one_line(text, needle, tmp_path):
     root = _tree(tmp_path)
     (root / "ci" / "workflows" / "odd.yml").write_text(text, encoding="latin-1")
     found = _problems(root, "odd.yml")
     assert len(found) == 1 and needle in found[0] and "\n" not in found[0], found
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("missing", "not found"),
+    ("directory", "a directory, not a regular file"),
+    ("syntax", "not valid YAML (line 4, column 1): expected ',' or '}', but got '<stream end>'"),
+    ("list", "a workflow is a mapping"),
+])
+def test_a_bad_workflow_file_is_one_line_naming_it(damage, reason, tmp_path):
+    path = tmp_path / "odd.yml"
+    if damage == "directory":
+        path.mkdir()
+    elif damage == "syntax":
+        path.write_text("on: push\njobs:\n  t: {runs-on: x\n")
+    elif damage == "list":
+        path.write_text("- 1\n- 2\n")
+    with pytest.raises(workflows.WorkflowError) as err:
+        workflows.load(path)
+    assert str(err.value) == f"workflow 'odd.yml': {reason}"
 
 
 def test_a_suites_link_out_of_the_tree_is_not_walked(tmp_path):

@@ -53,8 +53,30 @@ def test_unknown_or_dynamic_runner_marks(tree):
     with pytest.raises(UsageError, match=r"not valid Python \(line 1\)"):
         registry.runner_for_test(tree, "suites/unit/test_bad_mark.py")
     bad.write_bytes(b"def test_x():\n    pass\n\x00\n")
-    with pytest.raises(UsageError, match=r"test_bad_mark.py`: not valid Python\Z"):
+    with pytest.raises(UsageError, match=r"^test file 'test_bad_mark.py': not valid Python\Z"):
         registry.runner_for_test(tree, "suites/unit/test_bad_mark.py")
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("missing", "not found"),
+    ("directory", "a directory, not a regular file"),
+    ("syntax", "not valid Python (line 1)"),
+    ("binary", "not UTF-8 text"),
+    ("huge", f"{(1 << 20) + 1} bytes, over the limit of {1 << 20}"),
+])
+def test_a_bad_test_file_is_one_line_naming_it(damage, reason, tmp_path):
+    path = tmp_path / "test_odd.py"
+    if damage == "directory":
+        path.mkdir()
+    elif damage == "syntax":
+        path.write_text("def test_x(:\n")
+    elif damage == "binary":
+        path.write_bytes(b"\xff\xfe")
+    elif damage == "huge":
+        path.write_text("#" * ((1 << 20) + 1))
+    with pytest.raises(UsageError) as err:
+        testfiles.scan(path)
+    assert str(err.value) == f"test file 'test_odd.py': {reason}"
 
 
 def test_scan_does_not_import(tmp_path):

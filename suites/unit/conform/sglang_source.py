@@ -13,6 +13,8 @@ import ast
 import importlib.util
 from pathlib import Path
 
+from harness.sglang_radix import compile_classes
+
 
 def _compile(module: str, nodes: list, names: set[str], where: str, namespace: dict) -> dict:
     body = [n for n in nodes if isinstance(n, ast.FunctionDef) and n.name in names]
@@ -39,21 +41,8 @@ def methods(module: str, cls: str, names: set[str], namespace: dict) -> dict:
     return _compile(module, klass.body, names, f"{module}.{cls}", namespace)
 
 
-def classes(module: str, names: set[str], namespace: dict) -> dict:
-    """The named top-level classes of ``module`` (decorators kept), compiled into ``namespace``.
-
-    The module's ``from __future__ import annotations`` is applied, so annotations naming
-    types the namespace does not hold stay strings, as in the module itself.
-    """
-    import __future__
-
-    body = [n for n in source(module).body if isinstance(n, ast.ClassDef) and n.name in names]
-    assert {n.name for n in body} == names, f"{module} no longer defines {names}"
-    origin = importlib.util.find_spec(module).origin
-    code = compile(ast.Module(body=body, type_ignores=[]), origin, "exec",
-                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
-    exec(code, namespace)
-    return namespace
+# The named top-level classes of a module, compiled (harness/sglang_radix.py, where conform needs it too).
+classes = compile_classes
 
 
 def assigned(module: str, where: str, target: str):

@@ -304,10 +304,11 @@ def grouped_trace(path, ps: int, seed: int) -> None:
 
 @pytest.mark.parametrize("ps", [1, 16])
 def test_free_group_manager_trace_conforms(sg, tmp_path, capsys, ps):
+    from mini_engine.algos import writers
     from mini_engine.memory.replay import replay
 
     path = tmp_path / "grouped.jsonl"
     grouped_trace(path, ps, seed=ps)
-    assert replay(path).divergences == 0
+    assert replay(path, writers()).divergences == 0
     rc, out, _ = conform_cli(capsys, path)
     assert rc == 0, out

@@ -2,7 +2,7 @@
 
 radix_cache.py and base_prefix_cache.py import the GPU stack at load time, so their
 classes (``RadixKey``, ``TreeNode``, ``RadixCache``, the params and result dataclasses,
-the LRU strategy) are compiled from the installed source. SGLang's tree runs on SGLang's
+the LRU strategy) are compiled from the installed source (harness/sglang_radix.py). SGLang's tree runs on SGLang's
 own allocator (``PagedTokenToKVPoolAllocator``, ``TokenToKVPoolAllocator`` at ps 1), on a
 CPU, with ``time.monotonic`` replaced by a counter: a strictly increasing clock, so LRU
 order has no ties (kvbench's tree ticks a logical clock at the same points). A hypothesis
@@ -15,16 +15,8 @@ free slots (so the pages each eviction returns, and the slots each allocation ha
 
 from __future__ import annotations
 
-import abc
-import collections
-import dataclasses
-import heapq
-import itertools
-import logging
-import sys
 from array import array
 from types import SimpleNamespace
-from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 import pytest
@@ -32,53 +24,18 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from harness.sglang_radix import radix_cache, radix_namespace
 from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.radix_cache import RadixCache
-from sglang_source import classes
 
 NUM_PAGES = 40
-
-
-class _NoEvents:
-    def __init__(self, **kwargs):
-        pass
-
-    def __getattr__(self, name):
-        return lambda *a, **k: None
-
-
-class _Base:  # what RadixCache takes from BasePrefixCache on this path
-    def update_eviction_metrics(self, num_evicted, start_time):
-        pass
-
-    def lock(self, node):
-        return self.inc_lock_ref(node)
 
 
 @pytest.fixture(scope="module")
 def sgtree(sg):  # sg: the installed SGLang, or a skip (a failure under KVBENCH_REQUIRE_SGLANG=1)
     import torch
-    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
-    base = classes("sglang.srt.mem_cache.base_prefix_cache",
-                   {"MatchPrefixParams", "InsertParams", "InsertResult", "EvictParams", "EvictResult",
-                    "IncLockRefResult", "DecLockRefParams", "DecLockRefResult", "MatchResult"},
-                   {"dataclasses": dataclasses, "NamedTuple": NamedTuple, "Optional": Optional, "Any": Any,
-                    "Sequence": Sequence, "torch": torch, "ComponentType": ComponentType})
-    policy = classes("sglang.srt.mem_cache.evict_policy", {"EvictionStrategy", "LRUStrategy"},
-                     {"ABC": abc.ABC, "abstractmethod": abc.abstractmethod})
-    clock = itertools.count(1)
-    ns = dict(base)
-    ns.update({
-        "heapq": heapq, "sys": sys, "array": array, "defaultdict": collections.defaultdict, "torch": torch,
-        "logger": logging.getLogger("sglang-radix"), "Optional": Optional, "Any": Any,
-        "time": SimpleNamespace(monotonic=lambda: float(next(clock)), perf_counter=lambda: 0.0),
-        "BasePrefixCache": _Base, "KVCacheEventRecorder": _NoEvents, "LoRANameTable": object,
-        "get_eviction_strategy": lambda name, config: policy["LRUStrategy"](),
-        "split_node_hash_value": lambda h, n, ps: (None, None), "CacheInitParams": object,
-    })
-    classes("sglang.srt.mem_cache.radix_cache", {"RadixKey", "TreeNode", "RadixCache"}, ns)
-    return SimpleNamespace(torch=torch, ns=ns, sg=sg)
+    return SimpleNamespace(torch=torch, ns=radix_namespace(torch), sg=sg)
 
 
 def _sglang_allocator(sgt, ps: int):
@@ -89,11 +46,7 @@ def _sglang_allocator(sgt, ps: int):
 
 
 def _sglang_tree(sgt, ps: int, allocator):
-    params = SimpleNamespace(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=allocator,
-                             page_size=ps, is_eagle=False, eviction_policy="lru", eviction_policy_config=None,
-                             enable_kv_cache_events=False, dynamo_kv_event_format=False,
-                             kv_event_lora_names=None, enable_metrics=False)
-    return sgt.ns["RadixCache"](params)
+    return radix_cache(sgt.ns, ps, allocator)
 
 
 class Pair:

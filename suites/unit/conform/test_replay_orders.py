@@ -10,6 +10,7 @@ import pytest
 
 from harness.cli import main
 from mini_engine.memory.allocator import PagedAllocator
+from mini_engine.algos import writers
 from mini_engine.memory.replay import replay
 from mini_engine.memory.trace import TraceWriter
 
@@ -23,12 +24,12 @@ def test_staged_engine_trace_replays_and_a_reorder_is_caught(tmp_path, capsys, m
           "--max-running", "6", "--spec", "dflash", "--pool-tokens", "1024", "--window", "32",
           "--layer-pattern", "1:1", "--trace", str(path)])
     capsys.readouterr()
-    assert replay(path).divergences == 0
+    assert replay(path, writers()).divergences == 0
     # Drop the need_sort marks: the same frees now go in front of the list (LIFO), so the
     # first allocation after a free that SGLang would not have merged yet gets other pages.
     lines = path.read_text().splitlines()
     path.write_text("\n".join(line.replace(',"need_sort":true', "") for line in lines) + "\n")
-    rep = replay(path)
+    rep = replay(path, writers())
     assert rep.divergences > 0 and rep.first_divergence.field == "out"
 
 
@@ -46,9 +47,9 @@ def test_prepare_aligned_field_and_profile_header(tmp_path):
     unaligned = dict(prep, aligned=False, reqs=[dict(prep["reqs"][0], nxt=13)])  # 5 + 8
     path = write(tmp_path, [dict(prep, aligned=True), unaligned],
                  profile={"name": "sglang-0.5.23", "pd_radix": False})
-    assert replay(path).divergences == 0
+    assert replay(path, writers()).divergences == 0
     bad = write(tmp_path, [dict(prep, aligned=False)])  # unaligned gives 13, not 16
-    d = replay(bad).first_divergence
+    d = replay(bad, writers()).first_divergence
     assert (d.field, d.expected, d.got) == ("reqs[0].nxt", 16, 13)
 
 
@@ -60,11 +61,11 @@ def test_decode_record_replays_with_decodes_merge_test(tmp_path, capsys):
         a.alloc_extend([0, 0, 0], [4, 4, 4], [-1, -1, -1])
         a.free_pages([2])
         a.alloc_decode([5, 5, 5], [7, 11, 15])  # no merge for a decode: pages 4, 5, 6
-    assert replay(path).divergences == 0
+    assert replay(path, writers()).divergences == 0
     recs = [json.loads(x) for x in path.read_text().splitlines()]
     recs[3].pop("decode")  # as an extend the same call merges first and takes page 2
     path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
-    assert replay(path).first_divergence.field == "out"
+    assert replay(path, writers()).first_divergence.field == "out"
     assert main(["replay", str(path)]) == 1
     assert "call 3 (line 4) alloc_extend: out expected" in capsys.readouterr().out
 

@@ -11,6 +11,7 @@ import pytest
 from harness.run.runner import run_config
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
+from mini_engine.algos import writers
 from mini_engine.memory.replay import replay
 from mini_engine.request import Request
 
@@ -52,7 +53,7 @@ def test_a_crash_mid_run_leaves_a_readable_trace(tmp_path, monkeypatch):
     full = records(whole)
     assert 1 < len(lines) < len(full) and lines == full[:len(lines)]
     assert sum(r["op"] == "prepare" for r in lines[1:]) == 3  # the third reservation ran, its forward did not
-    report = replay(str(cut))
+    report = replay(str(cut), writers())
     assert report.calls == len(lines) - 1 and report.divergences == 0
 
 
@@ -77,7 +78,7 @@ def test_a_crash_propagates_through_the_callers_with_and_the_file_is_closed(tmp_
         with open_trace(cfg, path) as trace:
             Engine(cfg, trace=trace).run([Request(rid=0, prompt=list(range(40)), max_new_tokens=30)])
     assert trace._fh.closed
-    assert replay(str(path)).divergences == 0
+    assert replay(str(path), writers()).divergences == 0
 
 
 def test_a_trace_path_is_not_a_writer():

@@ -11,6 +11,7 @@ import pytest
 from harness.cli import main
 from mini_engine.errors import TraceError
 from mini_engine.memory import Auditor, KVManager, MemoryConfig, TraceWriter
+from mini_engine.algos import writers
 from mini_engine.memory.replay import replay
 
 
@@ -49,7 +50,7 @@ def record(path, seed=0, steps=150, ps=16, swa=True, free_policy="floor", policy
 def test_random_trace_replays_clean(tmp_path, ps, swa, free_policy):
     path = tmp_path / "t.jsonl"
     record(path, seed=ps, ps=ps, swa=swa, free_policy=free_policy)
-    rep = replay(path)
+    rep = replay(path, writers())
     assert rep.divergences == 0 and rep.first_divergence is None
     assert rep.calls == sum(1 for _ in open(path)) - 1 > 50
     assert rep.allocator_calls > 0 and rep.seconds_per_call > 0
@@ -60,7 +61,7 @@ def test_trace_header_and_records(tmp_path):
     record(path)
     lines = [json.loads(x) for x in open(path)]
     head = lines[0]
-    assert head["format"] == "kvbench-trace" and head["version"] == 1
+    assert head["format"] == "kvbench-trace" and head["version"] == 2
     assert (head["page_size"], head["num_pages"], head["swa_num_pages"]) == (16, 48, 48)
     ops = {x["op"] for x in lines[1:]}
     assert {"alloc_extend", "free_pages", "prepare", "swa_prealloc"} <= ops
@@ -83,7 +84,7 @@ def test_corrupted_line_diverges_exit_1(tmp_path, capsys):
     path = tmp_path / "t.jsonl"
     record(path)
     line_idx = _corrupt(path)
-    rep = replay(path)
+    rep = replay(path, writers())
     assert rep.divergences >= 1
     d = rep.first_divergence
     assert d.line == line_idx + 1 and d.op == "alloc_extend" and d.field == "out"
@@ -103,7 +104,7 @@ def test_a_wrong_planning_record_diverges(tmp_path):
             lines[i] = json.dumps(rec)
             break
     open(path, "w").write("\n".join(lines) + "\n")
-    assert replay(path).first_divergence.op == "swa_prealloc"
+    assert replay(path, writers()).first_divergence.op == "swa_prealloc"
 
 
 def test_clean_trace_cli_exit_0(tmp_path, capsys):
@@ -142,7 +143,7 @@ def test_bad_trace_one_line_exit_2(tmp_path, capsys, content, msg):
     if content is not None:
         path.write_text(content)
     with pytest.raises(TraceError, match=msg):
-        replay(path)
+        replay(path, writers())
     assert main(["replay", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and msg in err and "Traceback" not in err
@@ -153,7 +154,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.jso
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_committed_example_traces_replay_clean(path):
-    rep = replay(path)
+    rep = replay(path, writers())
     assert rep.calls > 10 and rep.divergences == 0
 
 
@@ -193,5 +194,5 @@ def test_a_wrong_available_or_nxt_diverges(tmp_path, op, field):
             lines[i] = json.dumps(rec)
             break
     open(path, "w").write("\n".join(lines) + "\n")
-    d = replay(path).first_divergence
+    d = replay(path, writers()).first_divergence
     assert (d.line, d.op, d.field) == (i + 1, op, field)

@@ -64,7 +64,7 @@ def test_file_instead_of_directory(tmp_path):
 def test_missing_config(tiny_checkpoint, tmp_path):
     d = _copy(tiny_checkpoint, tmp_path / "c")
     (d / "config.json").unlink()
-    with pytest.raises(CheckpointError, match="has no config.json"):
+    with pytest.raises(CheckpointError, match="checkpoint config '.*config.json': not found"):
         resolve_model(str(d))
 
 
@@ -152,6 +152,27 @@ def test_corrupt_weights(tiny_checkpoint, tmp_path):
         ModelBackend(cfg)
 
 
+@pytest.mark.parametrize("damage, reason", [
+    ("missing", "not found (a checkpoint directory holds config.json and *.safetensors weight files)"),
+    ("directory", "a directory, not a regular file"),
+    ("syntax", "not valid JSON: Expecting property name enclosed in double quotes (line 1)"),
+    ("list", "must hold a JSON object"),
+])
+def test_a_bad_config_json_is_one_line_naming_the_file(tiny_checkpoint, tmp_path, damage, reason):
+    d = _copy(tiny_checkpoint, tmp_path / "c")
+    cfg = d / "config.json"
+    cfg.unlink()
+    if damage == "directory":
+        cfg.mkdir()
+    elif damage == "syntax":
+        cfg.write_text("{not json")
+    elif damage == "list":
+        cfg.write_text("[1, 2]")
+    with pytest.raises(CheckpointError) as err:
+        resolve_model(str(d))
+    assert str(err.value) == f"checkpoint config {str(cfg)!r}: {reason}"
+
+
 def test_errors_are_one_line_kvbench_errors(tmp_path):
     with pytest.raises(KVBenchError) as err:
         resolve_model(str(tmp_path / "missing"))
@@ -160,7 +181,7 @@ def test_errors_are_one_line_kvbench_errors(tmp_path):
 
 @pytest.mark.parametrize("damage, needle", [
     ("absent", "does not exist"),
-    ("no-config", "has no config.json"),
+    ("no-config", "checkpoint config '.*config.json': not found"),
     ("no-weights", "has no \\*.safetensors weight files"),
     ("mistral", "unsupported architecture \\['MistralForCausalLM'\\]"),
     ("wider-mlp", "down_proj.weight has shape \\(64, 128\\), config.json implies \\(64, 96\\)"),
