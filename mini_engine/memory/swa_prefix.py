@@ -91,7 +91,8 @@ class SWAPrefixCache:
             self.swa.allocator.free_pages(pages)
 
     # -- admission ---------------------------------------------------------------------
-    def match(self, tokens) -> tuple[np.ndarray, SWANode]:
+    def match(self, tokens, rid=None) -> tuple[np.ndarray, SWANode]:
+        """rid: the request's (the full tree names it in its trace records; this one writes none)."""
         key = np.asarray(tokens, dtype=np.int64)[:max(len(tokens) - 1, 0)]
         slots, node = self.tree.match_prefix(key)
         self._note("match", (key.tolist(),), (len(slots), node.id))
