@@ -184,7 +184,8 @@ class Scheduler:
         """Free pages admission sees: with SWA, the smaller of the two pools (SGLang's min(full, swa))."""
         m = self.manager
         free = m.num_free_pages + m.evictable_pages  # SGLang's rem_total_tokens counts the tree's evictable size
-        return min(free, m.swa.allocator.num_free_pages) if m.swa is not None else free
+        # ... and the SWA-aware tree's evictable SWA size on the SWA side (swa_available + swa_evictable).
+        return min(free, m.swa.allocator.num_free_pages + m.evictable_swa_pages) if m.swa is not None else free
 
     def _chunk(self, r: Request, end: int) -> PrefillChunk | None:
         if self.profile.prefix_cache == "chunk":

@@ -51,7 +51,7 @@ BETTER = ("lower", "higher", "none")
 #   kv_pools   the per-step held series of both pools -> the peak of their bytes together
 SCALES = ("page_size", "kv_full", "kv_swa", "kv_all", "kv_pools")
 GROUPS = ("memory", "swa", "invariants", "engine", "spec", "throughput", "timing", "process", "device")
-INVARIANTS = tuple(f"K{i}" for i in range(1, 14))  # DESIGN.md section 2
+INVARIANTS = tuple(f"K{i}" for i in range(1, 15))  # DESIGN.md section 2
 STATUSES = ("ok", "violated", "pool_exhausted", "failed")  # a row's status: the engine's verdict, or failed
 # The figures a report trends by default: memory in token slots, comparable across page
 # sizes (harness/core/kv_units.py); pages by --metric NAME.

@@ -45,7 +45,7 @@ def _option_name(name: Any, info: ValidationInfo) -> Any:
 
 def _invariant(name: Any) -> Any:
     if name not in INVARIANTS:
-        raise ValueError(f"unknown invariant {name!r} (allowed: K1 to K13)")
+        raise ValueError(f"unknown invariant {name!r} (allowed: K1 to K14)")
     return name
 
 

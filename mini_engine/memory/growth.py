@@ -173,6 +173,7 @@ class Growth:
             base = self.rows.swa_evicted[rows]
             swa_prefix = np.maximum(cur, base)
             swa_target = np.maximum(targets, swa_prefix)
+            self.t.make_room_swa(int(self.swa.allocator.pages_needed(swa_prefix, swa_target).sum()))
             if int(self.swa.allocator.pages_needed(swa_prefix, swa_target).sum()) \
                     > self.swa.allocator.num_free_pages:
                 self.t.short_pool = "swa"
@@ -209,6 +210,7 @@ class Growth:
             return False
         if self.swa is not None:
             swa_prefix = np.maximum(cur, self.rows.swa_evicted[state_rows(states)])
+            self.t.make_room_swa(int(self.swa.allocator.pages_needed(swa_prefix, np.maximum(targets, swa_prefix)).sum()))
             if int(self.swa.allocator.pages_needed(swa_prefix, np.maximum(targets, swa_prefix)).sum()) \
                     > self.swa.allocator.num_free_pages:
                 self.t.short_pool = "swa"

@@ -230,8 +230,10 @@ def check_k7(m: KVManager, step: int) -> list[Violation]:
         row = host[s.row]
         # The row's own positions: an extent written past the row (memory.overflow) maps
         # the rest in the next row's positions, which that row's own check reads.
-        cur, ext = s.swa_evicted, min(s.allocated, m.mem.row_width)
-        below = m.swa.map_host[row[:min(cur, ext)]]
+        # [0, protected): the SWA-aware tree's slots (memory/swa_prefix.py), checked by K14.
+        prot = min(s.protected, m.mem.row_width)
+        cur, ext = max(s.swa_evicted, prot), min(s.allocated, m.mem.row_width)
+        below = m.swa.map_host[row[prot:min(cur, ext)]]
         above = m.swa.map_host[row[cur:ext]] if ext > cur else np.empty(0, dtype=np.int64)
         pos = np.arange(cur, max(cur, ext))
         live = -(-ext // ps) - cur // ps if ext > cur else 0  # pages of positions above the cursor
@@ -265,8 +267,8 @@ def check_k8(m: KVManager, step: int) -> list[Violation]:
     for name, a in _pools(m):
         held = m.ledger.total[name]
         free = a.num_free_pages
-        tree = m.prefix.in_tree if name == "full" and m.prefix is not None else None
-        in_tree = m.tree_pages if tree is not None else 0
+        tree = getattr(m.prefix, "in_tree" if name == "full" else "in_tree_swa", None)
+        in_tree = (m.tree_pages if name == "full" else m.tree_swa_pages) if tree is not None else 0
         leaked = a.num_pages - free - held - in_tree
         owner = m.ledger.owner[name]
         # count_nonzero, not sum: summing a bool array converts it to integers first.
@@ -378,10 +380,10 @@ def check_all(m: KVManager, step: int, batch: BatchArrays | None = None,
     found = (check_k1(m, step, live) + check_k2(m, step, live) + check_k3(m, step, live)
              + check_k4(m, step, live) + check_k5(m, step) + check_k6(m, step, live) + check_k7(m, step)
              + check_k8(m, step) + check_k9(m, step) + check_k10(m, step, batch, mirror)
-             + check_k12(m, step) + check_k13(m, step))
+             + check_k12(m, step) + check_k13(m, step) + check_k14(m, step))
     m.seen.take(live)
     return found
 
 
 # The prefix tree's checks live in their own module (it reads the tree, not the pools).
-from mini_engine.memory.tree_invariants import check_k12, check_k13  # noqa: E402
+from mini_engine.memory.tree_invariants import check_k12, check_k13, check_k14  # noqa: E402

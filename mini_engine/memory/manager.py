@@ -28,6 +28,7 @@ from mini_engine.memory.prefix import BIGRAM_ALGOS, PrefixCache
 from mini_engine.memory.release import Release
 from mini_engine.memory.swa import SWAPool
 from mini_engine.memory.swa_cursor import SWACursor
+from mini_engine.memory.swa_prefix import SWAPrefixCache
 from mini_engine.memory.tables import KVTables
 from mini_engine.memory.trace import TraceWriter
 
@@ -55,10 +56,10 @@ class KVManager:
         self.prepare_fits, self.extend_fits = g.prepare_fits, g.extend_fits
         self.evict_swa, self.pd_prealloc = self.swa_cursor.evict_swa, self.swa_cursor.pd_prealloc
         self.release = self.releaser.release
-        # SGLang's radix prefix cache (full attention only: SWA models keep the chunk cache's
-        # path, see memory/prefix.py); prefix_cache = "chunk" is --disable-radix-cache.
-        if mem.rules.prefix_cache == "radix" and swa is None:
-            t.prefix = PrefixCache(t, bigram=mem.algo in BIGRAM_ALGOS)
+        # SGLang's radix prefix cache: the SWA-aware tree for a model with an SWA pool
+        # (memory/swa_prefix.py), else the full one; prefix_cache = "chunk" is --disable-radix-cache.
+        if mem.rules.prefix_cache == "radix":
+            t.prefix = SWAPrefixCache(t) if swa is not None else PrefixCache(t, bigram=mem.algo in BIGRAM_ALGOS)
         self.prefix = t.prefix
 
     def disable_prefix_cache(self) -> bool:
@@ -134,6 +135,16 @@ class KVManager:
         return self.prefix.pages if self.prefix is not None else 0
 
     @property
+    def evictable_swa_pages(self) -> int:
+        """SWA-pool pages of the SWA-aware tree no request locks (admission counts them as available)."""
+        return self.prefix.tree.swa_evictable // self.ps if hasattr(self.prefix, "swa_pages") else 0
+
+    @property
+    def tree_swa_pages(self) -> int:
+        """SWA-pool pages held by the SWA-aware tree (0 without one)."""
+        return getattr(self.prefix, "swa_pages", 0)
+
+    @property
     def pages_in_use(self) -> int:
         """Full-pool pages running requests use: their own (pages_held) and the locked tree
         pages their prefixes sit on, each once. The memory a batch occupies, whichever of
@@ -160,7 +171,7 @@ class KVManager:
             out += self.full.num_pages - self.full.num_free_pages - self.ledger.total["full"] - self.tree_pages
         if self.swa and pool in (None, "swa"):
             a = self.swa.allocator
-            out += a.num_pages - a.num_free_pages - self.ledger.total["swa"]
+            out += a.num_pages - a.num_free_pages - self.ledger.total["swa"] - self.tree_swa_pages
         return out
 
     @property

@@ -26,10 +26,9 @@ UnifiedRadixCache (FULL component) and mem_cache/common.py do:
 EAGLE keys the tree by bigrams (``RadixKey(is_bigram=spec_algorithm.is_eagle())``):
 a key of n tokens is n - 1 bigrams long, so the page alignment is one token shorter.
 
-Not modelled here: SWA models (SGLang's UnifiedRadixCache with the SWA component:
-SWA tombstones and the SWA eviction threshold in unified_cache/components/swa.py).
-KVManager builds no PrefixCache when the model has an SWA pool, so SWA runs keep the
-chunk cache's release under either ``prefix_cache`` value.
+Not here: SWA models (SGLang's UnifiedRadixCache with the SWA component). KVManager runs
+their tree through memory/swa_prefix.py (the same calls) over memory/swa_radix.py
+(tombstones, the window-gated match, window locks, SWA eviction).
 """
 
 from __future__ import annotations

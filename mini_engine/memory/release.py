@@ -34,8 +34,8 @@ class Release:
         if prefix is not None and tokens is not None:
             prefix.checkpoint(state, tokens, prompt_len, min(state.committed, len(tokens)))
         host_row = self.req_to_token.host[row]
-        cursor = state.swa_evicted
         prot = state.protected
+        cursor = max(state.swa_evicted, prot)  # below protected the slots (and their SWA) are the tree's
         if self.rules.free == "unique-row" and self.swa is None and prefix is None:
             # 0.5.18's ChunkCache release (release_unique.py); with its radix tree 0.5.18
             # frees by segment (RadixCache.cache_finished_req), the else branch below.

@@ -44,7 +44,10 @@ class SWACursor:
                                p.swa_eviction_interval if interval is None else interval, p.prefix_cache)
         if new <= old:
             return 0
-        new = self._write_cursor(state, new)
+        # The tree's prefix [0, protected) is not the request's to free: SGLang floors the
+        # cursor there first (swa_dead_lo, cache_protected_len); 0 without a tree.
+        old = max(old, state.protected)
+        new = self._write_cursor(state, max(new, old))
         row = self.req_to_token.host[state.row]
         if p.free == "unique-row":  # 0.5.18: its SWA allocator's free_swa (a unique, not by stride)
             freed = free_swa(self.swa, row[old:new])

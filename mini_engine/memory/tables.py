@@ -75,6 +75,11 @@ class KVTables:
         if self.prefix is not None and pages > self.full.num_free_pages:
             self.prefix.make_room(pages)
 
+    def make_room_swa(self, pages: int) -> None:
+        """An allocation of `pages` SWA-pool pages is coming: the SWA-aware tree evicts first if short."""
+        if self.prefix is not None and self.swa is not None and pages > self.swa.allocator.num_free_pages:
+            self.prefix.make_room_swa(pages)
+
     def report(self, v: Violation) -> None:
         if self.auditor is None:
             raise InvariantViolation(v)

@@ -1,4 +1,5 @@
-"""K12-K13: the radix prefix tree's locks (memory/prefix.py), as state checks.
+"""K12-K14: the radix prefix tree's locks (memory/prefix.py), and the SWA-aware tree's
+slots (memory/swa_radix.py), as state checks.
 
 A request holds one lock, on the node its row's protected prefix ends on, and a
 lock counts on every node from there up to the root (SGLang's inc_lock_ref). So
@@ -18,10 +19,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from mini_engine.memory.invariants import Violation
 
 if TYPE_CHECKING:
     from mini_engine.memory.manager import KVManager
+    from mini_engine.memory.swa_radix import SWARadixCache
 
 
 def check_k12(m: KVManager, step: int) -> list[Violation]:
@@ -64,4 +68,37 @@ def check_k13(m: KVManager, step: int) -> list[Violation]:
     if protected != tree.protected_size or tree.evictable_size < 0:
         out.append(Violation("K13", None, step, {"protected_size": tree.protected_size, "locked_tokens": protected,
                                                  "evictable_size": tree.evictable_size}))
+    return out
+
+
+def check_k14(m: KVManager, step: int) -> list[Violation]:
+    """K14 on the manager's SWA-aware tree (memory/swa_prefix.py); nothing without one."""
+    tree = getattr(m.prefix, "tree", None)
+    return swa_tree_violations(tree, step) if hasattr(tree, "swa_map") else []
+
+
+def swa_tree_violations(tree: SWARadixCache, step: int = 0) -> list[Violation]:
+    """K14, the SWA-aware tree (memory/swa_radix.py): a tombstone holds no SWA page (the
+    pool's map names none for its FULL slots), a live node's SWA slots are the ones the map
+    names, the four sizes are the nodes' tokens split by their locks (SWA protected = the
+    SWA-locked live nodes), and no eviction freed a node some request SWA-locked."""
+    out = []
+    sizes = {"full_evictable": 0, "full_protected": 0, "swa_evictable": 0, "swa_protected": 0}
+    for x in tree.nodes():
+        sizes["full_protected" if x.full_lock else "full_evictable"] += len(x.key)
+        mapped = tree.swa_map[x.full]
+        if x.swa is None:
+            if mapped.any():
+                out.append(Violation("K14", None, step, {"node": x.id, "reason": "a tombstone holds SWA pages",
+                                                         "swa": mapped[mapped > 0][:8].tolist()}))
+            continue
+        sizes["swa_protected" if x.swa_lock else "swa_evictable"] += len(x.swa)
+        if not np.array_equal(mapped, x.swa):
+            out.append(Violation("K14", None, step, {"node": x.id, "reason": "SWA slots are not the map's"}))
+    have = {"full_evictable": tree.full_evictable, "full_protected": tree.full_protected,
+            "swa_evictable": tree.swa_evictable, "swa_protected": tree.swa_protected}
+    if have != sizes:
+        out.append(Violation("K14", None, step, {"reason": "sizes", "counted": sizes, "tree": have}))
+    for nid in tree.locked_evictions:
+        out.append(Violation("K14", None, step, {"node": nid, "reason": "a SWA-locked node was evicted"}))
     return out

@@ -18,6 +18,7 @@ import pytest
 
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
+from mini_engine.memory.swa_prefix import SWAPrefixCache
 from mini_engine.request import Request
 
 PS = 16
@@ -89,9 +90,25 @@ def test_pd_decode_side_runs_without_a_tree_unless_pd_radix():
         assert e.manager.num_free_pages + e.manager.tree_pages == 512
 
 
-def test_swa_models_keep_the_chunk_cache_path():
+def test_swa_models_run_the_swa_aware_tree():
+    # SGLang 0.5.23 runs UnifiedRadixCache with the SWA component for a hybrid model:
+    # the shared prompt is matched, and the finished requests' pages stay in the tree, in
+    # both pools (memory/swa_prefix.py); nothing leaks.
     cfg = EngineConfig(page_size=PS, pool_tokens=2048 * PS, max_context=1024, window=128, layer_pattern="1:1",
                        audit="raise")
+    e = Engine(cfg)
+    assert isinstance(e.manager.prefix, SWAPrefixCache)
+    res = e.run(shared_prefix_requests(n=4, stagger=3))
+    assert res.verdict == "ok", res.error
+    assert res.stats["tree_pages"] > 0 and res.stats["prefix_hit_tokens"] > 0
+    assert e.manager.tree_swa_pages > 0
+    assert e.manager.leaked_pages() == 0
+    assert e.manager.num_free_pages + e.manager.tree_pages == e.manager.total_pages
+
+
+def test_swa_models_run_no_tree_under_the_chunk_cache():
+    cfg = EngineConfig(page_size=PS, pool_tokens=2048 * PS, max_context=1024, window=128, layer_pattern="1:1",
+                       prefix_cache="chunk", audit="raise")
     e = Engine(cfg)
     assert e.manager.prefix is None
     res = e.run(shared_prefix_requests(n=4))

@@ -1,0 +1,181 @@
+"""SWAPrefixCache: the SWA-aware radix tree (swa_radix.py) as a part of KVManager (hybrid SWA models).
+
+The same calls as PrefixCache (memory/prefix.py), which the scheduler and the release make
+alike; what differs is that a tree page may be in either pool:
+
+* admission (``match``, ``adopt``): the tree's window-gated match of ``tokens[:len - 1]``;
+  its FULL slots fill the row (their SWA slots, where the tree has them, are read through
+  the pool's map) and the node is locked (FULL path + SWA window, its uuid kept per row).
+* ``checkpoint``: insert the page-aligned ``[0, up_to)`` with the request's SWA cursor
+  (``swa_evicted``: older positions become tombstones) and its protected length (SGLang's
+  ``prev_prefix_len``). The tree frees the row's duplicates itself (through ``_free_full``
+  / ``_free_swa``, which give the request's pages back from its ledger); the FULL and SWA
+  pages the tree kept leave the request's ledger for the tree's; the row is repointed at
+  the tree's slots and ``protected`` becomes the aligned length.
+* the window cursor (swa_cursor.py) never frees below ``protected`` (SGLang floors its
+  ``swa_evicted_seqlen`` at ``cache_protected_len``): those slots are the tree's.
+* ``make_room`` / ``make_room_swa``: an allocation short of FULL or SWA pages evicts the
+  shortfall from the tree (``EvictParams(num_tokens, swa_num_tokens)``).
+
+Not here: the second insert at the prompt boundary that PrefixCache makes (the SWA tree
+keeps the finished request's prompt and outputs as one leaf), EAGLE's bigram keys.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mini_engine.memory.kv_state import ReqKVState
+from mini_engine.memory.swa_radix import SWANode, SWARadixCache
+from mini_engine.memory.tables import KVTables
+
+
+class SWAPrefixCache:
+    def __init__(self, t: KVTables):
+        self.t = t
+        self.ps, self.full, self.swa, self.ledger = t.ps, t.full, t.swa, t.ledger
+        self.req_to_token = t.req_to_token
+        self.tree = SWARadixCache(t.ps, t.mem.window, t.swa.map_host, self._free_full, self._free_swa)
+        self.locks: dict[int, SWANode] = {}  # row -> the node its request holds locked
+        self.uuids: dict[int, int | None] = {}  # row -> the SWA window boundary of that lock
+        self.in_tree = np.zeros(t.mem.num_pages + 1, dtype=bool)  # FULL page -> the tree's (K8)
+        self.in_tree_swa = np.zeros(t.mem.swa_num_pages + 1, dtype=bool)  # SWA page -> the tree's (K8)
+        self.lookup_tokens = self.hit_tokens = 0
+        self.evicted_pages = self.peak_pages = 0
+        # The tree calls as they happen, when a caller asks (a conform test replays them on
+        # SGLang's own tree): (op, args, result, (FULL evictable, SWA evictable) after).
+        self.log: list[tuple] | None = None
+        self._state: ReqKVState | None = None  # the request whose checkpoint is under way
+
+    # -- figures ---------------------------------------------------------------------
+    @property
+    def pages(self) -> int:
+        return self.tree.total_size() // self.ps
+
+    @property
+    def evictable_pages(self) -> int:
+        return self.tree.full_evictable // self.ps
+
+    @property
+    def swa_pages(self) -> int:
+        return self.tree.swa_size() // self.ps
+
+    def _note(self, op: str, args: tuple, result) -> None:
+        if self.log is not None:
+            self.log.append((op, args, result, (self.tree.full_evictable, self.tree.swa_evictable)))
+
+    # -- the tree's frees --------------------------------------------------------------
+    def _split_owner(self, pages: np.ndarray, in_tree: np.ndarray, pool: str) -> int:
+        """Pages leaving the tree or the request under way: the tree's lose their mark, the
+        request's leave its ledger. Returns how many were the tree's."""
+        mine = in_tree[pages]
+        in_tree[pages[mine]] = False
+        own = pages[~mine]
+        if len(own):
+            self.t.give_back(pool, self._state, own)
+        return int(mine.sum())
+
+    def _free_full(self, slots: np.ndarray) -> None:
+        pages = np.asarray(slots, dtype=np.int64)[::self.ps] // self.ps
+        if len(pages):
+            self.evicted_pages += self._split_owner(pages, self.in_tree, "full")
+            self.full.free_pages(pages)
+
+    def _free_swa(self, full_slots: np.ndarray) -> None:
+        full_slots = np.asarray(full_slots, dtype=np.int64)
+        swa = self.swa.map_host[full_slots[::self.ps]]
+        pages = swa[swa > 0] // self.ps
+        self.swa.clear_map(full_slots)
+        if len(pages):
+            self._split_owner(pages, self.in_tree_swa, "swa")
+            self.swa.allocator.free_pages(pages)
+
+    # -- admission ---------------------------------------------------------------------
+    def match(self, tokens, rid=None) -> tuple[np.ndarray, SWANode]:
+        """rid: the request's (the full tree names it in its trace records; this one writes none)."""
+        key = np.asarray(tokens, dtype=np.int64)[:max(len(tokens) - 1, 0)]
+        slots, node = self.tree.match_prefix(key)
+        self._note("match", (key.tolist(),), (len(slots), node.id))
+        return slots, node
+
+    def adopt(self, state: ReqKVState, slots: np.ndarray, node: SWANode, lookup: int = 0) -> int:
+        self.lookup_tokens += lookup
+        self.hit_tokens += len(slots)
+        if state.allocated or state.committed:
+            raise ValueError(f"adopt needs a fresh request; {state.rid} already has extent {state.allocated}")
+        m, row = len(slots), state.row
+        if m:
+            self.req_to_token.write_flat(np.full(m, row, dtype=np.int64), np.arange(m, dtype=np.int64), slots)
+            self.t.rows.allocated[row] = self.t.rows.committed[row] = m
+            self.t.sum_extent += m
+            self.t.sum_committed += m
+            self.t.sum_protected += m
+        state.protected = m
+        return self._lock(row, node)
+
+    # -- insert ------------------------------------------------------------------------
+    def checkpoint(self, state: ReqKVState, tokens, prompt_len: int, up_to: int) -> None:
+        tokens = np.asarray(tokens, dtype=np.int64)[:up_to]
+        aligned = len(tokens) // self.ps * self.ps
+        row, prot = state.row, state.protected
+        if aligned < prot:
+            return
+        host_row = self.req_to_token.host[row]
+        swa_of = self.swa.map_host[host_row[:aligned]].copy() if self.log is not None else None
+        self._state = state
+        value = host_row[:aligned].copy()
+        try:
+            prefix_len, node = self.tree.insert(tokens[:aligned], value, evicted=state.swa_evicted,
+                                                prev_prefix_len=prot)
+        finally:
+            self._state = None
+        if self.log is not None:  # the SWA slots too: a replay rebuilds the pool's map from them
+            self._note("insert", (tokens[:aligned].tolist(), value.tolist(), swa_of.tolist(), state.swa_evicted, prot),
+                       (prefix_len, node.id))
+        if aligned > prot:
+            path = self.tree.path_slots(node)
+            kept = host_row[prot:aligned:self.ps] == path[prot:aligned:self.ps]
+            pages = host_row[prot:aligned:self.ps][kept] // self.ps  # the row's pages the tree keeps
+            self.ledger.give_back("full", row, pages)
+            self.in_tree[pages] = True
+            self.req_to_token.write_flat(np.full(aligned - prot, row, dtype=np.int64),
+                                         np.arange(prot, aligned, dtype=np.int64), path[prot:aligned])
+            self.t.sum_protected += aligned - prot
+            state.protected = aligned
+        x = node  # the SWA pages on the path are the tree's now (the request's leave its ledger)
+        while x is not self.tree.root:
+            if x.swa is not None:
+                pages = x.swa[::self.ps] // self.ps
+                self.ledger.give_back("swa", row, pages)
+                self.in_tree_swa[pages] = True
+            x = x.parent
+        self.unlock(row)
+        self._lock(row, node)
+        self.peak_pages = max(self.peak_pages, self.pages)
+
+    # -- locks -------------------------------------------------------------------------
+    def _lock(self, row: int, node: SWANode) -> int:
+        delta, uuid = self.tree.inc_lock_ref(node)
+        self.locks[row], self.uuids[row] = node, uuid
+        self._note("lock", (node.id, row), -delta)
+        return delta // self.ps
+
+    def unlock(self, row: int) -> None:
+        node = self.locks.pop(row, None)
+        if node is not None:
+            self._note("unlock", (node.id, row), self.tree.dec_lock_ref(node, self.uuids.pop(row)))
+
+    def forget(self, state: ReqKVState) -> None:
+        self.t.sum_protected -= state.protected
+        self.unlock(state.row)
+
+    # -- eviction ----------------------------------------------------------------------
+    def make_room(self, pages: int) -> None:
+        short = pages - self.full.num_free_pages
+        if short > 0 and self.tree.full_evictable:
+            self._note("evict", (short * self.ps, 0), self.tree.evict(short * self.ps, 0))
+
+    def make_room_swa(self, pages: int) -> None:
+        short = pages - self.swa.allocator.num_free_pages
+        if short > 0 and self.tree.swa_evictable:
+            self._note("evict", (0, short * self.ps), self.tree.evict(0, short * self.ps))

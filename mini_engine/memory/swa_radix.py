@@ -1,0 +1,484 @@
+"""SGLang's SWA-aware radix tree (hybrid full + sliding-window models), as host data.
+
+Which class SGLang 0.5.23 builds (``mem_cache/registry.py``): a model with full and
+SWA layers and the radix cache on gets ``UnifiedRadixCache`` with the FULL and SWA
+components (``create_unified_radix_cache``; the SWA rules live in
+``unified_cache/components/swa.py``, the tree walk in ``unified_tree_core.py``). A
+model with SWA layers only gets ``PureSWARadixCache`` (a plain radix tree over the
+SWA pool, no tombstones). The PD decode side forces ``--disable-radix-cache`` unless
+``--disaggregation-decode-enable-radix-cache``, so it runs the same class disabled.
+
+What the FULL + SWA tree does, and what this module reproduces:
+
+* A node holds FULL slots (its key's KV in the full pool) and SWA slots (the same
+  positions in the SWA pool, read through the full -> SWA map), each with its own
+  lock count. A **tombstone** is a node whose SWA slots are gone (value ``None``)
+  while its FULL slots stay: an internal node the SWA eviction reached, or a part
+  of an insert older than the request's SWA cursor (``swa_evicted_seqlen``).
+* **match**: walk as the full tree does (page-aligned, a match ending inside a node
+  splits it), but the match may only *end* on a node where the SWA window is whole:
+  a validator restarts a count at every tombstone (and refuses the tombstone), adds
+  each live node's length, and accepts a node once the count since the last
+  tombstone reaches ``window`` (before any tombstone the count is unbounded, so a
+  tree without tombstones matches as the full one). The match is the path to the
+  deepest accepted node; the nodes up to ``window + page`` tokens above it become
+  the most recently used in the SWA LRU, and the path's access times are refreshed.
+* **insert** (key, slots, the request's SWA cursor ``evicted``, ``prev_prefix_len``):
+  walking existing nodes, the incoming slots of ``[prev_prefix_len, ...)`` are
+  duplicates to free, except where an existing node is a tombstone at or past the
+  cursor: there the node is split at the cursor and *recovered* with the incoming
+  slots (the node's old FULL slots freed, the incoming ones kept with their SWA
+  pages; if the node's FULL is locked, its FULL is kept, the incoming SWA pages are
+  moved under it and the incoming FULL slots freed). A duplicate below the cursor
+  frees its FULL slots only (its SWA pages went with the cursor). A new leaf is split
+  at the cursor (the older part a tombstone) and, when longer than a window rounded
+  up to pages, split again so its newest window is a node of its own (a lock then
+  pins one window of SWA, not a long prefill); its live parts get their SWA slots.
+* **locks**: FULL locks the whole path to the root (as the full tree); SWA locks only
+  the trailing nodes covering ``window`` tokens (tombstones counted), and stamps the
+  last of them with a uuid the release stops at. A locked node is never a leaf to
+  evict; its SWA slots are protected, not evictable.
+* **evict(full tokens, swa tokens)**: FULL first, as the full tree: least recently
+  used unlocked leaves (a leaf frees its FULL and SWA slots, and childless unlocked
+  ancestors follow). Then SWA, from the SWA LRU's least recent unlocked node: a leaf
+  is deleted whole; an internal node is tombstoned (its SWA slots freed, FULL kept).
+* While a request runs, SGLang frees its SWA slots behind the window (the cursor,
+  memory/swa_cursor.py); the tree side needs only the cursor at insert time
+  (the tombstone boundary), and the request's cursor never drops below its matched
+  prefix (``cache_protected_len``: the tree's slots are not the request's to free).
+
+Recency is SGLang's clock: a float counter read twice per node created, once per
+node an insert walks, once per match (the path gets that time, less 1e-5 per level
+up); SWA recency is SGLang's doubly linked LRU, kept here as a list (index 0 = MRU).
+
+Not reproduced: HiCache (host values), session refs, the SWA branching point of a
+match (``swa_branching_seqlen``, which picks a second, shorter insert on the next
+cache call), the early window-lock release (``dec_swa_lock_only``), Mamba.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable
+
+import numpy as np
+
+
+class SWANode:
+    __slots__ = ("key", "full", "swa", "full_lock", "swa_lock", "uuid", "last_access", "children", "parent", "id")
+
+    def __init__(self, key: np.ndarray, parent: SWANode | None, clock: float, nid: int):
+        self.key = key
+        self.full: np.ndarray | None = None  # FULL slots
+        self.swa: np.ndarray | None = None  # SWA slots; None = tombstone
+        self.full_lock = 0
+        self.swa_lock = 0
+        self.uuid: int | None = None  # the SWA lock boundary stamp
+        self.last_access = clock
+        self.children: dict[bytes, SWANode] = {}
+        self.parent = parent
+        self.id = nid
+
+    @property
+    def lock_ref(self) -> int:
+        """The FULL lock count (K13 reads it as the full tree's)."""
+        return self.full_lock
+
+
+class SWARadixCache:
+    """FULL + SWA prefix tree. swa_map: full slot -> SWA slot (the pool's map, shared);
+    free_full(slots) / free_swa(full slots) return slots to the pools (free_swa reads
+    and clears the map)."""
+
+    def __init__(self, page_size: int, window: int, swa_map: np.ndarray,
+                 free_full: Callable[[np.ndarray], None], free_swa: Callable[[np.ndarray], None]):
+        if page_size < 1 or window < 1:
+            raise ValueError(f"page_size and window must be >= 1 (got {page_size}, {window})")
+        self.ps, self.window = page_size, window
+        self.swa_map, self.free_full, self.free_swa = swa_map, free_full, free_swa
+        self._clock = 0.0
+        self._ids = 0
+        self._uuids = 0
+        self.root = self._new_node(np.empty(0, np.int64), None)
+        self.root.full = np.empty(0, np.int64)
+        self.full_evictable = self.full_protected = 0
+        self.swa_evictable = self.swa_protected = 0
+        self.leaves: set[SWANode] = set()  # SGLang's evictable_device_leaves
+        self.lru: list[SWANode] = []  # nodes holding SWA slots, most recent first
+        self.tombstoned_tokens = 0  # SWA tokens freed by tombstoning (figures)
+        self.locked_evictions: list[int] = []  # ids of locked nodes an eviction reached (K14: none)
+
+    # -- clock, nodes ----------------------------------------------------------------
+    def _tick(self) -> float:
+        t = self._clock
+        self._clock += 1.0
+        return t
+
+    def _new_node(self, key: np.ndarray, parent: SWANode | None) -> SWANode:
+        self._ids += 1
+        node = SWANode(key, parent, self._tick(), self._ids)
+        self._tick()  # SGLang's creation_time
+        return node
+
+    def _ck(self, key: np.ndarray, at: int = 0) -> bytes:
+        return key[at:at + self.ps].tobytes()
+
+    def _common(self, a: np.ndarray, b: np.ndarray) -> int:
+        n = min(len(a), len(b))
+        diff = np.flatnonzero(a[:n] != b[:n])
+        same = int(diff[0]) if len(diff) else n
+        return same // self.ps * self.ps
+
+    def _is_leaf(self, node: SWANode) -> bool:
+        return (node is not self.root and node.full is not None and node.full_lock == 0 and node.swa_lock == 0
+                and not any(c.full is not None for c in node.children.values()))
+
+    def _update_leaf(self, node: SWANode) -> None:
+        if self._is_leaf(node):
+            self.leaves.add(node)
+        else:
+            self.leaves.discard(node)
+
+    # -- the SWA LRU -----------------------------------------------------------------
+    def _lru_add(self, node: SWANode, at: int = 0) -> None:
+        self.lru.insert(at, node)
+
+    def _lru_remove(self, node: SWANode) -> None:
+        self.lru.remove(node)
+
+    def _window_mru(self, node: SWANode) -> None:
+        """The nodes up to window + page tokens above node (itself first) become the most recent."""
+        at, acc = 0, 0
+        while node is not self.root and acc < self.window + self.ps:
+            if node.swa is not None:
+                self._lru_remove(node)
+                self._lru_add(node, at)
+                at += 1
+            acc += len(node.key)
+            node = node.parent
+
+    def _lru_prev_unlocked(self, i: int) -> SWANode | None:
+        """The first node from index i towards the most recent end that no request SWA-locks."""
+        while i >= 0:
+            if self.lru[i].swa_lock == 0:
+                return self.lru[i]
+            i -= 1
+        return None
+
+    def _set_swa(self, node: SWANode, swa: np.ndarray) -> None:
+        node.swa = swa
+        self._lru_add(node)
+        if node.swa_lock > 0:
+            self.swa_protected += len(swa)
+        else:
+            self.swa_evictable += len(swa)
+
+    # -- split ---------------------------------------------------------------------
+    def _split(self, child: SWANode, n: int) -> SWANode:
+        """child becomes [n:] under a new node holding [:n] (locks copied, the uuid moves up)."""
+        upper = self._new_node(child.key[:n], child.parent)
+        upper.children = {self._ck(child.key, n): child}
+        upper.full_lock, upper.swa_lock = child.full_lock, child.swa_lock
+        upper.full = child.full[:n].copy()
+        child.full = child.full[n:].copy()
+        if child.swa is not None:
+            upper.swa = child.swa[:n].copy()
+            child.swa = child.swa[n:].copy()
+        upper.uuid, child.uuid = child.uuid, None
+        child.key = child.key[n:]
+        upper.parent.children[self._ck(upper.key)] = upper
+        child.parent = upper
+        if upper.swa is not None:  # right after child: just less recent than it
+            self._lru_add(upper, self.lru.index(child) + 1)
+        child.last_access = self._tick()
+        self._update_leaf(upper)
+        self._update_leaf(child)
+        return upper
+
+    # -- match ---------------------------------------------------------------------
+    def match_prefix(self, tokens) -> tuple[np.ndarray, SWANode]:
+        """(FULL slots of the longest usable prefix, the node it ends on)."""
+        key = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        key = key[: len(key) // self.ps * self.ps]
+        if len(key) == 0:
+            return np.empty(0, np.int64), self.root
+        node, at, values = self.root, 0, []
+        best, best_len = self.root, 0
+        run = float("inf")  # SWA tokens since the last tombstone
+        while at < len(key):
+            child = node.children.get(self._ck(key, at))
+            if child is None:
+                break
+            n = self._common(child.key, key[at:])
+            inside = n < len(child.key)
+            if inside:
+                child = self._split(child, n)
+            values.append(child.full)
+            node = child
+            at += n
+            if child.swa is None:  # a tombstone: the window starts again after it
+                run = 0
+            else:
+                run += len(child.key)
+                if run >= self.window:
+                    best, best_len = child, len(values)
+            if inside:
+                break
+        self._window_mru(best)
+        t = self._tick()
+        x = best
+        while x is not None:
+            x.last_access = t
+            t -= 0.00001
+            x = x.parent
+        slots = np.concatenate(values[:best_len]) if best_len else np.empty(0, np.int64)
+        return slots, best
+
+    # -- insert --------------------------------------------------------------------
+    def insert(self, tokens, slots, evicted: int = 0, prev_prefix_len: int = 0) -> tuple[int, SWANode]:
+        """Insert the page-aligned key with its FULL slots; returns (length already cached,
+        the node the insert ended on). evicted: the request's SWA cursor (page-aligned):
+        positions below it have no SWA slots. The duplicates past prev_prefix_len are freed here."""
+        key = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        key = key[: len(key) // self.ps * self.ps]
+        value = np.asarray(slots, dtype=np.int64).reshape(-1)[: len(key)]
+        if len(value) != len(key):
+            raise ValueError(f"insert needs a slot per token of the page-aligned key ({len(value)} < {len(key)})")
+        if evicted % self.ps:
+            raise ValueError(f"the SWA cursor must be page-aligned (got {evicted})")
+        self.root.last_access = self._tick()
+        if len(key) == 0:
+            return 0, self.root
+        node, total = self.root, 0
+        while total < len(key):
+            child = node.children.get(self._ck(key, total))
+            if child is None:
+                break
+            child.last_access = self._tick()
+            n = self._common(child.key, key[total:])
+            if n < len(child.key):
+                child = self._split(child, n)
+            self._overlap(child, total, n, value[total:total + n], evicted, prev_prefix_len)
+            node = child
+            total += n
+        target = node
+        if total < len(key):
+            target = self._new_node(key[total:].copy(), node)
+            target.full = value[total:].copy()
+            node.children[self._ck(target.key)] = target
+            self.full_evictable += len(target.key)
+            self._update_leaf(target)
+            self._update_leaf(node)
+            self._populate(target, total, evicted)
+        if target is not self.root:
+            self._window_mru(target)
+        return total, target
+
+    def _overlap(self, node: SWANode, start: int, n: int, incoming: np.ndarray, evicted: int, prev: int) -> None:
+        """An insert walks over node ([start, start + n) of its key): recover a tombstone at
+        or past the cursor with the incoming slots, free the other incoming duplicates."""
+        consumed = n
+        if prev < start + n and node.swa is None and max(start, evicted) < start + n:
+            live = max(start, evicted)
+            if live > start:  # only the part at or past the cursor comes back
+                self._split(node, live - start)
+            fresh = incoming[live - start:]
+            if node.full_lock > 0:  # keep the locked FULL: move the incoming SWA pages under it
+                swa = self.swa_map[fresh].copy()
+                self.swa_map[fresh] = 0
+                self.swa_map[node.full] = swa
+                self.free_full(fresh)
+            else:
+                self.free_full(node.full)
+                node.full = fresh.copy()
+                swa = self.swa_map[node.full].copy()
+            self._set_swa(node, swa)
+            consumed = live - start
+        dup_start = max(0, prev - start)
+        if dup_start < consumed:
+            dup = incoming[dup_start:consumed]
+            gone = min(max(evicted - (start + dup_start), 0), len(dup))  # SWA already freed by the cursor
+            if gone:
+                self.free_full(dup[:gone])
+            if gone < len(dup):
+                self.free_swa(dup[gone:])
+                self.free_full(dup[gone:])
+
+    def _populate(self, leaf: SWANode, start: int, evicted: int) -> None:
+        """A new leaf [start, end): a tombstone below the cursor, SWA slots from it on, its
+        newest window a node of its own."""
+        end = start + len(leaf.key)
+        live = max(start, evicted)
+        if live >= end:
+            return
+        if live > start:
+            self._split(leaf, live - start)
+        parent = None
+        tail = (self.window + self.ps - 1) // self.ps * self.ps
+        if leaf.swa_lock == 0 and len(leaf.key) > tail:
+            parent = self._split(leaf, len(leaf.key) - tail)
+        if parent is not None:  # the older window first, so the tail is the more recent
+            self._set_swa(parent, self.swa_map[parent.full].copy())
+        self._set_swa(leaf, self.swa_map[leaf.full].copy())
+
+    # -- locks ---------------------------------------------------------------------
+    def inc_lock_ref(self, node: SWANode) -> tuple[int, int | None]:
+        """Lock node's path (FULL) and its trailing window (SWA); returns (the change of the
+        FULL evictable size, the SWA boundary uuid the release stops at)."""
+        delta, x = 0, node
+        while x is not self.root:
+            if x.full_lock == 0:
+                self.full_evictable -= len(x.key)
+                self.full_protected += len(x.key)
+                delta -= len(x.key)
+            x.full_lock += 1
+            self.leaves.discard(x)
+            x = x.parent
+        covered, uuid, x = 0, None, node
+        while x is not self.root and covered < self.window:
+            if x.swa_lock == 0 and x.swa is not None:
+                self.swa_evictable -= len(x.swa)
+                self.swa_protected += len(x.swa)
+            x.swa_lock += 1
+            covered += len(x.key)
+            if covered >= self.window:
+                if x.uuid is None:
+                    self._uuids += 1
+                    x.uuid = self._uuids
+                uuid = x.uuid
+            x = x.parent
+        self._update_leaf(node)
+        return delta, uuid
+
+    def dec_lock_ref(self, node: SWANode, uuid: int | None) -> int:
+        """Release a lock inc_lock_ref took (uuid: what it returned); returns the FULL evictable change."""
+        x = node
+        while x is not self.root:
+            if x.swa_lock <= 0:
+                raise ValueError(f"SWA lock release on an unlocked node (id {x.id})")
+            if x.swa_lock == 1 and x.swa is not None:
+                self.swa_evictable += len(x.swa)
+                self.swa_protected -= len(x.swa)
+            x.swa_lock -= 1
+            if x.swa_lock == 0:
+                self._update_leaf(x)
+            stop = uuid is not None and x.uuid == uuid
+            x = x.parent
+            if stop:
+                break
+        delta, x = 0, node
+        while x is not self.root:
+            if x.full_lock <= 0:
+                raise ValueError(f"FULL lock release on an unlocked node (id {x.id})")
+            if x.full_lock == 1:
+                self.full_evictable += len(x.key)
+                self.full_protected -= len(x.key)
+                delta += len(x.key)
+            x.full_lock -= 1
+            if x.full_lock == 0:
+                self._update_leaf(x)
+            x = x.parent
+        self._update_leaf(node)
+        return delta
+
+    # -- eviction ------------------------------------------------------------------
+    def evict(self, full_tokens: int, swa_tokens: int = 0) -> tuple[int, int]:
+        """FULL leaves (LRU) until full_tokens are freed, then SWA (its LRU: leaves deleted,
+        internal nodes tombstoned) until swa_tokens are; returns (FULL, SWA) tokens freed."""
+        freed = {"full": 0, "swa": 0}
+        if freed["full"] < full_tokens:
+            heap = [(n.last_access, n.id, n) for n in self.leaves]
+            heapq.heapify(heap)
+            last = None
+            while freed["full"] < full_tokens:
+                if last is not None and last.parent in self.leaves:
+                    p = last.parent
+                    heapq.heappush(heap, (p.last_access, p.id, p))
+                last = None
+                while heap:
+                    x = heapq.heappop(heap)[2]
+                    if x in self.leaves:
+                        last = x
+                        break
+                if last is None:
+                    break
+                self._delete_leaf(last, freed)
+        if freed["swa"] < swa_tokens:
+            cursor = self._lru_prev_unlocked(len(self.lru) - 1)
+            while freed["swa"] < swa_tokens:
+                if cursor is not None and cursor not in self.lru:
+                    cursor = self._lru_prev_unlocked(len(self.lru) - 1)
+                if cursor is None:
+                    break
+                x = cursor
+                cursor = self._lru_prev_unlocked(self.lru.index(x) - 1)
+                if x in self.leaves:
+                    self._delete_leaf(x, freed)
+                else:
+                    self._tombstone(x, freed)
+        return freed["full"], freed["swa"]
+
+    def _tombstone(self, x: SWANode, freed: dict) -> None:
+        if x.swa_lock:  # a FULL lock alone does not keep SWA slots outside the window
+            self.locked_evictions.append(x.id)
+        self.free_swa(x.full)
+        self.swa_evictable -= len(x.swa)
+        freed["swa"] += len(x.swa)
+        self.tombstoned_tokens += len(x.swa)
+        x.swa = None
+        self._lru_remove(x)
+        self._update_leaf(x)
+
+    def _delete_leaf(self, x: SWANode, freed: dict) -> None:
+        """A leaf goes whole (FULL and SWA); childless unlocked ancestors without FULL follow."""
+        if x.swa_lock or x.full_lock:
+            self.locked_evictions.append(x.id)
+        self.free_full(x.full)
+        self.full_evictable -= len(x.key)
+        freed["full"] += len(x.key)
+        if x.swa is not None:
+            self.free_swa(x.full)
+            self.swa_evictable -= len(x.swa)
+            freed["swa"] += len(x.swa)
+            self._lru_remove(x)
+            x.swa = None
+        x.full = None
+        self.leaves.discard(x)
+        del x.parent.children[self._ck(x.key)]
+        self._update_leaf(x.parent)
+
+    # -- queries -------------------------------------------------------------------
+    def nodes(self):
+        stack = list(self.root.children.values())
+        while stack:
+            n = stack.pop()
+            yield n
+            stack.extend(n.children.values())
+
+    def path_slots(self, node: SWANode) -> np.ndarray:
+        parts = []
+        while node is not self.root:
+            parts.append(node.full)
+            node = node.parent
+        return np.concatenate(parts[::-1]) if parts else np.empty(0, np.int64)
+
+    def total_size(self) -> int:
+        return self.full_evictable + self.full_protected
+
+    # The full tree's names, for what reads either tree (K12, K13, the manager's figures).
+    _child_key = _ck
+
+    @property
+    def protected_size(self) -> int:
+        return self.full_protected
+
+    @property
+    def evictable_size(self) -> int:
+        return self.full_evictable
+
+    @property
+    def protected_pages(self) -> int:
+        return self.full_protected // self.ps
+
+    def swa_size(self) -> int:
+        return self.swa_evictable + self.swa_protected

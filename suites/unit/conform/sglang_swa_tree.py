@@ -1,0 +1,116 @@
+"""SGLang 0.5.23's own FULL + SWA tree (UnifiedRadixCache), built on a CPU for the side-by-side tests.
+
+unified_radix_cache.py imports the whole serving stack at load time (the scheduler's
+batch types, the OpenAI protocol, model configs). Nothing on the tree's path uses
+those, but several of the modules they pull in need packages a CPU install lacks
+(torchvision, sentencepiece, gguf, ...), or run code at import that fails without
+them. So the import runs with stand-ins for exactly those modules (STAND_INS: an empty
+module whose every attribute is an inert class) and the tree's own modules are the
+installed ones, unchanged. The tree runs on SGLang's SWATokenToKVPoolAllocator over a
+stand-in KV pool that only holds the full -> SWA map, with the Python tree core
+(SGLang's Rust core is its default where built; the Python core is its fallback and
+the reference the Rust one is tested against).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import types
+from types import SimpleNamespace
+
+# Modules the import chain reaches but the tree never calls (each named for why).
+STAND_INS = (
+    "torchvision",  # transformers' image utils, the OCR configs
+    "tvm_ffi",  # the custom all-reduce kernels
+    "sentencepiece",  # tokenizer configs
+    "compressed_tensors",  # quantization configs
+    "gguf",  # the GGUF loader
+    "partial_json_parser",  # function-call parsers
+    "dill",  # the custom logit processor (serialises at import time)
+    "sglang.srt.configs.deepseek_ocr",  # builds torchvision transforms at import
+    "sglang.srt.configs.unlimited_ocr",  # imports deepseek_ocr
+    "sglang.srt.entrypoints.openai.protocol",  # pydantic models over the openai package
+)
+
+
+class _Inert(type):
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Inert(name, (), {})
+
+
+class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if any(name == s or name.startswith(s + ".") for s in STAND_INS):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        mod = types.ModuleType(spec.name)
+        mod.__path__, mod.__file__, mod.__version__ = [], f"<stand-in {spec.name}>", "0.0"
+
+        def attr(name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return _Inert(name, (), {})
+
+        mod.__getattr__ = attr
+        return mod
+
+    def exec_module(self, module):
+        pass
+
+
+def load() -> SimpleNamespace:
+    """The classes the side-by-side test drives (ImportError when SGLang cannot load)."""
+    # torch's data utilities probe for dill themselves: load them before the stand-in exists.
+    import torch
+    import torch.utils.data  # noqa: F401
+
+    if not any(isinstance(f, _StandIns) for f in sys.meta_path):
+        sys.meta_path.insert(0, _StandIns())
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+    base = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache")
+    urc = importlib.import_module("sglang.srt.mem_cache.unified_radix_cache")
+    swa_alloc = importlib.import_module("sglang.srt.mem_cache.allocator.swa")
+    pool = importlib.import_module("sglang.srt.mem_cache.base_swa_memory_pool")
+    params = importlib.import_module("sglang.srt.mem_cache.cache_init_params")
+    ct = importlib.import_module("sglang.srt.mem_cache.unified_cache.component_type")
+    radix = importlib.import_module("sglang.srt.mem_cache.radix_cache")
+
+    class MapOnlyPool(pool.BaseSWAKVPool):
+        """The KV pool the allocator talks to: only the full -> SWA map (no buffers on a CPU test)."""
+
+        def __init__(self):
+            self.full_kv_pool = self.swa_kv_pool = None
+            self.swa_req_ring_size = None
+            self.full_to_swa_index_mapping = None
+
+        def register_mapping(self, mapping):
+            self.full_to_swa_index_mapping = mapping
+
+        def translate_loc_from_full_to_swa(self, kv_indices):
+            return self.full_to_swa_index_mapping[kv_indices]
+
+        def _no_buffers(self, *args, **kwargs):
+            raise AssertionError("the tree test has no KV buffers")
+
+        get_kv_buffer = get_key_buffer = get_value_buffer = set_kv_buffer = get_state_buf_infos = _no_buffers
+
+    def build(full_pages: int, swa_pages: int, ps: int, window: int):
+        alloc = swa_alloc.SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, ps, torch.int64, "cpu",
+                                                    MapOnlyPool(), False)
+        p = params.CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=alloc,
+                                   page_size=ps, sliding_window_size=window,
+                                   tree_components=(ct.ComponentType.FULL, ct.ComponentType.SWA),
+                                   tree_core_backend="python")
+        return alloc, urc.UnifiedRadixCache(p)
+
+    return SimpleNamespace(torch=torch, build=build, base=base, FULL=ct.ComponentType.FULL,
+                           SWA=ct.ComponentType.SWA, RadixKey=radix.RadixKey)

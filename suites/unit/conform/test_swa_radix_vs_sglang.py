@@ -1,0 +1,219 @@
+"""kvbench's SWA-aware tree (mini_engine/memory/swa_radix.py) against SGLang 0.5.23's own
+UnifiedRadixCache with the FULL and SWA components (sglang_swa_tree.py builds it on a CPU).
+
+Both trees get the same calls: requests that match, lock, allocate the rest of their key
+from SGLang's SWA allocator, free the SWA pages behind a cursor (the window rule), insert
+with that cursor and the matched length, and unlock; evictions of FULL and of SWA tokens.
+After every call: the matched lengths, the length already cached, the FULL lock deltas, the
+tokens each eviction frees, the four sizes (FULL / SWA, evictable / protected), and the
+whole tree (every node's key, FULL slots, SWA slots or tombstone, both lock counts) agree.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from mini_engine.memory.invariants import Violation  # noqa: F401 (loads K1-K13 before tree_invariants)
+from mini_engine.memory.swa_radix import SWARadixCache
+from mini_engine.memory.tree_invariants import swa_tree_violations
+from suites.unit.conform import sglang_swa_tree
+
+FULL_PAGES, SWA_PAGES = 48, 24
+
+
+@pytest.fixture(scope="module")
+def sgswa(sg):  # sg: the installed SGLang, or a skip
+    try:
+        return sglang_swa_tree.load()  # SGLang's serving stack, imported only here (heavy, optional)
+    except Exception as err:  # an ImportError, or a dependency failing at import time
+        if os.environ.get("KVBENCH_REQUIRE_SGLANG") == "1":
+            pytest.fail(f"KVBENCH_REQUIRE_SGLANG=1 but SGLang's UnifiedRadixCache does not load: {err}")
+        pytest.skip(f"SGLang's UnifiedRadixCache does not load on this machine: {err}")
+
+
+class Pair:
+    """The two trees, called alike; slots come from SGLang's allocator, both trees share them."""
+
+    def __init__(self, sgt, ps: int, window: int):
+        self.sgt, self.ps, self.window = sgt, ps, window
+        self.alloc, self.sg = sgt.build(FULL_PAGES, SWA_PAGES, ps, window)
+        self.map = np.zeros((FULL_PAGES + 1) * ps, dtype=np.int64)  # our full -> SWA map
+        self.freed_full: list[int] = []
+        self.freed_swa: list[int] = []
+        self.our = SWARadixCache(ps, window, self.map, self._free_full, self._free_swa)
+
+    def _free_full(self, slots):
+        self.freed_full.extend(np.asarray(slots).tolist())
+
+    def _free_swa(self, full_slots):
+        full_slots = np.asarray(full_slots, dtype=np.int64)
+        self.freed_swa.extend(self.map[full_slots].tolist())
+        self.map[full_slots] = 0
+
+    def key(self, tokens):
+        return self.sgt.RadixKey(array("q", tokens))
+
+    def alloc_slots(self, n: int) -> np.ndarray | None:
+        torch = self.sgt.torch
+        if n == 0:
+            return np.empty(0, np.int64)
+        if self.ps == 1:  # SGLang's SWA allocator takes its token path at page size 1
+            got = self.alloc.alloc(n)
+        else:
+            z = torch.zeros(1, dtype=torch.int64)
+            seq = torch.tensor([n], dtype=torch.int64)
+            got = self.alloc.alloc_extend(z, z.clone(), seq, seq.clone(), torch.tensor([-1]), n)
+        if got is None:
+            return None
+        got = got.numpy().astype(np.int64)
+        self.map[got] = self.alloc.full_to_swa_index_mapping[got].numpy()
+        return got
+
+    def free_swa_below(self, slots: np.ndarray) -> None:
+        """The window rule ran: the request's SWA pages of these (page-aligned) slots go back."""
+        if len(slots):
+            self.alloc.free_swa_segment(self.sgt.torch.tensor(slots), start_pos=0)
+            self._free_swa(slots)
+
+
+def sg_nodes(pair):
+    out, stack = {}, [(pair.sg.tree_core.root_node, ())]
+    while stack:
+        node, path = stack.pop()
+        for child in node.children.values():
+            key = path + tuple(child.key.token_ids)
+            full = child.component_data[pair.sgt.FULL]
+            swa = child.component_data[pair.sgt.SWA]
+            out[key] = (full.value.tolist() if full.value is not None else None,
+                        swa.value.tolist() if swa.value is not None else None, full.lock_ref, swa.lock_ref)
+            stack.append((child, key))
+    return out
+
+
+def our_nodes(pair):
+    out, stack = {}, [(pair.our.root, ())]
+    while stack:
+        node, path = stack.pop()
+        for child in node.children.values():
+            key = path + tuple(child.key.tolist())
+            out[key] = (child.full.tolist() if child.full is not None else None,
+                        child.swa.tolist() if child.swa is not None else None, child.full_lock, child.swa_lock)
+            stack.append((child, key))
+    return out
+
+
+BASES = 3
+
+
+@st.composite
+def _sequences(draw):
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    root = rng.integers(1, 50, 96).tolist()
+    seqs = [root]
+    for _ in range(BASES - 1):
+        cut = draw(st.integers(0, 80))
+        seqs.append(root[:cut] + rng.integers(50, 100, 96 - cut).tolist())
+    return seqs
+
+
+class SWATreeMachine(RuleBasedStateMachine):
+    sgt = None  # set by the test
+
+    @initialize(ps=st.sampled_from([1, 2, 4, 8]), window=st.sampled_from([1, 3, 8, 16]), seqs=_sequences())
+    def start(self, ps, window, seqs):
+        self.pair = Pair(self.sgt, ps, window)
+        self.seqs = seqs
+        self.locks: list[tuple] = []  # (our node, our uuid, SGLang's node id, SGLang's receipt)
+
+    def _match(self, tokens):
+        p = self.pair
+        slots, node = p.our.match_prefix(tokens)
+        res = p.sg.match_prefix(p.sgt.base.MatchPrefixParams(key=p.key(tokens)))
+        assert res.device_prefix_len == len(slots)
+        return slots, node, res.last_device_node
+
+    def _lock(self, node, sg_id):
+        p = self.pair
+        delta, uuid = p.our.inc_lock_ref(node)
+        got = p.sg.inc_lock_ref(sg_id)
+        assert -delta == got.delta
+        return (node, uuid, sg_id, got)
+
+    def _unlock(self, lock):
+        p = self.pair
+        node, uuid, sg_id, got = lock
+        p.our.dec_lock_ref(node, uuid)
+        p.sg.dec_lock_ref(sg_id, p.sgt.base.DecLockRefParams(node_id=sg_id,
+                                                             component_lock_uuids=dict(got.component_lock_uuids)))
+
+    @rule(b=st.integers(0, BASES - 1), n=st.integers(1, 96), cursor=st.floats(0, 1), keep=st.booleans())
+    def request(self, b, n, cursor, keep):
+        """A request: match, lock, allocate the rest, the window frees its SWA behind the
+        cursor, insert, move the lock to the insert's node (kept, or released at once)."""
+        p, ps = self.pair, self.pair.ps
+        tokens = self.seqs[b][:n]
+        aligned = n // ps * ps
+        slots, node, sg_id = self._match(tokens)
+        m = len(slots)
+        lock = self._lock(node, sg_id)
+        fresh = p.alloc_slots(aligned - m)
+        if fresh is None:
+            self._unlock(lock)
+            return
+        row = np.concatenate([slots, fresh])
+        evicted = m + int(cursor * (aligned - m)) // ps * ps
+        p.free_swa_below(row[m:evicted])
+        prefix, ours = p.our.insert(tokens[:aligned], row, evicted=evicted, prev_prefix_len=m)
+        res = p.sg.insert(p.sgt.base.InsertParams(key=p.key(tokens[:aligned]), value=p.sgt.torch.tensor(row),
+                                                  prev_prefix_len=m,
+                                                  component_evicted_seqlens={p.sgt.SWA: evicted}))
+        assert res.prefix_len == prefix
+        self._unlock(lock)
+        new = self._lock(ours, res.last_device_node)
+        if keep:
+            self.locks.append(new)
+        else:
+            self._unlock(new)
+
+    @rule(b=st.integers(0, BASES - 1), n=st.integers(0, 96))
+    def match(self, b, n):
+        self._match(self.seqs[b][:n])
+
+    @precondition(lambda self: self.locks)
+    @rule(i=st.integers(0, 10**6))
+    def unlock(self, i):
+        self._unlock(self.locks.pop(i % len(self.locks)))
+
+    @rule(full=st.integers(0, 64), swa=st.integers(0, 64))
+    def evict(self, full, swa):
+        p = self.pair
+        ours = p.our.evict(full, swa)
+        got = p.sg.evict(p.sgt.base.EvictParams(num_tokens=full, swa_num_tokens=swa))
+        assert ours == (got.num_tokens_evicted, got.swa_num_tokens_evicted)
+
+    @invariant()
+    def trees_agree(self):
+        if not hasattr(self, "pair"):
+            return
+        p = self.pair
+        assert p.our.full_evictable == p.sg.full_evictable_size()
+        assert p.our.full_protected == p.sg.full_protected_size()
+        assert p.our.swa_evictable == p.sg.swa_evictable_size()
+        assert p.our.swa_protected == p.sg.swa_protected_size()
+        assert our_nodes(p) == sg_nodes(p)
+        assert swa_tree_violations(p.our) == []
+
+
+def test_swa_tree_equals_sglangs(sgswa):
+    SWATreeMachine.sgt = sgswa
+    run = SWATreeMachine.TestCase
+    run.settings = settings(max_examples=60, stateful_step_count=25, deadline=None,
+                            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    run().runTest()
