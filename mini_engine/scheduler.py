@@ -122,6 +122,7 @@ class Scheduler:
         if not self.waiting:
             return chunks, pd
         free = self._free_pages() - self._headroom() - self._planned_pages()
+        fresh = []  # the batch's new requests' states, in batch order (their rows: batch_rows)
         while self.waiting and budget.open and len(self.running) < self.cfg.max_running:
             r = self.waiting[0]
             fresh_pd = r.is_pd and not r.outputs
@@ -144,6 +145,8 @@ class Scheduler:
             if state is None:
                 break
             r.kv = state
+            if not fresh_pd:
+                fresh.append(state)
             if match is not None:
                 # The matched prefix is written into the row and locked: no longer evictable.
                 free += self.manager.prefix.adopt(state, *match, r.seq_len)
@@ -166,6 +169,7 @@ class Scheduler:
                 if chunk is None:
                     self.running.pop()
                     self.manager.release(state)
+                    fresh.pop()
                     r.kv = None
                     r.status = Status.WAITING
                     break
@@ -173,6 +177,10 @@ class Scheduler:
                 budget.charge(first)
             self.waiting.popleft()
             free -= need
+        if len(fresh) > 1 and not pd:
+            # SGLang's alloc_for_extend hands the batch's new requests their rows in one
+            # call (ReqToTokenPool.alloc); a PD arrival takes its own (the prealloc queue's).
+            self.manager.batch_rows(fresh)
         return chunks, pd
 
     def _start(self, r: Request) -> None:

@@ -70,6 +70,10 @@ class KVTables:
             self._last_batch = (list(states), rows)
         return rows
 
+    def forget_rows_memo(self) -> None:
+        """rows_of's memo is stale: states moved to other rows (KVManager.batch_rows)."""
+        self._last_batch = ([], np.empty(0, dtype=np.int64))
+
     def make_room(self, pages: int) -> None:
         """An allocation of `pages` full-pool pages is coming: the prefix tree evicts first if short."""
         if self.prefix is not None and pages > self.full.num_free_pages:
