@@ -20,7 +20,7 @@ from mini_engine.chunk_budget import ChunkBudget
 from mini_engine.config import EngineConfig
 from mini_engine.memory.sizing import swa_evict_due
 from mini_engine.prefix_admission import prefix_match
-from mini_engine.retraction import Retraction
+from mini_engine.retraction import Retraction, retract_demand
 from mini_engine.request import Request, Status
 
 
@@ -326,6 +326,9 @@ class Scheduler:
         self.retract(victim)
         if victim in batch:
             batch.remove(victim)
+        # SGLang's release_req then evicts from the prefix tree so the batch it keeps has
+        # room for its next steps ("use the newly evictable memory instantly").
+        self.manager.make_room(retract_demand(len(batch)))
         self.ratio = self.rules.ratio_after(self.ratio, batch)
         return True
 

@@ -55,6 +55,7 @@ class KVManager:
         self.prepare_fits, self.extend_fits = g.prepare_fits, g.extend_fits
         self.evict_swa, self.pd_prealloc = self.swa_cursor.evict_swa, self.swa_cursor.pd_prealloc
         self.release = self.releaser.release
+        self.make_room = t.make_room  # evict from the prefix tree until that many tokens are allocatable
         # SGLang's radix prefix cache (full attention only: SWA models keep the chunk cache's
         # path, see memory/prefix.py); prefix_cache = "chunk" is --disable-radix-cache.
         if mem.rules.prefix_cache == "radix" and swa is None:

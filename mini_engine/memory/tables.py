@@ -74,10 +74,11 @@ class KVTables:
         """rows_of's memo is stale: states moved to other rows (KVManager.batch_rows)."""
         self._last_batch = ([], np.empty(0, dtype=np.int64))
 
-    def make_room(self, pages: int) -> None:
-        """An allocation of `pages` full-pool pages is coming: the prefix tree evicts first if short."""
-        if self.prefix is not None and pages > self.full.num_free_pages:
-            self.prefix.make_room(pages)
+    def make_room(self, tokens: int) -> None:
+        """An allocation that wants `tokens` full-pool tokens allocatable is coming: the prefix
+        tree evicts first if short (SGLang's evict_to_free_tokens)."""
+        if self.prefix is not None and tokens > self.full.num_free_pages * self.ps:
+            self.prefix.make_room(tokens)
 
     def report(self, v: Violation) -> None:
         if self.auditor is None:
