@@ -21,8 +21,11 @@ from typing import Any, Optional
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
+from mini_engine.config import EngineConfig
+from mini_engine.engine import Engine
 from mini_engine.memory import Auditor, KVManager, MemoryConfig
 from mini_engine.memory.evict_amount import alloc_demand
+from mini_engine.request import Request
 from mini_engine.retraction import retract_demand
 
 from sglang_source import assigned, functions, methods
@@ -89,7 +92,7 @@ def test_alloc_demand_is_sglangs(sg, writer, ps, batch):
 
 
 def test_retract_demand_is_sglangs(sg):
-    from sglang.srt.environ import envs  # SGLang's environment knobs (a light module)
+    from sglang.srt.environ import envs  # SGLang's environment knobs: an optional dependency, as the fixture
 
     f = assigned("sglang.srt.managers.schedule_batch", "release_req", "num_tokens")
     for remaining in (0, 1, 7):
@@ -150,3 +153,27 @@ def test_the_tree_is_asked_for_sglangs_shortfall(sg, ps, free, grow, writer):
     want = sglang_shortfall(sglang_demand(sg, writer, ps, cur, nxt), free_before * ps)
     evicts = [e[1][0] for e in m.prefix.log if e[0] == "evict"]
     assert evicts == ([want] if want > 0 and evictable else [])
+
+
+def test_a_retraction_asks_for_twenty_tokens_per_request_kept():
+    """Every retraction of a run is followed by SGLang's release_req eviction: room for 20
+    tokens per request still in the decode batch (kvbench's estimate over-admits here)."""
+    cfg = EngineConfig(spec="dflash", block_size=4, page_size=1, pool_tokens=400, max_running=24, admission="estimate")
+    engine = Engine(cfg)
+    sched, asked = engine.sched, []
+    retract_for, make_room = sched._retract_for, engine.manager.make_room
+
+    def spied_retract_for(batch):
+        kept_before = len(batch)
+        done = retract_for(batch)
+        if done:
+            assert asked and asked[-1] == retract_demand(len(batch)) and len(batch) in (kept_before, kept_before - 1)
+        return done
+
+    def spied_make_room(tokens):
+        asked.append(tokens)
+        make_room(tokens)
+
+    sched._retract_for, engine.manager.make_room = spied_retract_for, spied_make_room
+    res = engine.run([Request(i, list(range(i * 1000, i * 1000 + 20 + i)), 200) for i in range(8)])
+    assert res.verdict == "ok" and res.stats["retractions"] > 0
