@@ -1,9 +1,10 @@
 """Continuous batching: admission, chunked prefill, decode reservation, retraction.
 
 The scheduler decides who runs and asks the memory layer for the slots; it never
-touches token ids or the backend. Admission is estimated in whole pages against
-the free list; when the estimate was too optimistic and a decode reservation
-fails, a request is retracted (freed and requeued to recompute later) by the
+touches token ids or the backend. Admission's memory side is SGLang's PrefillAdder
+(mini_engine.prefill_memory) under the profile's admission rule "sglang", else an
+estimate in whole pages against the free list; when admission was too optimistic and
+a decode reservation fails, a request is retracted (freed and requeued to recompute later) by the
 profile's retraction rule (mini_engine.retraction): SGLang's fewest-outputs-first,
 or the newest. Either way the request furthest along keeps progressing, so a pool
 that holds any single request finishes every request.
