@@ -90,7 +90,7 @@ class EngineConfig:
             self.profile, policy=self.policy, align=self.align, free=self.free_policy,
             swa_eviction_interval=self.swa_eviction_interval, prefix_cache=self.prefix_cache,
             swa_ratio=self.swa_ratio, pd_radix=self.pd_radix, row_headroom=self.row_headroom,
-            retraction=self.retraction, overlap=self.overlap)
+            retraction=self.retraction, admission=self.admission, overlap=self.overlap)
 
     def _resolve_swa(self) -> None:
         if self.window is not None:

@@ -80,6 +80,10 @@ CORE = (
     Option("retraction", str, None, _KNOB + "who is retracted on a short pool: SGLang's fewest-outputs-first "
            "(its ratio constants) or the newest", choices=_choices("mini_engine.retraction", "RULES"),
            group="profile"),
+    Option("admission", str, None, _KNOB + "the memory side of prefill admission: sglang = SGLang 0.5.23's "
+           "PrefillAdder (tokens, ignore_eos ratio 1.0, outputs capped at 4096, max_prefill_tokens); estimate = "
+           "kvbench's page estimate with the decaying new-token ratio",
+           choices=_choices("mini_engine.prefill_memory", "RULES"), group="profile"),
     Option("overlap", str, None, _KNOB + "SGLang's overlap scheduler (on in 0.5.23 for EAGLE and DFLASH; off = "
            "--disable-overlap-schedule; plain decode is not stale, its frees land one plan late; with --prefix-cache chunk it also moves "
            "chunked-prefill eviction); a TOML bool is read as on/off", choices=_choices("mini_engine.profiles", "OVERLAP"),

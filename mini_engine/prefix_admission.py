@@ -21,6 +21,20 @@ def prefix_match(manager, r: Request):
     return prefix.match(np.asarray(r.tokens(0, r.seq_len), dtype=np.int64), r.rid)
 
 
+def pinned_by_match(manager, match) -> int:
+    """Evictable tokens a match's lock would pin: its node and the unlocked ancestors. SGLang's
+    PrefillAdder holds the match locked while it tests the request (_lock_node), so those
+    tokens are not room for it."""
+    if match is None:
+        return 0
+    node, root, pinned = match[1], manager.prefix.tree.root, 0
+    while node is not root:
+        if node.lock_ref == 0:
+            pinned += len(node.key)
+        node = node.parent
+    return pinned
+
+
 def checkpoint_prefill(manager, r: Request) -> None:
     """After a prefill chunk of r landed (r still running): the tree takes its committed prefix."""
     prefix = manager.prefix

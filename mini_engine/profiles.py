@@ -49,6 +49,14 @@ Knobs, with SGLang 0.5.23's values first:
   retraction             "sglang": fewest output tokens first, then the longest
                          prompt, with SGLang's new-token ratio constants; "newest":
                          the newest request (mini_engine.retraction).
+  admission              the memory side of admitting a prefill batch. "sglang":
+                         SGLang 0.5.23's PrefillAdder in tokens, ignore_eos requests
+                         at ratio 1.0, each one's outputs capped at 4096, a strict
+                         < against free plus evictable tokens, max_prefill_tokens
+                         (mini_engine.prefill_memory; full-attention pools, the PD
+                         arrivals and SWA models keep the estimate); "estimate":
+                         kvbench's whole-page estimate with the decaying new-token
+                         ratio (the designs keep it).
   overlap                SGLang's overlap scheduler (on unless
                          --disable-overlap-schedule): a speculative decode step
                          N+1 is planned before step N's result is processed, so
@@ -84,6 +92,7 @@ from typing import Any
 from mini_engine.algos import ALGORITHMS, ROW_HEADROOM_RULES
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.memory.rules import BASE_WRITERS, FREE_RULES, POLICIES, PREFIX_CACHES, MemoryRules
+from mini_engine.prefill_memory import RULES as ADMISSIONS
 from mini_engine.retraction import RULES as RETRACTIONS
 OVERLAP = ("on", "off")
 OVERLAP_PLANS = ("skip-finishing", "every-running")
@@ -112,6 +121,7 @@ class Profile:
     row_headroom: str = "sglang"
     row_overflow: bool = True
     retraction: str = "sglang"
+    admission: str = "sglang"
     overlap: bool = True
     overlap_plan: str = "skip-finishing"
     # Every writer page-ceils, whichever algorithms are registered (align "all"): what
@@ -132,6 +142,7 @@ class Profile:
         check_choice("prefix_cache", self.prefix_cache, PREFIX_CACHES)
         check_choice("row_headroom", self.row_headroom, ROW_HEADROOM_RULES)
         check_choice("retraction", self.retraction, RETRACTIONS)
+        check_choice("admission", self.admission, ADMISSIONS)
         if not isinstance(self.overlap, bool):
             raise ConfigError(f"overlap must be on or off (got {self.overlap!r})")
         check_choice("overlap_plan", self.overlap_plan, OVERLAP_PLANS)
@@ -168,7 +179,8 @@ class Profile:
 
 
 _SGLANG = dict(free="segment", swa_eviction_interval=128, prefix_cache="radix", swa_ratio=0.8,
-               pd_radix=False, row_headroom="sglang", row_overflow=True, retraction="sglang", overlap=True)
+               pd_radix=False, row_headroom="sglang", row_overflow=True, retraction="sglang", admission="sglang",
+               overlap=True)
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("sglang-0.5.23", align=frozenset({"eagle", "dflash"}), **_SGLANG,
@@ -177,10 +189,11 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
             about="SGLang 0.5.18, the last release before PR 35265: the DFLASH reservation is unaligned "
                   "(EAGLE stays aligned), every running request is planned under overlap"),
     Profile("host-aligned", align=frozenset(), align_all=True, **{**_SGLANG, "free": "floor", "row_headroom": "generous", "row_overflow": False,
-                                                              "overlap": False},
+                                                              "overlap": False, "admission": "estimate"},
             fixed=("align", "free"),
             about="tracking issue 35223's target: every writer page-ceiled, whole-page host free"),
-    Profile("floor-free", align=frozenset({"eagle"}), **{**_SGLANG, "free": "floor", "row_overflow": False, "overlap": False},
+    Profile("floor-free", align=frozenset({"eagle"}), **{**_SGLANG, "free": "floor", "row_overflow": False, "overlap": False,
+                                                      "admission": "estimate"},
             fixed=("free",),
             what_if=True,
             about="what-if: pre-35265 writers with a floor host free; the only profile that leaks"),
@@ -192,7 +205,8 @@ DEFAULT_PROFILE = "sglang-0.5.23"
 SGLANG_VERSIONS = {"sglang-0.5.23": "0.5.23", "sglang-pre-35265": "0.5.18",
                    "host-aligned": "0.5.23", "floor-free": "0.5.23"}
 # host-aligned and floor-free are designs, not releases: they keep kvbench's synchronous
-# plan (overlap off), as before the knob existed; --overlap on gives them SGLang's loop.
+# plan (overlap off) and its admission estimate, as before those knobs existed;
+# --overlap on and --admission sglang give them SGLang's.
 
 
 def parse_overlap(value: object) -> bool:

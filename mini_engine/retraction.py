@@ -9,6 +9,10 @@ ratio starts at 0.7, decays linearly to 0.7 x 0.14 over 600 decode steps, and af
 a retraction is re-estimated from the batch that stays as (decoded + 20 n) /
 (max_new + 1), capped at 1. "newest" is kvbench's first
 rule: the newest request goes, so the oldest always progresses.
+
+After a retraction SGLang's release_req also evicts from the prefix tree until the
+requests still decoding have 20 tokens each allocatable (retract_demand), under either
+rule here: it is SGLang's retraction path, not its choice of victim.
 """
 
 from __future__ import annotations
@@ -60,3 +64,9 @@ class Retraction:
             most = sum(r.max_new_tokens for r in staying)
             return min(1.0, (decoded + SGLANG_RETRACT_DECODE_STEPS * len(staying)) / (most + 1))
         return min(1.0, ratio + 0.3)
+
+
+def retract_demand(remaining: int) -> int:
+    """Tokens SGLang's release_req wants allocatable after a retraction: the next
+    SGLANG_RETRACT_DECODE_STEPS steps of the remaining requests (schedule_batch.py)."""
+    return remaining * SGLANG_RETRACT_DECODE_STEPS

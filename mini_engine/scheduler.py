@@ -1,9 +1,10 @@
 """Continuous batching: admission, chunked prefill, decode reservation, retraction.
 
 The scheduler decides who runs and asks the memory layer for the slots; it never
-touches token ids or the backend. Admission is estimated in whole pages against
-the free list; when the estimate was too optimistic and a decode reservation
-fails, a request is retracted (freed and requeued to recompute later) by the
+touches token ids or the backend. Admission's memory side is SGLang's PrefillAdder
+(mini_engine.prefill_memory) under the profile's admission rule "sglang", else an
+estimate in whole pages against the free list; when admission was too optimistic and
+a decode reservation fails, a request is retracted (freed and requeued to recompute later) by the
 profile's retraction rule (mini_engine.retraction): SGLang's fewest-outputs-first,
 or the newest. Either way the request furthest along keeps progressing, so a pool
 that holds any single request finishes every request.
@@ -19,8 +20,9 @@ import numpy as np
 from mini_engine.chunk_budget import ChunkBudget
 from mini_engine.config import EngineConfig
 from mini_engine.memory.sizing import swa_evict_due
-from mini_engine.prefix_admission import prefix_match
-from mini_engine.retraction import Retraction
+from mini_engine.prefill_memory import PrefillMemory
+from mini_engine.prefix_admission import pinned_by_match, prefix_match
+from mini_engine.retraction import Retraction, retract_demand
 from mini_engine.request import Request, Status
 
 
@@ -55,6 +57,7 @@ class Scheduler:
         self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
         self.extend_batches: dict[int, int] = {}  # rid -> prefill chunks run since it (re)started
         self._planned: list[tuple[Request, int]] = []  # admit's chunks (request, end), allocated at its end
+        self.last_memory: PrefillMemory | None = None  # the last batch's memory budget (SGLang's admission rule)
 
     # -- queues ------------------------------------------------------------
 
@@ -106,33 +109,55 @@ class Scheduler:
                            "tokens" if profile.what_if else "pages",
                            raw_fit=profile.prefix_cache == "chunk")
 
+    def prefill_memory(self) -> PrefillMemory | None:
+        """This batch's memory budget under the profile's admission rule "sglang" (SGLang's
+        PrefillAdder; full-attention pools only), else None: kvbench's page estimate."""
+        m = self.manager
+        if self.profile.admission != "sglang" or m.swa is not None:
+            return None
+        ps = self.cfg.page_size
+        return PrefillMemory(lambda: (m.num_free_pages + m.evictable_pages) * ps, ps, self.decode_batch())
+
     def _admit(self) -> tuple[list[PrefillChunk], list[Request]]:
         budget = self.chunk_budget()
+        mem = self.last_memory = self.prefill_memory()
         chunks: list[PrefillChunk] = []
         for r in self.running:
             if not budget.open:
                 break
             if r.prefilling:
-                chunk = self._chunk(r, r.prefilled + budget.continuation(r.prefill_target - r.prefilled))
+                left = r.prefill_target - r.prefilled
+                n = budget.continuation(left) if mem is None else min(left, mem.continuation(max(budget.left, 0)))
+                chunk = self._chunk(r, r.prefilled + n)
                 if chunk is None:
                     break  # pool short: admitting more would only make it worse
                 chunks.append(chunk)
                 budget.charge(chunk.end - chunk.start)
+                if mem is not None:
+                    mem.charge(r, chunk.end - chunk.start, chunk.end == r.prefill_target)
         pd: list[Request] = []
         if not self.waiting:
             return chunks, pd
         free = self._free_pages() - self._headroom() - self._planned_pages()
-        while self.waiting and budget.open and len(self.running) < self.cfg.max_running:
+        fresh = []  # the batch's new requests' states, in batch order (their rows: batch_rows)
+        while self.waiting and budget.open and len(self.running) < self.cfg.max_running \
+                and (mem is None or mem.rem_input > 0):
             r = self.waiting[0]
             fresh_pd = r.is_pd and not r.outputs
             # The prefix tree's match (SGLang's init_next_round_input before add_one_req);
             # a PD arrival's KV comes by transfer, it matches nothing here.
             match = prefix_match(self.manager, r) if not fresh_pd else None
             matched = 0 if match is None else len(match[0])
-            need = self._need(r, matched)
+            if mem is None or fresh_pd:
+                need = self._need(r, matched)
+                fits = need <= free
+            else:
+                need = 0
+                fits = mem.fits(r, r.seq_len - matched, pinned_by_match(self.manager, match)) \
+                    if self.manager.prefix is not None else mem.fits_ignore_eos(r, r.seq_len - matched)
             # An empty engine always tries its head request, so a pool that can
             # hold one request never stalls on a pessimistic estimate.
-            if need > free and (self.running or chunks or pd):
+            if not fits and (self.running or chunks or pd):
                 break
             first = 0
             if not fresh_pd:
@@ -144,6 +169,8 @@ class Scheduler:
             if state is None:
                 break
             r.kv = state
+            if not fresh_pd:
+                fresh.append(state)
             if match is not None:
                 # The matched prefix is written into the row and locked: no longer evictable.
                 free += self.manager.prefix.adopt(state, *match, r.seq_len)
@@ -166,13 +193,20 @@ class Scheduler:
                 if chunk is None:
                     self.running.pop()
                     self.manager.release(state)
+                    fresh.pop()
                     r.kv = None
                     r.status = Status.WAITING
                     break
                 chunks.append(chunk)
                 budget.charge(first)
+                if mem is not None:
+                    mem.charge(r, first, matched + first == r.seq_len)
             self.waiting.popleft()
             free -= need
+        if len(fresh) > 1 and not pd:
+            # SGLang's alloc_for_extend hands the batch's new requests their rows in one
+            # call (ReqToTokenPool.alloc); a PD arrival takes its own (the prealloc queue's).
+            self.manager.batch_rows(fresh)
         return chunks, pd
 
     def _start(self, r: Request) -> None:
@@ -319,6 +353,9 @@ class Scheduler:
         self.retract(victim)
         if victim in batch:
             batch.remove(victim)
+        # SGLang's release_req then evicts from the prefix tree so the batch it keeps has
+        # room for its next steps ("use the newly evictable memory instantly").
+        self.manager.make_room(retract_demand(len(batch)))
         self.ratio = self.rules.ratio_after(self.ratio, batch)
         return True
 

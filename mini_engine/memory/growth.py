@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from mini_engine.errors import ConfigError, check_positive
+from mini_engine.memory.evict_amount import alloc_demand
 from mini_engine.memory.kv_state import WRITER_CODE, WRITER_KINDS, ReqKVState, state_rows
 from mini_engine.memory.overflow import RowOverflow
 from mini_engine.memory.sizing import next_extents
@@ -105,7 +106,8 @@ class Growth:
             return True
         cur = self.rows.allocated[state_rows(states)]
         targets = np.array([self.extent_for(s, n, "extend") for s, n in zip(states, new_lens)], dtype=np.int64)
-        return self._fits(states, cur, np.maximum(targets, cur))
+        # SGLang's PrefillAdder evicts nothing; the batch's alloc_for_extend does (its own amount).
+        return self._fits(states, cur, np.maximum(targets, cur), evict=False)
 
     def extend_batch(self, states: list[ReqKVState], new_lens: list[int]) -> bool:
         """One prefill batch's allocation, all-or-nothing: each state covers positions < its
@@ -164,8 +166,10 @@ class Growth:
             last = None
         # From page boundaries, the new pages are ceil((target - cur) / ps).
         npages = self.full.pages_needed(cur, targets) if mid else (delta + (ps - 1)) // ps
-        self.t.make_room(int(npages.sum()))  # SGLang evicts from the prefix tree in its alloc paths
-        if int(npages.sum()) > self.full.num_free_pages:
+        # SGLang evicts from the prefix tree in its alloc paths, each wanting its own amount.
+        total = int(npages.sum())
+        self.t.make_room(alloc_demand(writer, int(delta.sum()), total, len(states), ps))
+        if total > self.full.num_free_pages:
             self.t.short_pool = "full"
             return False
         if self.swa is not None:
@@ -173,7 +177,6 @@ class Growth:
             base = self.rows.swa_evicted[rows]
             swa_prefix = np.maximum(cur, base)
             swa_target = np.maximum(targets, swa_prefix)
-            self.t.make_room_swa(int(self.swa.allocator.pages_needed(swa_prefix, swa_target).sum()))
             if int(self.swa.allocator.pages_needed(swa_prefix, swa_target).sum()) \
                     > self.swa.allocator.num_free_pages:
                 self.t.short_pool = "swa"
@@ -200,19 +203,27 @@ class Growth:
         self._set_extents(rows, targets, delta, cur_mod, new_mod, writer, aligned)
         return True
 
-    def _fits(self, states: list[ReqKVState], cur: np.ndarray, targets: np.ndarray) -> bool:
+    def _fits(self, states: list[ReqKVState], cur: np.ndarray, targets: np.ndarray, *, evict: bool = True) -> bool:
         """Whether both pools have the pages to grow each state from cur to its target
-        (targets >= cur); when not, short_pool names the pool that is short."""
+        (targets >= cur); when not, short_pool names the pool that is short. evict: make the
+        room now (SGLang's check_decode_mem evicts the step's exact pages before it compares);
+        else count the tree's evictable pages as free (the allocation will evict them)."""
         need = int(self.full.pages_needed(cur, targets).sum())
-        self.t.make_room(need)  # SGLang's check_decode_mem evicts from the tree before it compares
-        if need > self.full.num_free_pages:
+        free = self.full.num_free_pages
+        if evict:
+            self.t.make_room(need * self.ps)
+            free = self.full.num_free_pages
+        elif self.t.prefix is not None:
+            free += self.t.prefix.evictable_pages
+        if need > free:
             self.t.short_pool = "full"
             return False
         if self.swa is not None:
             swa_prefix = np.maximum(cur, self.rows.swa_evicted[state_rows(states)])
-            self.t.make_room_swa(int(self.swa.allocator.pages_needed(swa_prefix, np.maximum(targets, swa_prefix)).sum()))
-            if int(self.swa.allocator.pages_needed(swa_prefix, np.maximum(targets, swa_prefix)).sum()) \
-                    > self.swa.allocator.num_free_pages:
+            swa_free = self.swa.allocator.num_free_pages
+            if not evict and self.t.prefix is not None:  # the SWA-aware tree's evictable SWA pages
+                swa_free += self.t.prefix.tree.swa_evictable // self.ps
+            if int(self.swa.allocator.pages_needed(swa_prefix, np.maximum(targets, swa_prefix)).sum()) > swa_free:
                 self.t.short_pool = "swa"
                 return False
         return True

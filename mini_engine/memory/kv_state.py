@@ -94,6 +94,10 @@ class ReqKVState:
     def aligned(self, value: bool) -> None:
         self._rows.aligned[self._at] = value
 
+    def move_to(self, row: int) -> None:
+        """The request sits in another row now (its lengths moved there with it)."""
+        self.row = self._at = row
+
     def detach(self) -> None:
         """Keep the current values privately: the row is being given back."""
         own = KVRows(1)

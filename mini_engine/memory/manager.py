@@ -56,6 +56,7 @@ class KVManager:
         self.prepare_fits, self.extend_fits = g.prepare_fits, g.extend_fits
         self.evict_swa, self.pd_prealloc = self.swa_cursor.evict_swa, self.swa_cursor.pd_prealloc
         self.release = self.releaser.release
+        self.make_room = t.make_room  # evict from the prefix tree until that many tokens are allocatable
         # SGLang's radix prefix cache: the SWA-aware tree for a model with an SWA pool
         # (memory/swa_prefix.py), else the full one; prefix_cache = "chunk" is --disable-radix-cache.
         if mem.rules.prefix_cache == "radix":
@@ -207,6 +208,37 @@ class KVManager:
         state = ReqKVState(rid=rid, row=row, rows=self.rows)
         self.states[row] = state
         return state
+
+    def batch_rows(self, states: list[ReqKVState]) -> None:
+        """Give one prefill batch's new requests their rows as SGLang does, in one call.
+
+        admit pops a row per request, so the batch's first request holds the free
+        list's last row; SGLang's ReqToTokenPool.alloc takes ``free_slots[-n:]`` for
+        the batch's n new requests in batch order, so its first request gets the n-th
+        row from the end and its last the last. Same rows, reversed: which row a
+        request sits in decides which row its overflow writes into (memory.overflow).
+        Only before the batch's allocation: a state may hold a matched prefix (its
+        row's slots, its tree lock) but no page of its own yet."""
+        old = [s.row for s in states]
+        new = old[::-1]
+        if old == new:
+            return
+        held = self.ledger.held
+        if any(int(held[pool][old].sum()) for pool in held):
+            raise ValueError("batch_rows: rows are handed out before the batch's allocation")
+        t, kv = self.tables, self.rows
+        t.forget_rows_memo()  # the states' rows change
+        self.req_to_token.move_rows(old, new)
+        for arr in (kv.committed, kv.allocated, kv.swa_evicted, kv.writer, kv.aligned,
+                    t.asked_end, t.reserve_base, t.reserve_of):
+            arr[new] = arr[old]
+        locks = self.prefix.locks if self.prefix is not None else {}
+        moved = {r: locks.pop(r) for r in old if r in locks}
+        for s, was, row in zip(states, old, new):
+            s.move_to(row)
+            self.states[row] = s
+            if was in moved:
+                locks[row] = moved[was]
 
     def commit(self, state: ReqKVState, n: int) -> None:
         """The forward wrote final KV for n more positions."""

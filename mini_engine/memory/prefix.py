@@ -20,8 +20,9 @@ UnifiedRadixCache (FULL component) and mem_cache/common.py do:
   the output KV and keep the prompt).
 * release (memory/release.py) frees ``[protected, owned)`` and the over-allocation,
   then ``unlock``s; a retraction inserts nothing (``checkpoint=False``).
-* ``make_room``: an allocation short of free pages evicts the shortfall from the
-  tree first (SGLang's ``evict_to_free_tokens``; see ``make_room`` for what differs).
+* ``make_room``: an allocation short of free tokens evicts the shortfall from the
+  tree first (SGLang's ``evict_to_free_tokens``), the tokens wanted being SGLang's for
+  that alloc path (memory/evict_amount.py) or, after a retraction, the scheduler's.
 
 EAGLE keys the tree by bigrams (``RadixKey(is_bigram=spec_algorithm.is_eagle())``):
 a key of n tokens is n - 1 bigrams long, so the page alignment is one token shorter.
@@ -168,17 +169,16 @@ class PrefixCache:
         self.unlock(state.row)
 
     # -- eviction ----------------------------------------------------------------------
-    def make_room(self, pages: int) -> None:
-        """Evict least recently used leaves until `pages` pages are free (or none is evictable).
-
-        SGLang asks its tree for the shortfall in tokens (extend tokens plus a page per
-        request on the paged extend path); kvbench asks for the shortfall in whole pages
-        of the exact need, so it can evict up to a page per request less than SGLang."""
-        short = pages - self.full.num_free_pages
+    def make_room(self, tokens: int) -> None:
+        """Evict least recently used leaves until `tokens` tokens are allocatable (or none is
+        evictable): SGLang's evict_to_free_tokens asks the tree for the shortfall in tokens,
+        and the tree evicts whole leaves until at least that many are gone. How many tokens
+        an allocation wants is SGLang's per path (memory/evict_amount.py)."""
+        short = tokens - self.full.num_free_pages * self.ps
         if short > 0 and self.tree.evictable_size:
             self._evicting = []
-            freed = self.tree.evict(short * self.ps)
-            self._note("evict", {"num_tokens": short * self.ps, "evicted": freed,
+            freed = self.tree.evict(short)
+            self._note("evict", {"num_tokens": short, "evicted": freed,
                                  "pages": evicted_pages(self._evicting, self.ps)})
 
     def _evicted(self, slots: np.ndarray) -> None:

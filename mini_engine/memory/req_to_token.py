@@ -25,7 +25,8 @@ class ReqToTokenPool:
         # SGLang's table has size + 1 rows, row 0 a padding row for CUDA-graph batches;
         # kvbench's row r is its row r + 1. Its free list starts [1..size] and hands
         # out from the tail, so the first request sits in the last row, whose overflow
-        # runs past the tensor's end instead of into a next row. Same stack here.
+        # runs past the tensor's end instead of into a next row. Same stack here; a
+        # prefill batch's rows are then put in SGLang's one-call order (KVManager.batch_rows).
         self._free_rows = list(range(size))
         # Writes past the table's end (the last row's overflow), by flat index: memory
         # no row owns, kept apart so they overwrite nothing (SGLang's land past its tensor).
@@ -37,6 +38,15 @@ class ReqToTokenPool:
 
     def alloc(self) -> int | None:
         return self._free_rows.pop() if self._free_rows else None
+
+    def move_rows(self, old: list[int], new: list[int]) -> None:
+        """Row old[i]'s contents move to row new[i]; new is a permutation of old (the
+        rows of one batch handed out again in another order, manager.batch_rows)."""
+        if old == new:
+            return
+        self.host[new] = self.host[old]
+        for r in new:
+            self.changes.add_range(r * self.width, (r + 1) * self.width)
 
     def free(self, row: int, used: int | None = None) -> None:
         """Return the row; used: the positions ever written in it (its extent), else the whole row."""

@@ -14,8 +14,8 @@ alike; what differs is that a tree page may be in either pool:
   the tree's slots and ``protected`` becomes the aligned length.
 * the window cursor (swa_cursor.py) never frees below ``protected`` (SGLang floors its
   ``swa_evicted_seqlen`` at ``cache_protected_len``): those slots are the tree's.
-* ``make_room`` / ``make_room_swa``: an allocation short of FULL or SWA pages evicts the
-  shortfall from the tree (``EvictParams(num_tokens, swa_num_tokens)``).
+* ``make_room``: an allocation that wants more tokens than either pool has free evicts
+  both shortfalls from the tree in one call (``EvictParams(num_tokens, swa_num_tokens)``).
 
 Not here: the second insert at the prompt boundary that PrefixCache makes (the SWA tree
 keeps the finished request's prompt and outputs as one leaf), EAGLE's bigram keys.
@@ -170,12 +170,11 @@ class SWAPrefixCache:
         self.unlock(state.row)
 
     # -- eviction ----------------------------------------------------------------------
-    def make_room(self, pages: int) -> None:
-        short = pages - self.full.num_free_pages
-        if short > 0 and self.tree.full_evictable:
-            self._note("evict", (short * self.ps, 0), self.tree.evict(short * self.ps, 0))
-
-    def make_room_swa(self, pages: int) -> None:
-        short = pages - self.swa.allocator.num_free_pages
-        if short > 0 and self.tree.swa_evictable:
-            self._note("evict", (0, short * self.ps), self.tree.evict(0, short * self.ps))
+    def make_room(self, tokens: int) -> None:
+        """SGLang's SWA evict_to_free_tokens (allocator/swa.py): one demand for both pools,
+        each pool's shortfall in tokens, evicted in one call (EvictParams(num_tokens,
+        swa_num_tokens)); how many tokens an allocation wants is memory/evict_amount.py's."""
+        full = max(0, tokens - self.full.num_free_pages * self.ps)
+        swa = max(0, tokens - self.swa.allocator.num_free_pages * self.ps)
+        if (full and self.tree.full_evictable) or (swa and self.tree.swa_evictable):
+            self._note("evict", (full, swa), self.tree.evict(full, swa))

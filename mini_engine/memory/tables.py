@@ -70,15 +70,21 @@ class KVTables:
             self._last_batch = (list(states), rows)
         return rows
 
-    def make_room(self, pages: int) -> None:
-        """An allocation of `pages` full-pool pages is coming: the prefix tree evicts first if short."""
-        if self.prefix is not None and pages > self.full.num_free_pages:
-            self.prefix.make_room(pages)
+    def forget_rows_memo(self) -> None:
+        """rows_of's memo is stale: states moved to other rows (KVManager.batch_rows)."""
+        self._last_batch = ([], np.empty(0, dtype=np.int64))
 
-    def make_room_swa(self, pages: int) -> None:
-        """An allocation of `pages` SWA-pool pages is coming: the SWA-aware tree evicts first if short."""
-        if self.prefix is not None and self.swa is not None and pages > self.swa.allocator.num_free_pages:
-            self.prefix.make_room_swa(pages)
+    def make_room(self, tokens: int) -> None:
+        """An allocation that wants `tokens` tokens allocatable is coming: the prefix tree
+        evicts first if a pool is short (SGLang's evict_to_free_tokens; with an SWA pool,
+        the one demand is checked against both pools, as SGLang's SWA allocator does)."""
+        if self.prefix is None:
+            return
+        free = self.full.num_free_pages
+        if self.swa is not None:
+            free = min(free, self.swa.allocator.num_free_pages)
+        if tokens > free * self.ps:
+            self.prefix.make_room(tokens)
 
     def report(self, v: Violation) -> None:
         if self.auditor is None:

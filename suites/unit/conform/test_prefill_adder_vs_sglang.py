@@ -6,7 +6,7 @@ are compiled from the installed source and driven the way ``Scheduler.
 _get_new_batch_prefill_raw`` drives them: a fresh adder per prefill batch, the
 chunked request first (``add_chunked_req``), then the waiting queue (``add_one_req``)
 until the budget says stop. The pool is large, so only the chunk budget decides; the
-memory budget (``rem_total_tokens``) is kvbench's own estimate and is not compared here.
+memory budget (``rem_total_tokens``) is compared in test_prefill_memory_vs_sglang.py.
 The property compares every prefill batch: which requests, and where each chunk starts
 and ends.
 """

@@ -120,9 +120,11 @@ def test_eagle_tree_under_overlap():
 
 def waiting_engine(overlap: str) -> tuple[Engine, list[int]]:
     """Two DFLASH requests (block 8, 1 accepted per verify) in a 15-page pool, the new-token
-    ratio at its floor (a server that has decoded 600 steps): admission takes both."""
+    ratio at its floor (a server that has decoded 600 steps): kvbench's estimate (SGLang's
+    PrefillAdder counts these fixed-length requests at ratio 1.0 and takes one) admits both."""
     cfg = EngineConfig(spec="dflash", block_size=8, page_size=16, accept_len=1, max_context=512,
-                       pool_tokens=15 * 16, overlap=overlap, prefix_cache="chunk")  # pages counted without a tree
+                       pool_tokens=15 * 16, overlap=overlap, prefix_cache="chunk",  # pages counted without a tree
+                       admission="estimate")
     eng = Engine(cfg)
     eng.sched.ratio = eng.sched.rules.min
     waits: list[int] = []

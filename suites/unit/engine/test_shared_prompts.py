@@ -82,7 +82,8 @@ def test_a_turn_arrives_after_its_predecessor_finished_and_extends_it():
 
 def test_sessions_through_retraction_give_the_same_outputs():
     base = dict(spec="dflash", page_size=16, block_size=8, num_requests=32, input_len=400, output_len=300,
-                min_len=20, seed=11, shared_prefix=64, prefix_groups=2, turns=2)
+                min_len=20, seed=11, shared_prefix=64, prefix_groups=2, turns=2,
+                admission="estimate")  # kvbench's optimistic estimate: the tight pool retracts
     roomy = run_config(dict(base, pool_tokens=1 << 16), outputs=True)
     tight = run_config(dict(base, pool_tokens=1536), outputs=True)
     assert tight["metrics"]["retractions"] > 0 and roomy["metrics"]["retractions"] == 0
