@@ -5,7 +5,8 @@ torch.utils.cpp_extension compiles the C++ sources with the host's g++ and ninja
 its cache (TORCH_EXTENSIONS_DIR, by default ~/.cache/torch_extensions) the first time
 a CPU decode step asks for them, about a minute; later processes load the cached
 library in milliseconds, and concurrent processes (pytest-xdist workers) wait on the
-builder's lock file instead of compiling twice. Without a compiler or ninja, or with
+builder's lock file instead of compiling twice (a lock left by a killed builder is
+removed once it is older than any build). Without a compiler or ninja, or with
 KVBENCH_CPU_KERNELS=0, one line is logged and the decode step keeps the pure-torch
 path: same results (up to float rounding in attention), slower.
 """
@@ -17,6 +18,7 @@ import logging
 import os
 import platform
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -31,6 +33,8 @@ NAME = "kvbench_cpu_kernels"  # + the host's CPU features (see _build_name)
 # code here reads floating-point exception flags).
 FLAGS = ["-O3", "-march=native", "-fno-trapping-math"]
 _state: dict = {}
+# A build takes about a minute; a builder's lock file older than this has no builder behind it.
+STALE_LOCK_S = 600
 
 
 def ops():
@@ -81,7 +85,9 @@ def _load():
 
         # The build is named after the CPU's features (FLAGS has -march=native), so a cache
         # directory shared by different hosts never loads a foreign build.
-        cpp_extension.load(_build_name(), [str(s) for s in SOURCES], extra_cflags=FLAGS,
+        name = _build_name()
+        _clear_stale_lock(Path(cpp_extension._get_build_directory(name, verbose=False)) / "lock")
+        cpp_extension.load(name, [str(s) for s in SOURCES], extra_cflags=FLAGS,
                            is_python_module=False, verbose=False)
         return True
     except Exception as err:  # a failed build must never stop a run: the torch path is always there
@@ -89,3 +95,17 @@ def _load():
         first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(": [")[0]
         log.warning("CPU decode kernels not built (%s): the model runs its pure-torch path", first[:160])
         return False
+
+
+def _clear_stale_lock(lock: Path) -> None:
+    """torch's builder holds <build dir>/lock while it compiles, and every other process
+    waits on it with no timeout. A builder killed mid-build (a worker stopped by a test
+    timeout) leaves the file behind, and every later model run would wait forever: remove
+    a lock far older than any build, saying so."""
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except OSError:
+        return  # no lock: nobody is building
+    if age > STALE_LOCK_S:
+        log.warning("removing a stale kernel build lock (%.0f s old, no build takes that long): %s", age, lock)
+        lock.unlink(missing_ok=True)
