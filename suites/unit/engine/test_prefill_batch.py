@@ -65,7 +65,8 @@ def test_a_prefill_step_is_one_allocator_call_per_pool():
     buf = io.StringIO()
     with open_trace(cfg, buf) as trace:
         eng = Engine(cfg, trace=trace)
-        eng.submit([Request(i, list(range(1, 14 + i)), 3) for i in range(4)])
+        # Prompts sharing no prefix: the tree's inserts free no duplicate.
+        eng.submit([Request(i, list(range(100 * i + 1, 100 * i + 14 + i)), 3) for i in range(4)])
         # The first prefill step: 13 and 14 tokens cost 16 each (SGLang's PrefillAdder charges
         # whole pages), so the third (15 tokens) is cut at floor_ps(40 - 32) = 8.
         eng.tick()
