@@ -232,13 +232,11 @@ class KVManager:
         for arr in (kv.committed, kv.allocated, kv.swa_evicted, kv.writer, kv.aligned,
                     t.asked_end, t.reserve_base, t.reserve_of):
             arr[new] = arr[old]
-        locks = self.prefix.locks if self.prefix is not None else {}
-        moved = {r: locks.pop(r) for r in old if r in locks}
-        for s, was, row in zip(states, old, new):
+        for s, row in zip(states, new):
             s.move_to(row)
             self.states[row] = s
-            if was in moved:
-                locks[row] = moved[was]
+        if self.prefix is not None:
+            self.prefix.move_rows(old, new)  # the tree's locks are kept per row
 
     def commit(self, state: ReqKVState, n: int) -> None:
         """The forward wrote final KV for n more positions."""

@@ -158,6 +158,11 @@ class PrefixCache:
         self._note("lock", {"node": node.id, "delta": delta})
         return delta // self.ps
 
+    def move_rows(self, old: list[int], new: list[int]) -> None:
+        """The requests of rows `old` now sit in rows `new` (KVManager.batch_rows)."""
+        moved = {r: self.locks.pop(r) for r in old if r in self.locks}
+        self.locks.update((row, moved[was]) for was, row in zip(old, new) if was in moved)
+
     def unlock(self, row: int) -> None:
         node = self.locks.pop(row, None)
         if node is not None:

@@ -160,6 +160,14 @@ class SWAPrefixCache:
         self._note("lock", (node.id, row), -delta)
         return delta // self.ps
 
+    def move_rows(self, old: list[int], new: list[int]) -> None:
+        """The requests of rows `old` now sit in rows `new` (KVManager.batch_rows): their
+        locks and the SWA boundaries of those locks move with them."""
+        for per_row in (self.locks, self.uuids):
+            moved = {r: per_row.pop(r) for r in old if r in per_row}
+            per_row.update((row, moved[was]) for was, row in zip(old, new) if was in moved)
+        self._note("move", (list(old), list(new)), None)  # a replay keys its lock receipts by row too
+
     def unlock(self, row: int) -> None:
         node = self.locks.pop(row, None)
         if node is not None:

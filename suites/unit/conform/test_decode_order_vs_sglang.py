@@ -95,7 +95,9 @@ class _Batch:
 def _engine(cfg: EngineConfig, prompts: list[int], max_new: int, steps: int) -> tuple[Engine, list[Request]]:
     eng = Engine(cfg)
     eng.sched.ratio = eng.sched.rules.min
-    reqs = [Request(i, list(range(1, p + 1)), max_new) for i, p in enumerate(prompts)]
+    # Prompts sharing no prefix: under the radix default the SWA-aware tree would share
+    # them, and the cases would no longer run short and retract.
+    reqs = [Request(i, list(range(1000 * i + 1, 1000 * i + p + 1)), max_new) for i, p in enumerate(prompts)]
     eng.submit(reqs)
     for _ in range(steps):
         eng.tick()

@@ -99,6 +99,18 @@ def test_retract_demand_is_sglangs(sg):
         assert retract_demand(remaining) == f({"remaing_req_count": remaining, "envs": envs})
 
 
+class _Calls(list):
+    """Takes the tree's calls as the trace writer does (op, fields): kept in memory."""
+
+    def write(self, op: str, fields: dict, raw=None) -> None:
+        self.append((op, fields))
+
+
+def _evicts(m: KVManager) -> list[int]:
+    """The tokens each of the tree's evict calls was asked for."""
+    return [fields["num_tokens"] for op, fields in m.prefix.log if op == "evict"]
+
+
 def _tree_manager(ps: int, pages: int) -> KVManager:
     """A manager whose tree holds four evictable leaves (a page each at ps > 1), every page else free."""
     m = KVManager(MemoryConfig(ps, pages, 8, 1024, policy="unaligned"), Auditor("raise"))
@@ -109,7 +121,7 @@ def _tree_manager(ps: int, pages: int) -> KVManager:
         m.commit(s, ps + 1)
         m.release(s, prompt, ps + 1)  # its first page goes into the tree
     assert m.prefix.evictable_pages >= 4
-    m.prefix.log = []
+    m.prefix.log = _Calls()
     return m
 
 
@@ -124,8 +136,7 @@ def test_worked_example_a_prefill_batch_evicts_a_page_per_request_more():
     _hold(m, 3)
     b, c = m.admit("B"), m.admit("C")
     assert m.extend_batch([b, c], [20, 10])
-    evicts = [e for e in m.prefix.log if e[0] == "evict"]
-    assert [e[1][0] for e in evicts] == [14]  # 62 wanted, 48 allocatable
+    assert _evicts(m) == [14]  # 62 wanted, 48 allocatable
     assert m.prefix.evicted_pages == 1 and m.num_free_pages == 1
 
 
@@ -141,18 +152,17 @@ def test_the_tree_is_asked_for_sglangs_shortfall(sg, ps, free, grow, writer):
             assert m.extend(s, ps)
             m.commit(s, ps)
         free_before, evictable = m.num_free_pages, m.prefix.evictable_pages
-        m.prefix.log = []
+        m.prefix.log = _Calls()
         cur = [ps] * len(states)
         nxt = [ps + 1] * len(states)
         m.prepare(states, 1)
     else:
         free_before, evictable = m.num_free_pages, m.prefix.evictable_pages
-        m.prefix.log = []
+        m.prefix.log = _Calls()
         cur, nxt = [0] * len(grow), grow
         m.extend_batch(states, grow)
     want = sglang_shortfall(sglang_demand(sg, writer, ps, cur, nxt), free_before * ps)
-    evicts = [e[1][0] for e in m.prefix.log if e[0] == "evict"]
-    assert evicts == ([want] if want > 0 and evictable else [])
+    assert _evicts(m) == ([want] if want > 0 and evictable else [])
 
 
 def test_a_retraction_asks_for_twenty_tokens_per_request_kept():

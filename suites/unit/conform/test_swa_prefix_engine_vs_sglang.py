@@ -82,6 +82,9 @@ class _Replay:
                 node = self.nodes[args[0]]
                 self.sg.dec_lock_ref(node, sgt.base.DecLockRefParams(
                     node_id=node, component_lock_uuids=dict(got.component_lock_uuids)))
+            elif op == "move":  # KVManager.batch_rows moved requests (and their locks) to other rows
+                moved = {r: self.receipts.pop(r) for r in args[0] if r in self.receipts}
+                self.receipts.update((row, moved[was]) for was, row in zip(*args) if was in moved)
             elif op == "evict":
                 got = self.sg.evict(sgt.base.EvictParams(num_tokens=args[0], swa_num_tokens=args[1]))
                 assert (got.num_tokens_evicted, got.swa_num_tokens_evicted) == tuple(result)
