@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         checked = (f"{rep.calls} calls: {rep.allocator_calls} allocator calls, "
                    f"{rep.reservations} reservations, {rep.reserves} reserves"
                    + (f", {rep.tree_calls} tree calls" if rep.tree_calls else "")
+                   + (f", {rep.swa_tree_calls} SWA tree calls" if rep.swa_tree_calls else "")
                    + (f"; {rep.row_overflows} cut at the row: K4, SGLang writes past it" if rep.row_overflows else ""))
         if rep.conforms:
             print(f"{path}: conforms to sglang {sg.version} ({checked})")

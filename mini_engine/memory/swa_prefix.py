@@ -17,6 +17,10 @@ alike; what differs is that a tree page may be in either pool:
 * ``make_room``: an allocation that wants more tokens than either pool has free evicts
   both shortfalls from the tree in one call (``EvictParams(num_tokens, swa_num_tokens)``).
 
+With a trace open, every call is one ``swa_`` record (memory/tree_trace.py,
+``swa_tree_trace``; DESIGN.md section 5): what a replay on SGLang's UnifiedRadixCache
+needs to make the same call, what kvbench got, and the FULL and SWA evictable sizes after.
+
 Not here: the second insert at the prompt boundary that PrefixCache makes (the SWA tree
 keeps the finished request's prompt and outputs as one leaf), EAGLE's bigram keys.
 """
@@ -28,6 +32,7 @@ import numpy as np
 from mini_engine.memory.kv_state import ReqKVState
 from mini_engine.memory.swa_radix import SWANode, SWARadixCache
 from mini_engine.memory.tables import KVTables
+from mini_engine.memory.tree_trace import swa_tree_trace
 
 
 class SWAPrefixCache:
@@ -42,9 +47,9 @@ class SWAPrefixCache:
         self.in_tree_swa = np.zeros(t.mem.swa_num_pages + 1, dtype=bool)  # SWA page -> the tree's (K8)
         self.lookup_tokens = self.hit_tokens = 0
         self.evicted_pages = self.peak_pages = 0
-        # The tree calls as they happen, when a caller asks (a conform test replays them on
-        # SGLang's own tree): (op, args, result, (FULL evictable, SWA evictable) after).
-        self.log: list[tuple] | None = None
+        # The tree calls, one trace record each when the run writes a trace (kvbench conform
+        # runs them again on SGLang's UnifiedRadixCache: harness/conform_swa_tree.py).
+        self.log = swa_tree_trace(t.trace, self.tree, t.mem.window) if t.trace is not None else None
         self._state: ReqKVState | None = None  # the request whose checkpoint is under way
 
     # -- figures ---------------------------------------------------------------------
@@ -60,9 +65,9 @@ class SWAPrefixCache:
     def swa_pages(self) -> int:
         return self.tree.swa_size() // self.ps
 
-    def _note(self, op: str, args: tuple, result) -> None:
+    def _note(self, op: str, fields: dict, raw=None) -> None:
         if self.log is not None:
-            self.log.append((op, args, result, (self.tree.full_evictable, self.tree.swa_evictable)))
+            self.log.write("swa_" + op, fields, raw)
 
     # -- the tree's frees --------------------------------------------------------------
     def _split_owner(self, pages: np.ndarray, in_tree: np.ndarray, pool: str) -> int:
@@ -92,10 +97,11 @@ class SWAPrefixCache:
 
     # -- admission ---------------------------------------------------------------------
     def match(self, tokens, rid=None) -> tuple[np.ndarray, SWANode]:
-        """rid: the request's (the full tree names it in its trace records; this one writes none)."""
-        key = np.asarray(tokens, dtype=np.int64)[:max(len(tokens) - 1, 0)]
-        slots, node = self.tree.match_prefix(key)
-        self._note("match", (key.tolist(),), (len(slots), node.id))
+        """rid: the request's (names its tokens in the trace)."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        n = max(len(tokens) - 1, 0)
+        slots, node = self.tree.match_prefix(tokens[:n])
+        self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id}, tokens)
         return slots, node
 
     def adopt(self, state: ReqKVState, slots: np.ndarray, node: SWANode, lookup: int = 0) -> int:
@@ -130,8 +136,9 @@ class SWAPrefixCache:
         finally:
             self._state = None
         if self.log is not None:  # the SWA slots too: a replay rebuilds the pool's map from them
-            self._note("insert", (tokens[:aligned].tolist(), value.tolist(), swa_of.tolist(), state.swa_evicted, prot),
-                       (prefix_len, node.id))
+            self._note("insert", {"rid": state.rid, "len": aligned, "slots": value, "swa_slots": swa_of,
+                                  "swa_evicted_seqlen": state.swa_evicted, "prev_prefix_len": prot,
+                                  "cached": prefix_len, "node": node.id}, tokens)
         if aligned > prot:
             path = self.tree.path_slots(node)
             kept = host_row[prot:aligned:self.ps] == path[prot:aligned:self.ps]
@@ -157,13 +164,16 @@ class SWAPrefixCache:
     def _lock(self, row: int, node: SWANode) -> int:
         delta, uuid = self.tree.inc_lock_ref(node)
         self.locks[row], self.uuids[row] = node, uuid
-        self._note("lock", (node.id, row), -delta)
+        # delta: the change of the FULL evictable size, as SGLang's result gives it (<= 0);
+        # row: the unlock that releases this lock names it too (its SWA window uuid).
+        self._note("lock", {"node": node.id, "row": row, "delta": -delta})
         return delta // self.ps
 
     def unlock(self, row: int) -> None:
         node = self.locks.pop(row, None)
         if node is not None:
-            self._note("unlock", (node.id, row), self.tree.dec_lock_ref(node, self.uuids.pop(row)))
+            delta = self.tree.dec_lock_ref(node, self.uuids.pop(row))
+            self._note("unlock", {"node": node.id, "row": row, "delta": delta})
 
     def forget(self, state: ReqKVState) -> None:
         self.t.sum_protected -= state.protected
@@ -177,4 +187,5 @@ class SWAPrefixCache:
         full = max(0, tokens - self.full.num_free_pages * self.ps)
         swa = max(0, tokens - self.swa.allocator.num_free_pages * self.ps)
         if (full and self.tree.full_evictable) or (swa and self.tree.swa_evictable):
-            self._note("evict", (full, swa), self.tree.evict(full, swa))
+            freed, swa_freed = self.tree.evict(full, swa)
+            self._note("evict", {"num_tokens": full, "swa_num_tokens": swa, "evicted": freed, "swa_evicted": swa_freed})
