@@ -40,6 +40,7 @@ import functools
 from array import array
 
 from harness.core.causes import one_line
+from harness import sglang_swa_radix  # light: it imports SGLang only when load() runs
 from harness.core.errors import HarnessError
 from mini_engine.memory.tree_trace import TokenStore, insert_slots
 
@@ -52,9 +53,7 @@ class SWATreeMissing(HarnessError):
 def _sglang_swa():
     """SGLang's serving stack, imported once a process and only for a trace with SWA tree
     records (seconds, and stand-ins for modules a CPU install lacks)."""
-    from harness.sglang_swa_radix import load
-
-    return load()
+    return sglang_swa_radix.load()
 
 
 class SWATreeConform:

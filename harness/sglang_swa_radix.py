@@ -86,8 +86,8 @@ def load() -> SimpleNamespace:
     """The tree's classes and a builder (ImportError, or the error a module raised at
     import, when SGLang cannot load)."""
     # torch's data utilities probe for dill themselves: load them before the stand-in exists.
-    import torch
-    import torch.utils.data  # noqa: F401
+    import torch  # torch: optional, loaded only when the tree is built
+    import torch.utils.data  # noqa: F401  (torch: optional, its data utilities before the stand-in)
 
     if not any(isinstance(f, _StandIns) for f in sys.meta_path):
         sys.meta_path.insert(0, _StandIns())

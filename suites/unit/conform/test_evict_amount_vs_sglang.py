@@ -25,6 +25,7 @@ from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.memory import Auditor, KVManager, MemoryConfig
 from mini_engine.memory.evict_amount import alloc_demand
+from mini_engine.memory.tree_trace import TreeTrace
 from mini_engine.request import Request
 from mini_engine.retraction import retract_demand
 
@@ -99,6 +100,19 @@ def test_retract_demand_is_sglangs(sg):
         assert retract_demand(remaining) == f({"remaing_req_count": remaining, "envs": envs})
 
 
+class _Records(list):
+    """A trace writer that keeps the records (the tree's evict records are read back)."""
+
+    write = list.append
+
+
+def _record(m: KVManager) -> _Records:
+    """The tree's calls from here on, as their trace records."""
+    recs = _Records()
+    m.prefix.log = TreeTrace(recs, m.prefix.tree, False)
+    return recs
+
+
 def _tree_manager(ps: int, pages: int) -> KVManager:
     """A manager whose tree holds four evictable leaves (a page each at ps > 1), every page else free."""
     m = KVManager(MemoryConfig(ps, pages, 8, 1024, policy="unaligned"), Auditor("raise"))
@@ -109,7 +123,6 @@ def _tree_manager(ps: int, pages: int) -> KVManager:
         m.commit(s, ps + 1)
         m.release(s, prompt, ps + 1)  # its first page goes into the tree
     assert m.prefix.evictable_pages >= 4
-    m.prefix.log = []
     return m
 
 
@@ -122,10 +135,11 @@ def _hold(m: KVManager, free: int) -> None:
 def test_worked_example_a_prefill_batch_evicts_a_page_per_request_more():
     m = _tree_manager(16, 12)
     _hold(m, 3)
+    recs = _record(m)
     b, c = m.admit("B"), m.admit("C")
     assert m.extend_batch([b, c], [20, 10])
-    evicts = [e for e in m.prefix.log if e[0] == "evict"]
-    assert [e[1][0] for e in evicts] == [14]  # 62 wanted, 48 allocatable
+    evicts = [r for r in recs if r["op"] == "evict"]
+    assert [r["num_tokens"] for r in evicts] == [14]  # 62 wanted, 48 allocatable
     assert m.prefix.evicted_pages == 1 and m.num_free_pages == 1
 
 
@@ -141,17 +155,17 @@ def test_the_tree_is_asked_for_sglangs_shortfall(sg, ps, free, grow, writer):
             assert m.extend(s, ps)
             m.commit(s, ps)
         free_before, evictable = m.num_free_pages, m.prefix.evictable_pages
-        m.prefix.log = []
+        recs = _record(m)
         cur = [ps] * len(states)
         nxt = [ps + 1] * len(states)
         m.prepare(states, 1)
     else:
         free_before, evictable = m.num_free_pages, m.prefix.evictable_pages
-        m.prefix.log = []
+        recs = _record(m)
         cur, nxt = [0] * len(grow), grow
         m.extend_batch(states, grow)
     want = sglang_shortfall(sglang_demand(sg, writer, ps, cur, nxt), free_before * ps)
-    evicts = [e[1][0] for e in m.prefix.log if e[0] == "evict"]
+    evicts = [r["num_tokens"] for r in recs if r["op"] == "evict"]
     assert evicts == ([want] if want > 0 and evictable else [])
 
 
