@@ -23,7 +23,8 @@ Every record of a trace (DESIGN.md section 5) is re-run on the production object
   reproduced (its module needs the whole disaggregation stack to import).
 * the prefix tree's calls (match, insert, lock, unlock, evict; trace version 2) on
   SGLang's own RadixCache, in trace order between the allocator calls:
-  harness/conform_tree.py.
+  harness/conform_tree.py; the SWA-aware tree's (the ``swa_`` records) on SGLang's
+  UnifiedRadixCache with the FULL and SWA components: harness/conform_swa_tree.py.
 
 The first divergence of a trace stops its replay: past it the two allocators hold
 different free lists, and every later call would diverge for the same reason.
@@ -37,6 +38,7 @@ import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from harness.conform_swa_tree import SWATreeConform
 from harness.conform_tree import TreeConform
 from harness.conform_versions import aligned_nxt, check_version, free_page_ids
 from harness.core.causes import one_line
@@ -52,7 +54,7 @@ from mini_engine.memory.replay import (
     prepare_aligned,
     read_trace,
 )
-from mini_engine.memory.tree_trace import TREE_OPS
+from mini_engine.memory.tree_trace import SWA_TREE_OPS, TREE_OPS
 
 SGLANG_VERSION = "0.5.23"
 INSTALL = (f"pip install --no-deps sglang=={SGLANG_VERSION} && pip install 'kvbench[conform]' "
@@ -72,6 +74,8 @@ class ConformReport:
     reserves: int = 0  # prepare records whose reserve was checked against SGLang's formula
     row_overflows: int = 0  # reservations cut at the row where SGLang's runs past it (K4)
     tree_calls: int = 0  # prefix tree calls checked on SGLang's RadixCache (harness/conform_tree.py)
+    swa_tree_calls: int = 0  # SWA tree calls checked on SGLang's UnifiedRadixCache (conform_swa_tree.py)
+    swa_tree_unchecked: int = 0  # SWA tree calls counted, not checked (0.5.18: conform_swa_tree.py says why)
     first_divergence: Divergence | None = None
 
     @property
@@ -123,6 +127,7 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
 
     report = ConformReport(path)
     tree = TreeConform(sg, ps)
+    swa_tree = SWATreeConform(head, tree.tokens, sg.version)  # the same tokens records key both trees
     for lineno, rec in records:
         report.calls += 1
         op = rec["op"]
@@ -133,6 +138,8 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
                 found = _check_swa_prealloc(rec, ps, pd_radix)
             elif op in TREE_OPS:
                 found = tree.check(rec)
+            elif op in SWA_TREE_OPS:
+                found = swa_tree.check(rec)
             else:
                 report.allocator_calls += 1
                 pool = rec.get("pool", "full")
@@ -149,7 +156,8 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
             fld, expected, got = found
             report.first_divergence = Divergence(report.calls, lineno, op, fld, expected, got)
             break
-    report.tree_calls = tree.calls
+    report.tree_calls, report.swa_tree_calls = tree.calls, swa_tree.calls
+    report.swa_tree_unchecked = swa_tree.unchecked
     return report
 
 

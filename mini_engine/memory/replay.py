@@ -2,7 +2,8 @@
 
 Every allocator call is re-run and its out / available compared with the record;
 planning records (prepare, swa_prealloc) are recomputed from the sizing formulas;
-the prefix tree's records (trace version 2) run on a fresh tree (tree_replay.py).
+the prefix tree's records (trace version 2) run on a fresh tree (tree_replay.py), the
+SWA-aware tree's (``swa_`` records) on a fresh SWA tree (swa_tree_replay.py).
 A file that cannot be read as a trace is a TraceError (one line, exit 2 from the CLI).
 read_trace and pool_need_sort are shared with harness/conform.py, which replays the
 same records on SGLang's own allocator.
@@ -20,15 +21,17 @@ from mini_engine.errors import KVBenchError, TraceError
 from mini_engine.files import read_document
 from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.sizing import next_extents, pd_swa_tail_len
+from mini_engine.memory.swa_tree_replay import SWATreeReplay
 from mini_engine.memory.trace import FORMAT, VERSION
 from mini_engine.memory.tree_replay import TreeReplay
-from mini_engine.memory.tree_trace import TREE_OPS
+from mini_engine.memory.tree_trace import SWA_TREE_OPS, TREE_OPS
 
 # The record format, declared once: each op's fields and what each must be (KINDS).
 # Every field listed is required; OPTIONAL ones are checked where a record has them.
 # Plain checks, not a validation library: the engine stays numpy-only (the harness's
 # config files use pydantic models, harness/schemas).
 TREE_AFTER = {"evictable": "count", "protected": "count"}
+SWA_AFTER = {"full_evictable": "count", "swa_evictable": "count"}
 RECORDS = {
     "alloc_extend": {"prefix_lens": "counts", "seq_lens": "counts", "last_locs": "ints", "out": "any", "available": "int"},
     "free": {"indices": "ints", "available": "int"},
@@ -44,9 +47,20 @@ RECORDS = {
     "lock": {"node": "count", "delta": "int", **TREE_AFTER},
     "unlock": {"node": "count", "delta": "int", **TREE_AFTER},
     "evict": {"num_tokens": "count", "evicted": "count", "pages": "ints", **TREE_AFTER},
+    # The SWA-aware tree's calls (swa_prefix.py); each carries the FULL and SWA evictable
+    # sizes after it. An swa_insert has its FULL slots (pages or slots) and their SWA
+    # slots (swa_pages or swa_slots, page or slot 0: none).
+    "swa_tree": {"window": "size"},
+    "swa_match": {"rid": "rid", "len": "count", "matched": "count", "node": "count", **SWA_AFTER},
+    "swa_insert": {"rid": "rid", "len": "count", "swa_evicted_seqlen": "count", "prev_prefix_len": "count",
+                   "cached": "count", "node": "count", **SWA_AFTER},
+    "swa_lock": {"node": "count", "rid": "rid", "delta": "int", **SWA_AFTER},
+    "swa_unlock": {"node": "count", "rid": "rid", "delta": "int", **SWA_AFTER},
+    "swa_evict": {"num_tokens": "count", "swa_num_tokens": "count", "evicted": "count", "swa_evicted": "count",
+                  **SWA_AFTER},
 }
 OPTIONAL = {"pool": "pool", "decode": "bool", "need_sort": "bool", "aligned": "bool", "pages": "ints",
-            "slots": "ints", "from": "rid"}
+            "slots": "ints", "swa_pages": "ints", "swa_slots": "ints", "from": "rid"}
 # The header (line 1), after its format and version: required fields, then those that
 # may be absent or null.
 HEADER = {"page_size": "size", "num_pages": "size"}
@@ -141,8 +155,11 @@ def _parse(path: str, lineno: int, line: str) -> dict:
         if any(q < p for p, q in zip(rec["prefix_lens"], rec["seq_lens"])):
             raise TraceError(f"{path}: line {lineno} (alloc_extend) each seq_lens entry must be >= its prefix_lens "
                              f"entry")
-    if op == "insert" and ("pages" in rec) == ("slots" in rec):
-        raise TraceError(f"{path}: line {lineno} (insert) needs its slots as pages or slots (one of the two)")
+    if op in ("insert", "swa_insert") and ("pages" in rec) == ("slots" in rec):
+        raise TraceError(f"{path}: line {lineno} ({op}) needs its slots as pages or slots (one of the two)")
+    if op == "swa_insert" and ("swa_pages" in rec) == ("swa_slots" in rec):
+        raise TraceError(f"{path}: line {lineno} (swa_insert) needs its SWA slots as swa_pages or swa_slots "
+                         f"(one of the two)")
     if op == "prepare" and "aligned" not in rec and rec.get("policy") not in ("aligned", "unaligned"):
         raise TraceError(f'{path}: line {lineno} (prepare) needs "aligned": true|false '
                          f'(or "policy": "aligned"|"unaligned")')
@@ -165,7 +182,7 @@ def read_trace(path: str | os.PathLike) -> tuple[dict, list[tuple[int, dict]]]:
     pools = {"full"} | ({"swa"} if head.get("swa_num_pages") else set())
     for n, rec in records:
         pool = rec.get("pool", "full")
-        if rec["op"] not in ("prepare", "swa_prealloc", *TREE_OPS) and pool not in pools:
+        if rec["op"] not in ("prepare", "swa_prealloc", *TREE_OPS, *SWA_TREE_OPS) and pool not in pools:
             raise TraceError(f"{path}: line {n} uses pool {pool!r}, which the header does not define")
     return head, records
 
@@ -268,6 +285,7 @@ def replay(path: str | os.PathLike, algorithms: Mapping[str, str]) -> ReplayRepo
     report = ReplayReport()
     spent = 0.0
     tree = TreeReplay(ps)
+    swa_tree = SWATreeReplay(head, tree.tokens)  # the SWA-aware tree's records (the same tokens records)
 
     def diverge(rec_no: int, lineno: int, op: str, fld: str, expected, got) -> None:
         d = Divergence(rec_no, lineno, op, fld, expected, got)
@@ -287,10 +305,10 @@ def replay(path: str | os.PathLike, algorithms: Mapping[str, str]) -> ReplayRepo
             _check_plan(rec, ps, pd_radix, lambda f, e, g: diverge(n, lineno, op, f, e, g), path, lineno,
                         cut_at)
             continue
-        if op in TREE_OPS:
-            report.tree_calls += op not in TREE_OPS[:2]
+        if op in TREE_OPS or op in SWA_TREE_OPS:
+            report.tree_calls += op not in (*TREE_OPS[:2], SWA_TREE_OPS[0])
             try:
-                found = tree.check(rec)
+                found = (swa_tree if op in SWA_TREE_OPS else tree).check(rec)
             except ValueError as err:
                 raise TraceError(f"{path}: line {lineno} ({op}) cannot be replayed: {err}") from None
             for fld, expected, got in found:

@@ -17,6 +17,10 @@ alike; what differs is that a tree page may be in either pool:
 * ``make_room``: an allocation that wants more tokens than either pool has free evicts
   both shortfalls from the tree in one call (``EvictParams(num_tokens, swa_num_tokens)``).
 
+With a trace open, every call is one ``swa_`` record (memory/tree_trace.py,
+``swa_tree_trace``; DESIGN.md section 5): what a replay on SGLang's UnifiedRadixCache
+needs to make the same call, what kvbench got, and the FULL and SWA evictable sizes after.
+
 Not here: the second insert at the prompt boundary that PrefixCache makes (the SWA tree
 keeps the finished request's prompt and outputs as one leaf), EAGLE's bigram keys.
 """
@@ -28,6 +32,7 @@ import numpy as np
 from mini_engine.memory.kv_state import ReqKVState
 from mini_engine.memory.swa_radix import SWANode, SWARadixCache
 from mini_engine.memory.tables import KVTables
+from mini_engine.memory.tree_trace import swa_tree_trace
 
 
 class SWAPrefixCache:
@@ -38,13 +43,14 @@ class SWAPrefixCache:
         self.tree = SWARadixCache(t.ps, t.mem.window, t.swa.map_host, self._free_full, self._free_swa)
         self.locks: dict[int, SWANode] = {}  # row -> the node its request holds locked
         self.uuids: dict[int, int | None] = {}  # row -> the SWA window boundary of that lock
+        self.holders: dict = {}  # row -> the request holding that lock (its trace records name it)
         self.in_tree = np.zeros(t.mem.num_pages + 1, dtype=bool)  # FULL page -> the tree's (K8)
         self.in_tree_swa = np.zeros(t.mem.swa_num_pages + 1, dtype=bool)  # SWA page -> the tree's (K8)
         self.lookup_tokens = self.hit_tokens = 0
         self.evicted_pages = self.peak_pages = 0
-        # The tree calls as they happen, when a caller asks (a conform test replays them on
-        # SGLang's own tree): (op, args, result, (FULL evictable, SWA evictable) after).
-        self.log: list[tuple] | None = None
+        # The tree calls, one trace record each when the run writes a trace (kvbench conform
+        # runs them again on SGLang's UnifiedRadixCache: harness/conform_swa_tree.py).
+        self.log = swa_tree_trace(t.trace, self.tree, t.mem.window) if t.trace is not None else None
         self._state: ReqKVState | None = None  # the request whose checkpoint is under way
 
     # -- figures ---------------------------------------------------------------------
@@ -60,9 +66,9 @@ class SWAPrefixCache:
     def swa_pages(self) -> int:
         return self.tree.swa_size() // self.ps
 
-    def _note(self, op: str, args: tuple, result) -> None:
+    def _note(self, op: str, fields: dict, raw=None) -> None:
         if self.log is not None:
-            self.log.append((op, args, result, (self.tree.full_evictable, self.tree.swa_evictable)))
+            self.log.write("swa_" + op, fields, raw)
 
     # -- the tree's frees --------------------------------------------------------------
     def _split_owner(self, pages: np.ndarray, in_tree: np.ndarray, pool: str) -> int:
@@ -92,10 +98,11 @@ class SWAPrefixCache:
 
     # -- admission ---------------------------------------------------------------------
     def match(self, tokens, rid=None) -> tuple[np.ndarray, SWANode]:
-        """rid: the request's (the full tree names it in its trace records; this one writes none)."""
-        key = np.asarray(tokens, dtype=np.int64)[:max(len(tokens) - 1, 0)]
-        slots, node = self.tree.match_prefix(key)
-        self._note("match", (key.tolist(),), (len(slots), node.id))
+        """rid: the request's (names its tokens in the trace)."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        n = max(len(tokens) - 1, 0)
+        slots, node = self.tree.match_prefix(tokens[:n])
+        self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id}, tokens)
         return slots, node
 
     def adopt(self, state: ReqKVState, slots: np.ndarray, node: SWANode, lookup: int = 0) -> int:
@@ -111,7 +118,7 @@ class SWAPrefixCache:
             self.t.sum_committed += m
             self.t.sum_protected += m
         state.protected = m
-        return self._lock(row, node)
+        return self._lock(row, node, state.rid)
 
     # -- insert ------------------------------------------------------------------------
     def checkpoint(self, state: ReqKVState, tokens, prompt_len: int, up_to: int) -> None:
@@ -130,8 +137,9 @@ class SWAPrefixCache:
         finally:
             self._state = None
         if self.log is not None:  # the SWA slots too: a replay rebuilds the pool's map from them
-            self._note("insert", (tokens[:aligned].tolist(), value.tolist(), swa_of.tolist(), state.swa_evicted, prot),
-                       (prefix_len, node.id))
+            self._note("insert", {"rid": state.rid, "len": aligned, "slots": value, "swa_slots": swa_of,
+                                  "swa_evicted_seqlen": state.swa_evicted, "prev_prefix_len": prot,
+                                  "cached": prefix_len, "node": node.id}, tokens)
         if aligned > prot:
             path = self.tree.path_slots(node)
             kept = host_row[prot:aligned:self.ps] == path[prot:aligned:self.ps]
@@ -150,28 +158,31 @@ class SWAPrefixCache:
                 self.in_tree_swa[pages] = True
             x = x.parent
         self.unlock(row)
-        self._lock(row, node)
+        self._lock(row, node, state.rid)
         self.peak_pages = max(self.peak_pages, self.pages)
 
     # -- locks -------------------------------------------------------------------------
-    def _lock(self, row: int, node: SWANode) -> int:
+    def _lock(self, row: int, node: SWANode, rid) -> int:
         delta, uuid = self.tree.inc_lock_ref(node)
-        self.locks[row], self.uuids[row] = node, uuid
-        self._note("lock", (node.id, row), -delta)
+        self.locks[row], self.uuids[row], self.holders[row] = node, uuid, rid
+        # delta: the change of the FULL evictable size, as SGLang's result gives it (<= 0);
+        # rid: the unlock that releases this lock names it too (its SWA window uuid). The
+        # request, not its row: KVManager.batch_rows moves a locked request to another row.
+        self._note("lock", {"node": node.id, "rid": rid, "delta": -delta})
         return delta // self.ps
 
     def move_rows(self, old: list[int], new: list[int]) -> None:
         """The requests of rows `old` now sit in rows `new` (KVManager.batch_rows): their
         locks and the SWA boundaries of those locks move with them."""
-        for per_row in (self.locks, self.uuids):
+        for per_row in (self.locks, self.uuids, self.holders):
             moved = {r: per_row.pop(r) for r in old if r in per_row}
             per_row.update((row, moved[was]) for was, row in zip(old, new) if was in moved)
-        self._note("move", (list(old), list(new)), None)  # a replay keys its lock receipts by row too
 
     def unlock(self, row: int) -> None:
         node = self.locks.pop(row, None)
         if node is not None:
-            self._note("unlock", (node.id, row), self.tree.dec_lock_ref(node, self.uuids.pop(row)))
+            delta = self.tree.dec_lock_ref(node, self.uuids.pop(row))
+            self._note("unlock", {"node": node.id, "rid": self.holders.pop(row), "delta": delta})
 
     def forget(self, state: ReqKVState) -> None:
         self.t.sum_protected -= state.protected
@@ -185,4 +196,5 @@ class SWAPrefixCache:
         full = max(0, tokens - self.full.num_free_pages * self.ps)
         swa = max(0, tokens - self.swa.allocator.num_free_pages * self.ps)
         if (full and self.tree.full_evictable) or (swa and self.tree.swa_evictable):
-            self._note("evict", (full, swa), self.tree.evict(full, swa))
+            freed, swa_freed = self.tree.evict(full, swa)
+            self._note("evict", {"num_tokens": full, "swa_num_tokens": swa, "evicted": freed, "swa_evicted": swa_freed})

@@ -17,8 +17,13 @@ began with the same ``START`` ids, the one that shares the most. An EAGLE run ke
 from the raw ids as the engine did. An insert's slots are written as page ids when they
 are whole pages (always, on the paged allocator), else slot by slot.
 
+The SWA-aware tree (swa_prefix.py, hybrid SWA models) writes its calls through the same
+writer (``swa_tree_trace``): its records are the ``swa_`` ops (SWA_TREE_OPS), so no
+reader can take them for the full tree's, they share the ``tokens`` records, and each
+carries the FULL and SWA evictable sizes after it instead of the full tree's two.
+
 The reading side is here too (TokenStore, insert_slots), shared by kvbench's replay
-(tree_replay.py) and ``kvbench conform`` (harness/conform_tree.py).
+(tree_replay.py) and ``kvbench conform`` (harness/conform_tree.py, conform_swa_tree.py).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import numpy as np
 
 # The tree's records, in the order a run first writes them.
 TREE_OPS = ("tree", "tokens", "match", "insert", "lock", "unlock", "evict")
+# The SWA-aware tree's (their token ids are the shared ``tokens`` records).
+SWA_TREE_OPS = ("swa_tree", "swa_match", "swa_insert", "swa_lock", "swa_unlock", "swa_evict")
 START = 16  # leading ids that pick the earlier requests a new one may share its prefix with
 PEERS = 8  # how many of those are compared (the latest)
 
@@ -45,17 +52,22 @@ def raw_len(key_len: int, bigram: bool) -> int:
 
 
 class TreeTrace:
-    """Writes a PrefixCache's tree calls into an open TraceWriter."""
+    """Writes a PrefixCache's tree calls into an open TraceWriter.
 
-    def __init__(self, trace, tree, bigram: bool):
+    head: the record that says the tree is built (the full tree's ``tree``); after: the
+    tree's sizes each call's record ends with (the full tree's evictable and protected)."""
+
+    def __init__(self, trace, tree, bigram: bool, *, head: dict | None = None, after=None):
         self.trace, self.tree, self.ps = trace, tree, tree.ps
+        self._after = after or (lambda: {"evictable": tree.evictable_size, "protected": tree.protected_size})
         self._known: dict = {}  # rid -> the token ids the trace holds for it
         self._by_start: dict[bytes, list] = {}  # the first START ids -> the last PEERS rids that began so
-        trace.write({"op": "tree", "bigram": bigram})
+        trace.write(head or {"op": "tree", "bigram": bigram})
 
     def write(self, op: str, fields: dict, raw=None) -> None:
         """One call's record. raw: the request's tokens, of which fields["len"] make the key;
-        fields["slots"]: an insert's slots (written as pages when they are whole pages)."""
+        fields["slots"], fields["swa_slots"]: an insert's slots (written as pages when they
+        are whole pages)."""
         rec = {"op": op}
         if "rid" in fields:
             rid = fields["rid"]
@@ -63,12 +75,12 @@ class TreeTrace:
         if raw is not None:
             self._tokens(rec["rid"], np.asarray(raw, dtype=np.int64)[:fields["len"]])
         for k, v in fields.items():
-            if k == "slots":
-                rec.update(_encode_slots(np.asarray(v, dtype=np.int64), self.ps))
+            if k in ("slots", "swa_slots"):
+                prefix = k.removesuffix("slots")
+                rec.update({prefix + n: x for n, x in _encode_slots(np.asarray(v, dtype=np.int64), self.ps).items()})
             elif k != "rid":
                 rec[k] = v
-        rec["evictable"] = self.tree.evictable_size
-        rec["protected"] = self.tree.protected_size
+        rec.update(self._after())
         self.trace.write(rec)
 
     def _tokens(self, rid, raw: np.ndarray) -> None:
@@ -92,6 +104,14 @@ class TreeTrace:
         self._known[rid] = raw.copy()  # the replay keeps [0, at) (of "from" if named) and appends the rest
 
 
+def swa_tree_trace(trace, tree, window: int) -> TreeTrace:
+    """The writer of an SWAPrefixCache's calls (memory/swa_prefix.py): ``swa_tree`` first
+    (with the window a replay builds its tree with), then each call with both pools'
+    evictable sizes after it."""
+    return TreeTrace(trace, tree, False, head={"op": "swa_tree", "window": window},
+                     after=lambda: {"full_evictable": tree.full_evictable, "swa_evictable": tree.swa_evictable})
+
+
 def _common(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))
     diff = np.flatnonzero(a[:n] != b[:n])
@@ -99,19 +119,24 @@ def _common(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def _encode_slots(slots: np.ndarray, ps: int) -> dict:
+    """Whole pages as page ids; a page of slot 0 (no slot: an SWA slot the window freed,
+    swa_slots) as page 0, which is never handed out."""
     if ps > 1 and len(slots) % ps == 0:
         pages = slots[::ps]
-        if (pages % ps == 0).all() and (slots.reshape(-1, ps) == pages[:, None] + np.arange(ps)).all():
+        whole = slots.reshape(-1, ps) == pages[:, None] + np.arange(ps)
+        none = (slots.reshape(-1, ps) == 0).all(axis=1) & (pages == 0)
+        if (pages % ps == 0).all() and (whole.all(axis=1) | none).all():
             return {"pages": (pages // ps).tolist()}
     return {"slots": slots.tolist()}
 
 
-def insert_slots(rec: dict, ps: int) -> np.ndarray:
-    """The slots of an insert record (its pages, expanded to every slot of each)."""
-    if "slots" in rec:
-        return np.asarray(rec["slots"], dtype=np.int64)
-    pages = np.asarray(rec["pages"], dtype=np.int64)
-    return (pages[:, None] * ps + np.arange(ps)).reshape(-1)
+def insert_slots(rec: dict, ps: int, prefix: str = "") -> np.ndarray:
+    """The slots of an insert record (its pages, expanded to every slot of each; page 0
+    to slot 0s). prefix "swa_": the SWA slots of an swa_insert."""
+    if prefix + "slots" in rec:
+        return np.asarray(rec[prefix + "slots"], dtype=np.int64)
+    pages = np.asarray(rec[prefix + "pages"], dtype=np.int64)
+    return np.where(pages[:, None] > 0, pages[:, None] * ps + np.arange(ps), 0).reshape(-1)
 
 
 def evicted_pages(slots, ps: int) -> list[int]:

@@ -25,6 +25,7 @@ from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.memory import Auditor, KVManager, MemoryConfig
 from mini_engine.memory.evict_amount import alloc_demand
+from mini_engine.memory.tree_trace import TreeTrace
 from mini_engine.request import Request
 from mini_engine.retraction import retract_demand
 
@@ -99,16 +100,17 @@ def test_retract_demand_is_sglangs(sg):
         assert retract_demand(remaining) == f({"remaing_req_count": remaining, "envs": envs})
 
 
-class _Calls(list):
-    """Takes the tree's calls as the trace writer does (op, fields): kept in memory."""
+class _Records(list):
+    """A trace writer that keeps the records (the tree's evict records are read back)."""
 
-    def write(self, op: str, fields: dict, raw=None) -> None:
-        self.append((op, fields))
+    write = list.append
 
 
-def _evicts(m: KVManager) -> list[int]:
-    """The tokens each of the tree's evict calls was asked for."""
-    return [fields["num_tokens"] for op, fields in m.prefix.log if op == "evict"]
+def _record(m: KVManager) -> _Records:
+    """The tree's calls from here on, as their trace records."""
+    recs = _Records()
+    m.prefix.log = TreeTrace(recs, m.prefix.tree, False)
+    return recs
 
 
 def _tree_manager(ps: int, pages: int) -> KVManager:
@@ -121,7 +123,6 @@ def _tree_manager(ps: int, pages: int) -> KVManager:
         m.commit(s, ps + 1)
         m.release(s, prompt, ps + 1)  # its first page goes into the tree
     assert m.prefix.evictable_pages >= 4
-    m.prefix.log = _Calls()
     return m
 
 
@@ -134,9 +135,11 @@ def _hold(m: KVManager, free: int) -> None:
 def test_worked_example_a_prefill_batch_evicts_a_page_per_request_more():
     m = _tree_manager(16, 12)
     _hold(m, 3)
+    recs = _record(m)
     b, c = m.admit("B"), m.admit("C")
     assert m.extend_batch([b, c], [20, 10])
-    assert _evicts(m) == [14]  # 62 wanted, 48 allocatable
+    evicts = [r for r in recs if r["op"] == "evict"]
+    assert [r["num_tokens"] for r in evicts] == [14]  # 62 wanted, 48 allocatable
     assert m.prefix.evicted_pages == 1 and m.num_free_pages == 1
 
 
@@ -152,17 +155,18 @@ def test_the_tree_is_asked_for_sglangs_shortfall(sg, ps, free, grow, writer):
             assert m.extend(s, ps)
             m.commit(s, ps)
         free_before, evictable = m.num_free_pages, m.prefix.evictable_pages
-        m.prefix.log = _Calls()
+        recs = _record(m)
         cur = [ps] * len(states)
         nxt = [ps + 1] * len(states)
         m.prepare(states, 1)
     else:
         free_before, evictable = m.num_free_pages, m.prefix.evictable_pages
-        m.prefix.log = _Calls()
+        recs = _record(m)
         cur, nxt = [0] * len(grow), grow
         m.extend_batch(states, grow)
     want = sglang_shortfall(sglang_demand(sg, writer, ps, cur, nxt), free_before * ps)
-    assert _evicts(m) == ([want] if want > 0 and evictable else [])
+    evicts = [r["num_tokens"] for r in recs if r["op"] == "evict"]
+    assert evicts == ([want] if want > 0 and evictable else [])
 
 
 def test_a_retraction_asks_for_twenty_tokens_per_request_kept():

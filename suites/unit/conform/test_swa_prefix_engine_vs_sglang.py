@@ -1,27 +1,33 @@
-"""An SWA engine run's tree calls (mini_engine/memory/swa_prefix.py) replayed on SGLang 0.5.23's
-own UnifiedRadixCache with FULL and SWA components (sglang_swa_tree.py builds it on a CPU).
+"""An SWA engine run's tree calls (mini_engine/memory/swa_prefix.py), as its trace records them,
+replayed on SGLang 0.5.23's own UnifiedRadixCache with FULL and SWA components: the
+checker ``kvbench conform`` runs (harness/conform_swa_tree.py, over the CPU build of
+harness/sglang_swa_radix.py).
 
-A hybrid-SWA engine run with shared prompts and pools small enough to evict logs every
-call its SWAPrefixCache makes: matches, inserts (with the FULL slots, the SWA slots the
-pool maps them to, the request's SWA cursor and protected length), locks, unlocks and
-evictions of FULL and SWA tokens. The same calls, in order, on SGLang's class (its
-allocator's full -> SWA map set from the logged SWA slots before each insert, as the
-request's allocations had set it) must give the same matched lengths, the same length
-already cached per insert, the same FULL lock deltas, the same tokens evicted, the same
-FULL and SWA evictable sizes after every call, and the same tree at the end.
+A hybrid-SWA engine run with shared prompts and pools small enough to evict writes every
+call its SWAPrefixCache makes as an ``swa_`` trace record: matches, inserts (with the
+FULL slots, the SWA slots the pool maps them to, the request's SWA cursor and protected
+length), locks, unlocks and evictions of FULL and SWA tokens. The same calls, in order,
+on SGLang's class must give the same matched lengths, the same length already cached per
+insert, the same FULL lock deltas, the same tokens evicted, the same FULL and SWA
+evictable sizes after every call, and the same tree at the end; ``kvbench conform`` on
+the trace file conforms, and an edited record is a divergence.
 """
 
 from __future__ import annotations
 
-from array import array
+import io
+import json
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.conform import conform
+from harness.conform_swa_tree import SWATreeConform
 from mini_engine.config import EngineConfig
-from mini_engine.engine import Engine
+from mini_engine.engine import Engine, open_trace
+from mini_engine.memory.tree_trace import SWA_TREE_OPS, TokenStore
 from mini_engine.request import Request
 from suites.unit.conform.test_swa_radix_vs_sglang import our_nodes, sg_nodes, sgswa  # noqa: F401 (the fixture)
 
@@ -29,67 +35,29 @@ from suites.unit.conform.test_swa_radix_vs_sglang import our_nodes, sg_nodes, sg
 def _engine(ps: int, pages: int, window: int, stagger: int, overlap: bool, seed: int):
     cfg = EngineConfig(page_size=ps, pool_tokens=pages * ps, max_context=512, max_running=4, chunked_prefill=64,
                        window=window, overlap=overlap, audit="raise")
-    e = Engine(cfg)
-    e.manager.prefix.log = []
     rng = np.random.default_rng(seed)
     groups = [rng.integers(1, 400, 200).tolist() for _ in range(2)]
     reqs = [Request(rid=i, prompt=groups[i % 2][: 60 + 17 * (i % 5)] + rng.integers(1, 400, 5 + 7 * (i % 3)).tolist(),
                     max_new_tokens=20 + 9 * (i % 4), arrival_step=i * stagger) for i in range(12)]
-    res = e.run(reqs)
+    buf = io.StringIO()
+    with open_trace(cfg, buf) as trace:
+        e = Engine(cfg, trace=trace)
+        res = e.run(reqs)
     assert res.verdict == "ok", res.error
-    return e, res.stats
+    lines = [json.loads(line) for line in buf.getvalue().splitlines()]
+    return e, res.stats, lines
 
 
-class _Replay:
-    def __init__(self, sgt, e):
-        m = e.manager
-        self.sgt = sgt
-        self.alloc, self.sg = sgt.build(m.mem.num_pages, m.mem.swa_num_pages, m.ps, m.mem.window)
-        # The engine's pages came and went on its own side (allocations, window frees,
-        # releases), so SGLang's pools see only the tree's frees: they are recorded, not
-        # applied (a page the engine reused would be a double free there). The full -> SWA
-        # map stays SGLang's own, which the tree reads and clears.
-        self.freed = []
-        for inner in (self.alloc.full_attn_allocator, self.alloc.swa_attn_allocator):
-            inner.free = inner.free_page_ids = self.freed.append
-            inner.free_segment = lambda index, start_pos=0: self.freed.append(index)
-        self.nodes: dict[int, int] = {}  # our node id -> SGLang's
-        self.receipts: dict[int, object] = {}  # row -> SGLang's lock receipt
-
-    def run(self, log):
-        sgt, torch, ops = self.sgt, self.sgt.torch, set()
-        for op, args, result, evictable in log:
-            ops.add(op)
-            if op == "match":
-                res = self.sg.match_prefix(sgt.base.MatchPrefixParams(key=sgt.RadixKey(array("q", args[0]))))
-                assert res.device_prefix_len == result[0], (op, len(args[0]))
-                self.nodes[result[1]] = res.last_device_node
-            elif op == "insert":
-                key, value, swa, evicted, prev = args
-                full = torch.tensor(value, dtype=torch.int64)
-                self.alloc.set_full_to_swa_mapping(full, torch.tensor(swa, dtype=torch.int64))
-                res = self.sg.insert(sgt.base.InsertParams(key=sgt.RadixKey(array("q", key)), value=full,
-                                                           prev_prefix_len=prev,
-                                                           component_evicted_seqlens={sgt.SWA: evicted}))
-                assert res.prefix_len == result[0]
-                self.nodes[result[1]] = res.last_device_node
-            elif op == "lock":
-                got = self.sg.inc_lock_ref(self.nodes[args[0]])
-                assert got.delta == result
-                self.receipts[args[1]] = got
-            elif op == "unlock":
-                got = self.receipts.pop(args[1])
-                node = self.nodes[args[0]]
-                self.sg.dec_lock_ref(node, sgt.base.DecLockRefParams(
-                    node_id=node, component_lock_uuids=dict(got.component_lock_uuids)))
-            elif op == "move":  # KVManager.batch_rows moved requests (and their locks) to other rows
-                moved = {r: self.receipts.pop(r) for r in args[0] if r in self.receipts}
-                self.receipts.update((row, moved[was]) for was, row in zip(*args) if was in moved)
-            elif op == "evict":
-                got = self.sg.evict(sgt.base.EvictParams(num_tokens=args[0], swa_num_tokens=args[1]))
-                assert (got.num_tokens_evicted, got.swa_num_tokens_evicted) == tuple(result)
-            assert (self.sg.full_evictable_size(), self.sg.swa_evictable_size()) == evictable, op
-        return ops
+def _replay(lines) -> tuple[SWATreeConform, set]:
+    """Every SWA tree record of a trace on SGLang's tree; asserts each conforms."""
+    checker, ops = SWATreeConform(lines[0], TokenStore()), set()
+    for rec in lines[1:]:
+        if rec["op"] == "tokens":
+            checker.tokens.add(rec)
+        elif rec["op"] in SWA_TREE_OPS:
+            ops.add(rec["op"])
+            assert checker.check(rec) is None, rec
+    return checker, ops
 
 
 class _Trees:
@@ -102,13 +70,36 @@ class _Trees:
 @pytest.mark.parametrize("ps, pages, window, stagger, overlap", [
     (16, 60, 32, 3, False), (4, 200, 16, 2, True), (1, 700, 8, 5, False), (8, 40, 24, 1, True)])
 def test_engine_swa_tree_calls_replay_on_sglangs_tree(sgswa, ps, pages, window, stagger, overlap):  # noqa: F811
-    e, stats = _engine(ps, pages, window, stagger, overlap, seed=ps)
-    replay = _Replay(sgswa, e)
-    ops = replay.run(e.manager.prefix.log)
-    assert {"match", "insert", "lock", "unlock"} <= ops
-    assert our_nodes(_Trees(e.manager.prefix.tree, sgswa, replay.sg)) == sg_nodes(_Trees(None, sgswa, replay.sg))
+    e, stats, lines = _engine(ps, pages, window, stagger, overlap, seed=ps)
+    checker, ops = _replay(lines)
+    assert {"swa_tree", "swa_match", "swa_insert", "swa_lock", "swa_unlock"} <= ops
+    assert our_nodes(_Trees(e.manager.prefix.tree, sgswa, checker.tree)) == sg_nodes(_Trees(None, sgswa, checker.tree))
     if ps == 16:
-        assert "evict" in ops and stats["tree_evicted_pages"] > 0
+        assert "swa_evict" in ops and stats["tree_evicted_pages"] > 0
+
+
+def test_kvbench_conform_checks_the_swa_tree_and_reports_an_edited_record(sgswa, sg, tmp_path):  # noqa: F811
+    """The trace file of an evicting SWA run conforms with its SWA tree calls counted; an
+    edited matched length, or an edited SWA evictable size, is that call's divergence."""
+    _, stats, lines = _engine(16, 60, 32, 3, False, seed=16)
+    assert stats["tree_evicted_pages"] > 0
+    path = tmp_path / "swa.jsonl"
+
+    def write(recs):
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        return conform(path, sg)
+
+    rep = write(lines)
+    n = sum(r["op"] in SWA_TREE_OPS[1:] for r in lines[1:])
+    assert rep.conforms and rep.swa_tree_calls == n > 0 and rep.tree_calls == 0
+    match = next(i for i, r in enumerate(lines) if r.get("op") == "swa_match" and r["matched"] > 0)
+    evict = next(i for i, r in enumerate(lines) if r.get("op") == "swa_evict")
+    for at, fld, field_said in ((match, "matched", "matched"), (evict, "swa_evictable", "swa_evictable size")):
+        edited = [dict(r) for r in lines]
+        edited[at][fld] += 16
+        d = write(edited).first_divergence
+        assert d is not None and d.line == at + 1 and d.op == lines[at]["op"] and d.field.startswith(field_said)
+        assert (d.expected, d.got) == (lines[at][fld] + 16, lines[at][fld])
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -117,9 +108,8 @@ def test_engine_swa_tree_calls_replay_on_sglangs_tree(sgswa, ps, pages, window, 
        stagger=st.integers(0, 4), overlap=st.booleans(), seed=st.integers(0, 1000))
 def test_shared_prompt_swa_runs_hold_k14_and_replay(sgswa, ps, window, pages, stagger, overlap, seed):  # noqa: F811
     """Any shared-prompt SWA run: the engine's audit (K1-K14) raises on a violation, and its
-    tree calls replay on SGLang's class with the same results."""
+    traced tree calls replay on SGLang's class with the same results."""
     pages = max(pages, 1200 // ps)  # room for the longest request whole
-    e, _ = _engine(ps, pages, window, stagger, overlap, seed)
-    replay = _Replay(sgswa, e)
-    replay.run(e.manager.prefix.log)
-    assert our_nodes(_Trees(e.manager.prefix.tree, sgswa, replay.sg)) == sg_nodes(_Trees(None, sgswa, replay.sg))
+    e, _, lines = _engine(ps, pages, window, stagger, overlap, seed)
+    checker, _ = _replay(lines)
+    assert our_nodes(_Trees(e.manager.prefix.tree, sgswa, checker.tree)) == sg_nodes(_Trees(None, sgswa, checker.tree))

@@ -1,5 +1,5 @@
 """kvbench's SWA-aware tree (mini_engine/memory/swa_radix.py) against SGLang 0.5.23's own
-UnifiedRadixCache with the FULL and SWA components (sglang_swa_tree.py builds it on a CPU).
+UnifiedRadixCache with the FULL and SWA components (harness/sglang_swa_radix.py builds it on a CPU).
 
 Both trees get the same calls: requests that match, lock, allocate the rest of their key
 from SGLang's SWA allocator, free the SWA pages behind a cursor (the window rule), insert
@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from mini_engine.memory.invariants import Violation  # noqa: F401 (loads K1-K13 before tree_invariants)
 from mini_engine.memory.swa_radix import SWARadixCache
 from mini_engine.memory.tree_invariants import swa_tree_violations
-from suites.unit.conform import sglang_swa_tree
+from harness import sglang_swa_radix
 
 FULL_PAGES, SWA_PAGES = 48, 24
 
@@ -31,7 +31,7 @@ FULL_PAGES, SWA_PAGES = 48, 24
 @pytest.fixture(scope="module")
 def sgswa(sg):  # sg: the installed SGLang, or a skip
     try:
-        return sglang_swa_tree.load()  # SGLang's serving stack, imported only here (heavy, optional)
+        return sglang_swa_radix.load()  # SGLang's serving stack, imported only here (heavy, optional)
     except Exception as err:  # an ImportError, or a dependency failing at import time
         if os.environ.get("KVBENCH_REQUIRE_SGLANG") == "1":
             pytest.fail(f"KVBENCH_REQUIRE_SGLANG=1 but SGLang's UnifiedRadixCache does not load: {err}")

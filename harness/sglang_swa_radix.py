@@ -1,4 +1,6 @@
-"""SGLang 0.5.23's own FULL + SWA tree (UnifiedRadixCache), built on a CPU for the side-by-side tests.
+"""SGLang's own FULL + SWA tree (UnifiedRadixCache), built on a CPU: ``kvbench conform``
+replays an SWA run's tree records on it (harness/conform_swa_tree.py), and the
+side-by-side tests (suites/unit/conform/) drive it call by call.
 
 unified_radix_cache.py imports the whole serving stack at load time (the scheduler's
 batch types, the OpenAI protocol, model configs). Nothing on the tree's path uses
@@ -10,10 +12,22 @@ installed ones, unchanged. The tree runs on SGLang's SWATokenToKVPoolAllocator o
 stand-in KV pool that only holds the full -> SWA map, with the Python tree core
 (SGLang's Rust core is its default where built; the Python core is its fallback and
 the reference the Rust one is tested against).
+
+Both releases kvbench conforms against build here. 0.5.18 instantiates the same class
+for a hybrid SWA model with a full-attention pool (mem_cache/registry.py,
+``_create_unified_radix_cache``) and takes the same five calls, spelled differently
+around them: the insert's SWA cursor is ``swa_evicted_seqlen`` (0.5.23:
+``component_evicted_seqlens``), a lock's receipt is ``swa_uuid_for_lock`` and
+``skip_lock_node_ids`` (0.5.23: ``component_lock_uuids``), its match result carries the
+matched slots (``device_indices``, 0.5.23: their count), it picks its tree core from an
+environment variable (Python by default) and its import chain reaches two more modules a
+CPU install lacks. The namespace ``load`` returns hides those differences (``insert_params``,
+``unlock_params``, ``matched_len``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -34,6 +48,8 @@ STAND_INS = (
     "sglang.srt.configs.deepseek_ocr",  # builds torchvision transforms at import
     "sglang.srt.configs.unlimited_ocr",  # imports deepseek_ocr
     "sglang.srt.entrypoints.openai.protocol",  # pydantic models over the openai package
+    "sglang.srt.configs.qwen3_asr",  # 0.5.18: registers a config name newer transformers already has
+    "xgrammar",  # 0.5.18: the function-call parser's structural tags
 )
 
 
@@ -67,10 +83,11 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def load() -> SimpleNamespace:
-    """The classes the side-by-side test drives (ImportError when SGLang cannot load)."""
+    """The tree's classes and a builder (ImportError, or the error a module raised at
+    import, when SGLang cannot load)."""
     # torch's data utilities probe for dill themselves: load them before the stand-in exists.
-    import torch
-    import torch.utils.data  # noqa: F401
+    import torch  # torch: optional, loaded only when the tree is built
+    import torch.utils.data  # noqa: F401  (torch: optional, its data utilities before the stand-in)
 
     if not any(isinstance(f, _StandIns) for f in sys.meta_path):
         sys.meta_path.insert(0, _StandIns())
@@ -103,14 +120,39 @@ def load() -> SimpleNamespace:
 
         get_kv_buffer = get_key_buffer = get_value_buffer = set_kv_buffer = get_state_buf_infos = _no_buffers
 
+    init_fields = {f.name for f in dataclasses.fields(params.CacheInitParams)}
+    insert_fields = {f.name for f in dataclasses.fields(base.InsertParams)}
+    SWA = ct.ComponentType.SWA
+
     def build(full_pages: int, swa_pages: int, ps: int, window: int):
         alloc = swa_alloc.SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, ps, torch.int64, "cpu",
                                                     MapOnlyPool(), False)
+        # The Python tree core: 0.5.23 takes it as a parameter, 0.5.18 from its environment
+        # variable, whose default it is.
+        core = {"tree_core_backend": "python"} if "tree_core_backend" in init_fields else {}
         p = params.CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=alloc,
                                    page_size=ps, sliding_window_size=window,
-                                   tree_components=(ct.ComponentType.FULL, ct.ComponentType.SWA),
-                                   tree_core_backend="python")
+                                   tree_components=(ct.ComponentType.FULL, SWA), **core)
         return alloc, urc.UnifiedRadixCache(p)
 
-    return SimpleNamespace(torch=torch, build=build, base=base, FULL=ct.ComponentType.FULL,
-                           SWA=ct.ComponentType.SWA, RadixKey=radix.RadixKey)
+    def insert_params(key, value, prev_prefix_len: int, swa_evicted_seqlen: int):
+        if "component_evicted_seqlens" in insert_fields:  # 0.5.23
+            cursor = {"component_evicted_seqlens": {SWA: swa_evicted_seqlen}}
+        else:
+            cursor = {"swa_evicted_seqlen": swa_evicted_seqlen}
+        return base.InsertParams(key=key, value=value, prev_prefix_len=prev_prefix_len, **cursor)
+
+    def unlock_params(node, receipt):
+        """What dec_lock_ref takes back from the inc_lock_ref result it releases."""
+        if hasattr(receipt, "component_lock_uuids"):  # 0.5.23
+            return base.DecLockRefParams(node_id=node, component_lock_uuids=dict(receipt.component_lock_uuids))
+        return base.DecLockRefParams(swa_uuid_for_lock=receipt.swa_uuid_for_lock,
+                                     skip_lock_node_ids=receipt.skip_lock_node_ids)
+
+    def matched_len(result) -> int:
+        n = getattr(result, "device_prefix_len", None)
+        return len(result.device_indices) if n is None else n
+
+    return SimpleNamespace(torch=torch, build=build, base=base, FULL=ct.ComponentType.FULL, SWA=SWA,
+                           RadixKey=radix.RadixKey, insert_params=insert_params, unlock_params=unlock_params,
+                           matched_len=matched_len)

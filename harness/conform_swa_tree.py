@@ -1,0 +1,169 @@
+"""The SWA-aware tree's trace records replayed on SGLang's own UnifiedRadixCache (``kvbench conform``).
+
+A hybrid-SWA run with the radix prefix cache records every call its SWAPrefixCache
+makes on its tree as an ``swa_`` record (mini_engine/memory/tree_trace.py,
+``swa_tree_trace``). conform.py hands each to SWATreeConform.check, in trace order
+between the allocator calls, and this runs the same call on the installed SGLang's
+UnifiedRadixCache with the FULL and SWA components (harness/sglang_swa_radix.py builds
+it on a CPU over SGLang's SWATokenToKVPoolAllocator; pools, page size and window from
+the trace) and compares:
+
+* swa_match: the matched length;
+* swa_insert: the length already cached (``prefix_len``), the insert made with the
+  recorded FULL slots, SWA cursor (the request's SWA evicted length) and protected
+  length (``prev_prefix_len``);
+* swa_lock / swa_unlock: the change of the FULL evictable size (a lock's from SGLang's
+  result, an unlock's measured around the call: its result carries none);
+* swa_evict: the FULL and the SWA tokens evicted, for the FULL and SWA tokens asked;
+* every call: the FULL and the SWA evictable sizes after it.
+
+The node a lock names is the SGLang node the match or insert recorded with that node id
+ended on; an unlock hands SGLang back the receipt of the lock the same request took
+(its SWA window uuid). The full -> SWA map SGLang's tree reads is its allocator's: each
+insert sets it from the recorded SWA slots of the inserted FULL slots, as the request's
+allocations had. SGLang's tree frees into its allocator, but the trace's own allocator
+records (the engine's frees, evictions included) replay on conform's allocators, as every
+other free does; so this allocator's frees are kept, not applied (a page the engine
+reused would be a double free there).
+
+Under SGLang 0.5.18 (sglang-pre-35265 traces) the records are counted, not checked
+(``unchecked``). 0.5.18 instantiates the same class for a hybrid SWA model and takes the
+same calls (harness/sglang_swa_radix.py adapts their spelling), and a replay of the
+smoke suite's pre-35265 SWA traces in a fresh 0.5.18 process conforms; but inside
+``kvbench conform``, after its allocator modules loaded, 0.5.18's serving stack fails to
+import (transformers' torchvision version probe meets the stand-in), so no check runs there.
+"""
+
+from __future__ import annotations
+
+import functools
+from array import array
+
+from harness.core.causes import one_line
+from harness import sglang_swa_radix  # light: it imports SGLang only when load() runs
+from harness.core.errors import HarnessError
+from mini_engine.memory.tree_trace import TokenStore, insert_slots
+
+
+class SWATreeMissing(HarnessError):
+    """SGLang's UnifiedRadixCache does not import here (one line, exit 2)."""
+
+
+@functools.cache
+def _sglang_swa():
+    """SGLang's serving stack, imported once a process and only for a trace with SWA tree
+    records (seconds, and stand-ins for modules a CPU install lacks)."""
+    return sglang_swa_radix.load()
+
+
+class SWATreeConform:
+    def __init__(self, head: dict, tokens: TokenStore, version: str = "0.5.23"):
+        self.head, self.ps = head, head["page_size"]
+        self.checks = version == "0.5.23"  # else: counted as unchecked (the module's docstring)
+        self.unchecked = 0  # swa tree calls counted, not checked
+        self.tokens = tokens  # shared with the full tree's checker: the trace's tokens records
+        self.calls = 0  # swa tree calls checked
+        self.sgt = self.alloc = self.tree = None
+        self.nodes: dict[object, object] = {}  # the recorded node id -> SGLang's node
+        self.receipts: dict[object, object] = {}  # request -> the inc_lock_ref result it holds
+        self.freed: list = []
+
+    def check(self, rec: dict):
+        """(field, kvbench's value, SGLang's value) of the first mismatch, or None. A record
+        that cannot be run raises ValueError (conform calls the trace malformed); SGLang's
+        serving stack failing to import raises SWATreeMissing."""
+        op = rec["op"]
+        if not self.checks:
+            self.unchecked += op != "swa_tree"
+            return None
+        if op == "swa_tree":
+            self._build(rec)
+            return None
+        if self.tree is None:
+            raise ValueError("an SWA tree call before the trace's swa_tree record")
+        self.calls += 1
+        try:
+            found = getattr(self, "_" + op.removeprefix("swa_"))(rec)
+        except (RuntimeError, AssertionError, IndexError) as err:  # SGLang's tree refused the call itself
+            found = ("result", "a result", one_line(err))
+        if found is None:
+            for fld, got in (("full_evictable", self.tree.full_evictable_size()),
+                             ("swa_evictable", self.tree.swa_evictable_size())):
+                if rec[fld] != got:
+                    return f"{fld} size after it", rec[fld], got
+        return found
+
+    def _build(self, rec: dict) -> None:
+        head = self.head
+        if not head.get("swa_num_pages"):
+            raise ValueError("an swa_tree record in a trace whose header has no SWA pool")
+        try:
+            self.sgt = sgt = _sglang_swa()
+        except Exception as err:  # an ImportError, or a dependency failing at import time
+            raise SWATreeMissing(f"the trace has SWA tree records and SGLang's UnifiedRadixCache does not "
+                                 f"import here ({one_line(err)}); docs/conform.md") from None
+        self.alloc, self.tree = sgt.build(head["num_pages"], head["swa_num_pages"], self.ps, rec["window"])
+        self.nodes, self.receipts, self.freed = {}, {}, []
+        for inner in (self.alloc.full_attn_allocator, self.alloc.swa_attn_allocator):
+            inner.free = inner.free_page_ids = self.freed.append
+            inner.free_segment = lambda index, start_pos=0: self.freed.append(index)
+
+    # -- one method per call ----------------------------------------------------------
+    def _key(self, rec: dict):
+        return self.sgt.RadixKey(array("q", self.tokens.raw(rec)))
+
+    def _match(self, rec: dict):
+        res = self.tree.match_prefix(self.sgt.base.MatchPrefixParams(key=self._key(rec)))
+        self.nodes[rec["node"]] = res.last_device_node
+        got = self.sgt.matched_len(res)
+        if got != rec["matched"]:
+            return f"matched (rid {rec['rid']}, {rec['len']} tokens)", rec["matched"], got
+        return None
+
+    def _insert(self, rec: dict):
+        torch = self.sgt.torch
+        full = insert_slots(rec, self.ps)
+        swa = insert_slots(rec, self.ps, "swa_")
+        if len(full) != rec["len"] or len(swa) != rec["len"]:
+            raise ValueError(f"swa_insert of {rec['len']} tokens with {len(full)} FULL and {len(swa)} SWA slots")
+        value = torch.tensor(full, dtype=torch.int64)
+        self.alloc.set_full_to_swa_mapping(value, torch.tensor(swa, dtype=torch.int64))
+        res = self.tree.insert(self.sgt.insert_params(self._key(rec), value, rec["prev_prefix_len"],
+                                                      rec["swa_evicted_seqlen"]))
+        self.nodes[rec["node"]] = res.last_device_node
+        if res.prefix_len != rec["cached"]:
+            return f"cached (rid {rec['rid']}, {rec['len']} tokens)", rec["cached"], res.prefix_len
+        return None
+
+    def _lock(self, rec: dict):
+        got = self.tree.inc_lock_ref(self._node(rec))
+        self.receipts[rec["rid"]] = got
+        return None if got.delta == rec["delta"] else (f"delta (node {rec['node']})", rec["delta"], got.delta)
+
+    def _unlock(self, rec: dict):
+        receipt = self.receipts.pop(rec["rid"], None)
+        if receipt is None:
+            raise ValueError(f"swa_unlock of request {rec['rid']!r}, which holds no lock")
+        node = self._node(rec)
+        # UnifiedRadixCache's dec_lock_ref result carries no delta: its change of the FULL
+        # evictable size is measured around the call instead.
+        before = self.tree.full_evictable_size()
+        self.tree.dec_lock_ref(node, self.sgt.unlock_params(node, receipt))
+        delta = self.tree.full_evictable_size() - before
+        return None if delta == rec["delta"] else (f"delta (node {rec['node']})", rec["delta"], delta)
+
+    def _node(self, rec: dict):
+        node = self.nodes.get(rec["node"])
+        if node is None:
+            raise ValueError(f"node {rec['node']} is not one an earlier swa_match or swa_insert ended on")
+        return node
+
+    def _evict(self, rec: dict):
+        got = self.tree.evict(self.sgt.base.EvictParams(num_tokens=rec["num_tokens"],
+                                                        swa_num_tokens=rec["swa_num_tokens"]))
+        for fld, mine, theirs in (("evicted", rec["evicted"], got.num_tokens_evicted),
+                                  ("swa_evicted", rec["swa_evicted"], got.swa_num_tokens_evicted)):
+            if mine != theirs:
+                return (f"{fld} (of {rec['num_tokens']} FULL, {rec['swa_num_tokens']} SWA tokens asked)",
+                        mine, theirs)
+        return None

@@ -1,0 +1,79 @@
+"""The SWA-aware tree's records of a trace (tree_trace.py, ``swa_tree_trace``) run again on
+kvbench's own SWARadixCache.
+
+``kvbench replay`` hands every ``swa_`` record to SWATreeReplay.check, in trace order,
+and gets back each field whose recorded value the fresh tree does not give. Like the
+full tree's replay (tree_replay.py), the tree frees nothing into the replay's
+allocators: the engine's frees are their own allocator records. The full -> SWA map the
+tree reads is this replay's own, set from each insert's recorded SWA slots (as the
+request's allocations had set the pool's) and cleared where the tree frees SWA slots.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mini_engine.memory.swa_radix import SWANode, SWARadixCache
+from mini_engine.memory.tree_trace import TokenStore, insert_slots
+
+
+class SWATreeReplay:
+    def __init__(self, head: dict, tokens: TokenStore):
+        self.head, self.ps = head, head["page_size"]
+        self.tokens = tokens  # the full tree replay's: one store of the trace's tokens records
+        self.tree: SWARadixCache | None = None
+        self.map = np.zeros(0, np.int64)
+        self.nodes: dict[int, SWANode] = {}  # the recorded node id -> this tree's node
+        self.uuids: dict[object, int | None] = {}  # request -> the SWA window uuid of its lock
+
+    def check(self, rec: dict) -> list[tuple[str, object, object]]:
+        """(field, recorded, got) of each mismatch; ValueError when the record cannot be run."""
+        op = rec["op"]
+        if op == "swa_tree":
+            if not self.head.get("swa_num_pages"):
+                raise ValueError("an swa_tree record in a trace whose header has no SWA pool")
+            self.map = np.zeros((self.head["num_pages"] + 1) * self.ps, np.int64)
+            self.tree = SWARadixCache(self.ps, rec["window"], self.map, lambda slots: None, self._clear)
+            self.nodes, self.uuids = {}, {}
+            return []
+        tree = self.tree
+        if tree is None:
+            raise ValueError("an SWA tree call before the trace's swa_tree record")
+        if op == "swa_match":
+            slots, node = tree.match_prefix(np.asarray(self.tokens.raw(rec), dtype=np.int64))
+            self.nodes[rec["node"]] = node
+            got = {"matched": len(slots), "node": node.id}
+        elif op == "swa_insert":
+            full, swa = insert_slots(rec, self.ps), insert_slots(rec, self.ps, "swa_")
+            if len(full) != rec["len"] or len(swa) != rec["len"] or (len(full) and full.max() >= len(self.map)):
+                raise ValueError(f"swa_insert of {rec['len']} tokens with {len(full)} FULL slots, {len(swa)} SWA "
+                                 f"slots (FULL slots below {len(self.map)})")
+            self.map[full] = swa
+            cached, node = tree.insert(np.asarray(self.tokens.raw(rec), dtype=np.int64), full,
+                                       evicted=rec["swa_evicted_seqlen"], prev_prefix_len=rec["prev_prefix_len"])
+            self.nodes[rec["node"]] = node
+            got = {"cached": cached, "node": node.id}
+        elif op == "swa_lock":
+            delta, self.uuids[rec["rid"]] = tree.inc_lock_ref(self._node(rec))
+            got = {"delta": -delta}  # recorded as SGLang's: the change of the FULL evictable size
+        elif op == "swa_unlock":
+            if rec["rid"] not in self.uuids:
+                raise ValueError(f"swa_unlock of request {rec['rid']!r}, which holds no lock")
+            try:
+                got = {"delta": tree.dec_lock_ref(self._node(rec), self.uuids.pop(rec["rid"]))}
+            except ValueError as err:  # a lock count that would go negative: the call fails here
+                return [("result", "success", f"error: {err}")]
+        else:  # swa_evict
+            freed, swa_freed = tree.evict(rec["num_tokens"], rec["swa_num_tokens"])
+            got = {"evicted": freed, "swa_evicted": swa_freed}
+        got.update(full_evictable=tree.full_evictable, swa_evictable=tree.swa_evictable)
+        return [(k, rec[k], v) for k, v in got.items() if rec[k] != v]
+
+    def _clear(self, full_slots: np.ndarray) -> None:
+        self.map[np.asarray(full_slots, dtype=np.int64)] = 0  # the pool's clear_map: the tree reads it
+
+    def _node(self, rec: dict) -> SWANode:
+        node = self.nodes.get(rec["node"])
+        if node is None:
+            raise ValueError(f"node {rec['node']} is not one an earlier swa_match or swa_insert ended on")
+        return node
