@@ -75,7 +75,6 @@ class ConformReport:
     row_overflows: int = 0  # reservations cut at the row where SGLang's runs past it (K4)
     tree_calls: int = 0  # prefix tree calls checked on SGLang's RadixCache (harness/conform_tree.py)
     swa_tree_calls: int = 0  # SWA tree calls checked on SGLang's UnifiedRadixCache (conform_swa_tree.py)
-    swa_tree_unchecked: int = 0  # SWA tree calls counted, not checked (0.5.18: conform_swa_tree.py says why)
     first_divergence: Divergence | None = None
 
     @property
@@ -127,7 +126,7 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
 
     report = ConformReport(path)
     tree = TreeConform(sg, ps)
-    swa_tree = SWATreeConform(head, tree.tokens, sg.version)  # the same tokens records key both trees
+    swa_tree = SWATreeConform(head, tree.tokens)  # the same tokens records key both trees
     for lineno, rec in records:
         report.calls += 1
         op = rec["op"]
@@ -157,7 +156,6 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
             report.first_divergence = Divergence(report.calls, lineno, op, fld, expected, got)
             break
     report.tree_calls, report.swa_tree_calls = tree.calls, swa_tree.calls
-    report.swa_tree_unchecked = swa_tree.unchecked
     return report
 
 

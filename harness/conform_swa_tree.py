@@ -26,12 +26,9 @@ records (the engine's frees, evictions included) replay on conform's allocators,
 other free does; so this allocator's frees are kept, not applied (a page the engine
 reused would be a double free there).
 
-Under SGLang 0.5.18 (sglang-pre-35265 traces) the records are counted, not checked
-(``unchecked``). 0.5.18 instantiates the same class for a hybrid SWA model and takes the
-same calls (harness/sglang_swa_radix.py adapts their spelling), and a replay of the
-smoke suite's pre-35265 SWA traces in a fresh 0.5.18 process conforms; but inside
-``kvbench conform``, after its allocator modules loaded, 0.5.18's serving stack fails to
-import (transformers' torchvision version probe meets the stand-in), so no check runs there.
+Under SGLang 0.5.18 (sglang-pre-35265 traces) the same check runs on 0.5.18's class:
+it instantiates the same UnifiedRadixCache for a hybrid SWA model and takes the same
+calls (harness/sglang_swa_radix.py adapts their spelling).
 """
 
 from __future__ import annotations
@@ -57,10 +54,8 @@ def _sglang_swa():
 
 
 class SWATreeConform:
-    def __init__(self, head: dict, tokens: TokenStore, version: str = "0.5.23"):
+    def __init__(self, head: dict, tokens: TokenStore):
         self.head, self.ps = head, head["page_size"]
-        self.checks = version == "0.5.23"  # else: counted as unchecked (the module's docstring)
-        self.unchecked = 0  # swa tree calls counted, not checked
         self.tokens = tokens  # shared with the full tree's checker: the trace's tokens records
         self.calls = 0  # swa tree calls checked
         self.sgt = self.alloc = self.tree = None
@@ -73,9 +68,6 @@ class SWATreeConform:
         that cannot be run raises ValueError (conform calls the trace malformed); SGLang's
         serving stack failing to import raises SWATreeMissing."""
         op = rec["op"]
-        if not self.checks:
-            self.unchecked += op != "swa_tree"
-            return None
         if op == "swa_tree":
             self._build(rec)
             return None

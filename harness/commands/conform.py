@@ -21,9 +21,8 @@ reproduced (its module needs the disaggregation stack). The prefix tree's calls
 (match, insert, lock, unlock, evict) run on the installed SGLang's own RadixCache
 (0.5.23, or 0.5.18), in trace order: matched and cached lengths, lock deltas, evicted
 pages, evictable and protected sizes after each. The SWA-aware tree's calls run on
-0.5.23's UnifiedRadixCache (FULL + SWA): matched and cached lengths, lock deltas, FULL
-and SWA tokens evicted, both evictable sizes after each; under 0.5.18 they are counted
-as unchecked. The first divergence of each trace is reported with its call index
+the installed release's UnifiedRadixCache (FULL + SWA): matched and cached lengths, lock
+deltas, FULL and SWA tokens evicted, both evictable sizes after each. The first divergence of each trace is reported with its call index
 and both values.
 
 Needs the SGLang release of each trace's profile importable: 0.5.23, or 0.5.18 for
@@ -61,8 +60,6 @@ def run(args: argparse.Namespace) -> int:
                    f"{rep.reservations} reservations, {rep.reserves} reserves"
                    + (f", {rep.tree_calls} tree calls" if rep.tree_calls else "")
                    + (f", {rep.swa_tree_calls} SWA tree calls" if rep.swa_tree_calls else "")
-                   + (f", {rep.swa_tree_unchecked} SWA tree calls unchecked (not on {sg.version}: docs/conform.md)"
-                      if rep.swa_tree_unchecked else "")
                    + (f"; {rep.row_overflows} cut at the row: K4, SGLang writes past it" if rep.row_overflows else ""))
         if rep.conforms:
             print(f"{path}: conforms to sglang {sg.version} ({checked})")
