@@ -189,8 +189,8 @@ class ModelBackend:
         for r, e, row in zip(reqs, ends, slots):
             st = self._store(r)
             if e > st.draft_done:
-                jobs.append(DraftJob(st.draft_done, r.tokens(st.draft_done, e), st.get(st.draft_done - 1, e - 1),
-                                     row[:e]))
+                d, feats = st.draft_inputs(e)
+                jobs.append(DraftJob(d, r.tokens(d, e), feats, row[:e]))
                 st.draft_done = e
                 st.trim()
         if jobs:

@@ -51,6 +51,21 @@ class FeatureStore:
         """Hold exactly the features of positions [start, start + len(h))."""
         self.start, self.h, self.draft_done = start, h, draft_done
 
+    def draft_inputs(self, end: int) -> tuple[int, torch.Tensor]:
+        """Where the drafter's context update starts and the features it pairs with the
+        tokens [start, end): position p's token goes with the feature of p - 1.
+
+        After a prefix hit (a fresh request, or a retracted one re-admitted) the target
+        computed [self.start, end) only. The tree's slots below that hold the draft KV
+        their first owner wrote (the drafter's cache is indexed by the same slots), so the
+        drafter continues at self.start; the target feature before it is not recomputed
+        and reads as zeros: the drafts may differ there, the outputs cannot (K11)."""
+        d = self.draft_done = max(self.draft_done, self.start)
+        if d == 0 or d - 1 >= self.start:
+            return d, self.get(d - 1, end - 1)
+        return d, torch.cat([torch.zeros(1, self.hidden_size, device=self.device, dtype=self.dtype),
+                             self.get(d, end - 1)])
+
     def trim(self) -> None:
         """Drop what the next draft cannot need (positions below draft_done - 1)."""
         keep = max(0, self.draft_done - 1)

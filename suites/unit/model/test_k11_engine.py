@@ -84,3 +84,21 @@ def test_k11_through_retraction(algo):
     res = engine.run()
     assert res.verdict == "ok" and res.stats["retractions"] > 0 and res.stats["leaked_pages"] == 0
     assert res.outputs == plain("tiny", 16).outputs
+
+
+@pytest.mark.parametrize("algo", sorted(ALGOS))
+def test_k11_through_a_prefix_hit(algo):
+    """A request arriving after another finished with the same first 40 tokens starts its
+    prefill at the tree's match: the drafter continues from the matched slots' draft KV."""
+    from mini_engine.request import Request
+
+    shared = list(range(3, 43))
+    reqs = lambda: [Request(0, shared + [7, 8, 9], 12),  # noqa: E731
+                    Request(1, shared + [11, 12], 12, arrival_step=40)]
+    cfg = EngineConfig(model="tiny", page_size=16, audit="raise", **BASE, **ALGOS[algo])
+    res = Engine(cfg, backend=ModelBackend(cfg, dtype="float64")).run(reqs())
+    base_cfg = EngineConfig(model="tiny", page_size=16, audit="raise", **BASE)
+    base = Engine(base_cfg, backend=ModelBackend(base_cfg, dtype="float64")).run(reqs())
+    assert res.verdict == base.verdict == "ok"
+    assert res.stats["prefix_hit_tokens"] >= 32  # the second request matched two pages
+    assert res.outputs == base.outputs
