@@ -3,7 +3,9 @@
 The scheduler decides who runs and asks the memory layer for the slots; it never
 touches token ids or the backend. Admission's memory side is SGLang's PrefillAdder
 (mini_engine.prefill_memory) under the profile's admission rule "sglang", else an
-estimate in whole pages against the free list; when admission was too optimistic and
+estimate in whole pages against the free list; under "sglang" a pass that ran out of
+room shuts admission until a request leaves (SGLang's batch_is_full, admission_gate).
+When admission was too optimistic and
 a decode reservation fails, a request is retracted (freed and requeued to recompute later) by the
 profile's retraction rule (mini_engine.retraction): SGLang's fewest-outputs-first,
 or the newest. Either way the request furthest along keeps progressing, so a pool
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mini_engine.admission_gate import AdmissionGate
 from mini_engine.chunk_budget import ChunkBudget
 from mini_engine.config import EngineConfig
 from mini_engine.memory.sizing import swa_evict_due
@@ -24,7 +27,6 @@ from mini_engine.prefill_memory import PrefillMemory
 from mini_engine.prefix_admission import pinned_by_match, prefix_match
 from mini_engine.retraction import Retraction, retract_demand
 from mini_engine.request import Request, Status
-
 
 
 @dataclass
@@ -58,6 +60,7 @@ class Scheduler:
         self.extend_batches: dict[int, int] = {}  # rid -> prefill chunks run since it (re)started
         self._planned: list[tuple[Request, int]] = []  # admit's chunks (request, end), allocated at its end
         self.last_memory: PrefillMemory | None = None  # the last batch's memory budget (SGLang's admission rule)
+        self.gate = AdmissionGate(self.profile.admission == "sglang" and manager.swa is None)
 
     # -- queues ------------------------------------------------------------
 
@@ -97,9 +100,11 @@ class Scheduler:
         (they need ``backend.transfer`` and then decode).
         """
         try:
-            return self._admit()
+            chunks, pd = self._admit()
         finally:
             self._allocate_planned()
+        self.gate.end(chunks)
+        return chunks, pd
 
     def chunk_budget(self) -> ChunkBudget:
         """This batch's chunk budget: SGLang's page-charged PrefillAdder rule, except under a
@@ -121,6 +126,8 @@ class Scheduler:
     def _admit(self) -> tuple[list[PrefillChunk], list[Request]]:
         budget = self.chunk_budget()
         mem = self.last_memory = self.prefill_memory()
+        gate, dec = self.gate, self.decode_batch()
+        gate.begin(bool(dec))  # SGLang's running batch: the requests done prefilling
         chunks: list[PrefillChunk] = []
         for r in self.running:
             if not budget.open:
@@ -138,12 +145,21 @@ class Scheduler:
         pd: list[Request] = []
         if not self.waiting:
             return chunks, pd
+        if len(self.running) >= self.cfg.max_running and len(dec) == len(self.running):  # no chunked request
+            gate.close()  # get_num_allocatable_reqs <= 0 before the pass
         free = self._free_pages() - self._headroom() - self._planned_pages()
         fresh = []  # the batch's new requests' states, in batch order (their rows: batch_rows)
-        while self.waiting and budget.open and len(self.running) < self.cfg.max_running \
-                and (mem is None or mem.rem_input > 0):
+        while self.waiting:
+            # A spent compute budget stops the pass (OTHER) unless memory is spent too (NO_TOKEN).
+            if not (budget.open and (mem is None or mem.rem_input > 0)) and (mem is None or mem.has_room):
+                break
+            if len(self.running) >= self.cfg.max_running:
+                gate.close()  # the batch reaches get_num_allocatable_reqs
+                break
             r = self.waiting[0]
             fresh_pd = r.is_pd and not r.outputs
+            if gate.shut and not fresh_pd:
+                break  # batch_is_full: only the chunked request went on (_get_new_batch_prefill_raw)
             # The prefix tree's match (SGLang's init_next_round_input before add_one_req);
             # a PD arrival's KV comes by transfer, it matches nothing here.
             match = prefix_match(self.manager, r) if not fresh_pd else None
@@ -155,8 +171,11 @@ class Scheduler:
                 need = 0
                 fits = mem.fits(r, r.seq_len - matched, pinned_by_match(self.manager, match)) \
                     if self.manager.prefix is not None else mem.fits_ignore_eos(r, r.seq_len - matched)
-            # An empty engine always tries its head request, so a pool that can
-            # hold one request never stalls on a pessimistic estimate.
+            if not fits and not fresh_pd:  # NO_TOKEN: batch_is_full if a request is held
+                gate.refused(bool(chunks or pd or dec))
+            # An empty engine tries its head request anyway: SGLang clips a request's output at
+            # arrival to what an empty pool holds (max_new_tokens_for_memory), kvbench does not;
+            # one that cannot complete ends the run pool_exhausted rather than wait for ever.
             if not fits and (self.running or chunks or pd):
                 break
             first = 0
@@ -203,6 +222,9 @@ class Scheduler:
                     mem.charge(r, first, matched + first == r.seq_len)
             self.waiting.popleft()
             free -= need
+            if mem is not None and not fresh_pd and not mem.has_room:
+                gate.close()  # add_one_req's own verdict after it: budget_state() NO_TOKEN
+                break
         if len(fresh) > 1 and not pd:
             # SGLang's alloc_for_extend hands the batch's new requests their rows in one
             # call (ReqToTokenPool.alloc); a PD arrival takes its own (the prealloc queue's).
@@ -250,11 +272,9 @@ class Scheduler:
 
     def _chunk_final_len(self, r: Request) -> int:
         """Positions a chunked prefill may evict below (SGLang's ScheduleBatch.maybe_evict_swa, extend).
-
-        Synchronous: what is prefilled. Under overlap the previous chunk may still be
-        running: nothing before the request's third extend batch, then what is
-        prefilled less one chunked_prefill_size.
-        """
+        Synchronous: what is prefilled. Under overlap the previous chunk may still be running:
+        nothing before the request's third extend batch, then what is prefilled less one
+        chunked_prefill_size."""
         if not self.profile.overlap:
             return r.prefilled
         if self.extend_batches.get(r.rid, 0) < 2:
@@ -270,20 +290,17 @@ class Scheduler:
                        lag: np.ndarray | None = None) -> list[Request] | None:
         """Reserve the slots of one decode step, retracting the rule's victim on shortage.
 
-        In SGLang's order (Scheduler.update_running_batch): whether the step fits is
-        decided on the pools as they are (ScheduleBatch.check_decode_mem), and
-        retract_decode retracts until it does; only then does prepare_for_decode evict
-        the SWA window (maybe_evict_swa, _evict_window) and allocate. So an
-        eviction that would have made room does not spare a retraction, and a request
-        retracted this step is not evicted first.
+        In SGLang's order (Scheduler.update_running_batch): whether the step fits is decided on
+        the pools as they are (ScheduleBatch.check_decode_mem), retract_decode retracts until it
+        does, only then prepare_for_decode evicts the SWA window (maybe_evict_swa, _evict_window)
+        and allocates: an eviction that would have made room does not spare a retraction, and a
+        request retracted this step is not evicted first.
 
-        Returns the batch that got its slots (possibly smaller), or None when even
-        a lone request cannot get them: the pool is exhausted. wait (overlap: a
-        result in flight will finish requests): on a shortage reserve (and evict)
-        nothing and return [] instead of retracting; those requests' frees come first
-        (update_running_batch returns None: no decode step). lag: by row, the committed
-        tokens whose output has not landed yet (the SWA eviction's pre_len, _evict_window).
-        """
+        Returns the batch that got its slots (possibly smaller), or None when even a lone request
+        cannot get them: the pool is exhausted. wait (overlap: a result in flight will finish
+        requests): on a shortage reserve (and evict) nothing and return [] instead of retracting;
+        those requests' frees come first (update_running_batch returns None: no decode step).
+        lag: by row, the committed tokens whose output has not landed yet (_evict_window's pre_len)."""
         first = True
         while batch:
             states = [r.kv for r in batch]
@@ -343,10 +360,8 @@ class Scheduler:
         return order
 
     def _retract_for(self, batch: list[Request]) -> bool:
-        """Retract the retraction rule's victim; it leaves the batch being reserved too.
-
-        False when only one request runs (nothing to gain).
-        """
+        """Retract the retraction rule's victim (it leaves the batch being reserved too); False
+        when only one request runs (nothing to gain)."""
         if len(self.running) <= 1:
             return False
         victim = self.rules.victim(self.running, batch)
@@ -373,6 +388,7 @@ class Scheduler:
         r.status = Status.FINISHED
 
     def _leave(self, r: Request, *, retracted: bool) -> None:
+        self.gate.left()  # a request leaving the running batch clears batch_is_full
         self.extend_batches.pop(r.rid, None)
         self.on_release(r, retracted)
         if self.manager.prefix is None or retracted:  # a retraction inserts nothing into the tree
@@ -384,9 +400,7 @@ class Scheduler:
 
     def retract_stuck(self) -> bool:
         """Free the newest request so the others can run; False when only one runs (nothing to gain).
-
-        Admission appends, so the newest is last; retracting it lets the oldest always progress.
-        """
+        Admission appends, so the newest is last; retracting it lets the oldest always progress."""
         if len(self.running) <= 1:
             return False
         self.retract(self.running[-1])

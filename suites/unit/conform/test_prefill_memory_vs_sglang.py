@@ -9,7 +9,9 @@ The requests SGLang admits, each chunk's start and end, and the budget's offsets
 ``rem_input_tokens`` afterwards must equal kvbench's. The requests run to their length,
 as SGLang's ``ignore_eos`` requests do. Prompts are distinct, so nothing matches; a batch
 that starts with evictable pages in the tree (after a finish) is skipped, since the
-stand-in tree here matches nothing.
+stand-in tree here matches nothing, and so is a pass that SGLang's ``batch_is_full`` shuts
+(the adder is not asked then; test_batch_is_full_vs_sglang.py runs SGLang's scheduler
+around it).
 
 Worked example (the module docstring's): ps 16, 4096 tokens, one request decoding with
 100 outputs to go, two waiting of 1000 prompt and 1500 outputs: one joins.
@@ -77,8 +79,15 @@ def compared_batches(sgc, prompts, outs, arrivals, ps, chunk, pool, cache) -> in
     engine.submit([Request(rid=i, prompt=list(range(i * 10000, i * 10000 + n)), max_new_tokens=o, arrival_step=a)
                    for i, (n, o, a) in enumerate(zip(prompts, outs, arrivals))])
     sched, m = engine.sched, engine.manager
-    admit = sched.admit
+    admit, begin = sched.admit, sched.gate.begin
     compared = 0
+    shut = [False]
+
+    def recording_begin(decoding):
+        begin(decoding)
+        shut[0] = sched.gate.shut
+
+    sched.gate.begin = recording_begin
 
     def checked_admit():
         nonlocal compared
@@ -87,7 +96,7 @@ def compared_batches(sgc, prompts, outs, arrivals, ps, chunk, pool, cache) -> in
         chunked = next((r for r in sched.running if r.prefilling), None)
         waiting = list(sched.waiting)
         chunks, pd = admit()
-        if evictable or not (waiting or chunked):
+        if evictable or shut[0] or not (waiting or chunked):
             return chunks, pd
         ours = [(c.req.rid, c.start, c.end) for c in chunks]
         mem: PrefillMemory = sched.last_memory
