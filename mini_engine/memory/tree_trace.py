@@ -104,11 +104,11 @@ class TreeTrace:
         self._known[rid] = raw.copy()  # the replay keeps [0, at) (of "from" if named) and appends the rest
 
 
-def swa_tree_trace(trace, tree, window: int) -> TreeTrace:
+def swa_tree_trace(trace, tree, window: int, bigram: bool = False) -> TreeTrace:
     """The writer of an SWAPrefixCache's calls (memory/swa_prefix.py): ``swa_tree`` first
-    (with the window a replay builds its tree with), then each call with both pools'
-    evictable sizes after it."""
-    return TreeTrace(trace, tree, False, head={"op": "swa_tree", "window": window},
+    (with the window a replay builds its tree with, and ``bigram`` for an EAGLE run's
+    keys), then each call with both pools' evictable sizes after it."""
+    return TreeTrace(trace, tree, bigram, head={"op": "swa_tree", "window": window, "bigram": bigram},
                      after=lambda: {"full_evictable": tree.full_evictable, "swa_evictable": tree.swa_evictable})
 
 

@@ -23,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from mini_engine.memory.invariants import Violation  # noqa: F401 (loads K1-K13 before tree_invariants)
 from mini_engine.memory.swa_radix import SWARadixCache
 from mini_engine.memory.tree_invariants import swa_tree_violations
+from mini_engine.memory.tree_trace import tree_key
 from harness import sglang_swa_radix
 
 FULL_PAGES, SWA_PAGES = 48, 24
@@ -88,7 +89,8 @@ def sg_nodes(pair):
     while stack:
         node, path = stack.pop()
         for child in node.children.values():
-            key = path + tuple(child.key.token_ids)
+            # An EAGLE node's key holds its raw tokens (one more than its bigrams): ours holds the bigrams.
+            key = path + tuple(tree_key(list(child.key.token_ids), child.key.is_bigram).tolist())
             full = child.component_data[pair.sgt.FULL]
             swa = child.component_data[pair.sgt.SWA]
             out[key] = (full.value.tolist() if full.value is not None else None,
