@@ -15,6 +15,8 @@ the trace) and compares:
 * swa_lock / swa_unlock: the change of the FULL evictable size (a lock's from SGLang's
   result, an unlock's measured around the call: its result carries none);
 * swa_evict: the FULL and the SWA tokens evicted, for the FULL and SWA tokens asked;
+* swa_release_swa: SGLang's ``release_swa`` on the request's lock (its tree core's
+  ``dec_swa_lock_only``); that request's unlock after it is ``dec_lock_ref(skip_swa=True)``;
 * every call: the FULL and the SWA evictable sizes after it.
 
 An EAGLE run's ``swa_tree`` record says ``bigram``: SGLang's tree is built with
@@ -147,9 +149,22 @@ class SWATreeConform:
         # UnifiedRadixCache's dec_lock_ref result carries no delta: its change of the FULL
         # evictable size is measured around the call instead.
         before = self.tree.full_evictable_size()
-        self.tree.dec_lock_ref(node, self.sgt.unlock_params(node, receipt))
+        if rec.get("skip_swa", False):  # its SWA part went early (swa_release_swa): the FULL part only
+            self.tree.dec_lock_ref(node, self.sgt.unlock_params(node, receipt), skip_swa=True)
+        else:
+            self.tree.dec_lock_ref(node, self.sgt.unlock_params(node, receipt))
         delta = self.tree.full_evictable_size() - before
         return None if delta == rec["delta"] else (f"delta (node {rec['node']})", rec["delta"], delta)
+
+    def _release_swa(self, rec: dict):
+        """SGLang's own early release (UnifiedRadixCache.release_swa, which calls its tree
+        core's dec_swa_lock_only) on a TreeLock holding the request's receipt."""
+        receipt = self.receipts.get(rec["rid"])
+        if receipt is None:
+            raise ValueError(f"swa_release_swa of request {rec['rid']!r}, which holds no lock")
+        node = self._node(rec)
+        self.sgt.release_swa(self.tree, node, self.sgt.unlock_params(node, receipt))
+        return None
 
     def _node(self, rec: dict):
         node = self.nodes.get(rec["node"])

@@ -151,10 +151,18 @@ def load() -> SimpleNamespace:
         return base.DecLockRefParams(swa_uuid_for_lock=receipt.swa_uuid_for_lock,
                                      skip_lock_node_ids=receipt.skip_lock_node_ids)
 
+    def release_swa(tree, node, params) -> None:
+        """The early release of a lock's SWA part, through UnifiedRadixCache.release_swa on a
+        TreeLock (0.5.23); a release without it has no early release to check."""
+        tree_lock = getattr(base, "TreeLock", None)
+        if tree_lock is None or not hasattr(tree, "release_swa"):
+            raise ValueError("this SGLang's UnifiedRadixCache has no release_swa (an early SWA lock release)")
+        tree.release_swa(tree_lock(node, params))
+
     def matched_len(result) -> int:
         n = getattr(result, "device_prefix_len", None)
         return len(result.device_indices) if n is None else n
 
     return SimpleNamespace(torch=torch, build=build, base=base, FULL=ct.ComponentType.FULL, SWA=SWA,
                            RadixKey=radix.RadixKey, insert_params=insert_params, unlock_params=unlock_params,
-                           matched_len=matched_len)
+                           release_swa=release_swa, matched_len=matched_len)

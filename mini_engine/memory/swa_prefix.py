@@ -17,6 +17,13 @@ alike; what differs is that a tree page may be in either pool:
 * ``make_room``: an allocation that wants more tokens than either pool has free evicts
   both shortfalls from the tree in one call (``EvictParams(num_tokens, swa_num_tokens)``).
 
+* ``release_swa``: the early release of a lock's SWA part (SGLang's
+  ``release_swa_prefix_lock`` / ``release_swa``, the tree's ``dec_swa_lock_only``); the
+  lock's unlock then releases its FULL part only (``skip_swa``). SGLang calls it from
+  ``maybe_evict_swa`` under ``SGLANG_OPT_RELEASE_PREFILL_SWA`` (off by default) and on the
+  PD decode side after a decode-radix match (which kvbench's PD arrivals never make): no
+  default run reaches it, so no scheduler path calls it yet.
+
 With a trace open, every call is one ``swa_`` record (memory/tree_trace.py,
 ``swa_tree_trace``; DESIGN.md section 5): what a replay on SGLang's UnifiedRadixCache
 needs to make the same call, what kvbench got, and the FULL and SWA evictable sizes after.
@@ -50,6 +57,7 @@ class SWAPrefixCache:
         self.locks: dict[int, SWANode] = {}  # row -> the node its request holds locked
         self.uuids: dict[int, int | None] = {}  # row -> the SWA window boundary of that lock
         self.holders: dict = {}  # row -> the request holding that lock (its trace records name it)
+        self.swa_released: set[int] = set()  # rows whose lock's SWA part went early (release_swa)
         self.in_tree = np.zeros(t.mem.num_pages + 1, dtype=bool)  # FULL page -> the tree's (K8)
         self.in_tree_swa = np.zeros(t.mem.swa_num_pages + 1, dtype=bool)  # SWA page -> the tree's (K8)
         self.lookup_tokens = self.hit_tokens = 0
@@ -184,12 +192,31 @@ class SWAPrefixCache:
         for per_row in (self.locks, self.uuids, self.holders):
             moved = {r: per_row.pop(r) for r in old if r in per_row}
             per_row.update((row, moved[was]) for was, row in zip(old, new) if was in moved)
+        released = {was for was in old if was in self.swa_released}
+        self.swa_released -= released
+        self.swa_released |= {row for was, row in zip(old, new) if was in released}
+
+    def release_swa(self, row: int) -> bool:
+        """SGLang's release_swa_prefix_lock: the request's window has moved past its prefix,
+        so the SWA part of its lock goes now (the FULL part stays until unlock). Once per
+        lock, and only for a lock that reached a whole window (SGLang releases a receipt
+        with an SWA uuid only). Returns whether it released."""
+        node = self.locks.get(row)
+        if node is None or row in self.swa_released or self.uuids[row] is None:
+            return False
+        self.tree.dec_swa_lock_only(node, self.uuids[row])
+        self.swa_released.add(row)
+        self._note("release_swa", {"node": node.id, "rid": self.holders[row]})
+        return True
 
     def unlock(self, row: int) -> None:
         node = self.locks.pop(row, None)
         if node is not None:
-            delta = self.tree.dec_lock_ref(node, self.uuids.pop(row))
-            self._note("unlock", {"node": node.id, "rid": self.holders.pop(row), "delta": delta})
+            skip = row in self.swa_released  # SGLang's TreeLock.swa_released: the FULL part only
+            self.swa_released.discard(row)
+            delta = self.tree.dec_lock_ref(node, self.uuids.pop(row), skip_swa=skip)
+            fields = {"node": node.id, "rid": self.holders.pop(row), "delta": delta}
+            self._note("unlock", {**fields, "skip_swa": True} if skip else fields)
 
     def forget(self, state: ReqKVState) -> None:
         self.t.sum_protected -= state.protected

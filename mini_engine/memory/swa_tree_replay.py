@@ -63,9 +63,18 @@ class SWATreeReplay:
             if rec["rid"] not in self.uuids:
                 raise ValueError(f"swa_unlock of request {rec['rid']!r}, which holds no lock")
             try:
-                got = {"delta": tree.dec_lock_ref(self._node(rec), self.uuids.pop(rec["rid"]))}
+                got = {"delta": tree.dec_lock_ref(self._node(rec), self.uuids.pop(rec["rid"]),
+                                                  skip_swa=rec.get("skip_swa", False))}
             except ValueError as err:  # a lock count that would go negative: the call fails here
                 return [("result", "success", f"error: {err}")]
+        elif op == "swa_release_swa":
+            if rec["rid"] not in self.uuids:
+                raise ValueError(f"swa_release_swa of request {rec['rid']!r}, which holds no lock")
+            try:
+                tree.dec_swa_lock_only(self._node(rec), self.uuids[rec["rid"]])
+            except ValueError as err:
+                return [("result", "success", f"error: {err}")]
+            got = {}
         else:  # swa_evict
             freed, swa_freed = tree.evict(rec["num_tokens"], rec["swa_num_tokens"])
             got = {"evicted": freed, "swa_evicted": swa_freed}

@@ -33,7 +33,7 @@ import numpy as np
 # The tree's records, in the order a run first writes them.
 TREE_OPS = ("tree", "tokens", "match", "insert", "lock", "unlock", "evict")
 # The SWA-aware tree's (their token ids are the shared ``tokens`` records).
-SWA_TREE_OPS = ("swa_tree", "swa_match", "swa_insert", "swa_lock", "swa_unlock", "swa_evict")
+SWA_TREE_OPS = ("swa_tree", "swa_match", "swa_insert", "swa_lock", "swa_unlock", "swa_evict", "swa_release_swa")
 START = 16  # leading ids that pick the earlier requests a new one may share its prefix with
 PEERS = 8  # how many of those are compared (the latest)
 

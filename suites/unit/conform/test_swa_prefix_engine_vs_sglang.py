@@ -30,6 +30,7 @@ from mini_engine.engine import Engine, open_trace
 from mini_engine.memory.tree_trace import SWA_TREE_OPS, TokenStore
 from mini_engine.request import Request
 from suites.unit.conform.test_swa_radix_vs_sglang import our_nodes, sg_nodes, sgswa  # noqa: F401 (the fixture)
+from suites.unit.memory.test_swa_tree_edges import _engine as _released_engine
 
 
 def _engine(ps: int, pages: int, window: int, stagger: int, overlap: bool, seed: int, spec: dict | None = None):
@@ -91,6 +92,20 @@ def test_eagle_swa_runs_key_the_tree_by_bigrams_and_replay(sgswa, ps, pages, win
     checker, ops = _replay(lines)
     assert checker.bigram and {"swa_match", "swa_insert", "swa_lock", "swa_unlock"} <= ops
     assert our_nodes(_Trees(e.manager.prefix.tree, sgswa, checker.tree)) == sg_nodes(_Trees(None, sgswa, checker.tree))
+
+
+@pytest.mark.parametrize("spec", [None, {"spec": "eagle", "topk": 1, "steps": 3}])
+def test_early_swa_releases_replay_on_sglangs_tree(sgswa, sg, tmp_path, spec):  # noqa: F811
+    """A run whose requests give up their locks' SWA part once decoding is a window past the
+    prompt (SGLang's release_swa_prefix_lock): each swa_release_swa is SGLang's release_swa
+    on the request's TreeLock, its unlock dec_lock_ref(skip_swa=True); both trees agree
+    call by call and at the end, and kvbench conform on the trace file conforms."""
+    e, path, lines = _released_engine(tmp_path, spec, release=True)
+    checker, ops = _replay([json.loads(path.read_text().splitlines()[0]), *lines])
+    assert "swa_release_swa" in ops
+    assert our_nodes(_Trees(e.manager.prefix.tree, sgswa, checker.tree)) == sg_nodes(_Trees(None, sgswa, checker.tree))
+    rep = conform(path, sg)
+    assert rep.conforms and rep.swa_tree_calls > 0
 
 
 def test_kvbench_conform_checks_the_swa_tree_and_reports_an_edited_record(sgswa, sg, tmp_path):  # noqa: F811
