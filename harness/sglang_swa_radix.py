@@ -152,12 +152,13 @@ def load() -> SimpleNamespace:
                                      skip_lock_node_ids=receipt.skip_lock_node_ids)
 
     def release_swa(tree, node, params) -> None:
-        """The early release of a lock's SWA part, through UnifiedRadixCache.release_swa on a
-        TreeLock (0.5.23); a release without it has no early release to check."""
+        """The early release of a lock's SWA part: 0.5.23's UnifiedRadixCache.release_swa on
+        a TreeLock; 0.5.18's own dec_swa_lock_only, which takes the receipt's fields."""
         tree_lock = getattr(base, "TreeLock", None)
-        if tree_lock is None or not hasattr(tree, "release_swa"):
-            raise ValueError("this SGLang's UnifiedRadixCache has no release_swa (an early SWA lock release)")
-        tree.release_swa(tree_lock(node, params))
+        if tree_lock is not None and hasattr(tree, "release_swa"):
+            tree.release_swa(tree_lock(node, params))
+        else:
+            tree.dec_swa_lock_only(node, params.swa_uuid_for_lock, skip_lock_node_ids=params.skip_lock_node_ids)
 
     def matched_len(result) -> int:
         n = getattr(result, "device_prefix_len", None)
