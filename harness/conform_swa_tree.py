@@ -15,7 +15,12 @@ the trace) and compares:
 * swa_lock / swa_unlock: the change of the FULL evictable size (a lock's from SGLang's
   result, an unlock's measured around the call: its result carries none);
 * swa_evict: the FULL and the SWA tokens evicted, for the FULL and SWA tokens asked;
+* swa_release_swa: SGLang's ``release_swa`` on the request's lock (its tree core's
+  ``dec_swa_lock_only``); that request's unlock after it is ``dec_lock_ref(skip_swa=True)``;
 * every call: the FULL and the SWA evictable sizes after it.
+
+An EAGLE run's ``swa_tree`` record says ``bigram``: SGLang's tree is built with
+``is_eagle`` and the keys are the bigram RadixKeys its scheduler makes.
 
 The node a lock names is the SGLang node the match or insert recorded with that node id
 ended on; an unlock hands SGLang back the receipt of the lock the same request took
@@ -59,6 +64,7 @@ class SWATreeConform:
         self.tokens = tokens  # shared with the full tree's checker: the trace's tokens records
         self.calls = 0  # swa tree calls checked
         self.sgt = self.alloc = self.tree = None
+        self.bigram = False
         self.nodes: dict[object, object] = {}  # the recorded node id -> SGLang's node
         self.receipts: dict[object, object] = {}  # request -> the inc_lock_ref result it holds
         self.freed: list = []
@@ -94,7 +100,9 @@ class SWATreeConform:
         except Exception as err:  # an ImportError, or a dependency failing at import time
             raise SWATreeMissing(f"the trace has SWA tree records and SGLang's UnifiedRadixCache does not "
                                  f"import here ({one_line(err)}); docs/conform.md") from None
-        self.alloc, self.tree = sgt.build(head["num_pages"], head["swa_num_pages"], self.ps, rec["window"])
+        self.bigram = rec.get("bigram", False)
+        self.alloc, self.tree = sgt.build(head["num_pages"], head["swa_num_pages"], self.ps, rec["window"],
+                                          self.bigram)
         self.nodes, self.receipts, self.freed = {}, {}, []
         for inner in (self.alloc.full_attn_allocator, self.alloc.swa_attn_allocator):
             inner.free = inner.free_page_ids = self.freed.append
@@ -102,7 +110,7 @@ class SWATreeConform:
 
     # -- one method per call ----------------------------------------------------------
     def _key(self, rec: dict):
-        return self.sgt.RadixKey(array("q", self.tokens.raw(rec)))
+        return self.sgt.RadixKey(array("q", self.tokens.raw(rec)), is_bigram=self.bigram)
 
     def _match(self, rec: dict):
         res = self.tree.match_prefix(self.sgt.base.MatchPrefixParams(key=self._key(rec)))
@@ -116,8 +124,9 @@ class SWATreeConform:
         torch = self.sgt.torch
         full = insert_slots(rec, self.ps)
         swa = insert_slots(rec, self.ps, "swa_")
-        if len(full) != rec["len"] or len(swa) != rec["len"]:
-            raise ValueError(f"swa_insert of {rec['len']} tokens with {len(full)} FULL and {len(swa)} SWA slots")
+        n = rec["len"] - 1 if self.bigram and rec["len"] else rec["len"]  # a slot per key position
+        if len(full) != n or len(swa) != n:
+            raise ValueError(f"swa_insert of a {n}-long key with {len(full)} FULL and {len(swa)} SWA slots")
         value = torch.tensor(full, dtype=torch.int64)
         self.alloc.set_full_to_swa_mapping(value, torch.tensor(swa, dtype=torch.int64))
         res = self.tree.insert(self.sgt.insert_params(self._key(rec), value, rec["prev_prefix_len"],
@@ -140,9 +149,22 @@ class SWATreeConform:
         # UnifiedRadixCache's dec_lock_ref result carries no delta: its change of the FULL
         # evictable size is measured around the call instead.
         before = self.tree.full_evictable_size()
-        self.tree.dec_lock_ref(node, self.sgt.unlock_params(node, receipt))
+        if rec.get("skip_swa", False):  # its SWA part went early (swa_release_swa): the FULL part only
+            self.tree.dec_lock_ref(node, self.sgt.unlock_params(node, receipt), skip_swa=True)
+        else:
+            self.tree.dec_lock_ref(node, self.sgt.unlock_params(node, receipt))
         delta = self.tree.full_evictable_size() - before
         return None if delta == rec["delta"] else (f"delta (node {rec['node']})", rec["delta"], delta)
+
+    def _release_swa(self, rec: dict):
+        """SGLang's own early release (UnifiedRadixCache.release_swa, which calls its tree
+        core's dec_swa_lock_only) on a TreeLock holding the request's receipt."""
+        receipt = self.receipts.get(rec["rid"])
+        if receipt is None:
+            raise ValueError(f"swa_release_swa of request {rec['rid']!r}, which holds no lock")
+        node = self._node(rec)
+        self.sgt.release_swa(self.tree, node, self.sgt.unlock_params(node, receipt))
+        return None
 
     def _node(self, rec: dict):
         node = self.nodes.get(rec["node"])

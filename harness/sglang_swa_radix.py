@@ -124,7 +124,8 @@ def load() -> SimpleNamespace:
     insert_fields = {f.name for f in dataclasses.fields(base.InsertParams)}
     SWA = ct.ComponentType.SWA
 
-    def build(full_pages: int, swa_pages: int, ps: int, window: int):
+    def build(full_pages: int, swa_pages: int, ps: int, window: int, bigram: bool = False):
+        """bigram: EAGLE's keys (SGLang's is_eagle, which its tree core turns every key into)."""
         alloc = swa_alloc.SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, ps, torch.int64, "cpu",
                                                     MapOnlyPool(), False)
         # The Python tree core: 0.5.23 takes it as a parameter, 0.5.18 from its environment
@@ -132,7 +133,8 @@ def load() -> SimpleNamespace:
         core = {"tree_core_backend": "python"} if "tree_core_backend" in init_fields else {}
         p = params.CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=alloc,
                                    page_size=ps, sliding_window_size=window,
-                                   tree_components=(ct.ComponentType.FULL, SWA), **core)
+                                   tree_components=(ct.ComponentType.FULL, SWA),
+                                   **({"is_eagle": True} if bigram else {}), **core)
         return alloc, urc.UnifiedRadixCache(p)
 
     def insert_params(key, value, prev_prefix_len: int, swa_evicted_seqlen: int):
@@ -149,10 +151,19 @@ def load() -> SimpleNamespace:
         return base.DecLockRefParams(swa_uuid_for_lock=receipt.swa_uuid_for_lock,
                                      skip_lock_node_ids=receipt.skip_lock_node_ids)
 
+    def release_swa(tree, node, params) -> None:
+        """The early release of a lock's SWA part: 0.5.23's UnifiedRadixCache.release_swa on
+        a TreeLock; 0.5.18's own dec_swa_lock_only, which takes the receipt's fields."""
+        tree_lock = getattr(base, "TreeLock", None)
+        if tree_lock is not None and hasattr(tree, "release_swa"):
+            tree.release_swa(tree_lock(node, params))
+        else:
+            tree.dec_swa_lock_only(node, params.swa_uuid_for_lock, skip_lock_node_ids=params.skip_lock_node_ids)
+
     def matched_len(result) -> int:
         n = getattr(result, "device_prefix_len", None)
         return len(result.device_indices) if n is None else n
 
     return SimpleNamespace(torch=torch, build=build, base=base, FULL=ct.ComponentType.FULL, SWA=SWA,
                            RadixKey=radix.RadixKey, insert_params=insert_params, unlock_params=unlock_params,
-                           matched_len=matched_len)
+                           release_swa=release_swa, matched_len=matched_len)

@@ -60,7 +60,8 @@ class KVManager:
         # SGLang's radix prefix cache: the SWA-aware tree for a model with an SWA pool
         # (memory/swa_prefix.py), else the full one; prefix_cache = "chunk" is --disable-radix-cache.
         if mem.rules.prefix_cache == "radix":
-            t.prefix = SWAPrefixCache(t) if swa is not None else PrefixCache(t, bigram=mem.algo in BIGRAM_ALGOS)
+            bigram = mem.algo in BIGRAM_ALGOS
+            t.prefix = SWAPrefixCache(t, bigram=bigram) if swa is not None else PrefixCache(t, bigram=bigram)
         self.prefix = t.prefix
 
     def disable_prefix_cache(self) -> bool:

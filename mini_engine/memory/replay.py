@@ -50,17 +50,20 @@ RECORDS = {
     # The SWA-aware tree's calls (swa_prefix.py); each carries the FULL and SWA evictable
     # sizes after it. An swa_insert has its FULL slots (pages or slots) and their SWA
     # slots (swa_pages or swa_slots, page or slot 0: none).
-    "swa_tree": {"window": "size"},
+    "swa_tree": {"window": "size"},  # and "bigram" (EAGLE's keys; absent in older traces: tokens)
     "swa_match": {"rid": "rid", "len": "count", "matched": "count", "node": "count", **SWA_AFTER},
     "swa_insert": {"rid": "rid", "len": "count", "swa_evicted_seqlen": "count", "prev_prefix_len": "count",
                    "cached": "count", "node": "count", **SWA_AFTER},
     "swa_lock": {"node": "count", "rid": "rid", "delta": "int", **SWA_AFTER},
-    "swa_unlock": {"node": "count", "rid": "rid", "delta": "int", **SWA_AFTER},
+    "swa_unlock": {"node": "count", "rid": "rid", "delta": "int", **SWA_AFTER},  # and "skip_swa"
+    # The early release of a lock's SWA part (dec_swa_lock_only); the request's unlock
+    # after it says skip_swa (its FULL part only).
+    "swa_release_swa": {"node": "count", "rid": "rid", **SWA_AFTER},
     "swa_evict": {"num_tokens": "count", "swa_num_tokens": "count", "evicted": "count", "swa_evicted": "count",
                   **SWA_AFTER},
 }
-OPTIONAL = {"pool": "pool", "decode": "bool", "need_sort": "bool", "aligned": "bool", "pages": "ints",
-            "slots": "ints", "swa_pages": "ints", "swa_slots": "ints", "from": "rid"}
+OPTIONAL = {"pool": "pool", "decode": "bool", "bigram": "bool", "skip_swa": "bool", "need_sort": "bool",
+            "aligned": "bool", "pages": "ints", "slots": "ints", "swa_pages": "ints", "swa_slots": "ints", "from": "rid"}
 # The header (line 1), after its format and version: required fields, then those that
 # may be absent or null.
 HEADER = {"page_size": "size", "num_pages": "size"}

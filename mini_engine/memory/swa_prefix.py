@@ -17,12 +17,24 @@ alike; what differs is that a tree page may be in either pool:
 * ``make_room``: an allocation that wants more tokens than either pool has free evicts
   both shortfalls from the tree in one call (``EvictParams(num_tokens, swa_num_tokens)``).
 
+* ``release_swa``: the early release of a lock's SWA part (SGLang's
+  ``release_swa_prefix_lock`` / ``release_swa``, the tree's ``dec_swa_lock_only``); the
+  lock's unlock then releases its FULL part only (``skip_swa``). SGLang calls it from
+  ``maybe_evict_swa`` under ``SGLANG_OPT_RELEASE_PREFILL_SWA`` (off by default) and on the
+  PD decode side after a decode-radix match (which kvbench's PD arrivals never make): no
+  default run reaches it, so no scheduler path calls it yet.
+
 With a trace open, every call is one ``swa_`` record (memory/tree_trace.py,
 ``swa_tree_trace``; DESIGN.md section 5): what a replay on SGLang's UnifiedRadixCache
 needs to make the same call, what kvbench got, and the FULL and SWA evictable sizes after.
 
-Not here: the second insert at the prompt boundary that PrefixCache makes (the SWA tree
-keeps the finished request's prompt and outputs as one leaf), EAGLE's bigram keys.
+EAGLE keys this tree by bigrams too (SGLang's tree core turns every key into its bigram
+view when ``is_eagle``): a key of n tokens is n - 1 bigrams, bigram i sits on slot i, so
+the SWA cursor and the protected length count the same positions either way.
+
+No second insert at the prompt boundary (PrefixCache's): SGLang 0.5.23's
+``checkpoint_into_tree`` makes it only when the tree has the one FULL component, so the
+FULL + SWA tree keeps a finished request's prompt and outputs as one leaf there too.
 """
 
 from __future__ import annotations
@@ -32,25 +44,27 @@ import numpy as np
 from mini_engine.memory.kv_state import ReqKVState
 from mini_engine.memory.swa_radix import SWANode, SWARadixCache
 from mini_engine.memory.tables import KVTables
-from mini_engine.memory.tree_trace import swa_tree_trace
+from mini_engine.memory.tree_trace import raw_len, swa_tree_trace, tree_key
 
 
 class SWAPrefixCache:
-    def __init__(self, t: KVTables):
+    def __init__(self, t: KVTables, *, bigram: bool = False):
         self.t = t
+        self.bigram = bigram  # EAGLE's bigram keys (SGLang's tree_core.is_eagle)
         self.ps, self.full, self.swa, self.ledger = t.ps, t.full, t.swa, t.ledger
         self.req_to_token = t.req_to_token
         self.tree = SWARadixCache(t.ps, t.mem.window, t.swa.map_host, self._free_full, self._free_swa)
         self.locks: dict[int, SWANode] = {}  # row -> the node its request holds locked
         self.uuids: dict[int, int | None] = {}  # row -> the SWA window boundary of that lock
         self.holders: dict = {}  # row -> the request holding that lock (its trace records name it)
+        self.swa_released: set[int] = set()  # rows whose lock's SWA part went early (release_swa)
         self.in_tree = np.zeros(t.mem.num_pages + 1, dtype=bool)  # FULL page -> the tree's (K8)
         self.in_tree_swa = np.zeros(t.mem.swa_num_pages + 1, dtype=bool)  # SWA page -> the tree's (K8)
         self.lookup_tokens = self.hit_tokens = 0
         self.evicted_pages = self.peak_pages = 0
         # The tree calls, one trace record each when the run writes a trace (kvbench conform
         # runs them again on SGLang's UnifiedRadixCache: harness/conform_swa_tree.py).
-        self.log = swa_tree_trace(t.trace, self.tree, t.mem.window) if t.trace is not None else None
+        self.log = swa_tree_trace(t.trace, self.tree, t.mem.window, bigram) if t.trace is not None else None
         self._state: ReqKVState | None = None  # the request whose checkpoint is under way
 
     # -- figures ---------------------------------------------------------------------
@@ -101,7 +115,7 @@ class SWAPrefixCache:
         """rid: the request's (names its tokens in the trace)."""
         tokens = np.asarray(tokens, dtype=np.int64)
         n = max(len(tokens) - 1, 0)
-        slots, node = self.tree.match_prefix(tokens[:n])
+        slots, node = self.tree.match_prefix(tree_key(tokens[:n], self.bigram))
         self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id}, tokens)
         return slots, node
 
@@ -123,21 +137,22 @@ class SWAPrefixCache:
     # -- insert ------------------------------------------------------------------------
     def checkpoint(self, state: ReqKVState, tokens, prompt_len: int, up_to: int) -> None:
         tokens = np.asarray(tokens, dtype=np.int64)[:up_to]
-        aligned = len(tokens) // self.ps * self.ps
+        key = tree_key(tokens, self.bigram)
+        aligned = len(key) // self.ps * self.ps
         row, prot = state.row, state.protected
         if aligned < prot:
-            return
+            return  # nothing past what the request already shares (a bigram key one short)
         host_row = self.req_to_token.host[row]
         swa_of = self.swa.map_host[host_row[:aligned]].copy() if self.log is not None else None
         self._state = state
         value = host_row[:aligned].copy()
         try:
-            prefix_len, node = self.tree.insert(tokens[:aligned], value, evicted=state.swa_evicted,
+            prefix_len, node = self.tree.insert(key[:aligned], value, evicted=state.swa_evicted,
                                                 prev_prefix_len=prot)
         finally:
             self._state = None
         if self.log is not None:  # the SWA slots too: a replay rebuilds the pool's map from them
-            self._note("insert", {"rid": state.rid, "len": aligned, "slots": value, "swa_slots": swa_of,
+            self._note("insert", {"rid": state.rid, "len": raw_len(aligned, self.bigram), "slots": value, "swa_slots": swa_of,
                                   "swa_evicted_seqlen": state.swa_evicted, "prev_prefix_len": prot,
                                   "cached": prefix_len, "node": node.id}, tokens)
         if aligned > prot:
@@ -177,12 +192,31 @@ class SWAPrefixCache:
         for per_row in (self.locks, self.uuids, self.holders):
             moved = {r: per_row.pop(r) for r in old if r in per_row}
             per_row.update((row, moved[was]) for was, row in zip(old, new) if was in moved)
+        released = {was for was in old if was in self.swa_released}
+        self.swa_released -= released
+        self.swa_released |= {row for was, row in zip(old, new) if was in released}
+
+    def release_swa(self, row: int) -> bool:
+        """SGLang's release_swa_prefix_lock: the request's window has moved past its prefix,
+        so the SWA part of its lock goes now (the FULL part stays until unlock). Once per
+        lock, and only for a lock that reached a whole window (SGLang releases a receipt
+        with an SWA uuid only). Returns whether it released."""
+        node = self.locks.get(row)
+        if node is None or row in self.swa_released or self.uuids[row] is None:
+            return False
+        self.tree.dec_swa_lock_only(node, self.uuids[row])
+        self.swa_released.add(row)
+        self._note("release_swa", {"node": node.id, "rid": self.holders[row]})
+        return True
 
     def unlock(self, row: int) -> None:
         node = self.locks.pop(row, None)
         if node is not None:
-            delta = self.tree.dec_lock_ref(node, self.uuids.pop(row))
-            self._note("unlock", {"node": node.id, "rid": self.holders.pop(row), "delta": delta})
+            skip = row in self.swa_released  # SGLang's TreeLock.swa_released: the FULL part only
+            self.swa_released.discard(row)
+            delta = self.tree.dec_lock_ref(node, self.uuids.pop(row), skip_swa=skip)
+            fields = {"node": node.id, "rid": self.holders.pop(row), "delta": delta}
+            self._note("unlock", {**fields, "skip_swa": True} if skip else fields)
 
     def forget(self, state: ReqKVState) -> None:
         self.t.sum_protected -= state.protected

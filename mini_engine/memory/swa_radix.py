@@ -51,9 +51,12 @@ Recency is SGLang's clock: a float counter read twice per node created, once per
 node an insert walks, once per match (the path gets that time, less 1e-5 per level
 up); SWA recency is SGLang's doubly linked LRU, kept here as a list (index 0 = MRU).
 
+The early window-lock release (``dec_swa_lock_only``) drops a lock's SWA part alone; the
+lock's later release then drops its FULL part only.
+
 Not reproduced: HiCache (host values), session refs, the SWA branching point of a
 match (``swa_branching_seqlen``, which picks a second, shorter insert on the next
-cache call), the early window-lock release (``dec_swa_lock_only``), Mamba.
+cache call), Mamba.
 """
 
 from __future__ import annotations
@@ -350,22 +353,11 @@ class SWARadixCache:
         self._update_leaf(node)
         return delta, uuid
 
-    def dec_lock_ref(self, node: SWANode, uuid: int | None) -> int:
-        """Release a lock inc_lock_ref took (uuid: what it returned); returns the FULL evictable change."""
-        x = node
-        while x is not self.root:
-            if x.swa_lock <= 0:
-                raise ValueError(f"SWA lock release on an unlocked node (id {x.id})")
-            if x.swa_lock == 1 and x.swa is not None:
-                self.swa_evictable += len(x.swa)
-                self.swa_protected -= len(x.swa)
-            x.swa_lock -= 1
-            if x.swa_lock == 0:
-                self._update_leaf(x)
-            stop = uuid is not None and x.uuid == uuid
-            x = x.parent
-            if stop:
-                break
+    def dec_lock_ref(self, node: SWANode, uuid: int | None, skip_swa: bool = False) -> int:
+        """Release a lock inc_lock_ref took (uuid: what it returned); returns the FULL evictable
+        change. skip_swa: its SWA part went early (dec_swa_lock_only), only the FULL part is left."""
+        if not skip_swa:
+            self._release_window(node, uuid)
         delta, x = 0, node
         while x is not self.root:
             if x.full_lock <= 0:
@@ -380,6 +372,34 @@ class SWARadixCache:
             x = x.parent
         self._update_leaf(node)
         return delta
+
+    def dec_swa_lock_only(self, node: SWANode, uuid: int | None) -> None:
+        """SGLang's early release of a lock's SWA part (``release_swa``): once a request's
+        window has left its prefix the prefix's SWA becomes evictable, while the FULL lock
+        stays (the request still reads that KV through full attention). At most once per lock;
+        its dec_lock_ref then passes skip_swa."""
+        if node is not self.root:
+            self._release_window(node, uuid)
+
+    def _release_window(self, node: SWANode, uuid: int | None) -> None:
+        """The SWA lock from node up to the node stamped uuid (to the root without one).
+        SGLang's early release would also evict a released node that is an evictable leaf
+        at once; a FULL-locked path has none (the request's FULL lock keeps every node on
+        it), and every release here leaves that lock in place or releases it right after."""
+        x = node
+        while x is not self.root:
+            if x.swa_lock <= 0:
+                raise ValueError(f"SWA lock release on an unlocked node (id {x.id})")
+            if x.swa_lock == 1 and x.swa is not None:
+                self.swa_evictable += len(x.swa)
+                self.swa_protected -= len(x.swa)
+            x.swa_lock -= 1
+            if x.swa_lock == 0:
+                self._update_leaf(x)
+            stop = uuid is not None and x.uuid == uuid
+            x = x.parent
+            if stop:
+                break
 
     # -- eviction ------------------------------------------------------------------
     def evict(self, full_tokens: int, swa_tokens: int = 0) -> tuple[int, int]:

@@ -7,6 +7,7 @@ full tree's replay (tree_replay.py), the tree frees nothing into the replay's
 allocators: the engine's frees are their own allocator records. The full -> SWA map the
 tree reads is this replay's own, set from each insert's recorded SWA slots (as the
 request's allocations had set the pool's) and cleared where the tree frees SWA slots.
+An EAGLE run's ``swa_tree`` record says ``bigram``: the keys are rebuilt as its bigrams.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from mini_engine.memory.swa_radix import SWANode, SWARadixCache
-from mini_engine.memory.tree_trace import TokenStore, insert_slots
+from mini_engine.memory.tree_trace import TokenStore, insert_slots, tree_key
 
 
 class SWATreeReplay:
@@ -22,6 +23,7 @@ class SWATreeReplay:
         self.head, self.ps = head, head["page_size"]
         self.tokens = tokens  # the full tree replay's: one store of the trace's tokens records
         self.tree: SWARadixCache | None = None
+        self.bigram = False
         self.map = np.zeros(0, np.int64)
         self.nodes: dict[int, SWANode] = {}  # the recorded node id -> this tree's node
         self.uuids: dict[object, int | None] = {}  # request -> the SWA window uuid of its lock
@@ -34,22 +36,23 @@ class SWATreeReplay:
                 raise ValueError("an swa_tree record in a trace whose header has no SWA pool")
             self.map = np.zeros((self.head["num_pages"] + 1) * self.ps, np.int64)
             self.tree = SWARadixCache(self.ps, rec["window"], self.map, lambda slots: None, self._clear)
-            self.nodes, self.uuids = {}, {}
+            self.nodes, self.uuids, self.bigram = {}, {}, rec.get("bigram", False)
             return []
         tree = self.tree
         if tree is None:
             raise ValueError("an SWA tree call before the trace's swa_tree record")
         if op == "swa_match":
-            slots, node = tree.match_prefix(np.asarray(self.tokens.raw(rec), dtype=np.int64))
+            slots, node = tree.match_prefix(tree_key(self.tokens.raw(rec), self.bigram))
             self.nodes[rec["node"]] = node
             got = {"matched": len(slots), "node": node.id}
         elif op == "swa_insert":
             full, swa = insert_slots(rec, self.ps), insert_slots(rec, self.ps, "swa_")
-            if len(full) != rec["len"] or len(swa) != rec["len"] or (len(full) and full.max() >= len(self.map)):
-                raise ValueError(f"swa_insert of {rec['len']} tokens with {len(full)} FULL slots, {len(swa)} SWA "
+            key = tree_key(self.tokens.raw(rec), self.bigram)  # a slot per key position
+            if len(full) != len(key) or len(swa) != len(key) or (len(full) and full.max() >= len(self.map)):
+                raise ValueError(f"swa_insert of a {len(key)}-long key with {len(full)} FULL slots, {len(swa)} SWA "
                                  f"slots (FULL slots below {len(self.map)})")
             self.map[full] = swa
-            cached, node = tree.insert(np.asarray(self.tokens.raw(rec), dtype=np.int64), full,
+            cached, node = tree.insert(key, full,
                                        evicted=rec["swa_evicted_seqlen"], prev_prefix_len=rec["prev_prefix_len"])
             self.nodes[rec["node"]] = node
             got = {"cached": cached, "node": node.id}
@@ -60,9 +63,18 @@ class SWATreeReplay:
             if rec["rid"] not in self.uuids:
                 raise ValueError(f"swa_unlock of request {rec['rid']!r}, which holds no lock")
             try:
-                got = {"delta": tree.dec_lock_ref(self._node(rec), self.uuids.pop(rec["rid"]))}
+                got = {"delta": tree.dec_lock_ref(self._node(rec), self.uuids.pop(rec["rid"]),
+                                                  skip_swa=rec.get("skip_swa", False))}
             except ValueError as err:  # a lock count that would go negative: the call fails here
                 return [("result", "success", f"error: {err}")]
+        elif op == "swa_release_swa":
+            if rec["rid"] not in self.uuids:
+                raise ValueError(f"swa_release_swa of request {rec['rid']!r}, which holds no lock")
+            try:
+                tree.dec_swa_lock_only(self._node(rec), self.uuids[rec["rid"]])
+            except ValueError as err:
+                return [("result", "success", f"error: {err}")]
+            got = {}
         else:  # swa_evict
             freed, swa_freed = tree.evict(rec["num_tokens"], rec["swa_num_tokens"])
             got = {"evicted": freed, "swa_evicted": swa_freed}

@@ -33,7 +33,7 @@ import numpy as np
 # The tree's records, in the order a run first writes them.
 TREE_OPS = ("tree", "tokens", "match", "insert", "lock", "unlock", "evict")
 # The SWA-aware tree's (their token ids are the shared ``tokens`` records).
-SWA_TREE_OPS = ("swa_tree", "swa_match", "swa_insert", "swa_lock", "swa_unlock", "swa_evict")
+SWA_TREE_OPS = ("swa_tree", "swa_match", "swa_insert", "swa_lock", "swa_unlock", "swa_evict", "swa_release_swa")
 START = 16  # leading ids that pick the earlier requests a new one may share its prefix with
 PEERS = 8  # how many of those are compared (the latest)
 
@@ -104,11 +104,11 @@ class TreeTrace:
         self._known[rid] = raw.copy()  # the replay keeps [0, at) (of "from" if named) and appends the rest
 
 
-def swa_tree_trace(trace, tree, window: int) -> TreeTrace:
+def swa_tree_trace(trace, tree, window: int, bigram: bool = False) -> TreeTrace:
     """The writer of an SWAPrefixCache's calls (memory/swa_prefix.py): ``swa_tree`` first
-    (with the window a replay builds its tree with), then each call with both pools'
-    evictable sizes after it."""
-    return TreeTrace(trace, tree, False, head={"op": "swa_tree", "window": window},
+    (with the window a replay builds its tree with, and ``bigram`` for an EAGLE run's
+    keys), then each call with both pools' evictable sizes after it."""
+    return TreeTrace(trace, tree, bigram, head={"op": "swa_tree", "window": window, "bigram": bigram},
                      after=lambda: {"full_evictable": tree.full_evictable, "swa_evictable": tree.swa_evictable})
 
 

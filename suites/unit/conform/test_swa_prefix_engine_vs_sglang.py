@@ -30,11 +30,12 @@ from mini_engine.engine import Engine, open_trace
 from mini_engine.memory.tree_trace import SWA_TREE_OPS, TokenStore
 from mini_engine.request import Request
 from suites.unit.conform.test_swa_radix_vs_sglang import our_nodes, sg_nodes, sgswa  # noqa: F401 (the fixture)
+from suites.unit.memory.test_swa_tree_edges import _engine as _released_engine
 
 
-def _engine(ps: int, pages: int, window: int, stagger: int, overlap: bool, seed: int):
+def _engine(ps: int, pages: int, window: int, stagger: int, overlap: bool, seed: int, spec: dict | None = None):
     cfg = EngineConfig(page_size=ps, pool_tokens=pages * ps, max_context=512, max_running=4, chunked_prefill=64,
-                       window=window, overlap=overlap, audit="raise")
+                       window=window, overlap=overlap, audit="raise", **(spec or {}))
     rng = np.random.default_rng(seed)
     groups = [rng.integers(1, 400, 200).tolist() for _ in range(2)]
     reqs = [Request(rid=i, prompt=groups[i % 2][: 60 + 17 * (i % 5)] + rng.integers(1, 400, 5 + 7 * (i % 3)).tolist(),
@@ -76,6 +77,35 @@ def test_engine_swa_tree_calls_replay_on_sglangs_tree(sgswa, ps, pages, window, 
     assert our_nodes(_Trees(e.manager.prefix.tree, sgswa, checker.tree)) == sg_nodes(_Trees(None, sgswa, checker.tree))
     if ps == 16:
         assert "swa_evict" in ops and stats["tree_evicted_pages"] > 0
+
+
+@pytest.mark.parametrize("ps, pages, window, overlap", [(4, 200, 16, False), (16, 60, 32, True), (1, 700, 8, False)])
+def test_eagle_swa_runs_key_the_tree_by_bigrams_and_replay(sgswa, ps, pages, window, overlap):  # noqa: F811
+    """EAGLE with SWA: the SWA tree is keyed by bigrams (SGLang's tree core turns every key
+    into its bigram view under is_eagle); the trace says so, the keys share, each insert
+    carries one slot per bigram, and the calls replay on SGLang's class (built is_eagle)."""
+    e, _, lines = _engine(ps, pages, window, 2, overlap, seed=ps, spec={"spec": "eagle", "topk": 1, "steps": 3})
+    assert e.manager.prefix.bigram and lines[1:].count({"op": "swa_tree", "window": window, "bigram": True}) == 1
+    assert any(r["op"] == "swa_match" and r["matched"] > 0 for r in lines[1:])
+    ins = [r for r in lines[1:] if r["op"] == "swa_insert" and r["len"]]
+    assert ins and all(r["len"] % ps == 1 % ps for r in ins)  # a page-aligned bigram key spans one more token
+    checker, ops = _replay(lines)
+    assert checker.bigram and {"swa_match", "swa_insert", "swa_lock", "swa_unlock"} <= ops
+    assert our_nodes(_Trees(e.manager.prefix.tree, sgswa, checker.tree)) == sg_nodes(_Trees(None, sgswa, checker.tree))
+
+
+@pytest.mark.parametrize("spec", [None, {"spec": "eagle", "topk": 1, "steps": 3}])
+def test_early_swa_releases_replay_on_sglangs_tree(sgswa, sg, tmp_path, spec):  # noqa: F811
+    """A run whose requests give up their locks' SWA part once decoding is a window past the
+    prompt (SGLang's release_swa_prefix_lock): each swa_release_swa is SGLang's release_swa
+    on the request's TreeLock, its unlock dec_lock_ref(skip_swa=True); both trees agree
+    call by call and at the end, and kvbench conform on the trace file conforms."""
+    e, path, lines = _released_engine(tmp_path, spec, release=True)
+    checker, ops = _replay([json.loads(path.read_text().splitlines()[0]), *lines])
+    assert "swa_release_swa" in ops
+    assert our_nodes(_Trees(e.manager.prefix.tree, sgswa, checker.tree)) == sg_nodes(_Trees(None, sgswa, checker.tree))
+    rep = conform(path, sg)
+    assert rep.conforms and rep.swa_tree_calls > 0
 
 
 def test_kvbench_conform_checks_the_swa_tree_and_reports_an_edited_record(sgswa, sg, tmp_path):  # noqa: F811

@@ -23,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from mini_engine.memory.invariants import Violation  # noqa: F401 (loads K1-K13 before tree_invariants)
 from mini_engine.memory.swa_radix import SWARadixCache
 from mini_engine.memory.tree_invariants import swa_tree_violations
+from mini_engine.memory.tree_trace import tree_key
 from harness import sglang_swa_radix
 
 FULL_PAGES, SWA_PAGES = 48, 24
@@ -41,9 +42,9 @@ def sgswa(sg):  # sg: the installed SGLang, or a skip
 class Pair:
     """The two trees, called alike; slots come from SGLang's allocator, both trees share them."""
 
-    def __init__(self, sgt, ps: int, window: int):
-        self.sgt, self.ps, self.window = sgt, ps, window
-        self.alloc, self.sg = sgt.build(FULL_PAGES, SWA_PAGES, ps, window)
+    def __init__(self, sgt, ps: int, window: int, bigram: bool = False):
+        self.sgt, self.ps, self.window, self.bigram = sgt, ps, window, bigram
+        self.alloc, self.sg = sgt.build(FULL_PAGES, SWA_PAGES, ps, window, bigram)
         self.map = np.zeros((FULL_PAGES + 1) * ps, dtype=np.int64)  # our full -> SWA map
         self.freed_full: list[int] = []
         self.freed_swa: list[int] = []
@@ -58,7 +59,11 @@ class Pair:
         self.map[full_slots] = 0
 
     def key(self, tokens):
-        return self.sgt.RadixKey(array("q", tokens))
+        """SGLang's key of raw tokens (EAGLE: their bigram view, as its scheduler builds it)."""
+        return self.sgt.RadixKey(array("q", tokens), is_bigram=self.bigram)
+
+    def our_key(self, tokens):
+        return tree_key(tokens, self.bigram)
 
     def alloc_slots(self, n: int) -> np.ndarray | None:
         torch = self.sgt.torch
@@ -88,7 +93,8 @@ def sg_nodes(pair):
     while stack:
         node, path = stack.pop()
         for child in node.children.values():
-            key = path + tuple(child.key.token_ids)
+            # An EAGLE node's key holds its raw tokens (one more than its bigrams): ours holds the bigrams.
+            key = path + tuple(tree_key(list(child.key.token_ids), child.key.is_bigram).tolist())
             full = child.component_data[pair.sgt.FULL]
             swa = child.component_data[pair.sgt.SWA]
             out[key] = (full.value.tolist() if full.value is not None else None,
@@ -126,15 +132,17 @@ def _sequences(draw):
 class SWATreeMachine(RuleBasedStateMachine):
     sgt = None  # set by the test
 
-    @initialize(ps=st.sampled_from([1, 2, 4, 8]), window=st.sampled_from([1, 3, 8, 16]), seqs=_sequences())
-    def start(self, ps, window, seqs):
-        self.pair = Pair(self.sgt, ps, window)
+    @initialize(ps=st.sampled_from([1, 2, 4, 8]), window=st.sampled_from([1, 3, 8, 16]), seqs=_sequences(),
+                bigram=st.booleans())
+    def start(self, ps, window, seqs, bigram):
+        self.pair = Pair(self.sgt, ps, window, bigram)
         self.seqs = seqs
-        self.locks: list[tuple] = []  # (our node, our uuid, SGLang's node id, SGLang's receipt)
+        # [our node, our uuid, SGLang's node id, SGLang's receipt, its SWA part released early]
+        self.locks: list[list] = []
 
     def _match(self, tokens):
         p = self.pair
-        slots, node = p.our.match_prefix(tokens)
+        slots, node = p.our.match_prefix(p.our_key(tokens))
         res = p.sg.match_prefix(p.sgt.base.MatchPrefixParams(key=p.key(tokens)))
         assert res.device_prefix_len == len(slots)
         return slots, node, res.last_device_node
@@ -144,14 +152,16 @@ class SWATreeMachine(RuleBasedStateMachine):
         delta, uuid = p.our.inc_lock_ref(node)
         got = p.sg.inc_lock_ref(sg_id)
         assert -delta == got.delta
-        return (node, uuid, sg_id, got)
+        return [node, uuid, sg_id, got, False]
+
+    def _params(self, lock):
+        return self.pair.sgt.base.DecLockRefParams(node_id=lock[2], component_lock_uuids=dict(lock[3].component_lock_uuids))
 
     def _unlock(self, lock):
         p = self.pair
-        node, uuid, sg_id, got = lock
-        p.our.dec_lock_ref(node, uuid)
-        p.sg.dec_lock_ref(sg_id, p.sgt.base.DecLockRefParams(node_id=sg_id,
-                                                             component_lock_uuids=dict(got.component_lock_uuids)))
+        node, uuid, sg_id, _, released = lock
+        p.our.dec_lock_ref(node, uuid, skip_swa=released)
+        p.sg.dec_lock_ref(sg_id, self._params(lock), skip_swa=released)
 
     @rule(b=st.integers(0, BASES - 1), n=st.integers(1, 96), cursor=st.floats(0, 1), keep=st.booleans())
     def request(self, b, n, cursor, keep):
@@ -159,7 +169,7 @@ class SWATreeMachine(RuleBasedStateMachine):
         cursor, insert, move the lock to the insert's node (kept, or released at once)."""
         p, ps = self.pair, self.pair.ps
         tokens = self.seqs[b][:n]
-        aligned = n // ps * ps
+        aligned = len(p.our_key(tokens)) // ps * ps  # a slot per key position (EAGLE: per bigram)
         slots, node, sg_id = self._match(tokens)
         m = len(slots)
         lock = self._lock(node, sg_id)
@@ -170,8 +180,8 @@ class SWATreeMachine(RuleBasedStateMachine):
         row = np.concatenate([slots, fresh])
         evicted = m + int(cursor * (aligned - m)) // ps * ps
         p.free_swa_below(row[m:evicted])
-        prefix, ours = p.our.insert(tokens[:aligned], row, evicted=evicted, prev_prefix_len=m)
-        res = p.sg.insert(p.sgt.base.InsertParams(key=p.key(tokens[:aligned]), value=p.sgt.torch.tensor(row),
+        prefix, ours = p.our.insert(p.our_key(tokens)[:aligned], row, evicted=evicted, prev_prefix_len=m)
+        res = p.sg.insert(p.sgt.base.InsertParams(key=p.key(tokens), value=p.sgt.torch.tensor(row),
                                                   prev_prefix_len=m,
                                                   component_evicted_seqlens={p.sgt.SWA: evicted}))
         assert res.prefix_len == prefix
@@ -190,6 +200,19 @@ class SWATreeMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 10**6))
     def unlock(self, i):
         self._unlock(self.locks.pop(i % len(self.locks)))
+
+    @precondition(lambda self: self.locks)
+    @rule(i=st.integers(0, 10**6))
+    def release_swa(self, i):
+        """A running request's window left its prefix: its lock's SWA part goes early (once),
+        SGLang's release_swa on its TreeLock; the FULL part stays until the unlock."""
+        lock = self.locks[i % len(self.locks)]
+        if lock[4]:
+            return
+        p = self.pair
+        p.our.dec_swa_lock_only(lock[0], lock[1])
+        p.sgt.release_swa(p.sg, lock[2], self._params(lock))
+        lock[4] = True
 
     @rule(full=st.integers(0, 64), swa=st.integers(0, 64))
     def evict(self, full, swa):
