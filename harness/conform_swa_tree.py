@@ -8,7 +8,7 @@ UnifiedRadixCache with the FULL and SWA components (harness/sglang_swa_radix.py 
 it on a CPU over SGLang's SWATokenToKVPoolAllocator; pools, page size and window from
 the trace) and compares:
 
-* swa_match: the matched length;
+* swa_match: the matched length, and (0.5.23) the branching point its FULL hit gives;
 * swa_insert: the length already cached (``prefix_len``), the insert made with the
   recorded FULL slots, SWA cursor (the request's SWA evicted length) and protected
   length (``prev_prefix_len``);
@@ -118,6 +118,12 @@ class SWATreeConform:
         got = self.sgt.matched_len(res)
         if got != rec["matched"]:
             return f"matched (rid {rec['rid']}, {rec['len']} tokens)", rec["matched"], got
+        # The branching point (0.5.23's match result carries it; 0.5.18 has none): the
+        # page-aligned FULL hit where it runs past the SWA-valid match.
+        if "full_hit" in rec and hasattr(res, "swa_branching_seqlen"):
+            want = rec["full_hit"] if rec["full_hit"] > rec["matched"] else None
+            if res.swa_branching_seqlen != want:
+                return f"swa_branching_seqlen (rid {rec['rid']})", want, res.swa_branching_seqlen
         return None
 
     def _insert(self, rec: dict):

@@ -124,6 +124,9 @@ class Profile:
     admission: str = "sglang"
     overlap: bool = True
     overlap_plan: str = "skip-finishing"
+    # The SWA-aware tree's branching point (memory.rules.MemoryRules.swa_branching): what
+    # the release has, not a knob a user sets, so it is not in knobs().
+    swa_branching: bool = True
     # Every writer page-ceils, whichever algorithms are registered (align "all"): what
     # host-aligned is named for, so a plugin's reservation is aligned under it too.
     align_all: bool = False
@@ -169,11 +172,12 @@ class Profile:
         return MemoryRules(align=frozenset(self.aligned_writers()), all_aligned=self.all_aligned, free=self.free,
                            swa_eviction_interval=self.swa_eviction_interval,
                            prefix_cache=self.prefix_cache, pd_radix=self.pd_radix,
-                           row_overflow=self.row_overflow, header=self.knobs())
+                           row_overflow=self.row_overflow, swa_branching=self.swa_branching,
+                           header=self.knobs())
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as plain JSON values (the trace header, a result row)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about", "align_all")}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about", "align_all", "swa_branching")}
         out["align"] = self.aligned_writers()
         return out
 
@@ -185,7 +189,8 @@ _SGLANG = dict(free="segment", swa_eviction_interval=128, prefix_cache="radix", 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("sglang-0.5.23", align=frozenset({"eagle", "dflash"}), **_SGLANG,
             about="SGLang 0.5.23: only the speculative reservation is page-aligned; segment free"),
-    Profile("sglang-pre-35265", align=frozenset({"eagle"}), **{**_SGLANG, "overlap_plan": "every-running", "free": "unique-row"},
+    Profile("sglang-pre-35265", align=frozenset({"eagle"}), **{**_SGLANG, "overlap_plan": "every-running", "free": "unique-row",
+                                                    "swa_branching": False},
             about="SGLang 0.5.18, the last release before PR 35265: the DFLASH reservation is unaligned "
                   "(EAGLE stays aligned), every running request is planned under overlap"),
     Profile("host-aligned", align=frozenset(), align_all=True, **{**_SGLANG, "free": "floor", "row_headroom": "generous", "row_overflow": False,

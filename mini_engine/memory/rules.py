@@ -37,6 +37,10 @@ class MemoryRules:
     # A reservation past the row's end is allocated whole and written on into the next
     # row, as SGLang's is (issue 33579; mini_engine.memory.overflow); False: cut at the end.
     row_overflow: bool = True
+    # The SWA-aware tree's branching point (0.5.23's swa_branching_seqlen): a match whose
+    # FULL hit runs past its SWA-valid part cuts the request's next checkpoint insert
+    # there, so the shared prefix gets live SWA again. 0.5.18 has no such point.
+    swa_branching: bool = True
     # The whole profile's knobs for the trace header (None: these rules'), so a trace
     # replays on its own terms; not a rule the memory layer reads.
     header: dict[str, Any] | None = field(default=None, compare=False, repr=False)

@@ -56,6 +56,7 @@ class SWAPrefixCache:
         self.tree = SWARadixCache(t.ps, t.mem.window, t.swa.map_host, self._free_full, self._free_swa)
         self.locks: dict[int, SWANode] = {}  # row -> the node its request holds locked
         self.uuids: dict[int, int | None] = {}  # row -> the SWA window boundary of that lock
+        self.branching: dict = {}  # rid -> its match's SWA branching point (key positions), or None
         self.holders: dict = {}  # row -> the request holding that lock (its trace records name it)
         self.swa_released: set[int] = set()  # rows whose lock's SWA part went early (release_swa)
         self.in_tree = np.zeros(t.mem.num_pages + 1, dtype=bool)  # FULL page -> the tree's (K8)
@@ -116,7 +117,13 @@ class SWAPrefixCache:
         tokens = np.asarray(tokens, dtype=np.int64)
         n = max(len(tokens) - 1, 0)
         slots, node = self.tree.match_prefix(tree_key(tokens[:n], self.bigram))
-        self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id}, tokens)
+        # SGLang's branching point (finalize_match_result_in_tree_core, set on the request
+        # at match): the page-aligned FULL hit where it runs past the SWA-valid match.
+        hit = self.tree.full_hit // self.ps * self.ps
+        if self.t.mem.rules.swa_branching and rid is not None:
+            self.branching[rid] = hit if hit > len(slots) else None
+        # full_hit: the page-aligned FULL hit, so a replay checks the branching point too.
+        self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id, "full_hit": hit}, tokens)
         return slots, node
 
     def adopt(self, state: ReqKVState, slots: np.ndarray, node: SWANode, lookup: int = 0) -> int:
@@ -219,6 +226,7 @@ class SWAPrefixCache:
             self._note("unlock", {**fields, "skip_swa": True} if skip else fields)
 
     def forget(self, state: ReqKVState) -> None:
+        self.branching.pop(state.rid, None)  # a retraction resets it (Req.reset_for_retract)
         self.t.sum_protected -= state.protected
         self.unlock(state.row)
 

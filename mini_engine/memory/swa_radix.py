@@ -203,6 +203,7 @@ class SWARadixCache:
         """(FULL slots of the longest usable prefix, the node it ends on)."""
         key = np.asarray(tokens, dtype=np.int64).reshape(-1)
         key = key[: len(key) // self.ps * self.ps]
+        self.full_hit = 0
         if len(key) == 0:
             return np.empty(0, np.int64), self.root
         node, at, values = self.root, 0, []
@@ -234,6 +235,7 @@ class SWARadixCache:
             x.last_access = t
             t -= 0.00001
             x = x.parent
+        self.full_hit = at  # the FULL hit, SWA-valid or not (SGLang's full_kv_hit_length)
         slots = np.concatenate(values[:best_len]) if best_len else np.empty(0, np.int64)
         return slots, best
 

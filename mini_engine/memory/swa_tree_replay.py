@@ -45,6 +45,8 @@ class SWATreeReplay:
             slots, node = tree.match_prefix(tree_key(self.tokens.raw(rec), self.bigram))
             self.nodes[rec["node"]] = node
             got = {"matched": len(slots), "node": node.id}
+            if "full_hit" in rec:  # newer traces: the FULL hit behind the branching point
+                got["full_hit"] = tree.full_hit // self.ps * self.ps
         elif op == "swa_insert":
             full, swa = insert_slots(rec, self.ps), insert_slots(rec, self.ps, "swa_")
             key = tree_key(self.tokens.raw(rec), self.bigram)  # a slot per key position

@@ -143,3 +143,25 @@ def test_shared_prompt_swa_runs_hold_k14_and_replay(sgswa, ps, window, pages, st
     e, _, lines = _engine(ps, pages, window, stagger, overlap, seed)
     checker, _ = _replay(lines)
     assert our_nodes(_Trees(e.manager.prefix.tree, sgswa, checker.tree)) == sg_nodes(_Trees(None, sgswa, checker.tree))
+
+
+def test_the_branching_point_is_sglangs(sgswa, sg, tmp_path):  # noqa: F811
+    """The worked branching run (suites/unit/engine/test_prefix_cache.py) conforms on SGLang's
+    UnifiedRadixCache, its branching point included (SGLang's match result carries it); a
+    match recorded without one is that call's divergence."""
+    from suites.unit.engine.test_prefix_cache import branching_run
+
+    _, lines = branching_run()
+    path = tmp_path / "branch.jsonl"
+
+    def write(recs):
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        return conform(path, sg)
+
+    assert write(lines).conforms
+    at = next(i for i, r in enumerate(lines) if r.get("op") == "swa_match" and r["full_hit"] > r["matched"])
+    edited = [dict(r) for r in lines]
+    edited[at]["full_hit"] = 0
+    d = write(edited).first_divergence
+    assert d is not None and d.line == at + 1 and d.field.startswith("swa_branching_seqlen")
+    assert (d.expected, d.got) == (None, 512)

@@ -113,3 +113,47 @@ def test_swa_models_run_no_tree_under_the_chunk_cache():
     assert e.manager.prefix is None
     res = e.run(shared_prefix_requests(n=4))
     assert res.verdict == "ok" and res.stats["tree_pages"] == 0
+
+
+def branching_run():
+    """Four requests of 512 shared + 64 own tokens, window 128, ps 16, staggered; the trace's
+    SWA tree records (the worked example of the SWA checkpoint and branching point)."""
+    import io
+    import json
+
+    from mini_engine.engine import open_trace
+
+    cfg = EngineConfig(page_size=PS, pool_tokens=2048 * PS, max_context=1024, window=128, layer_pattern="1:1",
+                       audit="raise")
+    buf = io.StringIO()
+    with open_trace(cfg, buf) as trace:
+        res = Engine(cfg, trace=trace).run(shared_prefix_requests(n=4, stagger=3))
+    assert res.verdict == "ok", res.error
+    return res, [json.loads(x) for x in buf.getvalue().splitlines()]
+
+
+def test_the_swa_checkpoint_moves_the_window_and_a_branching_point_restores_the_shared_prefix():
+    # Request 0's checkpoint after its 576-token prefill moves its window first (SGLang's
+    # free_out_of_window_slots(req, 575)): 575 - 128 = 447, page-floored 432, so the insert
+    # keeps SWA for [432, 576) only. Request 1's match: the FULL hit is 512 but [432, 512)
+    # is 80 < 128 tokens of live SWA, so it shares nothing and its branching point is 512;
+    # its checkpoint inserts [0, 512) behind a window moved to 511 - 128 -> 368, which gives
+    # the shared prefix live SWA on [368, 512). Requests 2 and 3 then share all 512.
+    res, lines = branching_run()
+    first = [r for r in lines[1:] if r["op"] in ("swa_match", "swa_insert")][:8]
+    assert [(r["op"], r["rid"], r["matched"] if r["op"] == "swa_match" else r["len"],
+             r.get("full_hit", r.get("swa_evicted_seqlen"))) for r in first] == [
+        ("swa_match", 0, 0, 0), ("swa_insert", 0, 576, 432),
+        ("swa_match", 1, 0, 512), ("swa_insert", 1, 512, 368),
+        ("swa_match", 2, 512, 512), ("swa_insert", 2, 576, 512),
+        ("swa_match", 3, 512, 512), ("swa_insert", 3, 576, 512)]
+    assert res.stats["prefix_hit_tokens"] == 2 * 512
+
+
+def test_before_the_branching_point_the_shared_prefix_is_never_shared_again():
+    # 0.5.18 (the pre-35265 profile) moves the window at the checkpoint too but has no
+    # branching point: nobody gives the shared prefix live SWA again, so no request shares it.
+    cfg = EngineConfig(page_size=PS, pool_tokens=2048 * PS, max_context=1024, window=128, layer_pattern="1:1",
+                       audit="raise", profile="sglang-pre-35265")
+    res = Engine(cfg).run(shared_prefix_requests(n=4, stagger=3))
+    assert res.verdict == "ok" and res.stats["prefix_hit_tokens"] == 0
