@@ -2,7 +2,7 @@
 
 The scheduler decides who runs and asks the memory layer for the slots; it never
 touches token ids or the backend. Admission's memory side is SGLang's PrefillAdder
-(mini_engine.prefill_memory) under the profile's admission rule "sglang", else an
+(mini_engine.prefill_memory, with SWA prefill_memory_swa) under the admission rule "sglang", else an
 estimate in whole pages against the free list; under "sglang" a pass that ran out of
 room shuts admission until a request leaves (SGLang's batch_is_full, admission_gate).
 When admission was too optimistic and
