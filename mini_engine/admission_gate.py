@@ -35,8 +35,8 @@ SGLang than in kvbench (docs/conform.md), so a request whose first output is its
 clears the flag one step earlier here.
 
 SGLang also clears the flag at every pass for hybrid SWA models and under priority
-preemption; kvbench's SWA pools keep their own estimate (Scheduler.prefill_memory) and
-the gate is off for them, which is what a flag cleared at every pass amounts to. The
+preemption; kvbench's SWA pools take SGLang's SWA budget (mini_engine.prefill_memory_swa)
+and the gate is off for them, which is what a flag cleared at every pass amounts to. The
 decode side of disaggregation (kvbench's PD arrivals) has its own queue without the flag.
 """
 

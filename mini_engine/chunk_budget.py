@@ -56,13 +56,15 @@ class ChunkBudget:
         """Tokens the continuing chunked request prefills now (not charged yet)."""
         return min(remaining, max(self.left, 0))
 
-    def first_chunk(self, extend: int, *, prefix: int = 0, alone: bool = False) -> int:
+    def first_chunk(self, extend: int, *, prefix: int = 0, alone: bool = False, limit: int | None = None) -> int:
         """Tokens of a new request's first chunk (not charged yet); 0: it does not join, the batch closes.
 
         extend: the tokens it still needs ([prefix, prompt + outputs)); prefix: what a
         prefix cache matched (page-aligned). alone: nothing else is in the batch yet.
+        limit: a shorter cut the memory budget allows (SGLang's check_prefill chunk limit,
+        cut the same way as the chunk budget: _select_prefill_admission).
         """
-        left = self.left
+        left = self.left if limit is None else min(self.left, limit)
         if left <= 0 or extend <= 0:
             return 0
         if self.rule == "tokens":

@@ -68,3 +68,26 @@ def _checkpoint_swa(manager, prefix, r: Request, up_to: int) -> None:
     if branch:  # the branch is in the tree now
         prefix.branching.pop(r.rid, None)
         manager.evict_swa(r.kv, up_to - bigram - 1, interval=1)
+
+
+def swa_pinned_by_match(manager, match) -> int:
+    """Evictable SWA tokens a match's lock would pin (the SWA-aware tree's inc_lock_ref, read
+    only): the SWA tokens of the unlocked nodes from the match up until a window's worth of
+    positions is covered. 0 without an SWA-aware tree."""
+    tree = getattr(manager.prefix, "tree", None)
+    if match is None or not hasattr(tree, "swa_evictable"):
+        return 0
+    node, covered, pinned = match[1], 0, 0
+    while node is not tree.root and covered < tree.window:
+        if node.swa_lock == 0 and node.swa is not None:
+            pinned += len(node.swa)
+        covered += len(node.key)
+        node = node.parent
+    return pinned
+
+
+def match_pins(manager, match) -> tuple[int, ...]:
+    """What the match's lock pins, as PrefillMemory.fits takes it: the full tokens, and with an
+    SWA pool the SWA tokens too (SWAPrefillMemory.fits)."""
+    full = pinned_by_match(manager, match)
+    return (full,) if manager.swa is None else (full, swa_pinned_by_match(manager, match))

@@ -53,8 +53,9 @@ Knobs, with SGLang 0.5.23's values first:
                          SGLang 0.5.23's PrefillAdder in tokens, ignore_eos requests
                          at ratio 1.0, each one's outputs capped at 4096, a strict
                          < against free plus evictable tokens, max_prefill_tokens
-                         (mini_engine.prefill_memory; full-attention pools, the PD
-                         arrivals and SWA models keep the estimate); "estimate":
+                         (mini_engine.prefill_memory; SWA models: SWAPrefillBudget,
+                         mini_engine.prefill_memory_swa; PD arrivals keep the
+                         estimate); "estimate":
                          kvbench's whole-page estimate with the decaying new-token
                          ratio (the designs keep it).
   overlap                SGLang's overlap scheduler (on unless

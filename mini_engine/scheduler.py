@@ -2,7 +2,7 @@
 
 The scheduler decides who runs and asks the memory layer for the slots; it never
 touches token ids or the backend. Admission's memory side is SGLang's PrefillAdder
-(mini_engine.prefill_memory) under the profile's admission rule "sglang", else an
+(mini_engine.prefill_memory, with SWA prefill_memory_swa) under the admission rule "sglang", else an
 estimate in whole pages against the free list; under "sglang" a pass that ran out of
 room shuts admission until a request leaves (SGLang's batch_is_full, admission_gate).
 When admission was too optimistic and
@@ -24,7 +24,8 @@ from mini_engine.chunk_budget import ChunkBudget
 from mini_engine.config import EngineConfig
 from mini_engine.memory.sizing import swa_evict_due
 from mini_engine.prefill_memory import PrefillMemory
-from mini_engine.prefix_admission import pinned_by_match, prefix_match
+from mini_engine.prefill_memory_swa import admission_memory
+from mini_engine.prefix_admission import match_pins, prefix_match
 from mini_engine.retraction import Retraction, retract_demand
 from mini_engine.request import Request, Status
 
@@ -114,18 +115,16 @@ class Scheduler:
                            "tokens" if profile.what_if else "pages",
                            raw_fit=profile.prefix_cache == "chunk")
 
-    def prefill_memory(self) -> PrefillMemory | None:
+    def prefill_memory(self, budget: ChunkBudget) -> PrefillMemory | None:
         """This batch's memory budget under the profile's admission rule "sglang" (SGLang's
-        PrefillAdder; full-attention pools only), else None: kvbench's page estimate."""
-        m = self.manager
-        if self.profile.admission != "sglang" or m.swa is not None:
+        PrefillAdder: PrefillBudget, or SWAPrefillBudget with SWA), else None: kvbench's estimate."""
+        if self.profile.admission != "sglang":
             return None
-        ps = self.cfg.page_size
-        return PrefillMemory(lambda: (m.num_free_pages + m.evictable_pages) * ps, ps, self.decode_batch())
+        return admission_memory(self.manager, self.cfg.page_size, self.decode_batch(), lambda: budget.left)
 
     def _admit(self) -> tuple[list[PrefillChunk], list[Request]]:
         budget = self.chunk_budget()
-        mem = self.last_memory = self.prefill_memory()
+        mem = self.last_memory = self.prefill_memory(budget)
         gate, dec = self.gate, self.decode_batch()
         gate.begin(bool(dec))  # SGLang's running batch: the requests done prefilling
         chunks: list[PrefillChunk] = []
@@ -134,14 +133,16 @@ class Scheduler:
                 break
             if r.prefilling:
                 left = r.prefill_target - r.prefilled
-                n = budget.continuation(left) if mem is None else min(left, mem.continuation(max(budget.left, 0)))
-                chunk = self._chunk(r, r.prefilled + n)
+                n = budget.continuation(left) if mem is None else mem.continuation(max(budget.left, 0))
+                if n is None:
+                    continue  # SWA too short: parked this pass, the queue is still tried (add_chunked_req)
+                chunk = self._chunk(r, r.prefilled + min(left, n))
                 if chunk is None:
                     break  # pool short: admitting more would only make it worse
                 chunks.append(chunk)
-                budget.charge(chunk.end - chunk.start)
-                if mem is not None:
+                if mem is not None:  # before the chunk budget: SWA's reserve reads it as it was
                     mem.charge(r, chunk.end - chunk.start, chunk.end == r.prefill_target)
+                budget.charge(chunk.end - chunk.start)
         pd: list[Request] = []
         if not self.waiting:
             return chunks, pd
@@ -169,7 +170,7 @@ class Scheduler:
                 fits = need <= free
             else:
                 need = 0
-                fits = mem.fits(r, r.seq_len - matched, pinned_by_match(self.manager, match)) \
+                fits = mem.fits(r, r.seq_len - matched, *match_pins(self.manager, match)) \
                     if self.manager.prefix is not None else mem.fits_ignore_eos(r, r.seq_len - matched)
             if not fits and not fresh_pd:  # NO_TOKEN: batch_is_full if a request is held
                 gate.refused(bool(chunks or pd or dec))
@@ -181,7 +182,8 @@ class Scheduler:
             first = 0
             if not fresh_pd:
                 # Where SGLang's cut would be empty the request does not join (AddReqResult.OTHER).
-                first = budget.first_chunk(r.seq_len - matched, prefix=matched, alone=not (chunks or pd))
+                first = budget.first_chunk(r.seq_len - matched, prefix=matched, alone=not (chunks or pd),
+                                           limit=getattr(mem, "cap", None) if not fresh_pd else None)
                 if first == 0:
                     break
             state = self.manager.admit(r.rid)
@@ -217,9 +219,9 @@ class Scheduler:
                     r.status = Status.WAITING
                     break
                 chunks.append(chunk)
-                budget.charge(first)
                 if mem is not None:
                     mem.charge(r, first, matched + first == r.seq_len)
+                budget.charge(first)
             self.waiting.popleft()
             free -= need
             if mem is not None and not fresh_pd and not mem.has_room:
