@@ -10,6 +10,7 @@ a decode reservation fails, a request is retracted (freed and requeued to recomp
 profile's retraction rule (mini_engine.retraction): SGLang's fewest-outputs-first,
 or the newest. Either way the request furthest along keeps progressing, so a pool
 that holds any single request finishes every request.
+The decode step's SWA window eviction is decode_window.py's.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 from mini_engine.admission_gate import AdmissionGate
 from mini_engine.chunk_budget import ChunkBudget
 from mini_engine.config import EngineConfig
-from mini_engine.memory.sizing import swa_evict_due
+from mini_engine.decode_window import evict_window
 from mini_engine.prefill_memory import PrefillMemory
 from mini_engine.prefill_memory_swa import admission_memory
 from mini_engine.prefix_admission import match_pins, prefix_match
@@ -294,7 +295,7 @@ class Scheduler:
 
         In SGLang's order (Scheduler.update_running_batch): whether the step fits is decided on
         the pools as they are (ScheduleBatch.check_decode_mem), retract_decode retracts until it
-        does, only then prepare_for_decode evicts the SWA window (maybe_evict_swa, _evict_window)
+        does, only then prepare_for_decode evicts the SWA window (maybe_evict_swa; decode_window.py)
         and allocates: an eviction that would have made room does not spare a retraction, and a
         request retracted this step is not evicted first.
 
@@ -302,7 +303,7 @@ class Scheduler:
         cannot get them: the pool is exhausted. wait (overlap: a result in flight will finish
         requests): on a shortage reserve (and evict) nothing and return [] instead of retracting;
         those requests' frees come first (update_running_batch returns None: no decode step).
-        lag: by row, the committed tokens whose output has not landed yet (_evict_window's pre_len)."""
+        lag: by row, the committed tokens whose output has not landed yet (evict_window's pre_len)."""
         first = True
         while batch:
             states = [r.kv for r in batch]
@@ -312,7 +313,7 @@ class Scheduler:
                 else:  # retract_decode re-sorted the batch it kept
                     batch = self._resort(batch)
                     states = [r.kv for r in batch]
-                self._evict_window(batch, lag)
+                evict_window(self.manager, batch, lag)
                 if not self.manager.prepare(states, self.step_reserve, after_fits=True):
                     # The eviction only frees: SGLang's alloc after a passed check is fail-loud too.
                     raise RuntimeError("decode reservation refused after its capacity check passed")
@@ -327,28 +328,6 @@ class Scheduler:
                 return None
             self.swa_retractions += swa_short
         return batch
-
-    def _evict_window(self, batch: list[Request], lag: np.ndarray | None = None) -> None:
-        """SGLang's maybe_evict_swa in prepare_for_decode, after update_running_batch's
-        retraction and before the allocation: one free group, and only from a request's
-        second decode batch on (decode_batch_idx >= 1: the first may overlap its prefill).
-
-        Its pre_len is req.seqlen - 1, prompt plus output_ids less one: the committed
-        length, less the tokens committed but not yet in output_ids (lag: plain decode
-        under overlap, whose in-flight token alloc_for_decode committed; DecodeStep)."""
-        mgr = self.manager
-        if mgr.swa is None:
-            return
-        # The interval rule over the batch in one pass; evict_swa decides the rest, for those only.
-        rows = np.fromiter((r.kv.row for r in batch), dtype=np.int64, count=len(batch))
-        kv = mgr.rows
-        pre = kv.committed[rows] if lag is None else kv.committed[rows] - lag[rows]
-        due = swa_evict_due(pre, kv.swa_evicted[rows], mgr.mem.window, mgr.rules.swa_eviction_interval)
-        with mgr.free_group():
-            for i in np.flatnonzero(due).tolist():
-                r = batch[i]
-                if r.decode_batches:
-                    mgr.evict_swa(r.kv, int(pre[i]))
 
     def _resort(self, batch: list[Request]) -> list[Request]:
         """The kept batch in the retraction rule's order (Retraction.kept_order), in running

@@ -7,7 +7,8 @@ import argparse
 import sys
 
 from harness.store.results import load_rows, open_run_dir, results_root
-from harness.view.mlflow_log import finish_parent, sync, tracking_uri, unreachable
+from harness.view.mlflow_log import finish_parent, sync
+from harness.view.mlflow_store import tracking_uri, unreachable
 
 
 def register(sub: argparse._SubParsersAction) -> None:

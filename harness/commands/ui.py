@@ -14,7 +14,8 @@ from pathlib import Path
 
 from harness.core.causes import one_line
 from harness.store.results import results_root
-from harness.view.mlflow_log import MlflowUnavailable, artifact_location, client, default_uri
+from harness.view.mlflow_log import client
+from harness.view.mlflow_store import MlflowUnavailable, artifact_location, default_uri
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -26,8 +26,8 @@ from harness.view.mlflow_log import (
     finish_parent,
     git_commit,
     sync,
-    tracking_uri,
 )
+from harness.view.mlflow_store import tracking_uri
 
 PROJECT = SUITES_DIR.parent
 

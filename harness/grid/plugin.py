@@ -43,7 +43,8 @@ from harness.grid.suites import SUITES_DIR, load_suite
 from harness.run.runner import config_key
 from harness.store.locks import hold_run
 from harness.store.results import RunDir, load_rows, results_root, row_json
-from harness.view.mlflow_log import Logger, tracking_uri
+from harness.view.mlflow_log import Logger
+from harness.view.mlflow_store import tracking_uri
 from mini_engine.errors import KVBenchError
 
 GRID_DIR = SUITES_DIR / "grid"

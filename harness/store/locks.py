@@ -120,7 +120,7 @@ def store_lock(uri: str | None, note: Callable[[str], None] = lambda m: None) ->
     experiment and parent run are made; None for a server (it serialises itself)."""
     db = sqlite_path(uri)
     if db is None or not db.parent.is_dir() or db.is_symlink() or (db.exists() and not db.is_file()):
-        return None  # no store can be made there: opening it fails fast (mlflow_log.check_local_store)
+        return None  # no store can be made there: opening it fails fast (mlflow_store.check_local_store)
     return Lock(db.with_name(db.name + ".lock"), f"the MLflow store {db}").acquire(
         wait_s=STORE_WAIT_S, note=note, purpose="creating the MLflow store and parent run")
 

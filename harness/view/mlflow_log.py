@@ -7,14 +7,13 @@ unlogged, and `kvbench sync` (or the end of the sweep) uploads what is missing.
 Logging is idempotent: every child run carries the sweep's run id and a hash of
 the config key as tags, so a config already in MLflow is never logged twice, and
 a half-logged child (the process died mid-upload) is deleted and logged again.
+Where the store lives and the checks before a client reaches it: mlflow_store.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import stat
 import subprocess
 import tempfile
 import time
@@ -22,70 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.causes import one_line
-from harness.core.errors import HarnessError
 from harness.core.run_names import short_name
-from harness.core.safe_write import kind_of
-from harness.store.locks import sqlite_path, store_lock
+from harness.store.locks import store_lock
 from harness.store.results import load_rows
 from harness.view import mlflow_layout as layout
+from harness.view.mlflow_store import (MlflowUnavailable, artifact_location, check_local_store, quiet_client_env,
+                                       tracking_uri, unreachable)
 from mini_engine.errors import KVBenchError
 
 # MLflow 3 opens an experiment of unknown kind on its GenAI pages; a sweep is runs and
 # their metrics, so the experiment says it is a model-development one.
 EXPERIMENT_KIND, RUNS_KIND = "mlflow.experimentKind", "custom_model_development"
 PARAM_CHARS = 500
-
-
-class MlflowUnavailable(HarnessError):
-    """The tracking server or store cannot be reached."""
-
-
-def quiet_client_env() -> None:
-    # MLflow's defaults retry an unreachable server for minutes; a sweep must not
-    # stall on that: fail fast, keep the row on disk, sync later.
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
-    # Its INFO lines (creating the sqlite schema, ...) would sit above the progress bar.
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-
-
-def default_uri(root: Path) -> str:
-    return f"sqlite:///{(root / 'mlflow.db').resolve()}"
-
-
-def artifact_location(root: Path) -> str:
-    return (root / "mlartifacts").resolve().as_uri()
-
-
-def tracking_uri(cli_uri: str | None, root: Path) -> str:
-    return cli_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(root)
-
-
-def check_local_store(uri: str) -> None:
-    """A sqlite store that cannot be opened fails here at once: MLflow retries opening
-    it for about two minutes (a sync took 107 s, a 4-config sweep 4 minutes) before
-    saying so. What can be known up front: the file is a regular file or absent, and its
-    directory exists and can be written (sqlite writes a journal beside the file)."""
-
-    db = sqlite_path(uri)
-    if db is None:
-        return
-    why = None
-    try:
-        mode = os.lstat(db).st_mode
-        if not stat.S_ISREG(mode):
-            why = f"{db} is {kind_of(mode)}, not a database file"
-    except FileNotFoundError:
-        pass
-    except OSError as err:
-        why = f"{db}: {err.strerror}"
-    if why is None and not db.parent.is_dir():
-        why = f"its directory {db.parent} does not exist"
-    elif why is None and not os.access(db.parent, os.W_OK | os.X_OK):
-        why = f"its directory {db.parent} cannot be written"
-    if why:
-        raise MlflowUnavailable(f"MLflow store at {uri} cannot be opened: {why}")
 
 
 def experiment_name(suite: str) -> str:
@@ -293,7 +240,7 @@ class Logger:
                         existing=[] if attempt == 0 else None, context=self._context)
                 return True
             except Exception as err:
-                self.last_error = _first_line(err)
+                self.last_error = one_line(err)
                 time.sleep(0.2 * (attempt + 1))
         self._down_until = time.monotonic() + self.BACKOFF_S
         return False
@@ -319,7 +266,7 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
         except MlflowUnavailable:
             raise
         except Exception as err:  # a damaged or unreadable sqlite file fails here, not on a call
-            raise MlflowUnavailable(f"MLflow store at {uri} cannot be opened: {_first_line(err)}") from None
+            raise MlflowUnavailable(f"MLflow store at {uri} cannot be opened: {one_line(err)}") from None
         exp = ensure_experiment(cl, experiment_name(meta["suite"]), uri, root)
     finally:
         if lock is not None:
@@ -349,7 +296,7 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
                 present += 1
         except Exception as err:
             raise MlflowUnavailable(
-                f"MLflow at {uri} failed after {uploaded} uploads: {_first_line(err)}; run kvbench sync again"
+                f"MLflow at {uri} failed after {uploaded} uploads: {one_line(err)}; run kvbench sync again"
             ) from None
         if row["key"] not in logged:
             run_dir.mark_logged(row["key"])
@@ -407,13 +354,3 @@ def stop_system_metrics(parent_id: str) -> None:
             monitor.finish()
         except Exception:
             pass
-
-
-def unreachable(uri: str, err: BaseException) -> MlflowUnavailable:
-    return MlflowUnavailable(f"MLflow at {uri} cannot be reached: {_first_line(err)}")
-
-
-def _first_line(err: BaseException) -> str:
-    # keeps the cause a long library message ends with
-    return one_line(err)
-

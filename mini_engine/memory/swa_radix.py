@@ -34,14 +34,10 @@ What the FULL + SWA tree does, and what this module reproduces:
   at the cursor (the older part a tombstone) and, when longer than a window rounded
   up to pages, split again so its newest window is a node of its own (a lock then
   pins one window of SWA, not a long prefill); its live parts get their SWA slots.
-* **locks**: FULL locks the whole path to the root (as the full tree); SWA locks only
-  the trailing nodes covering ``window`` tokens (tombstones counted), and stamps the
-  last of them with a uuid the release stops at. A locked node is never a leaf to
-  evict; its SWA slots are protected, not evictable.
-* **evict(full tokens, swa tokens)**: FULL first, as the full tree: least recently
-  used unlocked leaves (a leaf frees its FULL and SWA slots, and childless unlocked
-  ancestors follow). Then SWA, from the SWA LRU's least recent unlocked node: a leaf
-  is deleted whole; an internal node is tombstoned (its SWA slots freed, FULL kept).
+* **locks** (swa_locks.py): FULL locks the whole path to the root; SWA only the
+  trailing nodes covering ``window`` tokens, up to a uuid-stamped boundary.
+* **evict(full tokens, swa tokens)** (swa_evict.py): FULL LRU leaves first, then the
+  SWA LRU (a leaf deleted whole, an internal node tombstoned).
 * While a request runs, SGLang frees its SWA slots behind the window (the cursor,
   memory/swa_cursor.py); the tree side needs only the cursor at insert time
   (the tombstone boundary), and the request's cursor never drops below its matched
@@ -51,9 +47,6 @@ Recency is SGLang's clock: a float counter read twice per node created, once per
 node an insert walks, once per match (the path gets that time, less 1e-5 per level
 up); SWA recency is SGLang's doubly linked LRU, kept here as a list (index 0 = MRU).
 
-The early window-lock release (``dec_swa_lock_only``) drops a lock's SWA part alone; the
-lock's later release then drops its FULL part only.
-
 Not reproduced: HiCache (host values), session refs, the SWA branching point of a
 match (``swa_branching_seqlen``, which picks a second, shorter insert on the next
 cache call), Mamba.
@@ -61,10 +54,11 @@ cache call), Mamba.
 
 from __future__ import annotations
 
-import heapq
 from typing import Callable
 
 import numpy as np
+
+from mini_engine.memory import swa_evict, swa_locks
 
 
 class SWANode:
@@ -101,7 +95,7 @@ class SWARadixCache:
         self.swa_map, self.free_full, self.free_swa = swa_map, free_full, free_swa
         self._clock = 0.0
         self._ids = 0
-        self._uuids = 0
+        self.uuids = 0  # the last SWA lock boundary stamp handed out (swa_locks.py)
         self.root = self._new_node(np.empty(0, np.int64), None)
         self.root.full = np.empty(0, np.int64)
         self.full_evictable = self.full_protected = 0
@@ -123,7 +117,7 @@ class SWARadixCache:
         self._tick()  # SGLang's creation_time
         return node
 
-    def _ck(self, key: np.ndarray, at: int = 0) -> bytes:
+    def child_key(self, key: np.ndarray, at: int = 0) -> bytes:
         return key[at:at + self.ps].tobytes()
 
     def _common(self, a: np.ndarray, b: np.ndarray) -> int:
@@ -136,7 +130,7 @@ class SWARadixCache:
         return (node is not self.root and node.full is not None and node.full_lock == 0 and node.swa_lock == 0
                 and not any(c.full is not None for c in node.children.values()))
 
-    def _update_leaf(self, node: SWANode) -> None:
+    def update_leaf(self, node: SWANode) -> None:
         if self._is_leaf(node):
             self.leaves.add(node)
         else:
@@ -146,7 +140,7 @@ class SWARadixCache:
     def _lru_add(self, node: SWANode, at: int = 0) -> None:
         self.lru.insert(at, node)
 
-    def _lru_remove(self, node: SWANode) -> None:
+    def lru_remove(self, node: SWANode) -> None:
         self.lru.remove(node)
 
     def _window_mru(self, node: SWANode) -> None:
@@ -154,19 +148,11 @@ class SWARadixCache:
         at, acc = 0, 0
         while node is not self.root and acc < self.window + self.ps:
             if node.swa is not None:
-                self._lru_remove(node)
+                self.lru_remove(node)
                 self._lru_add(node, at)
                 at += 1
             acc += len(node.key)
             node = node.parent
-
-    def _lru_prev_unlocked(self, i: int) -> SWANode | None:
-        """The first node from index i towards the most recent end that no request SWA-locks."""
-        while i >= 0:
-            if self.lru[i].swa_lock == 0:
-                return self.lru[i]
-            i -= 1
-        return None
 
     def _set_swa(self, node: SWANode, swa: np.ndarray) -> None:
         node.swa = swa
@@ -180,7 +166,7 @@ class SWARadixCache:
     def _split(self, child: SWANode, n: int) -> SWANode:
         """child becomes [n:] under a new node holding [:n] (locks copied, the uuid moves up)."""
         upper = self._new_node(child.key[:n], child.parent)
-        upper.children = {self._ck(child.key, n): child}
+        upper.children = {self.child_key(child.key, n): child}
         upper.full_lock, upper.swa_lock = child.full_lock, child.swa_lock
         upper.full = child.full[:n].copy()
         child.full = child.full[n:].copy()
@@ -189,13 +175,13 @@ class SWARadixCache:
             child.swa = child.swa[n:].copy()
         upper.uuid, child.uuid = child.uuid, None
         child.key = child.key[n:]
-        upper.parent.children[self._ck(upper.key)] = upper
+        upper.parent.children[self.child_key(upper.key)] = upper
         child.parent = upper
         if upper.swa is not None:  # right after child: just less recent than it
             self._lru_add(upper, self.lru.index(child) + 1)
         child.last_access = self._tick()
-        self._update_leaf(upper)
-        self._update_leaf(child)
+        self.update_leaf(upper)
+        self.update_leaf(child)
         return upper
 
     # -- match ---------------------------------------------------------------------
@@ -210,7 +196,7 @@ class SWARadixCache:
         best, best_len = self.root, 0
         run = float("inf")  # SWA tokens since the last tombstone
         while at < len(key):
-            child = node.children.get(self._ck(key, at))
+            child = node.children.get(self.child_key(key, at))
             if child is None:
                 break
             n = self._common(child.key, key[at:])
@@ -256,7 +242,7 @@ class SWARadixCache:
             return 0, self.root
         node, total = self.root, 0
         while total < len(key):
-            child = node.children.get(self._ck(key, total))
+            child = node.children.get(self.child_key(key, total))
             if child is None:
                 break
             child.last_access = self._tick()
@@ -270,10 +256,10 @@ class SWARadixCache:
         if total < len(key):
             target = self._new_node(key[total:].copy(), node)
             target.full = value[total:].copy()
-            node.children[self._ck(target.key)] = target
+            node.children[self.child_key(target.key)] = target
             self.full_evictable += len(target.key)
-            self._update_leaf(target)
-            self._update_leaf(node)
+            self.update_leaf(target)
+            self.update_leaf(node)
             self._populate(target, total, evicted)
         if target is not self.root:
             self._window_mru(target)
@@ -326,148 +312,18 @@ class SWARadixCache:
             self._set_swa(parent, self.swa_map[parent.full].copy())
         self._set_swa(leaf, self.swa_map[leaf.full].copy())
 
-    # -- locks ---------------------------------------------------------------------
+    # -- locks (swa_locks.py) and eviction (swa_evict.py) ------------------------------
     def inc_lock_ref(self, node: SWANode) -> tuple[int, int | None]:
-        """Lock node's path (FULL) and its trailing window (SWA); returns (the change of the
-        FULL evictable size, the SWA boundary uuid the release stops at)."""
-        delta, x = 0, node
-        while x is not self.root:
-            if x.full_lock == 0:
-                self.full_evictable -= len(x.key)
-                self.full_protected += len(x.key)
-                delta -= len(x.key)
-            x.full_lock += 1
-            self.leaves.discard(x)
-            x = x.parent
-        covered, uuid, x = 0, None, node
-        while x is not self.root and covered < self.window:
-            if x.swa_lock == 0 and x.swa is not None:
-                self.swa_evictable -= len(x.swa)
-                self.swa_protected += len(x.swa)
-            x.swa_lock += 1
-            covered += len(x.key)
-            if covered >= self.window:
-                if x.uuid is None:
-                    self._uuids += 1
-                    x.uuid = self._uuids
-                uuid = x.uuid
-            x = x.parent
-        self._update_leaf(node)
-        return delta, uuid
+        return swa_locks.inc_lock_ref(self, node)
 
     def dec_lock_ref(self, node: SWANode, uuid: int | None, skip_swa: bool = False) -> int:
-        """Release a lock inc_lock_ref took (uuid: what it returned); returns the FULL evictable
-        change. skip_swa: its SWA part went early (dec_swa_lock_only), only the FULL part is left."""
-        if not skip_swa:
-            self._release_window(node, uuid)
-        delta, x = 0, node
-        while x is not self.root:
-            if x.full_lock <= 0:
-                raise ValueError(f"FULL lock release on an unlocked node (id {x.id})")
-            if x.full_lock == 1:
-                self.full_evictable += len(x.key)
-                self.full_protected -= len(x.key)
-                delta += len(x.key)
-            x.full_lock -= 1
-            if x.full_lock == 0:
-                self._update_leaf(x)
-            x = x.parent
-        self._update_leaf(node)
-        return delta
+        return swa_locks.dec_lock_ref(self, node, uuid, skip_swa)
 
     def dec_swa_lock_only(self, node: SWANode, uuid: int | None) -> None:
-        """SGLang's early release of a lock's SWA part (``release_swa``): once a request's
-        window has left its prefix the prefix's SWA becomes evictable, while the FULL lock
-        stays (the request still reads that KV through full attention). At most once per lock;
-        its dec_lock_ref then passes skip_swa."""
-        if node is not self.root:
-            self._release_window(node, uuid)
+        swa_locks.dec_swa_lock_only(self, node, uuid)
 
-    def _release_window(self, node: SWANode, uuid: int | None) -> None:
-        """The SWA lock from node up to the node stamped uuid (to the root without one).
-        SGLang's early release would also evict a released node that is an evictable leaf
-        at once; a FULL-locked path has none (the request's FULL lock keeps every node on
-        it), and every release here leaves that lock in place or releases it right after."""
-        x = node
-        while x is not self.root:
-            if x.swa_lock <= 0:
-                raise ValueError(f"SWA lock release on an unlocked node (id {x.id})")
-            if x.swa_lock == 1 and x.swa is not None:
-                self.swa_evictable += len(x.swa)
-                self.swa_protected -= len(x.swa)
-            x.swa_lock -= 1
-            if x.swa_lock == 0:
-                self._update_leaf(x)
-            stop = uuid is not None and x.uuid == uuid
-            x = x.parent
-            if stop:
-                break
-
-    # -- eviction ------------------------------------------------------------------
     def evict(self, full_tokens: int, swa_tokens: int = 0) -> tuple[int, int]:
-        """FULL leaves (LRU) until full_tokens are freed, then SWA (its LRU: leaves deleted,
-        internal nodes tombstoned) until swa_tokens are; returns (FULL, SWA) tokens freed."""
-        freed = {"full": 0, "swa": 0}
-        if freed["full"] < full_tokens:
-            heap = [(n.last_access, n.id, n) for n in self.leaves]
-            heapq.heapify(heap)
-            last = None
-            while freed["full"] < full_tokens:
-                if last is not None and last.parent in self.leaves:
-                    p = last.parent
-                    heapq.heappush(heap, (p.last_access, p.id, p))
-                last = None
-                while heap:
-                    x = heapq.heappop(heap)[2]
-                    if x in self.leaves:
-                        last = x
-                        break
-                if last is None:
-                    break
-                self._delete_leaf(last, freed)
-        if freed["swa"] < swa_tokens:
-            cursor = self._lru_prev_unlocked(len(self.lru) - 1)
-            while freed["swa"] < swa_tokens:
-                if cursor is not None and cursor not in self.lru:
-                    cursor = self._lru_prev_unlocked(len(self.lru) - 1)
-                if cursor is None:
-                    break
-                x = cursor
-                cursor = self._lru_prev_unlocked(self.lru.index(x) - 1)
-                if x in self.leaves:
-                    self._delete_leaf(x, freed)
-                else:
-                    self._tombstone(x, freed)
-        return freed["full"], freed["swa"]
-
-    def _tombstone(self, x: SWANode, freed: dict) -> None:
-        if x.swa_lock:  # a FULL lock alone does not keep SWA slots outside the window
-            self.locked_evictions.append(x.id)
-        self.free_swa(x.full)
-        self.swa_evictable -= len(x.swa)
-        freed["swa"] += len(x.swa)
-        self.tombstoned_tokens += len(x.swa)
-        x.swa = None
-        self._lru_remove(x)
-        self._update_leaf(x)
-
-    def _delete_leaf(self, x: SWANode, freed: dict) -> None:
-        """A leaf goes whole (FULL and SWA); childless unlocked ancestors without FULL follow."""
-        if x.swa_lock or x.full_lock:
-            self.locked_evictions.append(x.id)
-        self.free_full(x.full)
-        self.full_evictable -= len(x.key)
-        freed["full"] += len(x.key)
-        if x.swa is not None:
-            self.free_swa(x.full)
-            self.swa_evictable -= len(x.swa)
-            freed["swa"] += len(x.swa)
-            self._lru_remove(x)
-            x.swa = None
-        x.full = None
-        self.leaves.discard(x)
-        del x.parent.children[self._ck(x.key)]
-        self._update_leaf(x.parent)
+        return swa_evict.evict(self, full_tokens, swa_tokens)
 
     # -- queries -------------------------------------------------------------------
     def nodes(self):
@@ -488,7 +344,7 @@ class SWARadixCache:
         return self.full_evictable + self.full_protected
 
     # The full tree's names, for what reads either tree (K12, K13, the manager's figures).
-    _child_key = _ck
+    _child_key = child_key
 
     @property
     def protected_size(self) -> int:

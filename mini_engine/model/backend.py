@@ -7,7 +7,7 @@ which the batch keeps up to date), writes K/V there through the forward pass and
 returns tokens. It never holds the KV manager. The SWA layers write where the memory
 layer's SWA map points.
 Per-request state is the drafter's: target hidden states it still needs and how
-far its own KV is final.
+far its own KV is final. The verify of chain drafts is verify_chains.py's.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from mini_engine.model.loader import resolve_model
 from mini_engine.model.mirror import DeviceMirror
 from mini_engine.model.threads import ThreadChoice, bucket
 from mini_engine.model.transformer import KVCache, Transformer
+from mini_engine.model.verify_chains import verify_chains
 from mini_engine.spec import verify
 from mini_engine.step_batch import Layout, Phase, StepBatch
 
@@ -162,7 +163,7 @@ class ModelBackend:
             _writes_from(r, s, b.committed[k])
             ids += self.check_tokens(r, r.tokens(s, e))
             lens.append(e - s)
-        h = self._target(ids, b.slots, b.swa_slots, lens, None, None)
+        h = self.target_forward(ids, b.slots, b.swa_slots, lens, None, None)
         done, last = [], []
         off = 0
         for k, (r, s, e) in enumerate(zip(reqs, starts, ends)):
@@ -211,7 +212,7 @@ class ModelBackend:
             if got is not None:
                 return got
         ids = np.fromiter((r.last_token() for r in reqs), dtype=np.int64, count=n)
-        self._check_ids(reqs, ids)
+        self.check_ids(reqs, ids)
         # The torch backend gathers whole pages; the Triton kernels read the flat layout.
         meta = decode_meta(mirror.table, b.rows, lens, self.layout.page_size, mirror.swa_map,
                            flat=self.attend is not paged_attention)
@@ -238,7 +239,7 @@ class ModelBackend:
             table = SlotTable(b.slots, self.layout.page_size, self.device)
         drafts = self.drafter.draft(jobs, table=table)
         if isinstance(drafts, ChainDrafts):
-            results, counts, keep, h = self._verify_chains(b, jobs, drafts, table)
+            results, counts, keep, h = verify_chains(self, b, jobs, drafts, table)
         else:
             results, paths, h = self._verify_trees(b, jobs, drafts)
             counts = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
@@ -255,44 +256,6 @@ class ModelBackend:
         settle(stores, roots, h, keep, counts, before_root, done)
         return results
 
-    def _verify_chains(self, b: StepBatch, jobs: list[DraftJob], drafts: ChainDrafts, table: SlotTable | None):
-        """Chains of one length (DFLASH's blocks, EAGLE topk 1): the target forward, its
-        verdicts and the rows to keep, in tensor passes over the batch. Returns the results,
-        each request's accepted path length, the path's rows of h (flat) and h."""
-        reqs, toks = b.reqs, drafts.tokens
-        B, n = toks.shape
-        self._check_ids(reqs, toks[:, 0])
-        for k in np.flatnonzero(((toks < 0) | (toks >= self.mcfg.vocab_size)).any(1))[:1].tolist():
-            self.check_tokens(reqs[k], toks[k].tolist())
-        ids = torch.from_numpy(toks.reshape(-1)).to(self.device)
-        if table is not None:
-            seq = np.repeat(np.arange(B), n)
-            meta = table.meta(seq, b.starts[seq] + np.tile(np.arange(n), B))
-            h = self.model(ids, meta.q_pos, meta, self.cache, self.attend)
-        else:
-            rows = [rows_upto(j, j.root + n) for j in jobs]
-            swa = None if b.swa_slots is None else [s[: j.root + n] for s, j in zip(b.swa_slots, jobs)]
-            pos = [j.root + np.arange(n, dtype=np.int64) for j in jobs]
-            h = self._target(ids, rows, swa, [n] * B, pos, [None] * B, fuse=True)
-        if self.temperature <= 0:
-            # The accepted run is the leading matches of the draft with the target's argmax.
-            argmax = self.model.greedy(h).cpu().numpy().reshape(B, n)
-            counts = np.cumprod(toks[:, 1:] == argmax[:, :-1], axis=1).sum(axis=1) + 1 if n > 1 \
-                else np.ones(B, dtype=np.int64)
-            results = [row[:c] for row, c in zip(argmax.tolist(), counts.tolist())]
-        else:
-            logits = self.model.logits(h)
-            results, parents = [], verify.chain_parents(n)
-            for k in range(B):
-                p = torch.softmax(logits[k * n : (k + 1) * n].double() / self.temperature, -1).cpu()
-                q = drafts.q[k].cpu() if drafts.q is not None else torch.zeros_like(p)
-                results.append(verify.sample(toks[k].tolist(), parents, p, q, self.gen).tokens)
-            counts = np.fromiter(map(len, results), dtype=np.int64, count=B)
-        # A chain's accepted path is nodes 0 .. count - 1: already contiguous, no KV moves.
-        first = np.repeat(np.arange(B) * n, counts)
-        keep = first + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
-        return results, counts, keep, h
-
     def _verify_trees(self, b: StepBatch, jobs: list[DraftJob], trees: list[DraftTree]):
         """Trees (EAGLE topk > 1): per request verdicts; the accepted branch made contiguous."""
         reqs = b.reqs
@@ -307,7 +270,7 @@ class ModelBackend:
             pos.append(j.root + np.asarray(t.depths, dtype=np.int64))
             chain = t.parents == verify.chain_parents(n)
             masks.append(None if chain else _ancestor_mask(t))
-        h = self._target(ids, rows, swa_rows if b.swa_slots is not None else None, lens, pos, masks, fuse=True)
+        h = self.target_forward(ids, rows, swa_rows if b.swa_slots is not None else None, lens, pos, masks, fuse=True)
         logits = self.model.logits(h)
         results, paths = [], []
         off = 0
@@ -356,7 +319,7 @@ class ModelBackend:
         return out
 
     # -- internals -----------------------------------------------------------------
-    def _target(self, ids, rows, swa_rows, lens, pos, masks, fuse: bool = False) -> torch.Tensor:
+    def target_forward(self, ids, rows, swa_rows, lens, pos, masks, fuse: bool = False) -> torch.Tensor:
         meta = None
         if fuse and swa_rows is None and can_fuse(self.model.model.layers, self.mcfg.torch_dtype, self.device,
                                          self.attend is paged_attention):
@@ -406,7 +369,7 @@ class ModelBackend:
             st = self.feats[r.rid] = FeatureStore(self.mcfg.hidden_size, self.device, self.mcfg.torch_dtype)
         return st
 
-    def _check_ids(self, reqs, ids: np.ndarray) -> None:
+    def check_ids(self, reqs, ids: np.ndarray) -> None:
         """check_tokens for one token per request, on the whole batch at once."""
         if len(ids) and (ids.min() < 0 or ids.max() >= self.mcfg.vocab_size):
             k = int(np.flatnonzero((ids < 0) | (ids >= self.mcfg.vocab_size))[0])
