@@ -47,9 +47,11 @@ Recency is SGLang's clock: a float counter read twice per node created, once per
 node an insert walks, once per match (the path gets that time, less 1e-5 per level
 up); SWA recency is SGLang's doubly linked LRU, kept here as a list (index 0 = MRU).
 
-Not reproduced: HiCache (host values), session refs, the SWA branching point of a
-match (``swa_branching_seqlen``, which picks a second, shorter insert on the next
-cache call), Mamba.
+A match also leaves the FULL hit it walked (``full_hit``, SGLang's full_kv_hit_length),
+from which swa_prefix.py takes 0.5.23's branching point (``swa_branching_seqlen``; the
+shorter insert it picks is the checkpoint's, mini_engine/prefix_admission.py).
+
+Not reproduced: HiCache (host values), session refs, Mamba.
 """
 
 from __future__ import annotations
