@@ -259,7 +259,7 @@ def main() -> int:
         checkouts = {"base": a.base.resolve(), "head": HERE}
     with tempfile.TemporaryDirectory(prefix="kvbench-speed-") as tmp:
         ckpt, files = write_inputs(Path(tmp))
-        rounds: dict[str, list[dict]] = {k: [] for k in checkouts}
+        per: dict[str, list[dict]] = {k: [] for k in checkouts}  # each checkout's rounds
         for i in range(rounds):
             # Alternate which checkout goes first: neither always gets the warmer machine.
             order = list(checkouts.items())[:: 1 if i % 2 == 0 else -1]
@@ -270,9 +270,9 @@ def main() -> int:
                     r["smoke_s"], r["smoke_s_rc"] = timed(smoke_cmd(), path, results)
                 if a.pytest and i == 0:  # one pass each: minutes per run
                     r["pytest_s"], r["pytest_s_rc"] = timed([sys.executable, *PYTEST_CMD], path, results)
-                rounds[name].append(r)
+                per[name].append(r)
                 print(f"round {i + 1}/{rounds} {name} done", file=sys.stderr, flush=True)
-        summaries = {name: report(f"{name}: {path}", rounds[name]) for name, path in checkouts.items()}
+        summaries = {name: report(f"{name}: {path}", per[name]) for name, path in checkouts.items()}
     if a.base:
         print("\n== head / base (same rounds)")
         for key, v in summaries["head"].items():
