@@ -174,12 +174,15 @@ def report(name: str, rounds: list[dict]) -> dict:
     print(f"\n== {name}  ({len(rounds)} rounds; torch default threads {rounds[0]['default_threads']})")
     for b in BATCHES:
         rs = [r[f"b{b}"] for r in rounds]
-        hf = {t: med([r["hf"][t] for r in rs]) for t in rs[0]["hf"]}
+        # HF is timed at torch's default threads and at kvbench's choice, which can differ
+        # between rounds: a thread count's median is over the rounds that timed it.
+        counts = sorted({t for r in rs for t in r["hf"]}, key=int)
+        hf = {t: med([r["hf"][t] for r in rs if t in r["hf"]]) for t in counts}
         ratio = med([r["ratio"] for r in rs])
         summary[f"vs_hf_b{b}"] = ratio
         hf_txt = " ".join(f"hf@{t}thr={v:.0f}" for t, v in hf.items())
         print(f"  decode b{b:<3} kvbench={med([r['kvbench'] for r in rs]):.0f} tok/s "
-              f"(threads {rs[-1]['kvbench_threads']})  {hf_txt}  ratio vs faster HF={ratio:.2f}  "
+              f"(threads {'/'.join(str(r['kvbench_threads']) for r in rs)})  {hf_txt}  ratio vs faster HF={ratio:.2f}  "
               f"equal outputs {rs[-1]['equal']}/{b}")
     plain = [r["steps"]["plain"]["step_ms"] for r in rounds]
     print(f"  plain decode step b{max(BATCHES)}: {med(plain):.2f} ms")
