@@ -50,6 +50,17 @@ def sglang_admission(sgc, ps: int, chunk: int, cache: str, free: int, decoding: 
                            finish_storage_prefetch_admission=lambda *a, **k: None,
                            discard_storage_prefetch_accounting=lambda *a: None)
     alloc = SimpleNamespace(page_size=ps, available_size=lambda: free, request_slot_reserve=lambda **k: 0)
+    adder = run_adder(sgc, ps, chunk, tree, alloc, decoding, chunked, waiting)
+    b = adder.memory_budget
+    return ([(q.rid, q.prefix_len, q.extend_end) for q in adder.can_run_list],
+            (b.total_offset, b.current_offset, adder.rem_input_tokens))
+
+
+def run_adder(sgc, ps: int, chunk: int, tree, alloc, decoding: list[Request], chunked: Request | None,
+              waiting: list[Request]):
+    """One pass of SGLang's PrefillAdder over (stand-in) tree and allocator, as
+    _get_new_batch_prefill_raw drives it: the continuing chunk first, then the waiting
+    queue until the adder stops. Returns the adder."""
     alloc.create_prefill_budget = lambda t, num_mixed_decode_tokens=0: sgc.budget(
         alloc, t, num_mixed_decode_tokens=num_mixed_decode_tokens)
     running = SimpleNamespace(reqs=[_sg_req(r) for r in decoding])
@@ -66,9 +77,7 @@ def sglang_admission(sgc, ps: int, chunk: int, cache: str, free: int, decoding: 
         if adder.add_one_req(_sg_req(r), has_chunked_req=chunked is not None,
                              truncation_align_size=None) != sgc.result.CONTINUE:
             break
-    b = adder.memory_budget
-    return ([(q.rid, q.prefix_len, q.extend_end) for q in adder.can_run_list],
-            (b.total_offset, b.current_offset, adder.rem_input_tokens))
+    return adder
 
 
 def compared_batches(sgc, prompts, outs, arrivals, ps, chunk, pool, cache) -> int:

@@ -35,7 +35,7 @@ from mini_engine.prefill_memory_swa import SWAPrefillMemory
 from mini_engine.prefix_admission import prefix_match
 from mini_engine.request import Request
 from sglang_source import classes, functions
-from suites.unit.conform.test_prefill_memory_vs_sglang import MAX_PREFILL_TOKENS, _sg_req
+from suites.unit.conform.test_prefill_memory_vs_sglang import run_adder
 
 
 class _SWAAlloc(SimpleNamespace):
@@ -95,23 +95,8 @@ def sglang_admission(sgc, ps: int, chunk: int, cache: str, pools: Pools, decodin
     alloc = _SWAAlloc(page_size=ps, full_available_size=lambda: pools.full_free,
                       swa_available_size=lambda: pools.swa_free, size_swa=pools.swa_size,
                       request_slot_reserve=lambda **k: 0)
-    alloc.create_prefill_budget = lambda t, num_mixed_decode_tokens=0: sgc.budget(
-        alloc, t, num_mixed_decode_tokens=num_mixed_decode_tokens)
-    running = SimpleNamespace(reqs=[_sg_req(r) for r in decoding])
-    adder = sgc.adder(ps, tree, alloc, running, 0.7, MAX_PREFILL_TOKENS, chunk)
+    adder = run_adder(sgc, ps, chunk, tree, alloc, decoding, chunked, waiting)
     assert adder.is_hybrid_swa
-    if chunked is not None:
-        q = _sg_req(chunked)
-        q.full_untruncated_fill_ids = q.full_untruncated_fill_ids[:chunked.prefill_target]
-        q.prefix_len = q.extend_end = chunked.prefilled
-        q.kv.req_pool_idx = 1
-        adder.add_chunked_req(q)
-    for r in waiting:
-        if adder.budget_state() == sgc.result.OTHER:
-            break
-        if adder.add_one_req(_sg_req(r), has_chunked_req=chunked is not None,
-                             truncation_align_size=None) != sgc.result.CONTINUE:
-            break
     b = adder.memory_budget
     return ([(q.rid, q.prefix_len, q.extend_end) for q in adder.can_run_list],
             (b.total_offset, b.current_offset, b.swa_offset, adder.rem_input_tokens))
