@@ -129,17 +129,8 @@ class SWAPrefixCache:
     def adopt(self, state: ReqKVState, slots: np.ndarray, node: SWANode, lookup: int = 0) -> int:
         self.lookup_tokens += lookup
         self.hit_tokens += len(slots)
-        if state.allocated or state.committed:
-            raise ValueError(f"adopt needs a fresh request; {state.rid} already has extent {state.allocated}")
-        m, row = len(slots), state.row
-        if m:
-            self.req_to_token.write_flat(np.full(m, row, dtype=np.int64), np.arange(m, dtype=np.int64), slots)
-            self.t.rows.allocated[row] = self.t.rows.committed[row] = m
-            self.t.sum_extent += m
-            self.t.sum_committed += m
-            self.t.sum_protected += m
-        state.protected = m
-        return self._lock(row, node, state.rid)
+        self.t.start_at_match(state, slots)
+        return self._lock(state.row, node, state.rid)
 
     # -- insert ------------------------------------------------------------------------
     def checkpoint(self, state: ReqKVState, tokens, prompt_len: int, up_to: int) -> None:

@@ -74,6 +74,20 @@ class KVTables:
         """rows_of's memo is stale: states moved to other rows (KVManager.batch_rows)."""
         self._last_batch = ([], np.empty(0, dtype=np.int64))
 
+    def start_at_match(self, state, slots: np.ndarray) -> None:
+        """A fresh request starts at its prefix match (either tree's adopt): the matched
+        slots fill its row as committed and protected positions (the tree's, not its own)."""
+        if state.allocated or state.committed:
+            raise ValueError(f"adopt needs a fresh request; {state.rid} already has extent {state.allocated}")
+        m, row = len(slots), state.row
+        if m:
+            self.req_to_token.write_flat(np.full(m, row, dtype=np.int64), np.arange(m, dtype=np.int64), slots)
+            self.rows.allocated[row] = self.rows.committed[row] = m
+            self.sum_extent += m
+            self.sum_committed += m
+            self.sum_protected += m
+        state.protected = m
+
     def make_room(self, tokens: int) -> None:
         """An allocation that wants `tokens` tokens allocatable is coming: the prefix tree
         evicts first if a pool is short (SGLang's evict_to_free_tokens; with an SWA pool,
