@@ -143,7 +143,6 @@ def admission_memory(manager, page_size: int, decoding: list[Request],
 
     if m.swa is None:
         return PrefillMemory(full, ps, decoding)
-    a, tree = m.swa.allocator, getattr(m.prefix, "tree", None)
-    evictable_swa = (lambda: tree.swa_evictable) if hasattr(tree, "swa_evictable") else (lambda: 0)
-    return SWAPrefillMemory(full, lambda: a.num_free_pages * ps + evictable_swa(), ps, decoding,
+    a = m.swa.allocator
+    return SWAPrefillMemory(full, lambda: a.num_free_pages * ps + m.evictable_swa_tokens, ps, decoding,
                             window=m.mem.window, swa_size=a.num_pages * ps, chunk_left=chunk_left)

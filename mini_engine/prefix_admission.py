@@ -74,9 +74,9 @@ def swa_pinned_by_match(manager, match) -> int:
     """Evictable SWA tokens a match's lock would pin (the SWA-aware tree's inc_lock_ref, read
     only): the SWA tokens of the unlocked nodes from the match up until a window's worth of
     positions is covered. 0 without an SWA-aware tree."""
-    tree = getattr(manager.prefix, "tree", None)
-    if match is None or not hasattr(tree, "swa_evictable"):
+    if match is None or manager.swa is None or manager.prefix is None:
         return 0
+    tree = manager.prefix.tree  # with an SWA pool, the SWA-aware tree
     node, covered, pinned = match[1], 0, 0
     while node is not tree.root and covered < tree.window:
         if node.swa_lock == 0 and node.swa is not None:

@@ -139,12 +139,18 @@ class KVManager:
     @property
     def evictable_swa_pages(self) -> int:
         """SWA-pool pages of the SWA-aware tree no request locks (admission counts them as available)."""
-        return self.prefix.tree.swa_evictable // self.ps if hasattr(self.prefix, "swa_pages") else 0
+        return self.evictable_swa_tokens // self.ps
+
+    @property
+    def evictable_swa_tokens(self) -> int:
+        """The same in tokens (SGLang's swa_evictable_size); an SWA pool's prefix tree is
+        always the SWA-aware one (see __init__)."""
+        return self.prefix.tree.swa_evictable if self.swa is not None and self.prefix is not None else 0
 
     @property
     def tree_swa_pages(self) -> int:
         """SWA-pool pages held by the SWA-aware tree (0 without one)."""
-        return getattr(self.prefix, "swa_pages", 0)
+        return self.prefix.swa_pages if self.swa is not None and self.prefix is not None else 0
 
     @property
     def pages_in_use(self) -> int:
