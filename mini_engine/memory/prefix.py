@@ -39,7 +39,7 @@ import numpy as np
 from mini_engine.memory.invariants import Violation
 from mini_engine.memory.kv_state import ReqKVState
 from mini_engine.memory.radix_cache import RadixCache, RadixNode
-from mini_engine.memory.tables import KVTables
+from mini_engine.memory.tables import KVTables, move_rows
 from mini_engine.memory.tree_trace import TreeTrace, evicted_pages, raw_len, tree_key
 
 BIGRAM_ALGOS = ("eagle", "eagle3")
@@ -150,8 +150,7 @@ class PrefixCache:
 
     def move_rows(self, old: list[int], new: list[int]) -> None:
         """The requests of rows `old` now sit in rows `new` (KVManager.batch_rows)."""
-        moved = {r: self.locks.pop(r) for r in old if r in self.locks}
-        self.locks.update((row, moved[was]) for was, row in zip(old, new) if was in moved)
+        move_rows(self.locks, old, new)
 
     def unlock(self, row: int) -> None:
         node = self.locks.pop(row, None)

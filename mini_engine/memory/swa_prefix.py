@@ -43,7 +43,7 @@ import numpy as np
 
 from mini_engine.memory.kv_state import ReqKVState
 from mini_engine.memory.swa_radix import SWANode, SWARadixCache
-from mini_engine.memory.tables import KVTables
+from mini_engine.memory.tables import KVTables, move_rows
 from mini_engine.memory.tree_trace import raw_len, swa_tree_trace, tree_key
 
 
@@ -188,8 +188,7 @@ class SWAPrefixCache:
         """The requests of rows `old` now sit in rows `new` (KVManager.batch_rows): their
         locks and the SWA boundaries of those locks move with them."""
         for per_row in (self.locks, self.uuids, self.holders):
-            moved = {r: per_row.pop(r) for r in old if r in per_row}
-            per_row.update((row, moved[was]) for was, row in zip(old, new) if was in moved)
+            move_rows(per_row, old, new)
         released = {was for was in old if was in self.swa_released}
         self.swa_released -= released
         self.swa_released |= {row for was, row in zip(old, new) if was in released}

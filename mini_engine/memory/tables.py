@@ -23,6 +23,13 @@ from mini_engine.memory.swa import SWAPool
 from mini_engine.memory.trace import TraceWriter
 
 
+def move_rows(per_row: dict, old: list[int], new: list[int]) -> None:
+    """Re-key a per-row dict after KVManager.batch_rows moved the requests of rows `old`
+    to rows `new` (a prefix tree's locks and what goes with them)."""
+    moved = {r: per_row.pop(r) for r in old if r in per_row}
+    per_row.update((row, moved[was]) for was, row in zip(old, new) if was in moved)
+
+
 class KVTables:
     def __init__(self, mem: MemoryConfig, auditor: Auditor | None, trace: TraceWriter | None,
                  full: PagedAllocator, swa: SWAPool | None):
