@@ -86,6 +86,18 @@ def test_subprocess_steps_run_the_readme_commands(tmp_path, monkeypatch):
     assert status == "failed" and result["configs"] == []  # nothing ran: no results to read
 
 
+def test_nightly_is_skipped_naming_the_harness_extra_without_pydantic(tmp_path, monkeypatch):
+    # A GPU machine with torch, triton and pytest but not the harness extra: the sweep
+    # would stop with rc 2 before it started; the step says why instead of failing.
+    check = gpu_check.Check(tmp_path, gpu_check.GPU, dry_run=False, peak_bw=None)
+    monkeypatch.setattr(check, "_run", lambda *a: pytest.fail("the sweep must not start"))
+    monkeypatch.setattr(gpu_check.roles, "installed", lambda m: m != "pydantic")
+    status, result = check.nightly()
+    assert status == "skipped"
+    assert result["reason"] == ("kvbench sweep needs the harness extra (pydantic not installed): "
+                                "pip install -e '.[harness]'")
+
+
 @pytest.mark.parametrize("plan, want", [
     (gpu_check.GPU, ["model:qwen3-0.6b-spec:dflash-bs:16-ps:16", "model:qwen3-0.6b-spec:eagle-topk:1-steps:3-ps:16"]),
     (gpu_check.DRY, ["spec:dflash-bs:16-profile:sglang-0.5.23-ps:16-window:none"]),
