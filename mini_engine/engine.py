@@ -30,7 +30,8 @@ from mini_engine.memory.invariants import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
 from mini_engine.prefix_admission import checkpoint_prefill
-from mini_engine.pool_sizing import admission_pages, decode_reserve, memory_config, min_pool_pages, request_pages
+from mini_engine.pool_sizing import (admission_pages, decode_reserve, memory_config, min_pool_pages, output_cap,
+                                     request_pages)
 from mini_engine.request import Request, Status, Tally, check_context
 from mini_engine.run_result import RunResult, run_result, unfinished
 from mini_engine.scheduler import Scheduler
@@ -136,6 +137,13 @@ class Engine:
             need = request_pages(cfg, len(r.prompt), r.max_new_tokens)
             if largest is None or need > largest[0]:
                 largest = (need, r)
+            if self.cfg.rules.admission == "sglang" and self._output_cap(r) == 0:
+                # SGLang would clip its output to 0 (a prefill-only request, no token out):
+                # kvbench runs every request to at least one token, so it cannot count this one.
+                raise ConfigError(
+                    f"pool_tokens={cfg.num_pages * cfg.page_size} leaves request {r.rid} no output under SGLang's "
+                    f"clip at arrival (prompt {len(r.prompt)} page-ceiled, one page and one token); raise "
+                    f"pool_tokens to >= {(-(-len(r.prompt) // cfg.page_size) + 2) * cfg.page_size}")
         # One refusal naming the largest request, not the first too large: a minimum that
         # fits the first would be refused again for the next (six refusals before a run).
         have = admission_pages(cfg)
@@ -149,9 +157,23 @@ class Engine:
                 f"{self.reserve}); raise pool_tokens to >= {min_pool_pages(cfg, need) * cfg.page_size}"
             )
 
+    def _output_cap(self, r: Request) -> int:
+        # max_total_num_tokens is the full pool's size, with SWA layers too (pool_configurator).
+        return output_cap(len(r.prompt), r.max_new_tokens, self.cfg.num_pages * self.cfg.page_size,
+                          self.cfg.page_size)
+
     def submit(self, reqs: list[Request]) -> None:
         """Queue requests (validated first); they join at their arrival_step."""
         self.validate(reqs)
+        if self.cfg.rules.admission == "sglang":
+            # SGLang clips each request's output at arrival to what an empty pool holds
+            # (init_req_max_new_tokens), so its PrefillAdder can always admit it alone.
+            for r in reqs:
+                cap = self._output_cap(r)
+                if cap < r.max_new_tokens:
+                    self.stats.clipped_requests += 1
+                    self.stats.clipped_output_tokens += r.max_new_tokens - cap
+                    r.max_new_tokens = cap
         if any(r.is_pd for r in reqs):
             # A node that receives PD transfers is SGLang's decode side, whose pools stage
             # their frees and merge them sorted (need_sort). A node's role is fixed once it

@@ -58,3 +58,12 @@ def min_pool_pages(cfg: EngineConfig, need: int) -> int:
     while admission_pages(cfg, pages) < need:
         pages += 1
     return pages
+
+
+def output_cap(prompt_len: int, max_new: int, pool_tokens: int, page_size: int) -> int:
+    """SGLang's clip of a request's output at arrival (Scheduler.init_req_max_new_tokens; in
+    0.5.23 through the allocator's max_new_tokens_for_memory, in 0.5.18 inline): what an empty
+    full pool holds beside the page-ceiled prompt, one page and one token, so that the
+    PrefillAdder's strict test (ceil_ps(prompt) + max_new + ps < the pool) can pass."""
+    paged = -(-prompt_len // page_size) * page_size
+    return max(0, min(max_new, pool_tokens - paged - page_size - 1))

@@ -55,7 +55,9 @@ Knobs, with SGLang 0.5.23's values first:
                          < against free plus evictable tokens, max_prefill_tokens
                          (mini_engine.prefill_memory; SWA models: SWAPrefillBudget,
                          mini_engine.prefill_memory_swa; PD arrivals keep the
-                         estimate); "estimate":
+                         estimate), and each request's output clipped at arrival
+                         to what an empty pool holds (pool_sizing.output_cap);
+                         "estimate":
                          kvbench's whole-page estimate with the decaying new-token
                          ratio (the designs keep it).
   overlap                SGLang's overlap scheduler (on unless

@@ -178,9 +178,10 @@ class Scheduler:
                     if self.manager.prefix is not None else mem.fits_ignore_eos(r, r.seq_len - matched)
             if not fits and not fresh_pd:  # NO_TOKEN: batch_is_full if a request is held
                 gate.refused(bool(chunks or pd or dec))
-            # An empty engine tries its head request anyway: SGLang clips a request's output at
-            # arrival to what an empty pool holds (max_new_tokens_for_memory), kvbench does not;
-            # one that cannot complete ends the run pool_exhausted rather than wait for ever.
+            # An empty engine tries its head request anyway. Under admission "sglang" the clip at
+            # arrival (Engine.submit) makes it fit, except at the edge of add_one_req_ignore_eos'
+            # reserve, where SGLang would wait for ever; under the estimate a request that cannot
+            # complete ends the run pool_exhausted rather than wait for ever.
             if not fits and (self.running or chunks or pd):
                 break
             first = 0

@@ -44,6 +44,8 @@ class Stats:
     predicted_leaked_pages: int = 0
     predicted_leaked_swa_pages: int = 0
     pd_arrivals: int = 0
+    clipped_requests: int = 0  # outputs SGLang clips at arrival to what an empty pool holds
+    clipped_output_tokens: int = 0
     peak_compact_draft_len: int = 0
     # Reserved ahead of the true committed lengths (in-flight results counted), right after
     # each decode reservation; under overlap, the extra reservations of requests the
@@ -131,6 +133,8 @@ class Stats:
             "row_overwritten_slots": self.row_overwritten_slots,
             "releases": self.releases,
             "pd_arrivals": self.pd_arrivals,
+            "clipped_requests": self.clipped_requests,
+            "clipped_output_tokens": self.clipped_output_tokens,
             "peak_compact_draft_len": self.peak_compact_draft_len,
             "peak_reserved_ahead_slots": self.peak_reserved_ahead_slots,
             "reserved_ahead_slots_sum": self.reserved_ahead_slots_sum,
