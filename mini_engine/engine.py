@@ -19,6 +19,7 @@ import inspect
 import time
 import weakref
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Callable
 
 from mini_engine.backend import Backend, create_backend
@@ -29,6 +30,7 @@ from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation
 from mini_engine.memory.invariants import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
+from mini_engine.pd_budget import empty_pool_budget
 from mini_engine.prefix_admission import checkpoint_prefill
 from mini_engine.pool_sizing import (admission_pages, decode_reserve, memory_config, min_pool_pages, output_cap,
                                      request_pages)
@@ -137,25 +139,49 @@ class Engine:
             need = request_pages(cfg, len(r.prompt), r.max_new_tokens)
             if largest is None or need > largest[0]:
                 largest = (need, r)
-            if self.cfg.rules.admission == "sglang" and self._output_cap(r) == 0:
-                # SGLang would clip its output to 0 (a prefill-only request, no token out):
-                # kvbench runs every request to at least one token, so it cannot count this one.
-                raise ConfigError(
-                    f"pool_tokens={cfg.num_pages * cfg.page_size} leaves request {r.rid} no output under SGLang's "
-                    f"clip at arrival (prompt {len(r.prompt)} page-ceiled, one page and one token); raise "
-                    f"pool_tokens to >= {(-(-len(r.prompt) // cfg.page_size) + 2) * cfg.page_size}")
-        # One refusal naming the largest request, not the first too large: a minimum that
-        # fits the first would be refused again for the next (six refusals before a run).
-        have = admission_pages(cfg)
-        if largest is not None and largest[0] > have:
+        # One refusal naming the largest request, not the first too large, and the smallest pool
+        # that passes every rule below (N17: a minimum that fits one rule was refused by the next).
+        if largest is None:
+            return
+        broken = self._pool_rule_broken(reqs, largest, cfg.num_pages)
+        if broken is None:
+            return
+        pages = min_pool_pages(cfg, largest[0])
+        while self._pool_rule_broken(reqs, largest, pages) is not None:
+            pages += 1
+        raise ConfigError(broken.replace("MINIMUM", str(pages * cfg.page_size)))
+
+    def _pool_rule_broken(self, reqs: list[Request], largest: tuple[int, Request], pages: int) -> str | None:
+        """The first rule a pool of ``pages`` full pages breaks for the workload, as its refusal
+        (MINIMUM: where the smallest pool that passes goes), or None. Each rule only gets
+        easier as the pool grows."""
+        cfg, ps = self.cfg, self.cfg.page_size
+        have = admission_pages(cfg, pages)
+        if largest[0] > have:
             need, r = largest
             total = len(r.prompt) + r.max_new_tokens
-            pool = "" if have == cfg.num_pages else f" (its SWA pool {have} pages at swa_ratio={cfg.rules.swa_ratio})"
-            raise ConfigError(
-                f"pool_tokens={cfg.num_pages * cfg.page_size}{pool} is too small for one request of the workload: "
-                f"request {r.rid} needs {need} pages of {cfg.page_size} ({total} tokens + reserve "
-                f"{self.reserve}); raise pool_tokens to >= {min_pool_pages(cfg, need) * cfg.page_size}"
-            )
+            pool = "" if have == pages else f" (its SWA pool {have} pages at swa_ratio={cfg.rules.swa_ratio})"
+            return (f"pool_tokens={pages * ps}{pool} is too small for one request of the workload: request {r.rid} "
+                    f"needs {need} pages of {ps} ({total} tokens + reserve {self.reserve}); raise pool_tokens to >= "
+                    f"MINIMUM")
+        if cfg.rules.admission != "sglang":
+            return None
+        caps = {r.rid: output_cap(len(r.prompt), r.max_new_tokens, pages * ps, ps) for r in reqs}
+        r = next((r for r in reqs if caps[r.rid] == 0), None)
+        if r is not None:
+            # SGLang would clip its output to 0 (a prefill-only request, no token out): kvbench
+            # runs every request to at least one token, so it cannot count this one.
+            return (f"pool_tokens={pages * ps} leaves request {r.rid} no output under SGLang's clip at arrival "
+                    f"(prompt {len(r.prompt)} page-ceiled, one page and one token); raise pool_tokens to >= MINIMUM")
+        # SGLang's decode side waits for ever on a transfer its empty pool cannot preallocate with
+        # the decode reservation (it aborts only a prompt longer than the pool); the clip comes first.
+        empty = empty_pool_budget(cfg, pages)
+        r = next((r for r in reqs if r.is_pd and not empty.fits(replace(r, max_new_tokens=caps[r.rid]))), None)
+        if r is not None:
+            return (f"reserved_decode_tokens={cfg.reserved_decode_tokens} with pool_tokens={pages * ps}: SGLang's "
+                    f"decode side would never preallocate PD request {r.rid} (prompt {len(r.prompt)}, output "
+                    f"{r.max_new_tokens}); lower reserved_decode_tokens or raise pool_tokens to >= MINIMUM")
+        return None
 
     def _output_cap(self, r: Request) -> int:
         # max_total_num_tokens is the full pool's size, with SWA layers too (pool_configurator).

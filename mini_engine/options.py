@@ -50,6 +50,9 @@ CORE = (
     Option("max_running", int, 256, "most concurrent requests", minimum=1),
     Option("max_context", int, 4096, "longest prompt + output", minimum=1),
     Option("chunked_prefill", int, 8192, "prefill tokens per step", minimum=1),
+    Option("reserved_decode_tokens", int, 512, "PD decode side: tokens each active request keeps for its decoding "
+           "when a transfer is preallocated (SGLang's --num-reserved-decode-tokens; admission sglang)",
+           short="rdt", minimum=0),
     Option("spec", str, "none", "speculative algorithm", choices=_specs),
     Option("window", int, None, "SWA window in positions (default: no SWA)", minimum=1, group="swa"),
     Option("layer_pattern", str, None, "local:global layer pattern (default all-global, 1:1 with a window)",

@@ -35,7 +35,7 @@ come after N+1's allocation; on a short pool N+1 waits for them. The synchronous
 result before the next plan. One prefill rule moves too, for every algorithm: with
 the chunk cache a chunked prefill evicts SWA only from its third chunk, below what
 is prefilled less one chunked_prefill_size (the previous chunk may still run;
-Scheduler._chunk_final_len).
+chunk_final_len).
 """
 
 from __future__ import annotations
@@ -99,3 +99,15 @@ def reserved_ahead(batch: list[Request], before: dict[int, int], landing: dict[i
             extra += 1
             extra_slots += int(r.kv.allocated) - before[r.rid]
     return ahead, extra, extra_slots
+
+
+def chunk_final_len(overlap: bool, extend_batches: int, prefilled: int, chunked_prefill: int) -> int:
+    """Positions a chunked prefill may evict below (SGLang's ScheduleBatch.maybe_evict_swa, extend).
+    Synchronous: what is prefilled. Under overlap the previous chunk may still be running:
+    nothing before the request's third extend batch (extend_batches: its batches so far),
+    then what is prefilled less one chunked_prefill_size."""
+    if not overlap:
+        return prefilled
+    if extend_batches < 2:
+        return 0
+    return max(0, prefilled - chunked_prefill)

@@ -132,11 +132,11 @@ class SWAPrefillMemory(PrefillMemory):
 
 
 def admission_memory(manager, page_size: int, decoding: list[Request], chunk_left: Callable[[], int],
-                     swa_freed: Callable[[], int] = lambda: 0) -> PrefillMemory:
+                     swa_freed: list[int] | None = None) -> PrefillMemory:
     """The budget SGLang's allocator hands the adder (create_prefill_budget): PrefillBudget on a
     full-attention pool, SWAPrefillBudget with an SWA pool. Figures in tokens, read live: an
-    admitted request's lock takes its match out of the evictable sizes. swa_freed: SWA pages
-    the pass has freed that SGLang frees only after it (the chunk cache's window eviction,
+    admitted request's lock takes its match out of the evictable sizes. swa_freed: a box
+    holding the SWA pages the pass has freed that SGLang frees only after it (the chunk cache's window eviction,
     maybe_evict_swa in alloc_for_extend): not room for this pass."""
     ps, m = page_size, manager
 
@@ -146,5 +146,6 @@ def admission_memory(manager, page_size: int, decoding: list[Request], chunk_lef
     if m.swa is None:
         return PrefillMemory(full, ps, decoding)
     a = m.swa.allocator
-    return SWAPrefillMemory(full, lambda: (a.num_free_pages - swa_freed()) * ps + m.evictable_swa_tokens, ps, decoding,
+    freed = swa_freed if swa_freed is not None else [0]
+    return SWAPrefillMemory(full, lambda: (a.num_free_pages - freed[0]) * ps + m.evictable_swa_tokens, ps, decoding,
                             window=m.mem.window, swa_size=a.num_pages * ps, chunk_left=chunk_left)

@@ -54,9 +54,10 @@ Knobs, with SGLang 0.5.23's values first:
                          at ratio 1.0, each one's outputs capped at 4096, a strict
                          < against free plus evictable tokens, max_prefill_tokens
                          (mini_engine.prefill_memory; SWA models: SWAPrefillBudget,
-                         mini_engine.prefill_memory_swa; PD arrivals keep the
-                         estimate), and each request's output clipped at arrival
-                         to what an empty pool holds (pool_sizing.output_cap);
+                         mini_engine.prefill_memory_swa; PD arrivals: the
+                         decode side's prealloc budget, mini_engine.pd_budget), and
+                         each request's output clipped at arrival to what an
+                         empty pool holds (pool_sizing.output_cap);
                          "estimate":
                          kvbench's whole-page estimate with the decaying new-token
                          ratio (the designs keep it).
@@ -130,6 +131,9 @@ class Profile:
     # The SWA-aware tree's branching point (memory.rules.MemoryRules.swa_branching): what
     # the release has, not a knob a user sets, so it is not in knobs().
     swa_branching: bool = True
+    # Whose PD decode-side prealloc budget the sglang admission rule counts with
+    # (mini_engine.pd_budget): the release's, not a knob, so not in knobs().
+    pd_release: str = "0.5.23"
     # Every writer page-ceils, whichever algorithms are registered (align "all"): what
     # host-aligned is named for, so a plugin's reservation is aligned under it too.
     align_all: bool = False
@@ -149,6 +153,7 @@ class Profile:
         check_choice("row_headroom", self.row_headroom, ROW_HEADROOM_RULES)
         check_choice("retraction", self.retraction, RETRACTIONS)
         check_choice("admission", self.admission, ADMISSIONS)
+        check_choice("pd_release", self.pd_release, ("0.5.23", "0.5.18"))
         if not isinstance(self.overlap, bool):
             raise ConfigError(f"overlap must be on or off (got {self.overlap!r})")
         check_choice("overlap_plan", self.overlap_plan, OVERLAP_PLANS)
@@ -180,7 +185,8 @@ class Profile:
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as plain JSON values (the trace header, a result row)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about", "align_all", "swa_branching")}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about", "align_all", "swa_branching",
+                                                                                  "pd_release")}
         out["align"] = self.aligned_writers()
         return out
 
@@ -193,7 +199,7 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("sglang-0.5.23", align=frozenset({"eagle", "dflash"}), **_SGLANG,
             about="SGLang 0.5.23: only the speculative reservation is page-aligned; segment free"),
     Profile("sglang-pre-35265", align=frozenset({"eagle"}), **{**_SGLANG, "overlap_plan": "every-running", "free": "unique-row",
-                                                    "swa_branching": False},
+                                                    "swa_branching": False, "pd_release": "0.5.18"},
             about="SGLang 0.5.18, the last release before PR 35265: the DFLASH reservation is unaligned "
                   "(EAGLE stays aligned), every running request is planned under overlap"),
     Profile("host-aligned", align=frozenset(), align_all=True, **{**_SGLANG, "free": "floor", "row_headroom": "generous", "row_overflow": False,

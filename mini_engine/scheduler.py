@@ -1,18 +1,15 @@
 """Continuous batching: admission, chunked prefill, decode reservation, retraction.
 
-The scheduler decides who runs and asks the memory layer for the slots; it never
-touches token ids or the backend. Admission's memory side is SGLang's PrefillAdder
-(mini_engine.prefill_memory, with SWA prefill_memory_swa) under the admission rule "sglang", else an
-estimate in whole pages against the free list; under "sglang" a pass that ran out of
-room shuts admission until a request leaves (SGLang's batch_is_full, admission_gate).
-When admission was too optimistic and
-a decode reservation fails, a request is retracted (freed and requeued to recompute later) by the
-profile's retraction rule (mini_engine.retraction): SGLang's fewest-outputs-first,
-or the newest. Either way the request furthest along keeps progressing, so a pool
-that holds any single request finishes every request.
-The decode step's SWA window eviction is decode_window.py's.
+The scheduler decides who runs and asks the memory layer for the slots; it never touches
+token ids or the backend. Under the admission rule "sglang" admission's memory side is
+SGLang's: the PrefillAdder (prefill_memory, prefill_memory_swa), batch_is_full
+(admission_gate) and, for PD arrivals, the decode side's prealloc budget (pd_budget); else
+an estimate in whole pages against the free list. A decode reservation that fails retracts
+a request (freed and requeued to recompute later) by the profile's rule (retraction):
+SGLang's fewest-outputs-first, or the newest. Either way the request furthest along keeps
+progressing, so a pool that holds any single request finishes every request. The decode
+step's SWA window eviction is decode_window.py's.
 """
-
 from __future__ import annotations
 
 from collections import deque
@@ -24,6 +21,8 @@ from mini_engine.admission_gate import AdmissionGate
 from mini_engine.chunk_budget import ChunkBudget
 from mini_engine.config import EngineConfig
 from mini_engine.decode_window import evict_window
+from mini_engine.overlap import chunk_final_len
+from mini_engine.pd_budget import decode_prealloc_budget
 from mini_engine.prefill_memory import PrefillMemory
 from mini_engine.prefill_memory_swa import admission_memory
 from mini_engine.prefix_admission import match_pins, prefix_match
@@ -42,26 +41,23 @@ class Scheduler:
     def __init__(self, cfg: EngineConfig, manager, on_release):
         self.cfg = cfg
         self.manager = manager
-        # What one decode step prepares (the speculative algorithm's slots ahead of
-        # committed). Plain decode is a reservation of one slot:
-        # prepare(states, 1) gives max(cur, ceil_ps(seq_len)) (aligned) or seq_len
-        # (unaligned), exactly what extend(state, seq_len) records, but as one
-        # batched allocation per step.
+        # What one decode step prepares (the algorithm's slots ahead of committed); plain
+        # decode reserves one slot, what extend(state, seq_len) records, batched per step.
         self.step_reserve = cfg.step_reserve
         self.on_release = on_release  # engine callback(req, retracted: bool) before the row is freed
         self.future: list[Request] = []  # not arrived yet, sorted by arrival_step
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admission order, oldest first
-        # Share of its remaining output a running request is expected to still need
-        # (SGLang's new_token_ratio): decays each decode step, re-estimated after a retraction.
         self.profile = cfg.rules  # the knobs the scheduler reads: retraction, prefix cache, overlap
         self.rules = Retraction(self.profile.retraction)
+        # Share of its remaining output a running request is expected to still need
+        # (SGLang's new_token_ratio): decays each decode step, re-estimated after a retraction.
         self.ratio = self.rules.init
         self.retractions = 0
         self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
         self.extend_batches: dict[int, int] = {}  # rid -> prefill chunks run since it (re)started
         self._planned: list[tuple[Request, int]] = []  # admit's chunks (request, end), allocated at its end
-        self._swa_freed = 0  # SWA pages this pass's chunk-cache window evictions freed (see _chunk)
+        self._swa_freed = [0]  # SWA pages this pass's chunk-cache evictions freed (_chunk); a box: no cycle
         self.last_memory: PrefillMemory | None = None  # the last batch's memory budget (SGLang's admission rule)
         self.gate = AdmissionGate(self.profile.admission == "sglang" and manager.swa is None)
 
@@ -123,11 +119,11 @@ class Scheduler:
         if self.profile.admission != "sglang":
             return None
         return admission_memory(self.manager, self.cfg.page_size, self.decode_batch(), lambda: budget.left,
-                                lambda: self._swa_freed)
+                                self._swa_freed)
 
     def _admit(self) -> tuple[list[PrefillChunk], list[Request]]:
         budget = self.chunk_budget()
-        self._swa_freed = 0
+        self._swa_freed[0] = 0
         mem = self.last_memory = self.prefill_memory(budget)
         gate, dec = self.gate, self.decode_batch()
         gate.begin(bool(dec))  # SGLang's running batch: the requests done prefilling
@@ -154,6 +150,8 @@ class Scheduler:
             gate.close()  # get_num_allocatable_reqs <= 0 before the pass
         free = self._free_pages() - self._headroom() - self._planned_pages()
         fresh = []  # the batch's new requests' states, in batch order (their rows: batch_rows)
+        pdb = None  # the PD prealloc budget, built at the pass's first PD arrival
+        early = False  # a PD arrival had the planned chunks allocated before the pass's end
         while self.waiting:
             # A spent compute budget stops the pass (OTHER) unless memory is spent too (NO_TOKEN).
             if not (budget.open and (mem is None or mem.rem_input > 0)) and (mem is None or mem.has_room):
@@ -169,7 +167,13 @@ class Scheduler:
             # a PD arrival's KV comes by transfer, it matches nothing here.
             match = prefix_match(self.manager, r) if not fresh_pd else None
             matched = 0 if match is None else len(match[0])
-            if mem is None or fresh_pd:
+            if fresh_pd and mem is not None:  # SGLang's decode side: pop_preallocated's budget
+                # It reads the pools live: the chunks planned so far are allocated first.
+                early |= bool(self._planned)
+                self._allocate_planned()
+                pdb = pdb or decode_prealloc_budget(self.manager, self.cfg, dec)
+                need, fits = 0, pdb.fits(r)
+            elif mem is None or fresh_pd:
                 need = self._need(r, matched)
                 fits = need <= free
             else:
@@ -200,16 +204,10 @@ class Scheduler:
             if match is not None:
                 # The matched prefix is written into the row and locked: no longer evictable.
                 free += self.manager.prefix.adopt(state, *match, r.seq_len)
-            if r.is_pd and not r.outputs:
-                # The PD prealloc is its own call (SGLang's decode-side prealloc queue): the
-                # chunks planned so far are allocated first, so it sees the pool they leave.
-                self._allocate_planned()
-                if not self.manager.pd_prealloc(r.kv, r.fill_len):
-                    self.manager.release(state)
-                    r.kv = None
+            if fresh_pd:
+                early |= bool(self._planned)
+                if not self._preallocate(r, pdb):
                     break
-                self._start(r)
-                r.prefill_target = r.prefilled = r.fill_len
                 pd.append(r)
             else:
                 self._start(r)
@@ -232,11 +230,26 @@ class Scheduler:
             if mem is not None and not fresh_pd and not mem.has_room:
                 gate.close()  # add_one_req's own verdict after it: budget_state() NO_TOKEN
                 break
-        if len(fresh) > 1 and not pd:
+        if len(fresh) > 1 and not pd and not early:
             # SGLang's alloc_for_extend hands the batch's new requests their rows in one
-            # call (ReqToTokenPool.alloc); a PD arrival takes its own (the prealloc queue's).
+            # call (ReqToTokenPool.alloc); a PD arrival takes its own (the prealloc queue's),
+            # and a batch allocated early for one (even one that then failed) keeps its rows.
             self.manager.batch_rows(fresh)
         return chunks, pd
+
+    def _preallocate(self, r: Request, pdb) -> bool:
+        """A PD arrival's prealloc, its own call (SGLang's decode-side prealloc queue), after
+        the chunks planned so far are allocated: it sees the pool they leave."""
+        self._allocate_planned()
+        if not self.manager.pd_prealloc(r.kv, r.fill_len):
+            self.manager.release(r.kv)
+            r.kv = None
+            return False
+        if pdb is not None:
+            pdb.charge()
+        self._start(r)
+        r.prefill_target = r.prefilled = r.fill_len
+        return True
 
     def _start(self, r: Request) -> None:
         r.status = Status.RUNNING
@@ -258,7 +271,7 @@ class Scheduler:
             # pool check below sees the room, it is kept out of the pass's SWA budget.
             pre_len = self._chunk_final_len(r)
             if pre_len > 0:
-                self._swa_freed += self.manager.evict_swa(r.kv, pre_len, interval=1)
+                self._swa_freed[0] += self.manager.evict_swa(r.kv, pre_len, interval=1)
         plan = self._planned
         if not self.manager.extend_fits([q.kv for q, _ in plan] + [r.kv], [e for _, e in plan] + [end]):
             return None
@@ -280,15 +293,8 @@ class Scheduler:
             raise RuntimeError("prefill allocation refused after each chunk's capacity check passed")
 
     def _chunk_final_len(self, r: Request) -> int:
-        """Positions a chunked prefill may evict below (SGLang's ScheduleBatch.maybe_evict_swa, extend).
-        Synchronous: what is prefilled. Under overlap the previous chunk may still be running:
-        nothing before the request's third extend batch, then what is prefilled less one
-        chunked_prefill_size."""
-        if not self.profile.overlap:
-            return r.prefilled
-        if self.extend_batches.get(r.rid, 0) < 2:
-            return 0
-        return max(0, r.prefilled - self.cfg.chunked_prefill)
+        return chunk_final_len(self.profile.overlap, self.extend_batches.get(r.rid, 0), r.prefilled,
+                               self.cfg.chunked_prefill)
 
     # -- decode --------------------------------------------------------------
 

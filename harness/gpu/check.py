@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness import ROOT
-from harness.commands import ROLE
 from harness.core import roles
 from harness.run import hardware
 from harness.store.results import read_jsonl
@@ -143,7 +142,7 @@ class Check:
     def nightly(self) -> tuple[str, Any]:
         # What `kvbench sweep` itself checks before it starts (the harness role), so a
         # machine without the harness extra reads as a skip naming it, not a failed rc 2.
-        missing = [m for m in roles.ROLE_PACKAGES[ROLE["sweep"]] if not roles.installed(m)]
+        missing = [m for m in roles.ROLE_PACKAGES["harness"] if not roles.installed(m)]
         if missing:
             return "skipped", {"reason": f"kvbench sweep needs the harness extra ({', '.join(missing)} "
                                          f"not installed): pip install -e '.[harness]'"}

@@ -102,6 +102,10 @@ def test_trace_and_prompts(tmp_path):
     (["--prompt-vocab", str(10**20)], "prompt_vocab must be an integer <= 2147483647"),
     (["--workload", "lognormal", "--input-len", "5000"], "max_context=4096 is below request"),
     (["--max-context", str(10**9)], "does not fit in host memory"),
+    (["--workload", "pd", "--pool-tokens", "1024", *SMALL[2:4], "--input-len", "600", "--min-len", "600",
+      "--output-len", "16"],
+     "SGLang's decode side would never preallocate PD request"),
+    (["--pool-tokens", "48", *SMALL[:4], "--input-len", "31", "--output-len", "1"], "no output under SGLang's clip"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, words, capsys):
     try:

@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, StepOutcome, admission_pages, request_pages
+from mini_engine.errors import ConfigError
 from mini_engine.request import Request, Status
 from mini_engine.spec.simulated import SimulatedBackend
 
@@ -32,7 +33,10 @@ def engine_options(draw) -> dict:
     spec = draw(st.sampled_from(["none", "eagle", "dflash"]))
     opts: dict = dict(page_size=ps, spec=spec, seed=draw(st.integers(0, 2**16)),
                       chunked_prefill=draw(st.sampled_from([16, 100, 8192])),
-                      max_running=draw(st.sampled_from([2, 5, 64])), max_context=512)
+                      max_running=draw(st.sampled_from([2, 5, 64])), max_context=512,
+                      # SGLang's 512 would set the pool of a PD workload, not the pressure these
+                      # properties want; test_pd_budget_vs_sglang.py runs the budget at 512.
+                      reserved_decode_tokens=draw(st.sampled_from([0, 8, 64])))
     if spec == "dflash":
         opts["block_size"] = draw(st.sampled_from([1, 2, 4, 8, 16]))
         if draw(st.booleans()):
@@ -69,7 +73,13 @@ def pressured(opts: dict, reqs: list[Request], factor: int) -> EngineConfig:
     pages = biggest * factor
     if probe.has_swa:  # the SWA pool (swa_ratio of the full one) must hold the biggest request too
         pages = int(pages / probe.rules.swa_ratio) + 1
-    return EngineConfig.from_dict(dict(opts, pool_tokens=pages * probe.page_size))
+    while True:  # and SGLang's rules at arrival: an output left by the clip, a PD prealloc ever possible
+        cfg = EngineConfig.from_dict(dict(opts, pool_tokens=pages * probe.page_size))
+        try:
+            Engine(cfg).validate(reqs)
+            return cfg
+        except ConfigError:
+            pages += max(1, pages // 8)
 
 
 def expected_outputs(cfg: EngineConfig, reqs: list[Request]) -> dict[int, list[int]]:

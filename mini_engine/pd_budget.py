@@ -1,0 +1,146 @@
+"""The memory side of the PD decode side's prealloc queue, as SGLang counts it.
+
+A request transferred from a prefill node waits in the decode node's
+``DecodePreallocQueue`` (disaggregation/decode.py) until ``pop_preallocated`` gives it
+KV slots: first come, first served, the pass stopping at the first request that does
+not fit. Each check sets what a request needs against what the pool can give once
+every active request keeps ``num_reserved_decode_tokens`` (R, 512 by default) for its
+decoding:
+
+* full pool: ``need = max(alloc + R, prompt + min(max_new, 4096) - retractable)`` against
+  ``full_free (+ the decode radix tree's evictable) - max(R * active, single)``, where
+  ``alloc`` is the prompt's slots (page-ceiled; raw in 0.5.18 without the decode radix
+  cache), ``retractable``
+  the running requests' prompt and output tokens, ``active`` the running requests plus
+  those preallocated in this pass, and ``single`` the largest running request's prompt
+  and (clipped) output less ``retractable``: room for one request to finish if all
+  others were retracted;
+* SWA pool (the tail prealloc: an SWA model at ps > 1): ``max(ceil_ps(tail) + R', tail +
+  min(max_new, 4096) - retractable_swa)`` (R' = R with the decode radix cache, else 0)
+  against ``swa_free (+ evictable, 0.5.23) - max(min(R * active, active * window -
+  swa_used), single_swa)``: the SWA pool is only reserved up to each active request's
+  window.
+
+After a prealloc 0.5.23 reads both budgets from the pool again (the request now holds
+its slots and counts as active); 0.5.18 reads the full one again and subtracts the
+request's SWA need from the SWA one.
+
+Example (0.5.23, ps 16, R 512, a full pool of 2048 tokens, nothing running): a
+200-token prompt with 64 outputs needs max(208 + 512, 264) = 720 of 2048; after its
+prealloc (208 slots taken, one active request) the pool gives 1840 - 512 = 1328, so a
+second identical request fits and a third (1632 - 1024 = 608 < 720) waits.
+
+What kvbench leaves out (docs/conform.md): the transfer queue and the prebuilt batch
+(a transfer lands at once here, so a preallocated request is running at the next
+step), the retracted queue (a retracted PD request prefills again here), host hits.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from mini_engine.memory.sizing import pd_swa_tail_len
+from mini_engine.pool_sizing import swa_pages
+from mini_engine.request import Request
+
+CLIP_MAX_NEW_TOKENS = 4096  # SGLang's CLIP_MAX_NEW_TOKEN
+
+
+def _clip(n: int) -> int:
+    return min(n, CLIP_MAX_NEW_TOKENS)
+
+
+class PDPreallocBudget:
+    def __init__(self, *, release: str, page_size: int, reserved: int, running: list[Request],
+                 full_free: Callable[[], int], full_evictable: Callable[[], int], radix: bool,
+                 window: int | None = None, swa_free: Callable[[], int] | None = None,
+                 swa_evictable: Callable[[], int] = lambda: 0, swa_size: int = 0):
+        """Figures in tokens, read live (a prealloc takes its slots from them). window /
+        swa_*: the SWA pool when it takes the tail prealloc (an SWA model at ps > 1)."""
+        self.release, self.ps, self.reserved, self.radix = release, page_size, reserved, radix
+        self.running = running
+        self.full_free, self.full_evictable = full_free, full_evictable
+        self.tail = window is not None and page_size > 1
+        self.window, self.swa_free, self.swa_evictable, self.swa_size = window, swa_free, swa_evictable, swa_size
+        self.preallocated = 0  # this pass's preallocs: active, not running yet
+        self.empty = False  # empty_pool_budget's: pools that hold nothing, not a node's own
+        self.retractable = sum(len(r.prompt) + len(r.outputs) for r in running)
+        self.single = max((_clip(r.max_new_tokens) + len(r.prompt) - self.retractable for r in running), default=0)
+        if self.tail:
+            self.retractable_swa = sum(self.tail_len(len(r.prompt)) + len(r.outputs) for r in running)
+            self.single_swa = max((self.tail_len(len(r.prompt)) + _clip(r.max_new_tokens) - self.retractable_swa
+                                   for r in running), default=self.single)
+            self._swa_left = self._swa_allocatable() if release == "0.5.18" else None
+        self.swa_need = 0  # the last fits(): the SWA slots its prealloc charges (0.5.18's decrement)
+        self.swa_spent = 0  # what those decrements have taken this pass
+
+    def _ceil(self, n: int) -> int:
+        return -(-n // self.ps) * self.ps
+
+    def tail_len(self, seq_len: int) -> int:
+        """_swa_tail_len: 0.5.18 has no decode-radix variant of the window start."""
+        return pd_swa_tail_len(seq_len, self.window, self.ps, self.radix and self.release != "0.5.18")
+
+    def full_allocatable(self) -> int:
+        """_allocatable_token_budgets with this pass's preallocs counted active."""
+        available = self.full_free() + (self.full_evictable() if self.radix else 0)
+        return available - max(self.reserved * (len(self.running) + self.preallocated), self.single)
+
+    def _swa_allocatable(self) -> int:
+        """_swa_tail_allocatable_token_budget: R per active request, capped at its window."""
+        active = len(self.running) + self.preallocated
+        evictable = self.swa_evictable() if self.release != "0.5.18" else 0
+        free = self.swa_free()
+        used = self.swa_size - free - evictable
+        reserved = min(self.reserved * active, max(0, active * self.window - used))
+        return free + evictable - max(reserved, self.single_swa)
+
+    def swa_allocatable(self) -> int:
+        return self._swa_left if self._swa_left is not None else self._swa_allocatable()
+
+    def fits(self, r: Request) -> bool:
+        fill = len(r.prompt)
+        # 0.5.18 page-ceils the prompt's slots only on its decode-radix path.
+        alloc = self._ceil(fill) if self.release != "0.5.18" or self.radix else fill
+        if max(alloc + self.reserved, fill + _clip(r.max_new_tokens) - self.retractable) > self.full_allocatable():
+            return False
+        if not self.tail:
+            return True
+        tail = self.tail_len(fill)
+        self.swa_need = self._ceil(tail) + (self.reserved if self.radix else 0)
+        return max(self.swa_need, tail + _clip(r.max_new_tokens) - self.retractable_swa) <= self.swa_allocatable()
+
+    def charge(self) -> None:
+        """After the request's prealloc: it is active; 0.5.18 takes its SWA need off the budget."""
+        self.preallocated += 1
+        if self.tail and self._swa_left is not None:
+            self._swa_left -= self.swa_need
+            self.swa_spent += self.swa_need
+
+
+def decode_prealloc_budget(manager, cfg, running: list[Request]) -> PDPreallocBudget:
+    """The budget of one pop_preallocated pass over the manager's pools, read live."""
+    ps, m = cfg.page_size, manager
+    kw = {}
+    if m.swa is not None:
+        a = m.swa.allocator
+        kw = dict(window=m.mem.window, swa_size=a.num_pages * ps, swa_free=lambda: a.num_free_pages * ps,
+                  swa_evictable=lambda: m.evictable_swa_tokens)
+    return PDPreallocBudget(release=cfg.rules.pd_release, page_size=ps, reserved=cfg.reserved_decode_tokens,
+                            running=running, full_free=lambda: m.num_free_pages * ps,
+                            full_evictable=lambda: m.evictable_pages * ps, radix=cfg.rules.pd_radix, **kw)
+
+
+def empty_pool_budget(cfg, pages: int) -> PDPreallocBudget:
+    """The budget of a node whose pools (of ``pages`` full pages) hold nothing: what a PD
+    request must fit to be preallocated ever."""
+    ps = cfg.page_size
+    kw = {}
+    if cfg.has_swa:
+        swa = swa_pages(pages, cfg.rules.swa_ratio) * ps
+        kw = dict(window=cfg.window, swa_size=swa, swa_free=lambda: swa)
+    budget = PDPreallocBudget(release=cfg.rules.pd_release, page_size=ps, reserved=cfg.reserved_decode_tokens,
+                              running=[], full_free=lambda: pages * ps, full_evictable=lambda: 0,
+                              radix=cfg.rules.pd_radix, **kw)
+    budget.empty = True
+    return budget

@@ -1,0 +1,228 @@
+"""The PD decode side's prealloc budget (mini_engine/pd_budget.py) against the installed
+SGLang's own ``DecodePreallocQueue`` methods, compiled from disaggregation/decode.py.
+
+An engine runs a PD workload (every request arrives by transfer) under admission "sglang"
+with pools small enough for the budget to bind. At every check kvbench makes, SGLang's
+budgets (``_allocatable_token_budgets``, ``_swa_tail_allocatable_token_budget``, through
+``_swa_aware_allocatable_token_budgets`` at a pass's start) and a request's needs
+(``_required_alloc_tokens``, ``_required_admission_tokens``, ``_prealloc_required_tokens``,
+``_prealloc_kv_lens``) are computed on a stand-in queue that holds the same pools, the
+same running requests and the same count of this pass's preallocs; the verdict must be
+kvbench's. What joins those calls (the order ``pop_preallocated`` makes them in and its
+comparisons, which its transfer plumbing keeps from being run here) is restated below,
+per release. Release-neutral: CI runs it under 0.5.23 and 0.5.18.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Optional, Tuple
+
+import pytest
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
+
+import mini_engine.pd_budget as pd_budget
+from mini_engine.config import EngineConfig
+from mini_engine.engine import Engine
+from mini_engine.errors import ConfigError
+from mini_engine.request import Request
+from sglang_source import methods
+
+_STATIC = {"_rebootstrap_prefill_len", "_pre_alloc_fill_len"}
+_COMMON = {"_uses_swa_tail_prealloc", "_swa_tail_len", "_swa_retractable_len", "_prealloc_kv_lens",
+           "_prealloc_required_tokens", "_need_space_for_single_req", "_active_req_count", "_active_reserved_tokens",
+           "_swa_aware_allocatable_token_budgets", "_allocatable_token_budgets", "_swa_tail_allocatable_token_budget",
+           "_required_alloc_tokens"} | _STATIC
+_0523 = {"_uses_swa_reservation", "_required_admission_tokens", "_prealloc_reservation_fits", "_radix_full_evictable"}
+
+
+class _SWAKVPool:
+    """Stands for SWAKVPool: _uses_swa_tail_prealloc's isinstance test names it."""
+
+
+class _Dummy:
+    pass
+
+
+@pytest.fixture(scope="module")
+def queue_class(sg):  # sg: the installed SGLang, or a skip
+    import torch
+    from sglang.srt.environ import envs
+    from sglang.srt.utils import ceil_align, get_num_new_pages
+
+    new = sg.version != "0.5.18"
+    ns = {"Optional": Optional, "Tuple": Tuple, "torch": torch, "ceil_align": ceil_align,
+          "get_num_new_pages": get_num_new_pages, "SWAKVPool": _SWAKVPool, "DeepSeekV4TokenToKVPool": _Dummy,
+          "CLIP_MAX_NEW_TOKEN": envs.SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION.get(),
+          "is_swa_req_ring": lambda allocator: False}
+    methods("sglang.srt.disaggregation.decode", "DecodePreallocQueue", _COMMON | (_0523 if new else set()), ns)
+    alloc = {}
+    if new:
+        methods("sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator",
+                {"prealloc_fits", "prealloc_fits_assumes_reclaim"}, alloc)
+        methods("sglang.srt.mem_cache.allocator.swa", "SWATokenToKVPoolAllocator", {"swa_capacity_and_available"},
+                alloc)
+    body = {n: staticmethod(ns[n]) if n in _STATIC else ns[n] for n in _COMMON | (_0523 if new else set())}
+    alloc = {n: alloc[n] for n in ("prealloc_fits", "prealloc_fits_assumes_reclaim", "swa_capacity_and_available")
+             if n in alloc}
+    return _Compiled(cls=type("Queue", (), body), ns=ns, alloc=alloc, new=new, clip=ns["CLIP_MAX_NEW_TOKEN"])
+
+
+class _Compiled:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    def __repr__(self) -> str:  # hypothesis prints its arguments: not the compiled namespace
+        return f"<DecodePreallocQueue compiled from SGLang {'0.5.23' if self.new else '0.5.18'}>"
+
+
+def _sg_req(r: Request):
+    return SimpleNamespace(origin_input_ids=r.prompt, output_ids=list(r.outputs),
+                           sampling_params=SimpleNamespace(max_new_tokens=r.max_new_tokens))
+
+
+def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request | None) -> tuple[bool, int, int | None]:
+    """SGLang's verdict on r after b.preallocated preallocs of this pass, and its budgets
+    (r None: only the budgets, at the pass's start)."""
+    cfg, m, ps, radix = engine.cfg, engine.manager, engine.cfg.page_size, engine.cfg.rules.pd_radix
+    qc.ns["get_disagg"] = lambda: SimpleNamespace(disaggregation_decode_enable_radix_cache=radix)
+    qc.ns["get_memory"] = lambda: SimpleNamespace(disable_radix_cache=not radix)
+    a = SimpleNamespace(page_size=ps, available_size=lambda: m.num_free_pages * ps,
+                        full_available_size=lambda: m.num_free_pages * ps, size_full=cfg.num_pages * ps)
+    swa = m.swa is not None
+    if swa:
+        s = m.swa.allocator
+        a.swa_available_size = lambda: s.num_free_pages * ps
+        a.size_swa = s.num_pages * ps
+        a.alloc_extend_swa_tail = None
+    for name, fn in qc.alloc.items():
+        setattr(a, name, fn.__get__(a))
+    evictable = (lambda: m.evictable_pages * ps) if m.prefix is not None else (lambda: 0)
+    tree = SimpleNamespace(evictable_size=evictable, full_evictable_size=evictable,
+                           swa_evictable_size=lambda: m.evictable_swa_tokens if m.prefix is not None else 0)
+    running = [_sg_req(x) for x in b.running]
+    q = qc.cls()
+    q.token_to_kv_pool = _SWAKVPool() if swa else _Dummy()
+    q.token_to_kv_pool_allocator, q.tree_cache = a, tree
+    q.num_reserved_decode_tokens = cfg.reserved_decode_tokens
+    q.transfer_queue, q.retracted_queue = SimpleNamespace(queue=[]), []
+    q.scheduler = SimpleNamespace(
+        running_batch=SimpleNamespace(reqs=running), waiting_queue=[], last_batch=None, enable_hisparse=False,
+        sliding_window_size=m.mem.window if swa else None, tp_worker=SimpleNamespace(is_hybrid_swa=swa),
+        server_args=SimpleNamespace(disaggregation_decode_enable_radix_cache=radix, disable_radix_cache=not radix))
+    k = b.preallocated
+    retractable = sum(len(x.origin_input_ids) + len(x.output_ids) for x in running)
+    tail = q._uses_swa_tail_prealloc()
+    retractable_swa = sum(q._swa_retractable_len(x) for x in running) if tail else 0
+    if r is None:
+        if tail and not qc.new:
+            return True, *q._swa_aware_allocatable_token_budgets(
+                retractable_tokens=retractable, retractable_swa_tokens=retractable_swa, count_retracted=True)
+        return True, 0, None
+    req, clip = _sg_req(r), min(r.max_new_tokens, qc.clip)
+    if qc.new:  # 0.5.23's pop_preallocated
+        swa_alloc = None
+        if q._uses_swa_reservation():
+            full_alloc, swa_alloc = q._swa_aware_allocatable_token_budgets(
+                retractable_tokens=retractable, retractable_swa_tokens=retractable_swa, count_retracted=True)
+        else:
+            full_alloc = q._allocatable_token_budgets(retractable_tokens=retractable, count_retracted=True)
+        if k or radix:  # re-read after each prealloc, and after a decode-radix match
+            full_alloc = q._allocatable_token_budgets(retractable_tokens=retractable, count_retracted=True,
+                                                      extra_reserved_reqs=k, hicache_reserved_tokens=0)
+            if swa_alloc is not None:
+                swa_alloc = q._swa_tail_allocatable_token_budget(
+                    retractable_tokens=retractable, retractable_swa_tokens=retractable_swa, count_retracted=True,
+                    extra_reserved_reqs=k)
+        alloc = q._required_alloc_tokens(fill_len=q._pre_alloc_fill_len(req), prefix_len=0)
+        full_need = q._required_admission_tokens(req, alloc, 0, retractable)
+        swa_need = 0
+        if tail:
+            _, swa_required = q._prealloc_required_tokens(req)
+            _, swa_len = q._prealloc_kv_lens(req)
+            swa_need = max(swa_required, swa_len + clip - retractable_swa)
+        elif swa_alloc is not None:
+            swa_need = full_need
+        fits = q._prealloc_reservation_fits(full_need, swa_need, full_allocatable_tokens=full_alloc,
+                                            swa_allocatable_tokens=swa_alloc)
+        return fits, full_alloc, swa_alloc
+    # 0.5.18's: the SWA budget is read once a pass and each prealloc's SWA need taken off it.
+    swa_alloc = None
+    if tail:
+        full_alloc, _ = q._swa_aware_allocatable_token_budgets(
+            retractable_tokens=retractable, retractable_swa_tokens=retractable_swa, count_retracted=True)
+        swa_alloc = b.sg_swa_start - b.swa_spent
+    else:
+        full_alloc = q._allocatable_token_budgets(retractable_tokens=retractable, count_retracted=True)
+    if k or radix:
+        full_alloc = q._allocatable_token_budgets(retractable_tokens=retractable, count_retracted=True,
+                                                  extra_reserved_reqs=k, hicache_reserved_tokens=0)
+    fill = q._pre_alloc_fill_len(req)
+    alloc = q._required_alloc_tokens(fill_len=fill, prefix_len=0) if radix else fill
+    need = alloc + q.num_reserved_decode_tokens
+    fits = max(need, len(r.prompt) + clip - retractable) <= full_alloc
+    if fits and tail:
+        _, swa_required = q._prealloc_required_tokens(req)
+        _, swa_len = q._prealloc_kv_lens(req)
+        fits = max(swa_required, swa_len + clip - retractable_swa) <= swa_alloc
+    return fits, full_alloc, swa_alloc
+
+
+def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec) -> tuple[int, int]:
+    """Run the engine, every check compared with SGLang's. Returns (checks, refusals)."""
+    kw = dict(window=window, layer_pattern="1:1") if window else {}
+    cfg = EngineConfig(spec=spec, page_size=ps, pool_tokens=pool, max_context=4096, reserved_decode_tokens=reserved,
+                       pd_radix=radix, profile="sglang-0.5.23" if qc.new else "sglang-pre-35265", **kw)
+    engine = Engine(cfg)
+    compared = refused = 0
+    fits = pd_budget.PDPreallocBudget.fits
+
+    def checked(b, r):
+        nonlocal compared, refused
+        ours = fits(b, r)
+        if b.empty:  # submit's check of an empty pool of some size, not the node's pools
+            return ours
+        theirs, full_alloc, swa_alloc = sglang_verdict(qc, engine, b, r)
+        assert b.full_allocatable() == full_alloc, (r.rid, b.preallocated, len(b.running), engine.manager.num_free_pages)
+        if swa_alloc is not None:
+            assert b.swa_allocatable() == swa_alloc
+        assert ours == theirs, (r.rid, b.preallocated)
+        compared += 1
+        refused += not ours
+        return ours
+
+    init = pd_budget.PDPreallocBudget.__init__
+
+    def recorded_init(b, **kw):
+        init(b, **kw)
+        b.sg_swa_start = sglang_verdict(qc, engine, b, None)[2]  # 0.5.18 reads its SWA budget once a pass
+
+    with pytest.MonkeyPatch.context() as mp:  # undone after each example: wrappers never nest
+        mp.setattr(pd_budget.PDPreallocBudget, "__init__", recorded_init)
+        mp.setattr(pd_budget.PDPreallocBudget, "fits", checked)
+        try:
+            engine.submit([Request(rid=i, prompt=list(range(i * 10000, i * 10000 + n)), max_new_tokens=o,
+                                   fill_len=n, arrival_step=a) for i, (n, o, a) in enumerate(reqs)])
+        except ConfigError:
+            assume(False)  # a workload the empty pool cannot take (kvbench refuses it before a step)
+        res = engine.run()
+    assert res.verdict in ("ok", "pool_exhausted"), res.error
+    return compared, refused
+
+
+@settings(max_examples=300, deadline=None)
+@given(reqs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 120), st.integers(0, 12)), min_size=1, max_size=10),
+       ps=st.sampled_from([1, 16, 64]), pool_pages=st.integers(8, 64), window=st.sampled_from([None, 32, 128]),
+       reserved=st.sampled_from([0, 16, 128, 512]), radix=st.booleans(), spec=st.sampled_from(["none", "eagle"]))
+@example(reqs=[(200, 64, 0)] * 3, ps=16, pool_pages=32, window=None, reserved=512, radix=False, spec="none")
+def test_pd_prealloc_verdicts_equal_sglangs(queue_class, reqs, ps, pool_pages, window, reserved, radix, spec):
+    pool = pool_pages * max(ps, 64)
+    compared_checks(queue_class, reqs, ps, pool, window, reserved, radix, spec)
+
+
+def test_worked_example(queue_class):
+    # pd_budget's docstring: ps 16, R 512, 2048 tokens: two 200-token prompts join, the third waits
+    # (refused once per step until one of them finishes).
+    checks, refused = compared_checks(queue_class, [(200, 64, 0)] * 3, 16, 2048, None, 512, False, "none")
+    assert refused > 0 and checks == refused + 3
