@@ -115,7 +115,8 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
     check_version(path, head, sg.version)  # a trace of another release's profile: one line, exit 2
     ps = head["page_size"]
     need_sort = pool_need_sort(path, records)
-    # The decode-side radix cache widens the PD SWA tail: a profile knob (or a config key).
+    # The decode-side radix cache widens the PD SWA tail: a profile knob (or a config key),
+    # where the release's _swa_tail_len has that variant (0.5.18's has none).
     pd_radix = header_pd_radix(path, head)
     pools = {"full": _allocator(sg, head["num_pages"], ps, need_sort.get("full", False))}
     if head.get("swa_num_pages"):
@@ -249,7 +250,8 @@ def _check_prepare(sg, rec: dict, ps: int, spec_reserve: dict, report: ConformRe
 
 
 def _check_swa_prealloc(rec: dict, ps: int, pd_radix: bool):
-    """SGLang 0.5.23's decode-side SWA tail (DecodePreallocQueue._swa_tail_len), reproduced."""
+    """SGLang's decode-side SWA tail (DecodePreallocQueue._swa_tail_len), reproduced; pd_radix:
+    0.5.23's decode-radix window start (0.5.18 has none)."""
     fill, window = rec["fill_len"], rec["window"]
     if ps == 1 or fill <= 0 or window is None or window <= 0:
         tail = max(fill, 0)  # no tail path at ps 1: the whole fill gets SWA slots

@@ -124,7 +124,6 @@ class Engine:
         """Bad workloads are bad input (ConfigError), found before the first step."""
         cfg = self.cfg
         seen = {r.rid for r in self.requests}
-        largest: tuple[int, Request] | None = None  # the request needing the most pages
         for r in reqs:
             if r.rid in seen:
                 raise ConfigError(f"request id {r.rid} appears twice; request ids must be unique")
@@ -136,37 +135,47 @@ class Engine:
                 raise ConfigError(f"request {r.rid}: fill_len must be 0 or the prompt length {len(r.prompt)} "
                                   f"(got {r.fill_len})")
             check_context(r.rid, len(r.prompt), r.max_new_tokens, cfg.max_context)
-            need = request_pages(cfg, len(r.prompt), r.max_new_tokens)
-            if largest is None or need > largest[0]:
-                largest = (need, r)
         # One refusal naming the largest request, not the first too large, and the smallest pool
         # that passes every rule below (N17: a minimum that fits one rule was refused by the next).
-        if largest is None:
+        if not reqs:
             return
-        broken = self._pool_rule_broken(reqs, largest, cfg.num_pages)
+        broken = self._pool_rule_broken(reqs, cfg.num_pages)
         if broken is None:
             return
-        pages = min_pool_pages(cfg, largest[0])
-        while self._pool_rule_broken(reqs, largest, pages) is not None:
-            pages += 1
+        # A pool that holds the largest request whole passes once the other rules do; under
+        # admission sglang a smaller one may pass too, with outputs clipped. Below the clip's
+        # floor (a page-ceiled prompt and a page) nothing passes. The PD rule need not get
+        # easier with every page (its SWA side grows slower than the clip lets outputs grow),
+        # so the pools between are tried one by one.
+        hi = min_pool_pages(cfg, max(request_pages(cfg, len(r.prompt), r.max_new_tokens) for r in reqs))
+        while self._pool_rule_broken(reqs, hi) is not None:
+            hi += 1
+        pages = hi
+        if cfg.rules.admission == "sglang":
+            pages = max(-(-len(r.prompt) // cfg.page_size) + 1 for r in reqs)
+            while pages < hi and self._pool_rule_broken(reqs, pages) is not None:
+                pages += 1
         raise ConfigError(broken.replace("MINIMUM", str(pages * cfg.page_size)))
 
-    def _pool_rule_broken(self, reqs: list[Request], largest: tuple[int, Request], pages: int) -> str | None:
+    def _pool_rule_broken(self, reqs: list[Request], pages: int) -> str | None:
         """The first rule a pool of ``pages`` full pages breaks for the workload, as its refusal
-        (MINIMUM: where the smallest pool that passes goes), or None. Each rule only gets
-        easier as the pool grows."""
+        (MINIMUM: where the smallest pool that passes goes), or None. Under admission sglang
+        each request is sized with its output as SGLang's clip at arrival leaves it."""
         cfg, ps = self.cfg, self.cfg.page_size
+        sglang = cfg.rules.admission == "sglang"
+        caps = {r.rid: output_cap(len(r.prompt), r.max_new_tokens, pages * ps, ps) if sglang else r.max_new_tokens
+                for r in reqs}
         have = admission_pages(cfg, pages)
-        if largest[0] > have:
-            need, r = largest
-            total = len(r.prompt) + r.max_new_tokens
+        need, r = max(((request_pages(cfg, len(r.prompt), max(caps[r.rid], 1)), r) for r in reqs),
+                      key=lambda x: x[0])
+        if need > have:
+            total = len(r.prompt) + max(caps[r.rid], 1)
             pool = "" if have == pages else f" (its SWA pool {have} pages at swa_ratio={cfg.rules.swa_ratio})"
             return (f"pool_tokens={pages * ps}{pool} is too small for one request of the workload: request {r.rid} "
                     f"needs {need} pages of {ps} ({total} tokens + reserve {self.reserve}); raise pool_tokens to >= "
                     f"MINIMUM")
-        if cfg.rules.admission != "sglang":
+        if not sglang:
             return None
-        caps = {r.rid: output_cap(len(r.prompt), r.max_new_tokens, pages * ps, ps) for r in reqs}
         r = next((r for r in reqs if caps[r.rid] == 0), None)
         if r is not None:
             # SGLang would clip its output to 0 (a prefill-only request, no token out): kvbench

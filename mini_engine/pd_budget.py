@@ -8,7 +8,8 @@ every active request keeps ``num_reserved_decode_tokens`` (R, 512 by default) fo
 decoding:
 
 * full pool: ``need = max(alloc + R, prompt + min(max_new, 4096) - retractable)`` against
-  ``full_free (+ the decode radix tree's evictable) - max(R * active, single)``, where
+  ``full_free (+ the decode radix tree's evictable) - max(R * active, single)`` (full_free:
+  the smaller of the two pools for an SWA model at ps 1, which takes no tail path), where
   ``alloc`` is the prompt's slots (page-ceiled; raw in 0.5.18 without the decode radix
   cache), ``retractable``
   the running requests' prompt and output tokens, ``active`` the running requests plus
@@ -32,7 +33,8 @@ second identical request fits and a third (1632 - 1024 = 608 < 720) waits.
 
 What kvbench leaves out (docs/conform.md): the transfer queue and the prebuilt batch
 (a transfer lands at once here, so a preallocated request is running at the next
-step), the retracted queue (a retracted PD request prefills again here), host hits.
+step), the retracted queue (a retracted PD request prefills again here), the decode
+radix cache's prefix match (a PD arrival matches nothing here), host hits.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class PDPreallocBudget:
                  window: int | None = None, swa_free: Callable[[], int] | None = None,
                  swa_evictable: Callable[[], int] = lambda: 0, swa_size: int = 0):
         """Figures in tokens, read live (a prealloc takes its slots from them). window /
-        swa_*: the SWA pool when it takes the tail prealloc (an SWA model at ps > 1)."""
+        swa_*: the SWA pool (its tail prealloc at ps > 1; at ps 1 it only bounds the full side)."""
         self.release, self.ps, self.reserved, self.radix = release, page_size, reserved, radix
         self.running = running
         self.full_free, self.full_evictable = full_free, full_evictable
@@ -83,8 +85,13 @@ class PDPreallocBudget:
 
     def full_allocatable(self) -> int:
         """_allocatable_token_budgets with this pass's preallocs counted active."""
-        available = self.full_free() + (self.full_evictable() if self.radix else 0)
-        return available - max(self.reserved * (len(self.running) + self.preallocated), self.single)
+        free = self.full_free()
+        if self.swa_free is not None and not self.tail:
+            # An SWA model at ps 1 takes no tail path: the allocator's available_size is
+            # the smaller of its two pools (SWATokenToKVPoolAllocator).
+            free = min(free, self.swa_free())
+        return free + (self.full_evictable() if self.radix else 0) - max(
+            self.reserved * (len(self.running) + self.preallocated), self.single)
 
     def _swa_allocatable(self) -> int:
         """_swa_tail_allocatable_token_budget: R per active request, capped at its window."""
@@ -99,6 +106,7 @@ class PDPreallocBudget:
         return self._swa_left if self._swa_left is not None else self._swa_allocatable()
 
     def fits(self, r: Request) -> bool:
+        self.swa_need = 0
         fill = len(r.prompt)
         # 0.5.18 page-ceils the prompt's slots only on its decode-radix path.
         alloc = self._ceil(fill) if self.release != "0.5.18" or self.radix else fill
@@ -118,8 +126,11 @@ class PDPreallocBudget:
             self.swa_spent += self.swa_need
 
 
-def decode_prealloc_budget(manager, cfg, running: list[Request]) -> PDPreallocBudget:
-    """The budget of one pop_preallocated pass over the manager's pools, read live."""
+def decode_prealloc_budget(manager, cfg, running: list[Request],
+                           planned: Callable[[], int] = lambda: 0) -> PDPreallocBudget:
+    """The budget of one pop_preallocated pass over the manager's pools, read live; planned:
+    full pages the pass's prefill chunks will take (a retracted PD request prefilling again,
+    which SGLang's decode side never does), not free for a prealloc."""
     ps, m = cfg.page_size, manager
     kw = {}
     if m.swa is not None:
@@ -127,7 +138,7 @@ def decode_prealloc_budget(manager, cfg, running: list[Request]) -> PDPreallocBu
         kw = dict(window=m.mem.window, swa_size=a.num_pages * ps, swa_free=lambda: a.num_free_pages * ps,
                   swa_evictable=lambda: m.evictable_swa_tokens)
     return PDPreallocBudget(release=cfg.rules.pd_release, page_size=ps, reserved=cfg.reserved_decode_tokens,
-                            running=running, full_free=lambda: m.num_free_pages * ps,
+                            running=running, full_free=lambda: (m.num_free_pages - planned()) * ps,
                             full_evictable=lambda: m.evictable_pages * ps, radix=cfg.rules.pd_radix, **kw)
 
 

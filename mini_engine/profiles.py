@@ -180,6 +180,7 @@ class Profile:
         return MemoryRules(align=frozenset(self.aligned_writers()), all_aligned=self.all_aligned, free=self.free,
                            swa_eviction_interval=self.swa_eviction_interval,
                            prefix_cache=self.prefix_cache, pd_radix=self.pd_radix,
+                           pd_radix_tail=self.pd_release != "0.5.18",
                            row_overflow=self.row_overflow, swa_branching=self.swa_branching,
                            header=self.knobs())
 
@@ -188,6 +189,9 @@ class Profile:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about", "align_all", "swa_branching",
                                                                                   "pd_release")}
         out["align"] = self.aligned_writers()
+        # What the trace needs of the release (not a knob): whether the decode radix cache
+        # moves the PD SWA tail (0.5.23's _swa_tail_len; 0.5.18's has no such variant).
+        out["pd_radix_tail"] = self.pd_release != "0.5.18"
         return out
 
 

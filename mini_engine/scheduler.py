@@ -168,10 +168,7 @@ class Scheduler:
             match = prefix_match(self.manager, r) if not fresh_pd else None
             matched = 0 if match is None else len(match[0])
             if fresh_pd and mem is not None:  # SGLang's decode side: pop_preallocated's budget
-                # It reads the pools live: the chunks planned so far are allocated first.
-                early |= bool(self._planned)
-                self._allocate_planned()
-                pdb = pdb or decode_prealloc_budget(self.manager, self.cfg, dec)
+                pdb = pdb or decode_prealloc_budget(self.manager, self.cfg, dec, self._planned_pages)
                 need, fits = 0, pdb.fits(r)
             elif mem is None or fresh_pd:
                 need = self._need(r, matched)

@@ -208,13 +208,16 @@ def pool_need_sort(path: str, records: list[tuple[int, dict]]) -> dict[str, bool
 
 
 def header_pd_radix(path: str, head: dict) -> bool:
-    """Whether the trace's decode side had the radix cache (the PD SWA tail rule):
-    the header profile's pd_radix, else its config's, else false."""
+    """Whether the trace's decode side had the radix cache and its release moves the PD SWA
+    tail for it: the header profile's pd_radix, else its config's, else false; and the
+    profile's pd_radix_tail (absent: true, 0.5.23's rule; 0.5.18 has no such variant)."""
     profile, config = head.get("profile") or {}, head.get("config") or {}  # objects, as read_trace checked
     pd_radix = profile.get("pd_radix", config.get("pd_radix", False))
-    if not isinstance(pd_radix, bool):
-        raise TraceError(f"{path}: header pd_radix must be true or false (got {pd_radix!r})")
-    return pd_radix
+    tail = profile.get("pd_radix_tail", True)
+    for name, value in (("pd_radix", pd_radix), ("pd_radix_tail", tail)):
+        if not isinstance(value, bool):
+            raise TraceError(f"{path}: header {name} must be true or false (got {value!r})")
+    return pd_radix and tail
 
 
 def _is_int(x: object) -> bool:

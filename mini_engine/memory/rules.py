@@ -34,6 +34,8 @@ class MemoryRules:
     swa_eviction_interval: int = 128  # a decode step evicts once committed - window >= cursor + this
     prefix_cache: str = "radix"  # radix: a prefix tree (full attention) and its SWA threshold; chunk: neither
     pd_radix: bool = False  # the decode side's radix cache (the PD tail rule)
+    # Whether that cache moves the PD SWA tail's window start (0.5.23's _swa_tail_len; 0.5.18's has no variant).
+    pd_radix_tail: bool = True
     # A reservation past the row's end is allocated whole and written on into the next
     # row, as SGLang's is (issue 33579; mini_engine.memory.overflow); False: cut at the end.
     row_overflow: bool = True

@@ -67,7 +67,7 @@ class SWACursor:
         target = self.growth.extent_for(state, fill_len, "pd")
         if self.swa is not None and self.ps > 1:  # SGLang takes the tail path only when ps > 1
             window = self.mem.window
-            tail = pd_swa_tail_len(fill_len, window, self.ps, self.rules.pd_radix)
+            tail = pd_swa_tail_len(fill_len, window, self.ps, self.rules.pd_radix and self.rules.pd_radix_tail)
             value = fill_len - tail
             if self.trace is not None:
                 self.trace.write({"op": "swa_prealloc", "fill_len": fill_len, "window": window,

@@ -79,6 +79,16 @@ def test_a_request_at_the_pools_edge_is_clipped_as_sglang_clips_it():
     assert engine.stats.clipped_requests == 0
 
 
+def test_a_request_the_pool_holds_only_clipped_runs_clipped():
+    # Asking 40 outputs of a 17-token prompt in 64 tokens: whole, it needs 4 pages and a page
+    # of stranding room; SGLang clips it to 15 and runs it, and so does kvbench under its rules.
+    reqs = [Request(rid=0, prompt=list(range(17)), max_new_tokens=40)]
+    engine = _engine(64)
+    assert engine.run(reqs).verdict == "ok" and len(reqs[0].outputs) == 15
+    with pytest.raises(ConfigError, match="too small for one request"):
+        _engine(64, admission="estimate").run([Request(rid=0, prompt=list(range(17)), max_new_tokens=40)])
+
+
 def test_a_clip_to_no_output_is_refused_in_one_line():
     # A 31-token prompt in a 48-token pool: 48 - 32 - 17 < 0, SGLang would prefill it and emit
     # nothing (a prefill-only request); kvbench counts only requests that emit a token.

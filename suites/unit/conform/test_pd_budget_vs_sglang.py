@@ -57,16 +57,19 @@ def queue_class(sg):  # sg: the installed SGLang, or a skip
           "CLIP_MAX_NEW_TOKEN": envs.SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION.get(),
           "is_swa_req_ring": lambda allocator: False}
     methods("sglang.srt.disaggregation.decode", "DecodePreallocQueue", _COMMON | (_0523 if new else set()), ns)
-    alloc = {}
+    alloc, swa_alloc = {}, {}
     if new:
         methods("sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator",
                 {"prealloc_fits", "prealloc_fits_assumes_reclaim"}, alloc)
         methods("sglang.srt.mem_cache.allocator.swa", "SWATokenToKVPoolAllocator", {"swa_capacity_and_available"},
-                alloc)
+                swa_alloc)
+    # The SWA allocator's available_size (the smaller pool), which the ps-1 path reads.
+    methods("sglang.srt.mem_cache.allocator.swa", "SWATokenToKVPoolAllocator", {"available_size"}, swa_alloc)
     body = {n: staticmethod(ns[n]) if n in _STATIC else ns[n] for n in _COMMON | (_0523 if new else set())}
-    alloc = {n: alloc[n] for n in ("prealloc_fits", "prealloc_fits_assumes_reclaim", "swa_capacity_and_available")
-             if n in alloc}
-    return _Compiled(cls=type("Queue", (), body), ns=ns, alloc=alloc, new=new, clip=ns["CLIP_MAX_NEW_TOKEN"])
+    alloc = {n: alloc[n] for n in ("prealloc_fits", "prealloc_fits_assumes_reclaim") if n in alloc}
+    swa_alloc = {n: swa_alloc[n] for n in ("swa_capacity_and_available", "available_size") if n in swa_alloc}
+    return _Compiled(cls=type("Queue", (), body), ns=ns, alloc=alloc, swa_alloc=swa_alloc, new=new,
+                     clip=ns["CLIP_MAX_NEW_TOKEN"])
 
 
 class _Compiled:
@@ -88,14 +91,21 @@ def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request
     cfg, m, ps, radix = engine.cfg, engine.manager, engine.cfg.page_size, engine.cfg.rules.pd_radix
     qc.ns["get_disagg"] = lambda: SimpleNamespace(disaggregation_decode_enable_radix_cache=radix)
     qc.ns["get_memory"] = lambda: SimpleNamespace(disable_radix_cache=not radix)
-    a = SimpleNamespace(page_size=ps, available_size=lambda: m.num_free_pages * ps,
-                        full_available_size=lambda: m.num_free_pages * ps, size_full=cfg.num_pages * ps)
+    # The prefill chunks this pass has planned (kvbench-only: a retracted PD request prefilling
+    # again) will take their pages first: not free for a prealloc, on either side.
+    free = (m.num_free_pages - engine.sched._planned_pages()) * ps
+    full = SimpleNamespace(available_size=lambda: free)
+    a = SimpleNamespace(page_size=ps, available_size=full.available_size, full_available_size=full.available_size,
+                        size_full=cfg.num_pages * ps, full_attn_allocator=full, _swa_req_ring=False)
     swa = m.swa is not None
     if swa:
         s = m.swa.allocator
-        a.swa_available_size = lambda: s.num_free_pages * ps
+        a.swa_attn_allocator = SimpleNamespace(available_size=lambda: s.num_free_pages * ps)
+        a.swa_available_size = a.swa_attn_allocator.available_size
         a.size_swa = s.num_pages * ps
         a.alloc_extend_swa_tail = None
+        for name, fn in qc.swa_alloc.items():
+            setattr(a, name, fn.__get__(a))
     for name, fn in qc.alloc.items():
         setattr(a, name, fn.__get__(a))
     evictable = (lambda: m.evictable_pages * ps) if m.prefix is not None else (lambda: 0)
@@ -152,7 +162,7 @@ def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request
     if tail:
         full_alloc, _ = q._swa_aware_allocatable_token_budgets(
             retractable_tokens=retractable, retractable_swa_tokens=retractable_swa, count_retracted=True)
-        swa_alloc = b.sg_swa_start - b.swa_spent
+        swa_alloc = b.sg_swa_start - sum(q._prealloc_required_tokens(x)[1] for x in b.sg_preallocated)
     else:
         full_alloc = q._allocatable_token_budgets(retractable_tokens=retractable, count_retracted=True)
     if k or radix:
@@ -169,10 +179,10 @@ def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request
     return fits, full_alloc, swa_alloc
 
 
-def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec) -> tuple[int, int]:
+def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec, max_context=4096) -> tuple[int, int]:
     """Run the engine, every check compared with SGLang's. Returns (checks, refusals)."""
     kw = dict(window=window, layer_pattern="1:1") if window else {}
-    cfg = EngineConfig(spec=spec, page_size=ps, pool_tokens=pool, max_context=4096, reserved_decode_tokens=reserved,
+    cfg = EngineConfig(spec=spec, page_size=ps, pool_tokens=pool, max_context=max_context, reserved_decode_tokens=reserved,
                        pd_radix=radix, profile="sglang-0.5.23" if qc.new else "sglang-pre-35265", **kw)
     engine = Engine(cfg)
     compared = refused = 0
@@ -181,6 +191,7 @@ def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec) -> tuple[
     def checked(b, r):
         nonlocal compared, refused
         ours = fits(b, r)
+        b.sg_last = r
         if b.empty:  # submit's check of an empty pool of some size, not the node's pools
             return ours
         theirs, full_alloc, swa_alloc = sglang_verdict(qc, engine, b, r)
@@ -192,15 +203,21 @@ def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec) -> tuple[
         refused += not ours
         return ours
 
-    init = pd_budget.PDPreallocBudget.__init__
+    init, charge = pd_budget.PDPreallocBudget.__init__, pd_budget.PDPreallocBudget.charge
 
     def recorded_init(b, **kw):
         init(b, **kw)
         b.sg_swa_start = sglang_verdict(qc, engine, b, None)[2]  # 0.5.18 reads its SWA budget once a pass
+        b.sg_preallocated, b.sg_last = [], None  # this pass's preallocs, as SGLang's requests
+
+    def recorded_charge(b):
+        charge(b)
+        b.sg_preallocated.append(_sg_req(b.sg_last))
 
     with pytest.MonkeyPatch.context() as mp:  # undone after each example: wrappers never nest
         mp.setattr(pd_budget.PDPreallocBudget, "__init__", recorded_init)
         mp.setattr(pd_budget.PDPreallocBudget, "fits", checked)
+        mp.setattr(pd_budget.PDPreallocBudget, "charge", recorded_charge)
         try:
             engine.submit([Request(rid=i, prompt=list(range(i * 10000, i * 10000 + n)), max_new_tokens=o,
                                    fill_len=n, arrival_step=a) for i, (n, o, a) in enumerate(reqs)])
@@ -216,6 +233,8 @@ def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec) -> tuple[
        ps=st.sampled_from([1, 16, 64]), pool_pages=st.integers(8, 64), window=st.sampled_from([None, 32, 128]),
        reserved=st.sampled_from([0, 16, 128, 512]), radix=st.booleans(), spec=st.sampled_from(["none", "eagle"]))
 @example(reqs=[(200, 64, 0)] * 3, ps=16, pool_pages=32, window=None, reserved=512, radix=False, spec="none")
+# ps 1 with SWA takes no tail path: the full side reads the smaller pool (available_size).
+@example(reqs=[(300, 10, 0), (500, 10, 0)], ps=1, pool_pages=16, window=32, reserved=0, radix=False, spec="none")
 def test_pd_prealloc_verdicts_equal_sglangs(queue_class, reqs, ps, pool_pages, window, reserved, radix, spec):
     pool = pool_pages * max(ps, 64)
     compared_checks(queue_class, reqs, ps, pool, window, reserved, radix, spec)
@@ -226,3 +245,25 @@ def test_worked_example(queue_class):
     # (refused once per step until one of them finishes).
     checks, refused = compared_checks(queue_class, [(200, 64, 0)] * 3, 16, 2048, None, 512, False, "none")
     assert refused > 0 and checks == refused + 3
+
+
+def test_outputs_past_sglangs_4096_clip(queue_class):
+    # Both sides count at most 4096 of a request's outputs (CLIP_MAX_NEW_TOKEN).
+    checks, _ = compared_checks(queue_class, [(100, 5000, 0), (100, 5000, 0)], 16, 16384, None, 512, False, "none",
+                                max_context=8192)
+    assert checks >= 2
+
+
+@pytest.mark.parametrize("profile, pages", [("sglang-0.5.23", 2), ("sglang-pre-35265", 1)])
+def test_the_pd_tail_with_the_decode_radix_cache_is_the_releases(profile, pages):
+    # ps 64, window 32, a 160-token transfer: 0.5.23's decode-radix window start is
+    # floor_64(160 - 1 - 64) = 64, a 96-token tail (2 pages); 0.5.18's _swa_tail_len has no
+    # radix variant: floor_64(160 - 32) = 128, a 32-token tail (1 page).
+    cfg = EngineConfig(spec="none", page_size=64, pool_tokens=8192, window=32, layer_pattern="1:1", pd_radix=True,
+                       profile=profile, reserved_decode_tokens=0)
+    engine = Engine(cfg)
+    engine.submit([Request(rid=0, prompt=list(range(160)), max_new_tokens=4, fill_len=160)])
+    swa = engine.manager.swa.allocator
+    before = swa.num_free_pages
+    engine.tick()
+    assert before - swa.num_free_pages == pages
