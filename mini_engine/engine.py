@@ -19,7 +19,6 @@ import inspect
 import time
 import weakref
 from contextlib import nullcontext
-from dataclasses import replace
 from typing import Callable
 
 from mini_engine.backend import Backend, create_backend
@@ -163,8 +162,7 @@ class Engine:
         each request is sized with its output as SGLang's clip at arrival leaves it."""
         cfg, ps = self.cfg, self.cfg.page_size
         sglang = cfg.rules.admission == "sglang"
-        caps = {r.rid: output_cap(len(r.prompt), r.max_new_tokens, pages * ps, ps) if sglang else r.max_new_tokens
-                for r in reqs}
+        caps = {r.rid: self._output_cap(r, pages) if sglang else r.max_new_tokens for r in reqs}
         have = admission_pages(cfg, pages)
         need, r = max(((request_pages(cfg, len(r.prompt), max(caps[r.rid], 1)), r) for r in reqs),
                       key=lambda x: x[0])
@@ -185,17 +183,18 @@ class Engine:
         # SGLang's decode side waits for ever on a transfer its empty pool cannot preallocate with
         # the decode reservation (it aborts only a prompt longer than the pool); the clip comes first.
         empty = empty_pool_budget(cfg, pages)
-        r = next((r for r in reqs if r.is_pd and not empty.fits(replace(r, max_new_tokens=caps[r.rid]))), None)
+        r = next((r for r in reqs if r.is_pd and not empty.fits(r, caps[r.rid])), None)
         if r is not None:
             return (f"reserved_decode_tokens={cfg.reserved_decode_tokens} with pool_tokens={pages * ps}: SGLang's "
                     f"decode side would never preallocate PD request {r.rid} (prompt {len(r.prompt)}, output "
                     f"{r.max_new_tokens}); lower reserved_decode_tokens or raise pool_tokens to >= MINIMUM")
         return None
 
-    def _output_cap(self, r: Request) -> int:
-        # max_total_num_tokens is the full pool's size, with SWA layers too (pool_configurator).
-        return output_cap(len(r.prompt), r.max_new_tokens, self.cfg.num_pages * self.cfg.page_size,
-                          self.cfg.page_size)
+    def _output_cap(self, r: Request, pages: int | None = None) -> int:
+        """r's output after SGLang's clip at arrival, in a full pool of ``pages`` (default: this
+        engine's). max_total_num_tokens is the full pool's size, with SWA layers too."""
+        ps = self.cfg.page_size
+        return output_cap(len(r.prompt), r.max_new_tokens, (self.cfg.num_pages if pages is None else pages) * ps, ps)
 
     def submit(self, reqs: list[Request]) -> None:
         """Queue requests (validated first); they join at their arrival_step."""

@@ -43,23 +43,20 @@ from typing import Callable
 
 from mini_engine.memory.sizing import pd_swa_tail_len
 from mini_engine.pool_sizing import swa_pages
+from mini_engine.prefill_memory import clip_new_tokens
 from mini_engine.request import Request
-
-CLIP_MAX_NEW_TOKENS = 4096  # SGLang's CLIP_MAX_NEW_TOKEN
-
-
-def _clip(n: int) -> int:
-    return min(n, CLIP_MAX_NEW_TOKENS)
 
 
 class PDPreallocBudget:
     def __init__(self, *, release: str, page_size: int, reserved: int, running: list[Request],
                  full_free: Callable[[], int], full_evictable: Callable[[], int], radix: bool,
-                 window: int | None = None, swa_free: Callable[[], int] | None = None,
+                 radix_tail: bool = True, window: int | None = None, swa_free: Callable[[], int] | None = None,
                  swa_evictable: Callable[[], int] = lambda: 0, swa_size: int = 0):
         """Figures in tokens, read live (a prealloc takes its slots from them). window /
-        swa_*: the SWA pool (its tail prealloc at ps > 1; at ps 1 it only bounds the full side)."""
+        swa_*: the SWA pool (its tail prealloc at ps > 1; at ps 1 it only bounds the full side).
+        radix_tail: the decode radix cache moves the tail's window start (Profile.pd_radix_tail)."""
         self.release, self.ps, self.reserved, self.radix = release, page_size, reserved, radix
+        self.radix_tail = radix and radix_tail
         self.running = running
         self.full_free, self.full_evictable = full_free, full_evictable
         self.tail = window is not None and page_size > 1
@@ -67,21 +64,20 @@ class PDPreallocBudget:
         self.preallocated = 0  # this pass's preallocs: active, not running yet
         self.empty = False  # empty_pool_budget's: pools that hold nothing, not a node's own
         self.retractable = sum(len(r.prompt) + len(r.outputs) for r in running)
-        self.single = max((_clip(r.max_new_tokens) + len(r.prompt) - self.retractable for r in running), default=0)
+        self.single = max((clip_new_tokens(r.max_new_tokens) + len(r.prompt) - self.retractable for r in running), default=0)
         if self.tail:
             self.retractable_swa = sum(self.tail_len(len(r.prompt)) + len(r.outputs) for r in running)
-            self.single_swa = max((self.tail_len(len(r.prompt)) + _clip(r.max_new_tokens) - self.retractable_swa
+            self.single_swa = max((self.tail_len(len(r.prompt)) + clip_new_tokens(r.max_new_tokens) - self.retractable_swa
                                    for r in running), default=self.single)
             self._swa_left = self._swa_allocatable() if release == "0.5.18" else None
         self.swa_need = 0  # the last fits(): the SWA slots its prealloc charges (0.5.18's decrement)
-        self.swa_spent = 0  # what those decrements have taken this pass
 
     def _ceil(self, n: int) -> int:
         return -(-n // self.ps) * self.ps
 
     def tail_len(self, seq_len: int) -> int:
-        """_swa_tail_len: 0.5.18 has no decode-radix variant of the window start."""
-        return pd_swa_tail_len(seq_len, self.window, self.ps, self.radix and self.release != "0.5.18")
+        """_swa_tail_len, the engine's own rule (memory.sizing), as the prealloc allocates it."""
+        return pd_swa_tail_len(seq_len, self.window, self.ps, self.radix_tail)
 
     def full_allocatable(self) -> int:
         """_allocatable_token_budgets with this pass's preallocs counted active."""
@@ -105,25 +101,26 @@ class PDPreallocBudget:
     def swa_allocatable(self) -> int:
         return self._swa_left if self._swa_left is not None else self._swa_allocatable()
 
-    def fits(self, r: Request) -> bool:
+    def fits(self, r: Request, max_new: int | None = None) -> bool:
+        """Whether r's prealloc fits now; max_new: its output as it will be clipped, if not yet."""
         self.swa_need = 0
         fill = len(r.prompt)
+        max_new = clip_new_tokens(r.max_new_tokens if max_new is None else max_new)
         # 0.5.18 page-ceils the prompt's slots only on its decode-radix path.
         alloc = self._ceil(fill) if self.release != "0.5.18" or self.radix else fill
-        if max(alloc + self.reserved, fill + _clip(r.max_new_tokens) - self.retractable) > self.full_allocatable():
+        if max(alloc + self.reserved, fill + max_new - self.retractable) > self.full_allocatable():
             return False
         if not self.tail:
             return True
         tail = self.tail_len(fill)
         self.swa_need = self._ceil(tail) + (self.reserved if self.radix else 0)
-        return max(self.swa_need, tail + _clip(r.max_new_tokens) - self.retractable_swa) <= self.swa_allocatable()
+        return max(self.swa_need, tail + max_new - self.retractable_swa) <= self.swa_allocatable()
 
     def charge(self) -> None:
         """After the request's prealloc: it is active; 0.5.18 takes its SWA need off the budget."""
         self.preallocated += 1
         if self.tail and self._swa_left is not None:
             self._swa_left -= self.swa_need
-            self.swa_spent += self.swa_need
 
 
 def decode_prealloc_budget(manager, cfg, running: list[Request],
@@ -139,7 +136,8 @@ def decode_prealloc_budget(manager, cfg, running: list[Request],
                   swa_evictable=lambda: m.evictable_swa_tokens)
     return PDPreallocBudget(release=cfg.rules.pd_release, page_size=ps, reserved=cfg.reserved_decode_tokens,
                             running=running, full_free=lambda: (m.num_free_pages - planned()) * ps,
-                            full_evictable=lambda: m.evictable_pages * ps, radix=cfg.rules.pd_radix, **kw)
+                            full_evictable=lambda: m.evictable_pages * ps, radix=cfg.rules.pd_radix,
+                            radix_tail=cfg.rules.pd_radix_tail, **kw)
 
 
 def empty_pool_budget(cfg, pages: int) -> PDPreallocBudget:
@@ -152,6 +150,6 @@ def empty_pool_budget(cfg, pages: int) -> PDPreallocBudget:
         kw = dict(window=cfg.window, swa_size=swa, swa_free=lambda: swa)
     budget = PDPreallocBudget(release=cfg.rules.pd_release, page_size=ps, reserved=cfg.reserved_decode_tokens,
                               running=[], full_free=lambda: pages * ps, full_evictable=lambda: 0,
-                              radix=cfg.rules.pd_radix, **kw)
+                              radix=cfg.rules.pd_radix, radix_tail=cfg.rules.pd_radix_tail, **kw)
     budget.empty = True
     return budget

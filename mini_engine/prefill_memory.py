@@ -50,7 +50,8 @@ IGNORE_EOS_RESERVE_TOKENS = 1  # SGLANG_IGNORE_EOS_RESERVE_TOKENS's default
 MAX_PREFILL_TOKENS = 16384  # --max-prefill-tokens' default
 
 
-def _clip(n: int) -> int:
+def clip_new_tokens(n: int) -> int:
+    """SGLang's CLIP_MAX_NEW_TOKENS: at most this many of a request's outputs are counted ahead."""
     return min(n, CLIP_MAX_NEW_TOKENS)
 
 
@@ -62,7 +63,7 @@ class PrefillMemory:
         self.available = available
         self.ps = page_size
         self.decoding = decoding
-        self.total_offset = sum(_clip(r.max_new_tokens - len(r.outputs)) for r in decoding)
+        self.total_offset = sum(clip_new_tokens(r.max_new_tokens - len(r.outputs)) for r in decoding)
         self.current_offset = 0
         self.rem_input = max_prefill_tokens
         self.admitted: list[Request] = []  # the batch so far (SGLang's can_run_list)
@@ -90,6 +91,9 @@ class PrefillMemory:
         """Neither budget_state stop: memory left and max_prefill_tokens not spent."""
         return self.has_room and self.rem_input > 0
 
+    def window_evicted(self, tokens: int) -> None:
+        """The pass freed SWA tokens SGLang frees only after it: a full-attention pool has none."""
+
     # -- the checks ----------------------------------------------------------------
     def continuation(self, chunk_left: int) -> int:
         """The continuing chunked request's cap: the chunk budget, and the memory left
@@ -100,7 +104,7 @@ class PrefillMemory:
     def fits(self, r: Request, extend: int, locked: int = 0) -> bool:
         """add_one_req's test with a prefix tree. locked: the evictable tokens the request's
         match pins while it is tested (they are not room)."""
-        need = extend + _clip(max(r.max_new_tokens - len(r.outputs), 0)) + self.ps
+        need = extend + clip_new_tokens(max(r.max_new_tokens - len(r.outputs), 0)) + self.ps
         return need < self.remaining_total - locked
 
     def fits_ignore_eos(self, r: Request, extend: int) -> bool:
@@ -133,7 +137,7 @@ class PrefillMemory:
         """r's chunk of n tokens joins the batch (_update_prefill_budget). ends_prefill: the
         chunk is its last, so its outputs are reserved too."""
         paged = self._ceil(n)
-        later = _clip(r.max_new_tokens) if ends_prefill else 0
+        later = clip_new_tokens(r.max_new_tokens) if ends_prefill else 0
         self.total_offset += paged + self.ps + later
         self.current_offset += paged + self.ps
         self.rem_input -= paged

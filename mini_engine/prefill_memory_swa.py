@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from mini_engine.prefill_memory import PrefillMemory, _clip
+from mini_engine.prefill_memory import PrefillMemory, clip_new_tokens
 from mini_engine.request import Request
 
 
@@ -72,6 +72,9 @@ class SWAPrefillMemory(PrefillMemory):
         self.chunk_left = chunk_left
         self.swa_offset = 0  # SWAPrefillBudget reserves nothing for the decoding requests' windows
         self.cap: int | None = None  # the last fits(): a shorter chunk the SWA pool allows, else None
+        # SWA tokens the pass's chunk-cache window evictions freed: SGLang frees them only
+        # after the adder's pass (maybe_evict_swa in alloc_for_extend), so they are not room.
+        self.evicted_early = 0
 
     def _swa(self, extend: int, max_new: int, chunk_limit: int | None) -> int:
         return estimate_swa_tokens(extend, max_new, window=self.window, page_size=self.ps,
@@ -80,16 +83,19 @@ class SWAPrefillMemory(PrefillMemory):
     @staticmethod
     def _new_tokens(r: Request) -> int:
         # _swa_new_tokens: the remaining output, then the clip (add_one_req's order).
-        return _clip(max(r.max_new_tokens - len(r.outputs), 0))
+        return clip_new_tokens(max(r.max_new_tokens - len(r.outputs), 0))
 
     @property
     def remaining_swa(self) -> int:
-        return self.swa_available() - self.swa_offset
+        return self.swa_available() - self.evicted_early - self.swa_offset
 
     @property
     def has_room(self) -> bool:
         """has_capacity: the full pool's two remainders and the SWA one all positive."""
         return super().has_room and self.remaining_swa > 0
+
+    def window_evicted(self, tokens: int) -> None:
+        self.evicted_early += tokens
 
     def continuation(self, chunk_left: int) -> int | None:
         """available_chunk_tokens: None parks the chunked request for this pass."""
@@ -126,18 +132,15 @@ class SWAPrefillMemory(PrefillMemory):
 
     def charge(self, r: Request, n: int, ends_prefill: bool) -> None:
         """reserve: call before the chunk budget is charged (its chunk_limit is the budget before)."""
-        later = _clip(r.max_new_tokens) if ends_prefill else 0
+        later = clip_new_tokens(r.max_new_tokens) if ends_prefill else 0
         self.swa_offset += self._swa(self._ceil(n), later, self.chunk_left())
         super().charge(r, n, ends_prefill)
 
 
-def admission_memory(manager, page_size: int, decoding: list[Request], chunk_left: Callable[[], int],
-                     swa_freed: list[int] | None = None) -> PrefillMemory:
+def admission_memory(manager, page_size: int, decoding: list[Request], chunk_left: Callable[[], int]) -> PrefillMemory:
     """The budget SGLang's allocator hands the adder (create_prefill_budget): PrefillBudget on a
     full-attention pool, SWAPrefillBudget with an SWA pool. Figures in tokens, read live: an
-    admitted request's lock takes its match out of the evictable sizes. swa_freed: a box
-    holding the SWA pages the pass has freed that SGLang frees only after it (the chunk cache's window eviction,
-    maybe_evict_swa in alloc_for_extend): not room for this pass."""
+    admitted request's lock takes its match out of the evictable sizes."""
     ps, m = page_size, manager
 
     def full() -> int:  # with SWA: the full pool's own (full_available_size + full_evictable_size)
@@ -146,6 +149,5 @@ def admission_memory(manager, page_size: int, decoding: list[Request], chunk_lef
     if m.swa is None:
         return PrefillMemory(full, ps, decoding)
     a = m.swa.allocator
-    freed = swa_freed if swa_freed is not None else [0]
-    return SWAPrefillMemory(full, lambda: (a.num_free_pages - freed[0]) * ps + m.evictable_swa_tokens, ps, decoding,
+    return SWAPrefillMemory(full, lambda: a.num_free_pages * ps + m.evictable_swa_tokens, ps, decoding,
                             window=m.mem.window, swa_size=a.num_pages * ps, chunk_left=chunk_left)

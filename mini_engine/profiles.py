@@ -180,7 +180,7 @@ class Profile:
         return MemoryRules(align=frozenset(self.aligned_writers()), all_aligned=self.all_aligned, free=self.free,
                            swa_eviction_interval=self.swa_eviction_interval,
                            prefix_cache=self.prefix_cache, pd_radix=self.pd_radix,
-                           pd_radix_tail=self.pd_release != "0.5.18",
+                           pd_radix_tail=self.pd_radix_tail,
                            row_overflow=self.row_overflow, swa_branching=self.swa_branching,
                            header=self.knobs())
 
@@ -189,10 +189,14 @@ class Profile:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about", "align_all", "swa_branching",
                                                                                   "pd_release")}
         out["align"] = self.aligned_writers()
-        # What the trace needs of the release (not a knob): whether the decode radix cache
-        # moves the PD SWA tail (0.5.23's _swa_tail_len; 0.5.18's has no such variant).
-        out["pd_radix_tail"] = self.pd_release != "0.5.18"
+        out["pd_radix_tail"] = self.pd_radix_tail  # what the trace needs of the release
         return out
+
+    @property
+    def pd_radix_tail(self) -> bool:
+        """Whether the decode radix cache moves the PD SWA tail's window start (0.5.23's
+        _swa_tail_len; 0.5.18's has no such variant)."""
+        return self.pd_release != "0.5.18"
 
 
 _SGLANG = dict(free="segment", swa_eviction_interval=128, prefix_cache="radix", swa_ratio=0.8,

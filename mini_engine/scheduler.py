@@ -57,7 +57,6 @@ class Scheduler:
         self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
         self.extend_batches: dict[int, int] = {}  # rid -> prefill chunks run since it (re)started
         self._planned: list[tuple[Request, int]] = []  # admit's chunks (request, end), allocated at its end
-        self._swa_freed = [0]  # SWA pages this pass's chunk-cache evictions freed (_chunk); a box: no cycle
         self.last_memory: PrefillMemory | None = None  # the last batch's memory budget (SGLang's admission rule)
         self.gate = AdmissionGate(self.profile.admission == "sglang" and manager.swa is None)
 
@@ -118,12 +117,10 @@ class Scheduler:
         PrefillAdder: PrefillBudget, or SWAPrefillBudget with SWA), else None: kvbench's estimate."""
         if self.profile.admission != "sglang":
             return None
-        return admission_memory(self.manager, self.cfg.page_size, self.decode_batch(), lambda: budget.left,
-                                self._swa_freed)
+        return admission_memory(self.manager, self.cfg.page_size, self.decode_batch(), lambda: budget.left)
 
     def _admit(self) -> tuple[list[PrefillChunk], list[Request]]:
         budget = self.chunk_budget()
-        self._swa_freed[0] = 0
         mem = self.last_memory = self.prefill_memory(budget)
         gate, dec = self.gate, self.decode_batch()
         gate.begin(bool(dec))  # SGLang's running batch: the requests done prefilling
@@ -267,8 +264,9 @@ class Scheduler:
             # alloc_for_extend (maybe_evict_swa), after the adder's pass: evicted here so the
             # pool check below sees the room, it is kept out of the pass's SWA budget.
             pre_len = self._chunk_final_len(r)
-            if pre_len > 0:
-                self._swa_freed[0] += self.manager.evict_swa(r.kv, pre_len, interval=1)
+            freed = self.manager.evict_swa(r.kv, pre_len, interval=1) if pre_len > 0 else 0
+            if freed and self.last_memory is not None:
+                self.last_memory.window_evicted(freed * self.cfg.page_size)
         plan = self._planned
         if not self.manager.extend_fits([q.kv for q, _ in plan] + [r.kv], [e for _, e in plan] + [end]):
             return None
