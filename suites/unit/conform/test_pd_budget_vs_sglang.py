@@ -15,6 +15,7 @@ per release. Release-neutral: CI runs it under 0.5.23 and 0.5.18.
 
 from __future__ import annotations
 
+import ast
 from types import SimpleNamespace
 from typing import Optional, Tuple
 
@@ -27,7 +28,7 @@ from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.errors import ConfigError
 from mini_engine.request import Request
-from sglang_source import methods
+from sglang_source import methods, source
 
 _STATIC = {"_rebootstrap_prefill_len", "_pre_alloc_fill_len"}
 _COMMON = {"_uses_swa_tail_prealloc", "_swa_tail_len", "_swa_retractable_len", "_prealloc_kv_lens",
@@ -85,9 +86,9 @@ def _sg_req(r: Request):
                            sampling_params=SimpleNamespace(max_new_tokens=r.max_new_tokens))
 
 
-def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request | None) -> tuple[bool, int, int | None]:
-    """SGLang's verdict on r after b.preallocated preallocs of this pass, and its budgets
-    (r None: only the budgets, at the pass's start)."""
+def sglang_queue(qc, engine: Engine, running: list):
+    """A stand-in DecodePreallocQueue with SGLang's compiled methods over the engine's pools,
+    its decode radix setting and ``running`` (SGLang's requests) as the running batch."""
     cfg, m, ps, radix = engine.cfg, engine.manager, engine.cfg.page_size, engine.cfg.rules.pd_radix
     qc.ns["get_disagg"] = lambda: SimpleNamespace(disaggregation_decode_enable_radix_cache=radix)
     qc.ns["get_memory"] = lambda: SimpleNamespace(disable_radix_cache=not radix)
@@ -111,7 +112,6 @@ def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request
     evictable = (lambda: m.evictable_pages * ps) if m.prefix is not None else (lambda: 0)
     tree = SimpleNamespace(evictable_size=evictable, full_evictable_size=evictable,
                            swa_evictable_size=lambda: m.evictable_swa_tokens if m.prefix is not None else 0)
-    running = [_sg_req(x) for x in b.running]
     q = qc.cls()
     q.token_to_kv_pool = _SWAKVPool() if swa else _Dummy()
     q.token_to_kv_pool_allocator, q.tree_cache = a, tree
@@ -121,7 +121,14 @@ def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request
         running_batch=SimpleNamespace(reqs=running), waiting_queue=[], last_batch=None, enable_hisparse=False,
         sliding_window_size=m.mem.window if swa else None, tp_worker=SimpleNamespace(is_hybrid_swa=swa),
         server_args=SimpleNamespace(disaggregation_decode_enable_radix_cache=radix, disable_radix_cache=not radix))
-    k = b.preallocated
+    return q
+
+
+def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request | None) -> tuple[bool, int, int | None]:
+    """SGLang's verdict on r after b.preallocated preallocs of this pass, and its budgets
+    (r None: only the budgets, at the pass's start)."""
+    running = [_sg_req(x) for x in b.running]
+    q, radix, k = sglang_queue(qc, engine, running), engine.cfg.rules.pd_radix, b.preallocated
     retractable = sum(len(x.origin_input_ids) + len(x.output_ids) for x in running)
     tail = q._uses_swa_tail_prealloc()
     retractable_swa = sum(q._swa_retractable_len(x) for x in running) if tail else 0
@@ -248,22 +255,39 @@ def test_worked_example(queue_class):
 
 
 def test_outputs_past_sglangs_4096_clip(queue_class):
-    # Both sides count at most 4096 of a request's outputs (CLIP_MAX_NEW_TOKEN).
-    checks, _ = compared_checks(queue_class, [(100, 5000, 0), (100, 5000, 0)], 16, 16384, None, 512, False, "none",
-                                max_context=8192)
-    assert checks >= 2
+    # Both sides count at most 4096 of a request's outputs (CLIP_MAX_NEW_TOKEN), and here the
+    # verdict turns on it: when the second request arrives the first runs (retractable 101),
+    # so it needs 100 + 4096 - 101 = 4095 against about 9088 - 4095 free: it joins. Counting
+    # all 5000 outputs it would need 4999 against about 9088 - 4999, and wait.
+    checks, refused = compared_checks(queue_class, [(100, 5000, 0), (100, 5000, 1)], 16, 9216, None, 512, False,
+                                      "none", max_context=8192)
+    assert checks == 2 and refused == 0
 
 
-@pytest.mark.parametrize("profile, pages", [("sglang-0.5.23", 2), ("sglang-pre-35265", 1)])
-def test_the_pd_tail_with_the_decode_radix_cache_is_the_releases(profile, pages):
-    # ps 64, window 32, a 160-token transfer: 0.5.23's decode-radix window start is
-    # floor_64(160 - 1 - 64) = 64, a 96-token tail (2 pages); 0.5.18's _swa_tail_len has no
-    # radix variant: floor_64(160 - 32) = 128, a 32-token tail (1 page).
+def test_the_pd_tail_with_the_decode_radix_cache_is_the_releases(queue_class):
+    # ps 64, window 32, a 160-token transfer under the installed release's profile: the SWA
+    # pages its prealloc takes are the tail SGLang's own _swa_tail_len gives, page-ceiled.
+    # Worked: 0.5.23's decode-radix window start is floor_64(160 - 1 - 64) = 64, a 96-token
+    # tail (2 pages); 0.5.18's has no radix variant: floor_64(160 - 32) = 128, 32 (1 page).
     cfg = EngineConfig(spec="none", page_size=64, pool_tokens=8192, window=32, layer_pattern="1:1", pd_radix=True,
-                       profile=profile, reserved_decode_tokens=0)
+                       profile="sglang-0.5.23" if queue_class.new else "sglang-pre-35265", reserved_decode_tokens=0)
     engine = Engine(cfg)
     engine.submit([Request(rid=0, prompt=list(range(160)), max_new_tokens=4, fill_len=160)])
+    tail = sglang_queue(queue_class, engine, [])._swa_tail_len(160)
+    assert tail == (96 if queue_class.new else 32)
     swa = engine.manager.swa.allocator
     before = swa.num_free_pages
     engine.tick()
-    assert before - swa.num_free_pages == pages
+    assert before - swa.num_free_pages == -(-tail // 64)
+
+
+def test_the_decode_reservation_default_is_sglangs(sg):
+    # --num-reserved-decode-tokens: 0.5.23 declares it in arg_groups/fields/disagg.py, 0.5.18
+    # in server_args.py; the engine's reserved_decode_tokens default must be its value.
+    from mini_engine.options import CORE
+
+    module = "sglang.srt.server_args" if sg.version == "0.5.18" else "sglang.srt.arg_groups.fields.disagg"
+    values = [ast.literal_eval(n.value) for n in ast.walk(source(module)) if isinstance(n, ast.AnnAssign)
+              and getattr(n.target, "id", None) == "num_reserved_decode_tokens" and n.value is not None]
+    assert values, f"{module} no longer declares num_reserved_decode_tokens"
+    assert next(o.default for o in CORE if o.name == "reserved_decode_tokens") == values[0] == 512
