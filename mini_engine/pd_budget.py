@@ -11,7 +11,8 @@ decoding:
   ``full_free (+ the decode radix tree's evictable) - max(R * active, single)`` (full_free:
   the smaller of the two pools for an SWA model at ps 1, which takes no tail path), where
   ``alloc`` is the prompt's slots (page-ceiled; raw in 0.5.18 without the decode radix
-  cache), ``retractable``
+  cache; with it, the new pages past the request's match, whose tokens also leave
+  ``prompt``, and the match's lock takes its evictable tokens out first), ``retractable``
   the running requests' prompt and output tokens, ``active`` the running requests plus
   those preallocated in this pass, and ``single`` the largest running request's prompt
   and (clipped) output less ``retractable``: room for one request to finish if all
@@ -33,8 +34,7 @@ second identical request fits and a third (1632 - 1024 = 608 < 720) waits.
 
 What kvbench leaves out (docs/conform.md): the transfer queue and the prebuilt batch
 (a transfer lands at once here, so a preallocated request is running at the next
-step), the retracted queue (a retracted PD request prefills again here), the decode
-radix cache's prefix match (a PD arrival matches nothing here), host hits.
+step), the retracted queue (a retracted PD request prefills again here), host hits.
 """
 
 from __future__ import annotations
@@ -79,42 +79,49 @@ class PDPreallocBudget:
         """_swa_tail_len, the engine's own rule (memory.sizing), as the prealloc allocates it."""
         return pd_swa_tail_len(seq_len, self.window, self.ps, self.radix_tail)
 
-    def full_allocatable(self) -> int:
-        """_allocatable_token_budgets with this pass's preallocs counted active."""
+    def full_allocatable(self, pinned: int = 0) -> int:
+        """_allocatable_token_budgets with this pass's preallocs counted active; pinned: the
+        evictable tokens a decode-radix match's lock takes (SGLang reads the budget after it)."""
         free = self.full_free()
         if self.swa_free is not None and not self.tail:
             # An SWA model at ps 1 takes no tail path: the allocator's available_size is
             # the smaller of its two pools (SWATokenToKVPoolAllocator).
             free = min(free, self.swa_free())
-        return free + (self.full_evictable() if self.radix else 0) - max(
+        return free + (self.full_evictable() - pinned if self.radix else 0) - max(
             self.reserved * (len(self.running) + self.preallocated), self.single)
 
-    def _swa_allocatable(self) -> int:
-        """_swa_tail_allocatable_token_budget: R per active request, capped at its window."""
+    def _swa_allocatable(self, pinned: int = 0) -> int:
+        """_swa_tail_allocatable_token_budget: R per active request, capped at its window;
+        pinned: SWA tokens a match's lock holds (evictable before, used after)."""
         active = len(self.running) + self.preallocated
-        evictable = self.swa_evictable() if self.release != "0.5.18" else 0
+        evictable = self.swa_evictable() - pinned if self.release != "0.5.18" else 0
         free = self.swa_free()
         used = self.swa_size - free - evictable
         reserved = min(self.reserved * active, max(0, active * self.window - used))
         return free + evictable - max(reserved, self.single_swa)
 
-    def swa_allocatable(self) -> int:
-        return self._swa_left if self._swa_left is not None else self._swa_allocatable()
+    def swa_allocatable(self, pinned: int = 0) -> int:
+        return self._swa_left if self._swa_left is not None else self._swa_allocatable(pinned)
 
-    def fits(self, r: Request, max_new: int | None = None) -> bool:
-        """Whether r's prealloc fits now; max_new: its output as it will be clipped, if not yet."""
+    def fits(self, r: Request, max_new: int | None = None, prefix: int = 0, pinned: tuple[int, int] = (0, 0)) -> bool:
+        """Whether r's prealloc fits now; max_new: its output as it will be clipped, if not yet;
+        prefix: the tokens its decode-radix match reuses; pinned: the (full, SWA) evictable
+        tokens that match's lock holds (pd_match_pins)."""
         self.swa_need = 0
         fill = len(r.prompt)
         max_new = clip_new_tokens(r.max_new_tokens if max_new is None else max_new)
-        # 0.5.18 page-ceils the prompt's slots only on its decode-radix path.
-        alloc = self._ceil(fill) if self.release != "0.5.18" or self.radix else fill
-        if max(alloc + self.reserved, fill + max_new - self.retractable) > self.full_allocatable():
+        # _required_alloc_tokens with the decode radix cache: the new pages past the hit;
+        # without it 0.5.23 page-ceils the prompt, 0.5.18 takes it raw.
+        alloc = self._ceil(fill) - self._ceil(prefix) if self.radix else self._ceil(fill) if self.release != "0.5.18" else fill
+        need = max(alloc + self.reserved, fill - prefix + max_new - self.retractable)
+        if need > self.full_allocatable(pinned[0]):
             return False
         if not self.tail:
             return True
+        # The SWA side ignores the hit (_prealloc_required_tokens): the tail is transferred fresh.
         tail = self.tail_len(fill)
         self.swa_need = self._ceil(tail) + (self.reserved if self.radix else 0)
-        return max(self.swa_need, tail + max_new - self.retractable_swa) <= self.swa_allocatable()
+        return max(self.swa_need, tail + max_new - self.retractable_swa) <= self.swa_allocatable(pinned[1])
 
     def charge(self) -> None:
         """After the request's prealloc: it is active; 0.5.18 takes its SWA need off the budget."""

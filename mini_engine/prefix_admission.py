@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mini_engine.memory.sizing import pd_swa_tail_len
 from mini_engine.request import Request
 
 
@@ -19,6 +20,44 @@ def prefix_match(manager, r: Request):
     if prefix is None:
         return None
     return prefix.match(np.asarray(r.tokens(0, r.seq_len), dtype=np.int64), r.rid)
+
+
+def pd_prefix_match(manager, r: Request):
+    """(slots, node) of a PD arrival's prompt in the decode side's tree, or None without one
+    (SGLang's DecodePreallocQueue._match_prefix_and_lock under
+    --disaggregation-decode-enable-radix-cache). The whole prompt is looked up: the prefill
+    node computed it, the decode side only reuses what it holds. 0.5.23 stops the key below
+    the SWA tail (max_prefix_len = fill - _swa_tail_len(fill)), which is always transferred
+    fresh; 0.5.18 has no such cap.
+
+    Example (0.5.23, ps 16, window 32, a 100-token prompt): the window starts at
+    max(0, 99 - 32) = 67, floored to 64: the tail is 36 tokens and at most 64 are matched."""
+    prefix = manager.prefix
+    if prefix is None:
+        return None
+    fill, m = r.fill_len, manager.mem
+    limit = fill
+    if manager.swa is not None and m.page_size > 1 and m.rules.pd_radix_tail:
+        limit = fill - pd_swa_tail_len(fill, m.window, m.page_size, True)
+    return prefix.match(np.asarray(r.tokens(0, limit), dtype=np.int64), r.rid, whole=True)
+
+
+def pd_releases_swa(manager, matched: int) -> bool:
+    """Whether a PD arrival's match lock gives its SWA part back at once (0.5.23, on the SWA
+    tail path, after a hit: the tail is transferred fresh, so the prefix's window is not
+    read; SWAPrefixCache.release_swa, which releases a lock that reached a whole window)."""
+    m = manager.mem
+    return matched > 0 and manager.swa is not None and m.page_size > 1 and m.rules.pd_radix_tail
+
+
+def pd_match_pins(manager, match) -> tuple[int, int]:
+    """The (full, SWA) evictable tokens a PD arrival's match lock holds when SGLang reads its
+    prealloc budget (after the lock and release_swa)."""
+    if match is None:
+        return 0, 0
+    matched = len(match[0])
+    released = pd_releases_swa(manager, matched) and matched >= manager.prefix.tree.window
+    return pinned_by_match(manager, match), 0 if released else swa_pinned_by_match(manager, match)
 
 
 def pinned_by_match(manager, match) -> int:

@@ -25,7 +25,7 @@ from mini_engine.overlap import chunk_final_len
 from mini_engine.pd_budget import decode_prealloc_budget
 from mini_engine.prefill_memory import PrefillMemory
 from mini_engine.prefill_memory_swa import admission_memory
-from mini_engine.prefix_admission import match_pins, prefix_match
+from mini_engine.prefix_admission import match_pins, pd_match_pins, pd_prefix_match, pd_releases_swa, prefix_match
 from mini_engine.retraction import Retraction, retract_demand
 from mini_engine.request import Request, Status
 
@@ -160,13 +160,13 @@ class Scheduler:
             fresh_pd = r.is_pd and not r.outputs
             if gate.shut and not fresh_pd:
                 break  # batch_is_full: only the chunked request went on (_get_new_batch_prefill_raw)
-            # The prefix tree's match (SGLang's init_next_round_input before add_one_req);
-            # a PD arrival's KV comes by transfer, it matches nothing here.
-            match = prefix_match(self.manager, r) if not fresh_pd else None
+            # The prefix tree's match (SGLang's init_next_round_input before add_one_req; a PD
+            # arrival's: the decode side's, under pd_radix).
+            match = pd_prefix_match(self.manager, r) if fresh_pd else prefix_match(self.manager, r)
             matched = 0 if match is None else len(match[0])
             if fresh_pd and mem is not None:  # SGLang's decode side: pop_preallocated's budget
                 pdb = pdb or decode_prealloc_budget(self.manager, self.cfg, dec, self._planned_pages)
-                need, fits = 0, pdb.fits(r)
+                need, fits = 0, pdb.fits(r, prefix=matched, pinned=pd_match_pins(self.manager, match))
             elif mem is None or fresh_pd:
                 need = self._need(r, matched)
                 fits = need <= free
@@ -198,6 +198,8 @@ class Scheduler:
             if match is not None:
                 # The matched prefix is written into the row and locked: no longer evictable.
                 free += self.manager.prefix.adopt(state, *match, r.seq_len)
+                if fresh_pd and pd_releases_swa(self.manager, matched):
+                    self.manager.prefix.release_swa(state.row)
             if fresh_pd:
                 early |= bool(self._planned)
                 if not self._preallocate(r, pdb):

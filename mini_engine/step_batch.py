@@ -30,7 +30,7 @@ class Phase(enum.Enum):
     PREFILL = "prefill"  # chunks of prompts: write [start, end); the next token when the prompt is done
     DECODE = "decode"  # plain decode: write position seq_len - 1, one token each
     VERIFY = "verify"  # draft + verify from the root seq_len - 1, up to the reserved extent
-    TRANSFER = "transfer"  # PD arrivals: receive the KV of [0, fill_len); the prefill side's first token
+    TRANSFER = "transfer"  # PD arrivals: receive the KV of [hit, fill_len); the prefill side's first token
 
 
 @dataclass(frozen=True)
@@ -158,8 +158,10 @@ class BatchBuilder:
                            np.asarray(ends, dtype=np.int64))
 
     def transfer(self, reqs: list) -> StepBatch:
+        # A decode-radix hit is on the device already: the transfer starts past it.
         ends = np.fromiter((r.fill_len for r in reqs), dtype=np.int64, count=len(reqs))
-        return self._build(Phase.TRANSFER, reqs, np.zeros(len(reqs), dtype=np.int64), ends)
+        starts = np.fromiter((r.kv.protected for r in reqs), dtype=np.int64, count=len(reqs))
+        return self._build(Phase.TRANSFER, reqs, starts, ends)
 
     def decode(self, reqs: list) -> StepBatch:
         lens = _seq_lens(reqs)

@@ -81,11 +81,12 @@ class PrefixCache:
         return tree_key(tokens, self.bigram)
 
     # -- admission ---------------------------------------------------------------------
-    def match(self, tokens, rid=None) -> tuple[np.ndarray, RadixNode]:
+    def match(self, tokens, rid=None, whole: bool = False) -> tuple[np.ndarray, RadixNode]:
         """(slots, node) of the longest cached prefix of tokens[:len - 1], page-aligned.
-        rid: the request's (names its tokens in the trace)."""
+        rid: the request's (names its tokens in the trace); whole: of all the tokens (a PD
+        arrival computes none of its prompt here)."""
         tokens = np.asarray(tokens, dtype=np.int64)
-        n = max(len(tokens) - 1, 0)
+        n = len(tokens) if whole else max(len(tokens) - 1, 0)
         key = self._key(tokens[:n])
         slots, node = self.tree.match_prefix(key)
         self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id}, tokens)

@@ -34,7 +34,10 @@ class MemoryRules:
     swa_eviction_interval: int = 128  # a decode step evicts once committed - window >= cursor + this
     prefix_cache: str = "radix"  # radix: a prefix tree (full attention) and its SWA threshold; chunk: neither
     pd_radix: bool = False  # the decode side's radix cache (the PD tail rule)
-    # Whether that cache moves the PD SWA tail's window start (0.5.23's _swa_tail_len; 0.5.18's has no variant).
+    # 0.5.23's decode-radix PD rules for the SWA tail: the cache moves the tail's window
+    # start (_swa_tail_len), a match stops below the tail (max_prefix_len) and a hit keeps
+    # the tail path. 0.5.18 has none of them: its match takes the whole prompt and a hit
+    # allocates the SWA pool past it in full.
     pd_radix_tail: bool = True
     # A reservation past the row's end is allocated whole and written on into the next
     # row, as SGLang's is (issue 33579; mini_engine.memory.overflow); False: cut at the end.

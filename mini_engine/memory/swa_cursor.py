@@ -59,13 +59,20 @@ class SWACursor:
     def pd_prealloc(self, state: ReqKVState, fill_len: int) -> bool:
         """Decode side of PD: full KV for fill_len transferred tokens, SWA only for the tail.
 
-        The cursor is checked (K6) at its write: a caller that skips the floor fails there.
+        The request is fresh or starts at its decode-radix match (adopt): then only the
+        positions past the match are allocated. 0.5.18 takes the tail path only without a
+        hit (``uses_swa_tail and prefix_len == 0``): with one, both pools get the positions
+        past it. The cursor is checked (K6) at its write: a caller that skips the floor
+        fails there.
         """
         fill_len = check_positive("fill_len", fill_len)
-        if state.allocated or state.committed:
-            raise ValueError(f"pd_prealloc needs a fresh request; {state.rid} already has extent {state.allocated}")
+        hit = state.protected
+        if state.allocated != hit or state.committed != hit or hit > fill_len:
+            raise ValueError(f"pd_prealloc needs a fresh request or one at its match; {state.rid} already has "
+                             f"extent {state.allocated}")
         target = self.growth.extent_for(state, fill_len, "pd")
-        if self.swa is not None and self.ps > 1:  # SGLang takes the tail path only when ps > 1
+        # SGLang takes the tail path only when ps > 1.
+        if self.swa is not None and self.ps > 1 and (hit == 0 or self.rules.pd_radix_tail):
             window = self.mem.window
             tail = pd_swa_tail_len(fill_len, window, self.ps, self.rules.pd_radix and self.rules.pd_radix_tail)
             value = fill_len - tail
@@ -77,7 +84,7 @@ class SWACursor:
                           aligned=self.rules.aligns("pd")):
             state.swa_evicted = 0  # the prealloc did not happen: the fresh state is restored whole
             return False
-        self.t.sum_committed += fill_len
+        self.t.sum_committed += fill_len - hit
         state.committed = fill_len
         return True
 

@@ -21,8 +21,8 @@ alike; what differs is that a tree page may be in either pool:
   ``release_swa_prefix_lock`` / ``release_swa``, the tree's ``dec_swa_lock_only``); the
   lock's unlock then releases its FULL part only (``skip_swa``). SGLang calls it from
   ``maybe_evict_swa`` under ``SGLANG_OPT_RELEASE_PREFILL_SWA`` (off by default) and on the
-  PD decode side after a decode-radix match (which kvbench's PD arrivals never make): no
-  default run reaches it, so no scheduler path calls it yet.
+  PD decode side after a decode-radix hit on the SWA tail path; the scheduler makes the
+  second (prefix_admission.pd_releases_swa).
 
 With a trace open, every call is one ``swa_`` record (memory/tree_trace.py,
 ``swa_tree_trace``; DESIGN.md section 5): what a replay on SGLang's UnifiedRadixCache
@@ -112,10 +112,11 @@ class SWAPrefixCache:
             self.swa.allocator.free_pages(pages)
 
     # -- admission ---------------------------------------------------------------------
-    def match(self, tokens, rid=None) -> tuple[np.ndarray, SWANode]:
-        """rid: the request's (names its tokens in the trace)."""
+    def match(self, tokens, rid=None, whole: bool = False) -> tuple[np.ndarray, SWANode]:
+        """rid: the request's (names its tokens in the trace); whole: match all the tokens
+        (PrefixCache.match)."""
         tokens = np.asarray(tokens, dtype=np.int64)
-        n = max(len(tokens) - 1, 0)
+        n = len(tokens) if whole else max(len(tokens) - 1, 0)
         slots, node = self.tree.match_prefix(tree_key(tokens[:n], self.bigram))
         # SGLang's branching point (finalize_match_result_in_tree_core, set on the request
         # at match): the page-aligned FULL hit where it runs past the SWA-valid match.

@@ -301,14 +301,16 @@ class ModelBackend:
             meta = build_meta([local], [n], None, self.device, swa_rows=[local] if self.mcfg.has_sliding else None)
             h = self.model(torch.tensor(ids, device=self.device), meta.q_pos, meta, scratch, self.attend)
             slots = b.slots[k][:n]
-            cursor = int(b.swa_cursor[k])
-            full_dst = torch.from_numpy(slots.copy()).to(self.device)
+            # The decode side's radix hit [0, start) is the tree's KV, not written again; its
+            # SWA keeps only the tail above the cursor (the evict floor).
+            start = int(b.starts[k])
+            swa_start = max(int(b.swa_cursor[k]), start)
+            full_dst = torch.from_numpy(slots[start:].copy()).to(self.device)
             swa_dst = None
             if b.swa_slots is not None:
-                swa_dst = torch.from_numpy(np.ascontiguousarray(b.swa_slots[k][cursor:n])).to(self.device)
+                swa_dst = torch.from_numpy(np.ascontiguousarray(b.swa_slots[k][swa_start:n])).to(self.device)
             for i, sliding in enumerate(self.cache.sliding):
-                # The decode side keeps only the SWA tail above the cursor (the evict floor).
-                src = slice(cursor + 1, n + 1) if sliding else slice(1, n + 1)
+                src = slice(swa_start + 1, n + 1) if sliding else slice(start + 1, n + 1)
                 dst = swa_dst if sliding else full_dst
                 self.cache.k[i][dst] = scratch.k[i][src]
                 self.cache.v[i][dst] = scratch.v[i][src]

@@ -28,6 +28,7 @@ from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.errors import ConfigError
 from mini_engine.request import Request
+from mini_engine.scheduler import Scheduler
 from sglang_source import methods, source
 
 _STATIC = {"_rebootstrap_prefill_len", "_pre_alloc_fill_len"}
@@ -86,9 +87,10 @@ def _sg_req(r: Request):
                            sampling_params=SimpleNamespace(max_new_tokens=r.max_new_tokens))
 
 
-def sglang_queue(qc, engine: Engine, running: list):
+def sglang_queue(qc, engine: Engine, running: list, pinned: tuple[int, int] = (0, 0)):
     """A stand-in DecodePreallocQueue with SGLang's compiled methods over the engine's pools,
-    its decode radix setting and ``running`` (SGLang's requests) as the running batch."""
+    its decode radix setting and ``running`` (SGLang's requests) as the running batch;
+    pinned: the (full, SWA) evictable tokens a decode-radix match has locked since."""
     cfg, m, ps, radix = engine.cfg, engine.manager, engine.cfg.page_size, engine.cfg.rules.pd_radix
     qc.ns["get_disagg"] = lambda: SimpleNamespace(disaggregation_decode_enable_radix_cache=radix)
     qc.ns["get_memory"] = lambda: SimpleNamespace(disable_radix_cache=not radix)
@@ -109,9 +111,9 @@ def sglang_queue(qc, engine: Engine, running: list):
             setattr(a, name, fn.__get__(a))
     for name, fn in qc.alloc.items():
         setattr(a, name, fn.__get__(a))
-    evictable = (lambda: m.evictable_pages * ps) if m.prefix is not None else (lambda: 0)
+    evictable = (lambda: m.evictable_pages * ps - pinned[0]) if m.prefix is not None else (lambda: 0)
     tree = SimpleNamespace(evictable_size=evictable, full_evictable_size=evictable,
-                           swa_evictable_size=lambda: m.evictable_swa_tokens if m.prefix is not None else 0)
+                           swa_evictable_size=lambda: m.evictable_swa_tokens - pinned[1] if m.prefix is not None else 0)
     q = qc.cls()
     q.token_to_kv_pool = _SWAKVPool() if swa else _Dummy()
     q.token_to_kv_pool_allocator, q.tree_cache = a, tree
@@ -124,11 +126,13 @@ def sglang_queue(qc, engine: Engine, running: list):
     return q
 
 
-def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request | None) -> tuple[bool, int, int | None]:
+def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request | None, prefix: int = 0,
+                   pinned: tuple[int, int] = (0, 0)) -> tuple[bool, int, int | None]:
     """SGLang's verdict on r after b.preallocated preallocs of this pass, and its budgets
-    (r None: only the budgets, at the pass's start)."""
+    (r None: only the budgets, at the pass's start); prefix: r's decode-radix match, whose
+    lock holds ``pinned`` evictable tokens."""
     running = [_sg_req(x) for x in b.running]
-    q, radix, k = sglang_queue(qc, engine, running), engine.cfg.rules.pd_radix, b.preallocated
+    q, radix, k = sglang_queue(qc, engine, running, pinned), engine.cfg.rules.pd_radix, b.preallocated
     retractable = sum(len(x.origin_input_ids) + len(x.output_ids) for x in running)
     tail = q._uses_swa_tail_prealloc()
     retractable_swa = sum(q._swa_retractable_len(x) for x in running) if tail else 0
@@ -152,8 +156,8 @@ def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request
                 swa_alloc = q._swa_tail_allocatable_token_budget(
                     retractable_tokens=retractable, retractable_swa_tokens=retractable_swa, count_retracted=True,
                     extra_reserved_reqs=k)
-        alloc = q._required_alloc_tokens(fill_len=q._pre_alloc_fill_len(req), prefix_len=0)
-        full_need = q._required_admission_tokens(req, alloc, 0, retractable)
+        alloc = q._required_alloc_tokens(fill_len=q._pre_alloc_fill_len(req), prefix_len=prefix)
+        full_need = q._required_admission_tokens(req, alloc, prefix, retractable)
         swa_need = 0
         if tail:
             _, swa_required = q._prealloc_required_tokens(req)
@@ -176,9 +180,9 @@ def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request
         full_alloc = q._allocatable_token_budgets(retractable_tokens=retractable, count_retracted=True,
                                                   extra_reserved_reqs=k, hicache_reserved_tokens=0)
     fill = q._pre_alloc_fill_len(req)
-    alloc = q._required_alloc_tokens(fill_len=fill, prefix_len=0) if radix else fill
+    alloc = q._required_alloc_tokens(fill_len=fill, prefix_len=prefix) if radix else fill
     need = alloc + q.num_reserved_decode_tokens
-    fits = max(need, len(r.prompt) + clip - retractable) <= full_alloc
+    fits = max(need, len(r.prompt) - prefix + clip - retractable) <= full_alloc
     if fits and tail:
         _, swa_required = q._prealloc_required_tokens(req)
         _, swa_len = q._prealloc_kv_lens(req)
@@ -186,8 +190,9 @@ def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request
     return fits, full_alloc, swa_alloc
 
 
-def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec, max_context=4096) -> tuple[int, int]:
-    """Run the engine, every check compared with SGLang's. Returns (checks, refusals)."""
+def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec, max_context=4096, shared=0) -> tuple[int, int]:
+    """Run the engine, every check compared with SGLang's. Returns (checks, refusals).
+    shared: tokens every prompt starts with (a decode-radix hit once one is in the tree)."""
     kw = dict(window=window, layer_pattern="1:1") if window else {}
     cfg = EngineConfig(spec=spec, page_size=ps, pool_tokens=pool, max_context=max_context, reserved_decode_tokens=reserved,
                        pd_radix=radix, profile="sglang-0.5.23" if qc.new else "sglang-pre-35265", **kw)
@@ -195,22 +200,33 @@ def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec, max_conte
     compared = refused = 0
     fits = pd_budget.PDPreallocBudget.fits
 
-    def checked(b, r, max_new=None):
-        nonlocal compared, refused
-        ours = fits(b, r, max_new)
+    def checked(b, r, max_new=None, prefix=0, pinned=(0, 0)):
+        nonlocal compared, refused, hits
+        ours = fits(b, r, max_new, prefix, pinned)
         b.sg_last = r
         if b.empty:  # submit's check of an empty pool of some size, not the node's pools
             return ours
-        theirs, full_alloc, swa_alloc = sglang_verdict(qc, engine, b, r)
-        assert b.full_allocatable() == full_alloc, (r.rid, b.preallocated, len(b.running), engine.manager.num_free_pages)
+        theirs, full_alloc, swa_alloc = sglang_verdict(qc, engine, b, r, prefix, pinned)
+        assert b.full_allocatable(pinned[0]) == full_alloc, (r.rid, b.preallocated, len(b.running))
         if swa_alloc is not None:
-            assert b.swa_allocatable() == swa_alloc
+            assert b.swa_allocatable(pinned[1]) == swa_alloc
+        # The pins are what the tree's own lock then takes (checked in _preallocate, after it).
+        m = engine.manager
+        expected[r.rid] = (m.evictable_pages * engine.cfg.page_size - pinned[0], m.evictable_swa_tokens - pinned[1])
+        hits += prefix > 0
         assert ours == theirs, (r.rid, b.preallocated)
         compared += 1
         refused += not ours
         return ours
 
     init, charge = pd_budget.PDPreallocBudget.__init__, pd_budget.PDPreallocBudget.charge
+    preallocate, expected, hits = Scheduler._preallocate, {}, 0
+
+    def locked_then_preallocated(sched, r, pdb):
+        m = engine.manager
+        if r.rid in expected and m.prefix is not None:  # after the match's lock (and release_swa)
+            assert (m.evictable_pages * engine.cfg.page_size, m.evictable_swa_tokens) == expected.pop(r.rid), r.rid
+        return preallocate(sched, r, pdb)
 
     def recorded_init(b, **kw):
         init(b, **kw)
@@ -225,26 +241,30 @@ def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec, max_conte
         mp.setattr(pd_budget.PDPreallocBudget, "__init__", recorded_init)
         mp.setattr(pd_budget.PDPreallocBudget, "fits", checked)
         mp.setattr(pd_budget.PDPreallocBudget, "charge", recorded_charge)
+        mp.setattr(Scheduler, "_preallocate", locked_then_preallocated)
         try:
-            engine.submit([Request(rid=i, prompt=list(range(i * 10000, i * 10000 + n)), max_new_tokens=o,
-                                   fill_len=n, arrival_step=a) for i, (n, o, a) in enumerate(reqs)])
+            engine.submit([Request(rid=i, prompt=(list(range(1, shared + 1)) + list(range(i * 10000, i * 10000 + n)))[:n],
+                                   max_new_tokens=o, fill_len=n, arrival_step=a) for i, (n, o, a) in enumerate(reqs)])
         except ConfigError:
             assume(False)  # a workload the empty pool cannot take (kvbench refuses it before a step)
         res = engine.run()
     assert res.verdict in ("ok", "pool_exhausted"), res.error
+    compared_checks.hits = hits  # the checks whose request had a decode-radix hit
     return compared, refused
 
 
 @settings(max_examples=30, deadline=None)
 @given(reqs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 120), st.integers(0, 12)), min_size=1, max_size=10),
        ps=st.sampled_from([1, 16, 64]), pool_pages=st.integers(8, 64), window=st.sampled_from([None, 32, 128]),
-       reserved=st.sampled_from([0, 16, 128, 512]), radix=st.booleans(), spec=st.sampled_from(["none", "eagle"]))
-@example(reqs=[(200, 64, 0)] * 3, ps=16, pool_pages=32, window=None, reserved=512, radix=False, spec="none")
+       reserved=st.sampled_from([0, 16, 128, 512]), radix=st.booleans(), spec=st.sampled_from(["none", "eagle"]),
+       shared=st.sampled_from([0, 40, 200]))
+@example(reqs=[(200, 64, 0)] * 3, ps=16, pool_pages=32, window=None, reserved=512, radix=False, spec="none", shared=0)
 # ps 1 with SWA takes no tail path: the full side reads the smaller pool (available_size).
-@example(reqs=[(300, 10, 0), (500, 10, 0)], ps=1, pool_pages=16, window=32, reserved=0, radix=False, spec="none")
-def test_pd_prealloc_verdicts_equal_sglangs(queue_class, reqs, ps, pool_pages, window, reserved, radix, spec):
+@example(reqs=[(300, 10, 0), (500, 10, 0)], ps=1, pool_pages=16, window=32, reserved=0, radix=False, spec="none",
+         shared=0)
+def test_pd_prealloc_verdicts_equal_sglangs(queue_class, reqs, ps, pool_pages, window, reserved, radix, spec, shared):
     pool = pool_pages * max(ps, 64)
-    compared_checks(queue_class, reqs, ps, pool, window, reserved, radix, spec)
+    compared_checks(queue_class, reqs, ps, pool, window, reserved, radix, spec, shared=shared)
 
 
 def test_worked_example(queue_class):
@@ -291,3 +311,17 @@ def test_the_decode_reservation_default_is_sglangs(sg):
               and getattr(n.target, "id", None) == "num_reserved_decode_tokens" and n.value is not None]
     assert values, f"{module} no longer declares num_reserved_decode_tokens"
     assert next(o.default for o in CORE if o.name == "reserved_decode_tokens") == values[0] == 512
+
+
+@pytest.mark.parametrize("ps", [1, 16])
+def test_a_decode_radix_hit_is_budgeted_as_sglang(queue_class, ps):
+    # Three arrivals sharing a 200-token prompt, each after the one before finished: the later
+    # ones hit the tree (192 tokens at ps 16), their lock takes those tokens out of the
+    # evictable part of the budget, and they need only the pages past the hit. Worked at ps
+    # 16, 512 tokens, 128 reserved: the second arrival finds 256 free and the first's 256 in
+    # the tree, 192 of them locked by its hit: 320 allocatable. It needs 256 - 192 + 128 = 192
+    # and joins; counted without its hit (384) it would wait, counted without the lock
+    # (512 allocatable) the budget would be another.
+    checks, refused = compared_checks(queue_class, [(250, 8, 0), (250, 8, 12), (260, 8, 24)], ps, 512, None, 128,
+                                      True, "none", shared=200)
+    assert compared_checks.hits == 2 and checks >= 3
