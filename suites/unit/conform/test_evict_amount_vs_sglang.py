@@ -1,11 +1,14 @@
-"""How much the prefix tree evicts before an allocation, against SGLang 0.5.23's alloc paths.
+"""How much the prefix tree evicts before an allocation, against the installed SGLang's alloc paths.
 
 kvbench's amounts (mini_engine/memory/evict_amount.py, retraction.retract_demand) next to
 SGLang's own code, compiled from the installed source (its modules need a GPU stack to
 import): alloc_paged_token_slots_extend, alloc_paged_token_slots_decode and
 alloc_token_slots are run with an allocator that records what they ask
-evict_from_tree_cache for; the shortfall is BaseTokenToKVPoolAllocator.evict_to_free_tokens's
-own expression, the retraction's release_req's.
+evict_from_tree_cache for; the shortfall is 0.5.23's
+BaseTokenToKVPoolAllocator.evict_to_free_tokens expression, or 0.5.18's
+evict_from_tree_cache run on a tree that records what it is asked to evict; the
+retraction's is release_req's. Release-neutral: CI runs it under 0.5.23 and 0.5.18, so
+the sglang-pre-35265 profile's amounts (the same rules) are 0.5.18's own.
 
 Worked example (the module docstring's): ps 16, 3 pages free, a prefill batch of two
 requests growing by 20 and 10 tokens (3 new pages). SGLang wants 30 + 2 x 16 = 62 tokens
@@ -41,6 +44,8 @@ def _sglang_paths(sg):
                           "evict_from_tree_cache": lambda tree, n: asked.append(int(n)),
                           "page_interleave_shard_size": lambda allocator: 1}
     functions(ALLOC, {"alloc_token_slots", "alloc_paged_token_slots_extend", "alloc_paged_token_slots_decode"}, ns)
+    if sg.version == "0.5.18":  # its extend path adds the page per request inline
+        return ns, None, asked
     base = methods("sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator",
                    {"get_extend_allocation_demand"}, {"torch": sg.torch})
     return ns, base["get_extend_allocation_demand"], asked
@@ -67,11 +72,26 @@ def sglang_demand(sg, writer: str, ps: int, cur: list[int], nxt: list[int]) -> i
     return asked[0]
 
 
-def sglang_shortfall(demand: int, available: int) -> int:
-    """evict_to_free_tokens's shortfall: what it asks the tree to evict (when > 0)."""
-    f = assigned("sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator.evict_to_free_tokens",
-                 "shortfall")
-    return f({"num_tokens": demand, "self": SimpleNamespace(available_size=lambda: available)})
+def sglang_shortfall(sg, demand: int, available: int) -> int:
+    """What the installed release asks the tree to evict before an allocation wanting `demand`
+    tokens with `available` free (<= 0: nothing): 0.5.23's evict_to_free_tokens shortfall,
+    0.5.18's evict_from_tree_cache (full-attention arm) run on a recording tree."""
+    if sg.version != "0.5.18":
+        f = assigned("sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator.evict_to_free_tokens",
+                     "shortfall")
+        return f({"num_tokens": demand, "self": SimpleNamespace(available_size=lambda: available)})
+    asked = []
+
+    class _SWA:  # evict_from_tree_cache's isinstance test names it; a full-attention pool is not one
+        pass
+
+    ns = functions("sglang.srt.mem_cache.common", {"evict_from_tree_cache"},
+                   {"BasePrefixCache": object, "SWATokenToKVPoolAllocator": _SWA,
+                    "EvictParams": lambda num_tokens: num_tokens})
+    tree = SimpleNamespace(is_chunk_cache=lambda: False, evict=asked.append,
+                           token_to_kv_pool_allocator=SimpleNamespace(available_size=lambda: available))
+    ns["evict_from_tree_cache"](tree, demand)
+    return asked[0] if asked else 0
 
 
 def _pages(cur: np.ndarray, nxt: np.ndarray, ps: int) -> int:
@@ -164,7 +184,7 @@ def test_the_tree_is_asked_for_sglangs_shortfall(sg, ps, free, grow, writer):
         recs = _record(m)
         cur, nxt = [0] * len(grow), grow
         m.extend_batch(states, grow)
-    want = sglang_shortfall(sglang_demand(sg, writer, ps, cur, nxt), free_before * ps)
+    want = sglang_shortfall(sg, sglang_demand(sg, writer, ps, cur, nxt), free_before * ps)
     evicts = [r["num_tokens"] for r in recs if r["op"] == "evict"]
     assert evicts == ([want] if want > 0 and evictable else [])
 
