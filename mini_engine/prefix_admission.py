@@ -45,7 +45,7 @@ def pd_prefix_match(manager, r: Request):
 def pd_releases_swa(manager, matched: int) -> bool:
     """Whether a PD arrival's match lock gives its SWA part back at once (0.5.23, on the SWA
     tail path, after a hit: the tail is transferred fresh, so the prefix's window is not
-    read; SWAPrefixCache.release_swa, which releases a lock that reached a whole window)."""
+    read; UnifiedRadixCache.release_swa, whatever the lock's length)."""
     m = manager.mem
     return matched > 0 and manager.swa is not None and m.page_size > 1 and m.rules.pd_radix_tail
 
@@ -55,8 +55,7 @@ def pd_match_pins(manager, match) -> tuple[int, int]:
     prealloc budget (after the lock and release_swa)."""
     if match is None:
         return 0, 0
-    matched = len(match[0])
-    released = pd_releases_swa(manager, matched) and matched >= manager.prefix.tree.window
+    released = pd_releases_swa(manager, len(match[0]))
     return pinned_by_match(manager, match), 0 if released else swa_pinned_by_match(manager, match)
 
 

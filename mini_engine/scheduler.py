@@ -199,7 +199,7 @@ class Scheduler:
                 # The matched prefix is written into the row and locked: no longer evictable.
                 free += self.manager.prefix.adopt(state, *match, r.seq_len)
                 if fresh_pd and pd_releases_swa(self.manager, matched):
-                    self.manager.prefix.release_swa(state.row)
+                    self.manager.prefix.release_swa(state.row, any_lock=True)
             if fresh_pd:
                 early |= bool(self._planned)
                 if not self._preallocate(r, pdb):

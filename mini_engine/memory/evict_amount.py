@@ -12,7 +12,10 @@ is not the allocation's exact size on every path (mem_cache/allocation.py):
   request of the batch (``conservative_num_tokens``: each request may start a page);
 * plain decode at page size > 1 (``alloc_paged_token_slots_decode``): one page
   per request of the batch, whatever it allocates;
-* a PD prealloc (disaggregation/decode.py ``_required_alloc_tokens``): its new pages.
+* a PD prealloc (disaggregation/decode.py ``_required_alloc_tokens``): its new pages,
+  asked per pool by memory/tables.make_room_pd (0.5.23 reclaims the SWA tail's pages
+  first, then the full pool's shortfall; 0.5.18 only the full tokens short of its
+  smaller pool).
 
 The decode check (``check_decode_mem``) asks for the step's exact pages, as kvbench's
 did before; this module gives the alloc paths' amounts. (A retraction's eviction is

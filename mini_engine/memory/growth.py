@@ -166,19 +166,23 @@ class Growth:
             last = None
         # From page boundaries, the new pages are ceil((target - cur) / ps).
         npages = self.full.pages_needed(cur, targets) if mid else (delta + (ps - 1)) // ps
-        # SGLang evicts from the prefix tree in its alloc paths, each wanting its own amount.
         total = int(npages.sum())
-        self.t.make_room(alloc_demand(writer, int(delta.sum()), total, len(states), ps))
+        if self.swa is not None:
+            # SWA pages start at the cursor: a fresh PD request holds none below it.
+            swa_prefix = np.maximum(cur, self.rows.swa_evicted[rows])
+            swa_target = np.maximum(targets, swa_prefix)
+            swa_pages = int(self.swa.allocator.pages_needed(swa_prefix, swa_target).sum())
+        # SGLang evicts from the prefix tree in its alloc paths, each wanting its own amount;
+        # a PD prealloc its own way (per pool).
+        if writer == "pd":
+            self.t.make_room_pd(total * ps, swa_pages * ps if self.swa is not None else 0)
+        else:
+            self.t.make_room(alloc_demand(writer, int(delta.sum()), total, len(states), ps))
         if total > self.full.num_free_pages:
             self.t.short_pool = "full"
             return False
         if self.swa is not None:
-            # SWA pages start at the cursor: a fresh PD request holds none below it.
-            base = self.rows.swa_evicted[rows]
-            swa_prefix = np.maximum(cur, base)
-            swa_target = np.maximum(targets, swa_prefix)
-            if int(self.swa.allocator.pages_needed(swa_prefix, swa_target).sum()) \
-                    > self.swa.allocator.num_free_pages:
+            if swa_pages > self.swa.allocator.num_free_pages:
                 self.t.short_pool = "swa"
                 return False
         got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True, npages=npages,

@@ -194,13 +194,15 @@ class SWAPrefixCache:
         self.swa_released -= released
         self.swa_released |= {row for was, row in zip(old, new) if was in released}
 
-    def release_swa(self, row: int) -> bool:
+    def release_swa(self, row: int, any_lock: bool = False) -> bool:
         """SGLang's release_swa_prefix_lock: the request's window has moved past its prefix,
         so the SWA part of its lock goes now (the FULL part stays until unlock). Once per
         lock, and only for a lock that reached a whole window (SGLang releases a receipt
-        with an SWA uuid only). Returns whether it released."""
+        with an SWA uuid only). any_lock: UnifiedRadixCache.release_swa itself, which the PD
+        decode side calls after a hit, without that test: a lock short of a window releases
+        its SWA part up to the root. Returns whether it released."""
         node = self.locks.get(row)
-        if node is None or row in self.swa_released or self.uuids[row] is None:
+        if node is None or row in self.swa_released or (self.uuids[row] is None and not any_lock):
             return False
         self.tree.dec_swa_lock_only(node, self.uuids[row])
         self.swa_released.add(row)
@@ -226,8 +228,12 @@ class SWAPrefixCache:
         """SGLang's SWA evict_to_free_tokens (allocator/swa.py): one demand for both pools,
         each pool's shortfall in tokens, evicted in one call (EvictParams(num_tokens,
         swa_num_tokens)); how many tokens an allocation wants is memory/evict_amount.py's."""
-        full = max(0, tokens - self.full.num_free_pages * self.ps)
-        swa = max(0, tokens - self.swa.allocator.num_free_pages * self.ps)
+        self.evict_short(max(0, tokens - self.full.num_free_pages * self.ps),
+                         max(0, tokens - self.swa.allocator.num_free_pages * self.ps))
+
+    def evict_short(self, full: int, swa: int) -> None:
+        """One eviction of the given FULL and SWA shortfalls, in tokens (0: that pool is not
+        asked), when the tree holds something evictable for them."""
         if (full and self.tree.full_evictable) or (swa and self.tree.swa_evictable):
             freed, swa_freed = self.tree.evict(full, swa)
             self._note("evict", {"num_tokens": full, "swa_num_tokens": swa, "evicted": freed, "swa_evicted": swa_freed})

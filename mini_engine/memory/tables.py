@@ -107,6 +107,27 @@ class KVTables:
         if tokens > free * self.ps:
             self.prefix.make_room(tokens)
 
+    def make_room_pd(self, full_tokens: int, swa_tokens: int) -> None:
+        """A PD prealloc's evictions (disaggregation/decode.py), which are not the alloc
+        paths': full_tokens: its new full pages' tokens (_required_alloc_tokens);
+        swa_tokens: its SWA tail's, page-ceiled. Full attention: the full shortfall. With an
+        SWA pool, 0.5.23 on the tail path first reclaims the tail's SWA shortfall alone
+        (reclaim_for_prealloc), then evicts the full pool's alone (_pre_alloc's
+        evict_for_alloc; at ps 1 only that one); 0.5.18 evicts only the full tokens short
+        of the smaller pool (available_size) and never reclaims SWA for a prealloc."""
+        if self.prefix is None:
+            return
+        if self.swa is None:
+            self.make_room(full_tokens)
+            return
+        ps, free, swa_free = self.ps, self.full.num_free_pages, self.swa.allocator.num_free_pages
+        if not self.mem.rules.pd_radix_tail:
+            self.prefix.evict_short(max(0, full_tokens - min(free, swa_free) * ps), 0)
+            return
+        if ps > 1:
+            self.prefix.evict_short(0, max(0, swa_tokens - swa_free * ps))
+        self.prefix.evict_short(max(0, full_tokens - self.full.num_free_pages * ps), 0)
+
     def report(self, v: Violation) -> None:
         if self.auditor is None:
             raise InvariantViolation(v)

@@ -93,3 +93,16 @@ def test_0518_matches_the_whole_prompt_and_allocates_both_pools_past_the_hit():
     # page-floored), so the hit is 192 again. With a hit 0.5.18 leaves the tail path
     # (uses_swa_tail and prefix_len == 0): both pools get [192, 300), 7 pages each.
     assert seen[1] == (192, 7, 7)
+
+
+def test_a_page_aligned_repeat_is_all_hit_and_allocates_nothing():
+    # A 96-token prompt (6 pages) with 4 outputs leaves its 96 prompt tokens in the tree (99
+    # committed, page-floored). The same prompt again is looked up whole, not len - 1 (that
+    # would floor 95 to 80): all 96 hit, nothing is allocated, the transfer writes nothing.
+    cfg = EngineConfig(spec="none", page_size=PS, pool_tokens=2048, reserved_decode_tokens=0, pd_radix=True,
+                       audit="raise")
+    prompt = list(range(1, 97))
+    seen = arrivals(Engine(cfg), [Request(rid=0, prompt=prompt, max_new_tokens=4, fill_len=96),
+                                  Request(rid=1, prompt=prompt, max_new_tokens=4, fill_len=96, arrival_step=10)])
+    assert seen[0][:2] == (0, 7)  # 6 prompt pages and the first decode token's page
+    assert seen[1][:2] == (96, 1)  # only the first decode token's page

@@ -1,0 +1,67 @@
+"""What the decode side's tree evicts before a PD prealloc (memory/tables.make_room_pd), on
+worked numbers per release (SGLang's disaggregation/decode.py):
+
+* 0.5.23 on the SWA tail path: ``reclaim_for_prealloc`` first asks the tree for the SWA
+  tokens the tail's pages lack (``EvictParams(swa_num_tokens=...)``), then ``_pre_alloc``
+  for the full tokens its new pages lack (``EvictParams(num_tokens=...)``): two calls,
+  each one pool's shortfall;
+* 0.5.18: one call, ``EvictParams(num_tokens=required - available_size())``, where its SWA
+  allocator's ``available_size`` is the smaller of the two pools; no SWA reclaim.
+
+Setup: ps 16, window 32, 40 full pages, 7 SWA pages, the decode radix cache on. Request A
+(200 tokens) is preallocated and released into the tree: 12 full pages and its last two
+SWA pages stay there, evictable (free: 28 full, 5 SWA). A holder H of 112 tokens takes
+7 full pages and its SWA tail. Then B (400 tokens: 25 full pages) arrives.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mini_engine.memory import Auditor, KVManager, MemoryConfig
+from mini_engine.memory.rules import MemoryRules
+
+
+def evictions(rules: MemoryRules):
+    m = KVManager(MemoryConfig(16, 40, 8, 1024, swa_num_pages=7, window=32, rules=rules), Auditor("raise"))
+    calls = []
+    evict = m.prefix.tree.evict
+
+    def recorded(full, swa):
+        calls.append((full, swa, m.num_free_pages, m.swa.allocator.num_free_pages))
+        return evict(full, swa)
+
+    m.prefix.tree.evict = recorded
+    a = m.admit("A")
+    assert m.pd_prealloc(a, 200)
+    m.release(a, list(range(1, 201)), 200)
+    assert (m.num_free_pages, m.swa.allocator.num_free_pages) == (28, 5)
+    assert m.pd_prealloc(m.admit("H"), 112)
+    assert m.pd_prealloc(m.admit("B"), 400)
+    return calls
+
+
+def test_0523_reclaims_the_tail_swa_then_the_full_shortfall():
+    # H's tail (window start floor_16(111 - 32) = 64) is 3 SWA pages: 2 left. B's tail
+    # (floor_16(399 - 32) = 352) is 48 tokens, 3 pages: 48 - 2 x 16 = 16 SWA tokens are
+    # asked for first. That eviction takes A's last node whole ([160, 192): A's insert split
+    # its key at the SWA cursor), 2 SWA and 2 full pages (21 -> 23 full free), so the full
+    # call asks 25 x 16 - 23 x 16 = 32.
+    calls = evictions(MemoryRules(pd_radix=True, pd_radix_tail=True))
+    assert calls == [(0, 16, 21, 2), (32, 0, 23, 4)]
+
+
+def test_0518_evicts_full_tokens_short_of_the_smaller_pool():
+    # H: 112 tokens against min(28, 5) x 16 = 80: 32 full tokens asked (the SWA pool is the
+    # smaller one, but only the full pool is named). B: 400 against min(23, 5) x 16 = 80.
+    calls = evictions(MemoryRules(pd_radix=True, pd_radix_tail=False))
+    assert calls == [(32, 0, 28, 5), (320, 0, 23, 5)]
+
+
+@pytest.mark.parametrize("tail_rule", [True, False])
+def test_without_the_tree_nothing_is_evicted(tail_rule):
+    m = KVManager(MemoryConfig(16, 40, 8, 1024, swa_num_pages=7, window=32,
+                               rules=MemoryRules(pd_radix=True, pd_radix_tail=tail_rule, prefix_cache="chunk")),
+                  Auditor("raise"))
+    assert m.prefix is None
+    assert m.pd_prealloc(m.admit("A"), 200)
