@@ -30,7 +30,7 @@ from mini_engine.memory.invariants import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
 from mini_engine.pd_budget import empty_pool_budget
-from mini_engine.prefix_admission import checkpoint_prefill
+from mini_engine.prefix_admission import checkpoint_prefill, checkpoint_transfer
 from mini_engine.pool_sizing import (admission_pages, decode_reserve, memory_config, min_pool_pages, output_cap,
                                      request_pages)
 from mini_engine.request import Request, Status, Tally, check_context
@@ -292,12 +292,14 @@ class Engine:
 
     def _transfer(self, reqs: list[Request]) -> None:
         firsts = checked_results(self.backend.forward(self.batches.transfer(reqs)), len(reqs))  # pd_prealloc committed the fill_len tokens
+        for r, tok in zip(reqs, firsts):
+            r.outputs.append(int(tok))
+            self.stats.output_tokens += 1
+            self.stats.pd_arrivals += 1
+            checkpoint_transfer(self.manager, r)  # process_prebuilt, outside the result's free group
         # SGLang groups the frees of this batch only with the decode-side radix cache.
         with self.manager.free_group() if self.cfg.rules.pd_radix else nullcontext():
-            for r, tok in zip(reqs, firsts):
-                r.outputs.append(int(tok))
-                self.stats.output_tokens += 1
-                self.stats.pd_arrivals += 1
+            for r in reqs:
                 if r.remaining <= 0:
                     self.sched.finish(r)
 

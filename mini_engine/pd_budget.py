@@ -32,9 +32,9 @@ Example (0.5.23, ps 16, R 512, a full pool of 2048 tokens, nothing running): a
 prealloc (208 slots taken, one active request) the pool gives 1840 - 512 = 1328, so a
 second identical request fits and a third (1632 - 1024 = 608 < 720) waits.
 
-What kvbench leaves out (docs/conform.md): the transfer queue and the prebuilt batch
-(a transfer lands at once here, so a preallocated request is running at the next
-step), the retracted queue (a retracted PD request prefills again here), host hits.
+What kvbench leaves out (docs/conform.md): the transfer queue and the prebuilt batch's
+timing (a transfer lands at once here, so a preallocated request is running at the next
+step; the prebuilt batch's checkpoint is made at the transfer), the retracted queue (a retracted PD request prefills again here), host hits.
 """
 
 from __future__ import annotations

@@ -85,6 +85,18 @@ def checkpoint_prefill(manager, r: Request) -> None:
     _checkpoint_swa(manager, prefix, r, up_to)
 
 
+def checkpoint_transfer(manager, r: Request) -> None:
+    """A PD arrival's transferred prompt goes into the decode side's tree before it decodes
+    (SGLang's process_prebuilt: checkpoint_kv_cache up to kv_committed_len, 0.5.23;
+    maybe_cache_unfinished_req, 0.5.18), so arrivals after it can hit it while it runs.
+    A prebuilt request computes no SWA window of its own: 0.5.23 clears its match's
+    branching point first."""
+    if manager.prefix is None:
+        return
+    getattr(manager.prefix, "branching", {}).pop(r.rid, None)
+    checkpoint_prefill(manager, r)
+
+
 def _checkpoint_swa(manager, prefix, r: Request, up_to: int) -> None:
     """The FULL + SWA tree's checkpoint of an unfinished request (SGLang's
     checkpoint_into_tree with the SWA component, 0.5.23 and 0.5.18).

@@ -2,7 +2,8 @@
 
 SGLang's DecodePreallocQueue matches each arrival's prompt against the decode tree
 (_match_prefix_and_lock), locks the hit and preallocates only the pages past it
-(_required_alloc_tokens, alloc_for_decode_prealloc); the transfer then sends the rest.
+(_required_alloc_tokens, alloc_for_decode_prealloc); the transfer then sends the rest,
+and the prompt goes into the tree before the request decodes (process_prebuilt).
 0.5.23 stops the match below the SWA tail and keeps the tail path after a hit; 0.5.18
 matches the whole prompt and, after a hit, allocates both pools past it in full.
 The budget side of the same match is checked against SGLang's own methods by
@@ -25,15 +26,16 @@ def arrivals(engine: Engine, reqs: list[Request]) -> dict:
     engine.submit(reqs)
     seen: dict = {}
     m = engine.manager
-    swa = (lambda: m.swa.allocator.num_free_pages) if m.swa is not None else (lambda: 0)
-    while True:
-        free, swa_free = m.num_free_pages, swa()
-        out = engine.tick()
-        for r in engine.requests:
-            if r.kv is not None and r.rid not in seen:
-                seen[r.rid] = (r.kv.protected, free - m.num_free_pages, swa_free - swa())
-        if out.name in ("IDLE", "EXHAUSTED"):
-            break
+    swa = (lambda: m.swa.allocator.num_free_pages) if m.swa is not None else (lambda: 0)  # noqa: E731
+    prealloc = m.pd_prealloc
+
+    def measured(state, fill_len):
+        hit, free, swa_free = state.protected, m.num_free_pages, swa()
+        ok = prealloc(state, fill_len)
+        seen[state.rid] = (hit, free - m.num_free_pages, swa_free - swa())
+        return ok
+
+    m.pd_prealloc = measured
     res = engine.run()
     assert res.verdict == "ok", res.error
     assert res.stats["violations"] == 0 and res.stats["leaked_pages"] == 0
@@ -96,13 +98,30 @@ def test_0518_matches_the_whole_prompt_and_allocates_both_pools_past_the_hit():
 
 
 def test_a_page_aligned_repeat_is_all_hit_and_allocates_nothing():
-    # A 96-token prompt (6 pages) with 4 outputs leaves its 96 prompt tokens in the tree (99
-    # committed, page-floored). The same prompt again is looked up whole, not len - 1 (that
+    # A 96-token prompt (6 pages) leaves its 96 prompt tokens in the tree (inserted at its
+    # transfer, and again at its finish with 99 committed, page-floored). The same prompt again is looked up whole, not len - 1 (that
     # would floor 95 to 80): all 96 hit, nothing is allocated, the transfer writes nothing.
     cfg = EngineConfig(spec="none", page_size=PS, pool_tokens=2048, reserved_decode_tokens=0, pd_radix=True,
                        audit="raise")
     prompt = list(range(1, 97))
     seen = arrivals(Engine(cfg), [Request(rid=0, prompt=prompt, max_new_tokens=4, fill_len=96),
                                   Request(rid=1, prompt=prompt, max_new_tokens=4, fill_len=96, arrival_step=10)])
-    assert seen[0][:2] == (0, 7)  # 6 prompt pages and the first decode token's page
-    assert seen[1][:2] == (96, 1)  # only the first decode token's page
+    assert seen[0][:2] == (0, 6)
+    assert seen[1][:2] == (96, 0)
+
+
+def test_an_arrival_hits_the_prompt_of_one_still_running():
+    # SGLang's process_prebuilt checkpoints each transferred prompt into the decode tree
+    # before it decodes, so request 1 (arriving 2 steps later, while request 0 still has
+    # ~60 outputs to go) hits request 0's page-floored 96 prompt tokens already.
+    cfg = EngineConfig(spec="none", page_size=PS, pool_tokens=2048, reserved_decode_tokens=0, pd_radix=True,
+                       audit="raise")
+    prompt = list(range(1, 101))
+    first = Request(rid=0, prompt=prompt, max_new_tokens=64, fill_len=100)
+    engine, running = Engine(cfg), []
+    prealloc = engine.manager.pd_prealloc
+    engine.manager.pd_prealloc = lambda s, n: (running.append(s.rid == 1 and first.remaining > 0), prealloc(s, n))[1]
+    seen = arrivals(engine, [first, Request(rid=1, prompt=prompt + [7, 8], max_new_tokens=4, fill_len=102,
+                                            arrival_step=2)])
+    assert running == [False, True]  # request 0 was still decoding when request 1 came
+    assert seen[1] == (96, 1, 0)
