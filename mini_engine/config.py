@@ -106,6 +106,13 @@ class EngineConfig:
             )
         if self.window is None and local > 0:
             raise ConfigError(f"layer_pattern={self.layer_pattern!r} has SWA layers and needs a window (window >= 1)")
+        w, ps = self.window, self.page_size
+        if w is not None and w > ps and w % ps and self._profile.swa_keep_unrounded:
+            # 0.5.18's radix tree keeps max(window, ps) unrounded below a moved window and
+            # repoints a checkpoint through a window-gated match; kvbench has 0.5.23's rules,
+            # which agree with it only where the window is whole pages (or one page at most).
+            raise ConfigError(f"window={w} with page_size={ps} under profile {self.profile!r} (SGLang 0.5.18) is not "
+                              f"modelled: allowed a window that is a multiple of page_size or at most page_size")
 
     def _resolve_acceptance(self) -> None:
         if self.accept_len is not None and self.accept_mean is not None:

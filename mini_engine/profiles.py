@@ -193,6 +193,14 @@ class Profile:
         return out
 
     @property
+    def swa_keep_unrounded(self) -> bool:
+        """0.5.18's radix SWA eviction keeps max(window, ps) below pre_len without
+        rounding it up to whole pages (free_swa_out_of_window_slots); kvbench models
+        0.5.23's rounded rule only, so such a profile refuses a window that is not whole
+        pages (EngineConfig). Only with the radix tree: the chunk cache keeps the window."""
+        return self.pd_release == "0.5.18" and self.prefix_cache == "radix"
+
+    @property
     def pd_radix_tail(self) -> bool:
         """Whether the decode radix cache moves the PD SWA tail's window start (0.5.23's
         _swa_tail_len; 0.5.18's has no such variant)."""

@@ -61,3 +61,36 @@ def test_decode_radix_hits_conform(sg, tmp_path, ps, window, first_len):
     assert released == (1 if window is not None and ps > 1 and new else 0)
     rep = conform(path, sg)
     assert rep.conforms, describe(rep.first_divergence)
+
+
+# Request 0 (200 tokens, 60 outputs) still decodes when request 1 (its prompt and 50 more)
+# and request 2 (its first 180 tokens) arrive: their hits come from request 0's prompt as
+# its transfer checkpointed it (process_prebuilt). Request 1's hit per (algorithm, ps,
+# window): the page-floored prompt (EAGLE keys bigrams: 199 at ps 1), none at window 128
+# under 0.5.23, whose key stops at 112: a match ending there needs SWA from 0, and request
+# 0 keeps it only from 64 (its tail).
+RUNNING = {(1, None): 200, (16, None): 192, (1, 32): 200, (16, 32): 192, (16, 128): 192}
+
+
+@pytest.mark.parametrize("spec", [{}, {"spec": "eagle", "topk": 1, "steps": 3}])
+@pytest.mark.parametrize("ps, window", list(RUNNING))
+def test_hits_on_a_running_requests_prompt_conform(sg, tmp_path, spec, ps, window):
+    new = sg.version != "0.5.18"
+    profile = next(p for p, v in SGLANG_VERSIONS.items() if v == sg.version)
+    kw = dict(window=window, layer_pattern="1:1") if window else {}
+    cfg = EngineConfig(page_size=ps, pool_tokens=4096, reserved_decode_tokens=0, pd_radix=True, profile=profile,
+                       audit="raise", **kw, **spec)
+    first = list(range(1, 201))
+    reqs = [Request(rid=0, prompt=first, max_new_tokens=60, fill_len=200),
+            Request(rid=1, prompt=first + list(range(500, 550)), max_new_tokens=8, fill_len=250, arrival_step=2),
+            Request(rid=2, prompt=first[:180], max_new_tokens=8, fill_len=180, arrival_step=4)]
+    path = tmp_path / "t.jsonl"
+    with open_trace(cfg, path) as trace:
+        res = Engine(cfg, trace=trace).run(reqs)
+    assert res.verdict == "ok", res.error
+    records = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    hits = {r["rid"]: r["matched"] for r in records if r["op"] in ("match", "swa_match")}
+    want = 0 if new and window == 128 else RUNNING[ps, window] - (1 if spec and ps == 1 else 0)
+    assert hits[1] == want
+    rep = conform(path, sg)
+    assert rep.conforms, describe(rep.first_divergence)

@@ -67,9 +67,8 @@ def test_without_pd_radix_a_repeated_prompt_matches_nothing():
 def swa_turns(profile: str) -> dict:
     # Window 32, ps 16. Request 0: a 200-token prompt, 4 outputs; its SWA tail starts at
     # floor_16(199 - 32) = 160 (0.5.23's decode-radix rule; 0.5.18's floor_16(200 - 32) is
-    # 160 too), so the tree's key has live SWA over [160, 203) and a match may end at 192.
-    # Request 1 continues it: the same 200 tokens and 100 more (300: its first decode
-    # token still fits the last page, so a step's pages are the prealloc's).
+    # 160 too), so the tree's key (page-floored to 192) has live SWA over [160, 192) and a
+    # match may end at 192. Request 1 continues it: the same 200 tokens and 100 more.
     cfg = EngineConfig(spec="none", page_size=PS, pool_tokens=4096, reserved_decode_tokens=0, pd_radix=True,
                        window=32, layer_pattern="1:1", profile=profile, audit="raise")
     first = list(range(1, 201))

@@ -9,6 +9,7 @@ import pytest
 
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
+from mini_engine.errors import ConfigError
 from mini_engine.request import Request
 from mini_engine.run_result import run_result
 
@@ -171,3 +172,17 @@ def test_draft_window_does_not_widen_the_swa_window():
         return out
 
     assert cursors(draft_window=96) == cursors()
+
+
+@pytest.mark.parametrize("window, ps, ok", [(40, 16, False), (48, 16, True), (8, 16, True), (32, 64, True)])
+def test_the_0518_profile_refuses_a_window_that_is_not_whole_pages(window, ps, ok):
+    # 0.5.18 keeps max(window, ps) below a moved window without rounding it up to pages;
+    # kvbench has 0.5.23's rounded rule, the same only for whole pages or at most one page.
+    make = lambda: EngineConfig(window=window, page_size=ps, profile="sglang-pre-35265")  # noqa: E731
+    if ok:
+        make()
+        return
+    with pytest.raises(ConfigError, match="window=40 with page_size=16 .* not modelled"):
+        make()
+    EngineConfig(window=window, page_size=ps, profile="sglang-0.5.23")  # 0.5.23's own rule
+    EngineConfig(window=window, page_size=ps, profile="sglang-pre-35265", prefix_cache="chunk")  # keeps the window

@@ -58,10 +58,35 @@ def test_0518_evicts_full_tokens_short_of_the_smaller_pool():
     assert calls == [(32, 0, 28, 5), (320, 0, 23, 5)]
 
 
+def test_full_attention_evicts_the_full_shortfall():
+    # No SWA pool: _pre_alloc's eviction alone. A's 12 pages stay in the tree (28 free), H
+    # takes 7 (21 free), B's 25 pages want 400 tokens: 400 - 21 x 16 = 64 asked.
+    m = KVManager(MemoryConfig(16, 40, 8, 1024, rules=MemoryRules(pd_radix=True)), Auditor("raise"))
+    calls = []
+    evict = m.prefix.tree.evict
+    m.prefix.tree.evict = lambda n: (calls.append((n, m.num_free_pages)), evict(n))[1]
+    a = m.admit("A")
+    assert m.pd_prealloc(a, 200)
+    m.release(a, list(range(1, 201)), 200)
+    assert m.pd_prealloc(m.admit("H"), 112)
+    assert m.pd_prealloc(m.admit("B"), 400)
+    assert calls == [(64, 21)]
+
+
 @pytest.mark.parametrize("tail_rule", [True, False])
-def test_without_the_tree_nothing_is_evicted(tail_rule):
-    m = KVManager(MemoryConfig(16, 40, 8, 1024, swa_num_pages=7, window=32,
-                               rules=MemoryRules(pd_radix=True, pd_radix_tail=tail_rule, prefix_cache="chunk")),
-                  Auditor("raise"))
-    assert m.prefix is None
-    assert m.pd_prealloc(m.admit("A"), 200)
+def test_at_ps_1_both_releases_evict_only_full_tokens(tail_rule):
+    # ps 1 takes no SWA tail path: 0.5.23 evicts the full shortfall against the full pool,
+    # 0.5.18 against the smaller one; with pools of 640 tokens each both are 400 - 328 = 72
+    # (A's 200 tokens in the tree, H's 112 held), asked of the full pool alone.
+    m = KVManager(MemoryConfig(1, 640, 8, 1024, swa_num_pages=640, window=32,
+                               rules=MemoryRules(pd_radix=True, pd_radix_tail=tail_rule)), Auditor("raise"))
+    calls = []
+    evict = m.prefix.tree.evict
+    m.prefix.tree.evict = lambda f, s: (calls.append((f, s)), evict(f, s))[1]
+    a = m.admit("A")
+    assert m.pd_prealloc(a, 200)
+    m.release(a, list(range(1, 201)), 200)
+    assert m.pd_prealloc(m.admit("H"), 112)
+    assert (m.num_free_pages, m.swa.allocator.num_free_pages) == (328, 328)
+    assert m.pd_prealloc(m.admit("B"), 400)
+    assert calls == [(72, 0)]
