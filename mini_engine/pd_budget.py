@@ -112,7 +112,10 @@ class PDPreallocBudget:
         max_new = clip_new_tokens(r.max_new_tokens if max_new is None else max_new)
         # _required_alloc_tokens with the decode radix cache: the new pages past the hit;
         # without it 0.5.23 page-ceils the prompt, 0.5.18 takes it raw.
-        alloc = self._ceil(fill) - self._ceil(prefix) if self.radix else self._ceil(fill) if self.release != "0.5.18" else fill
+        if self.radix:
+            alloc = self._ceil(fill) - self._ceil(prefix)
+        else:
+            alloc = fill if self.release == "0.5.18" else self._ceil(fill)
         need = max(alloc + self.reserved, fill - prefix + max_new - self.retractable)
         if need > self.full_allocatable(pinned[0]):
             return False
@@ -141,7 +144,7 @@ def decode_prealloc_budget(manager, cfg, running: list[Request],
         a = m.swa.allocator
         kw = dict(window=m.mem.window, swa_size=a.num_pages * ps, swa_free=lambda: a.num_free_pages * ps,
                   swa_evictable=lambda: m.evictable_swa_tokens)
-    return PDPreallocBudget(release=cfg.rules.pd_release, page_size=ps, reserved=cfg.reserved_decode_tokens,
+    return PDPreallocBudget(release=cfg.rules.release, page_size=ps, reserved=cfg.reserved_decode_tokens,
                             running=running, full_free=lambda: (m.num_free_pages - planned()) * ps,
                             full_evictable=lambda: m.evictable_pages * ps, radix=cfg.rules.pd_radix,
                             radix_tail=cfg.rules.pd_radix_tail, **kw)
@@ -155,7 +158,7 @@ def empty_pool_budget(cfg, pages: int) -> PDPreallocBudget:
     if cfg.has_swa:
         swa = swa_pages(pages, cfg.rules.swa_ratio) * ps
         kw = dict(window=cfg.window, swa_size=swa, swa_free=lambda: swa)
-    budget = PDPreallocBudget(release=cfg.rules.pd_release, page_size=ps, reserved=cfg.reserved_decode_tokens,
+    budget = PDPreallocBudget(release=cfg.rules.release, page_size=ps, reserved=cfg.reserved_decode_tokens,
                               running=[], full_free=lambda: pages * ps, full_evictable=lambda: 0,
                               radix=cfg.rules.pd_radix, radix_tail=cfg.rules.pd_radix_tail, **kw)
     budget.empty = True

@@ -36,18 +36,22 @@ def pd_prefix_match(manager, r: Request):
     if prefix is None:
         return None
     fill, m = r.fill_len, manager.mem
-    limit = fill
-    if manager.swa is not None and m.page_size > 1 and m.rules.pd_radix_tail:
-        limit = fill - pd_swa_tail_len(fill, m.window, m.page_size, True)
+    limit = fill - pd_swa_tail_len(fill, m.window, m.page_size, True) if _tail_0523(manager) else fill
     return prefix.match(np.asarray(r.tokens(0, limit), dtype=np.int64), r.rid, whole=True)
+
+
+def _tail_0523(manager) -> bool:
+    """0.5.23's decode side on the SWA tail path (an SWA pool, ps > 1), which keeps its
+    decode-radix rules (MemoryRules.pd_radix_tail)."""
+    m = manager.mem
+    return manager.swa is not None and m.page_size > 1 and m.rules.pd_radix_tail
 
 
 def pd_releases_swa(manager, matched: int) -> bool:
     """Whether a PD arrival's match lock gives its SWA part back at once (0.5.23, on the SWA
     tail path, after a hit: the tail is transferred fresh, so the prefix's window is not
     read; UnifiedRadixCache.release_swa, whatever the lock's length)."""
-    m = manager.mem
-    return matched > 0 and manager.swa is not None and m.page_size > 1 and m.rules.pd_radix_tail
+    return matched > 0 and _tail_0523(manager)
 
 
 def pd_match_pins(manager, match) -> tuple[int, int]:

@@ -131,9 +131,11 @@ class Profile:
     # The SWA-aware tree's branching point (memory.rules.MemoryRules.swa_branching): what
     # the release has, not a knob a user sets, so it is not in knobs().
     swa_branching: bool = True
-    # Whose PD decode-side prealloc budget the sglang admission rule counts with
-    # (mini_engine.pd_budget): the release's, not a knob, so not in knobs().
-    pd_release: str = "0.5.23"
+    # The SGLang release whose rules the profile follows where the releases differ (the PD
+    # decode side's budget, tail, match and eviction; 0.5.18's unrounded SWA window) and
+    # whose code its traces conform against (SGLANG_VERSIONS); the designs take 0.5.23's.
+    # What the release has, not a knob, so not in knobs().
+    release: str = "0.5.23"
     # Every writer page-ceils, whichever algorithms are registered (align "all"): what
     # host-aligned is named for, so a plugin's reservation is aligned under it too.
     align_all: bool = False
@@ -153,7 +155,7 @@ class Profile:
         check_choice("row_headroom", self.row_headroom, ROW_HEADROOM_RULES)
         check_choice("retraction", self.retraction, RETRACTIONS)
         check_choice("admission", self.admission, ADMISSIONS)
-        check_choice("pd_release", self.pd_release, ("0.5.23", "0.5.18"))
+        check_choice("release", self.release, ("0.5.23", "0.5.18"))
         if not isinstance(self.overlap, bool):
             raise ConfigError(f"overlap must be on or off (got {self.overlap!r})")
         check_choice("overlap_plan", self.overlap_plan, OVERLAP_PLANS)
@@ -187,7 +189,7 @@ class Profile:
     def knobs(self) -> dict[str, Any]:
         """The knobs as plain JSON values (the trace header, a result row)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about", "align_all", "swa_branching",
-                                                                                  "pd_release")}
+                                                                                  "release")}
         out["align"] = self.aligned_writers()
         out["pd_radix_tail"] = self.pd_radix_tail  # what the trace needs of the release
         return out
@@ -198,13 +200,13 @@ class Profile:
         rounding it up to whole pages (free_swa_out_of_window_slots); kvbench models
         0.5.23's rounded rule only, so such a profile refuses a window that is not whole
         pages (EngineConfig). Only with the radix tree: the chunk cache keeps the window."""
-        return self.pd_release == "0.5.18" and self.prefix_cache == "radix"
+        return self.release == "0.5.18" and self.prefix_cache == "radix"
 
     @property
     def pd_radix_tail(self) -> bool:
         """Whether the decode radix cache moves the PD SWA tail's window start (0.5.23's
         _swa_tail_len; 0.5.18's has no such variant)."""
-        return self.pd_release != "0.5.18"
+        return self.release != "0.5.18"
 
 
 _SGLANG = dict(free="segment", swa_eviction_interval=128, prefix_cache="radix", swa_ratio=0.8,
@@ -215,7 +217,7 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("sglang-0.5.23", align=frozenset({"eagle", "dflash"}), **_SGLANG,
             about="SGLang 0.5.23: only the speculative reservation is page-aligned; segment free"),
     Profile("sglang-pre-35265", align=frozenset({"eagle"}), **{**_SGLANG, "overlap_plan": "every-running", "free": "unique-row",
-                                                    "swa_branching": False, "pd_release": "0.5.18"},
+                                                    "swa_branching": False, "release": "0.5.18"},
             about="SGLang 0.5.18, the last release before PR 35265: the DFLASH reservation is unaligned "
                   "(EAGLE stays aligned), every running request is planned under overlap"),
     Profile("host-aligned", align=frozenset(), align_all=True, **{**_SGLANG, "free": "floor", "row_headroom": "generous", "row_overflow": False,
@@ -230,10 +232,10 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
 )}
 DEFAULT_PROFILE = "sglang-0.5.23"
 # The SGLang release each profile's traces conform against (kvbench conform refuses a
-# trace on another version). The designs have no release of their own: their allocator
-# calls are checked on 0.5.23's allocator, where conform has always checked them.
-SGLANG_VERSIONS = {"sglang-0.5.23": "0.5.23", "sglang-pre-35265": "0.5.18",
-                   "host-aligned": "0.5.23", "floor-free": "0.5.23"}
+# trace on another version): its Profile.release. The designs have no release of their
+# own: their allocator calls are checked on 0.5.23's allocator, where conform has always
+# checked them.
+SGLANG_VERSIONS = {name: p.release for name, p in PROFILES.items()}
 # host-aligned and floor-free are designs, not releases: they keep kvbench's synchronous
 # plan (overlap off) and its admission estimate, as before those knobs existed;
 # --overlap on and --admission sglang give them SGLang's.

@@ -167,7 +167,7 @@ class Scheduler:
             if fresh_pd and mem is not None:  # SGLang's decode side: pop_preallocated's budget
                 pdb = pdb or decode_prealloc_budget(self.manager, self.cfg, dec, self._planned_pages)
                 need, fits = 0, pdb.fits(r, prefix=matched, pinned=pd_match_pins(self.manager, match))
-            elif mem is None or fresh_pd:
+            elif mem is None:
                 need = self._need(r, matched)
                 fits = need <= free
             else:
@@ -186,7 +186,7 @@ class Scheduler:
             if not fresh_pd:
                 # Where SGLang's cut would be empty the request does not join (AddReqResult.OTHER).
                 first = budget.first_chunk(r.seq_len - matched, prefix=matched, alone=not (chunks or pd),
-                                           limit=getattr(mem, "cap", None) if not fresh_pd else None)
+                                           limit=getattr(mem, "cap", None))
                 if first == 0:
                     break
             state = self.manager.admit(r.rid)
