@@ -238,3 +238,27 @@ def test_release_sequences_equal_0518s(sglang_swa, ps, window, rounds):
         _agree(m, side)
     assert m.leaked_pages("full") == 0 and m.leaked_pages("swa") == 0
     assert np.array_equal(np.sort(m.full.free_page_ids()), np.arange(1, m.full.num_pages + 1))
+
+
+def test_the_radix_window_move_is_0518s_where_the_profile_allows_the_window(sglang_swa):
+    """With the radix tree 0.5.18 moves a window to floor_ps(pre_len - max(window, ps)); kvbench
+    has 0.5.23's rule (max(window, ps) rounded up to pages first). They agree for every window
+    the pre-35265 profile accepts (whole pages, or at most one page) and differ for one it
+    refuses (40 at ps 16: EngineConfig's one-line refusal)."""
+    from mini_engine.memory.sizing import swa_evict_target
+
+    def moved(ps: int, window: int, pre_len: int) -> int:
+        req = SimpleNamespace(kv=SimpleNamespace(swa_evicted_seqlen=0), cache_protected_len=0, req_pool_idx=0)
+        pool = SimpleNamespace(req_to_token=torch.zeros((1, 1024), dtype=torch.int64))
+        sglang_swa.free_swa_out_of_window_slots(req, pre_len, sliding_window_size=window, page_size=ps,
+                                                req_to_token_pool=pool,
+                                                token_to_kv_pool_allocator=SimpleNamespace(free_swa=lambda s: None))
+        return req.kv.swa_evicted_seqlen
+
+    def ours(ps: int, window: int, pre_len: int) -> int:
+        return swa_evict_target(pre_len, 0, window, ps, 1, "radix")
+
+    for ps, window in ((1, 7), (4, 4), (4, 2), (16, 32), (16, 8), (64, 32), (16, 48)):
+        for pre_len in range(0, 400, 3):
+            assert moved(ps, window, pre_len) == ours(ps, window, pre_len), (ps, window, pre_len)
+    assert any(moved(16, 40, n) != ours(16, 40, n) for n in range(0, 400, 3))
