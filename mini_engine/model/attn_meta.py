@@ -47,6 +47,9 @@ class AttnMeta:
     mask_indptr: torch.Tensor | None = None
     page_size: int = 0  # > 0: kv_slots / swa_kv_slots are page tables [B, pages] (decode_meta)
     kv_lens_device: torch.Tensor | None = None  # [B], decode_meta only
+    # [B] the sequence each decode row belongs to, non-decreasing (SlotTable.meta: a verify
+    # chain's rows read each other's keys); None: every row is its own sequence (plain decode).
+    row_seq: torch.Tensor | None = None
     _cache: dict = field(default_factory=dict, repr=False)
 
     @property

@@ -30,8 +30,12 @@ SOURCES = [CSRC / name for name in ("decode_attention.cpp", "decode_layer.cpp", 
 NAME = "kvbench_cpu_kernels"  # + the host's CPU features (see _build_name)
 # -march=native: the loops vectorise to the host's widest registers (a fifth faster than
 # the x86-64 baseline with AVX-512). -fno-trapping-math lets the exp loop vectorise (no
-# code here reads floating-point exception flags).
-FLAGS = ["-O3", "-march=native", "-fno-trapping-math"]
+# code here reads floating-point exception flags). -fopenmp: at::parallel_for is a header
+# template over `#pragma omp parallel`, so without it every split in csrc/ runs on one
+# thread; linked with it, the library needs libgomp.so.1, the runtime torch already loaded
+# (torch.set_num_threads sets its thread count).
+FLAGS = ["-O3", "-march=native", "-fno-trapping-math", "-fopenmp"]
+LDFLAGS = ["-fopenmp"]
 _state: dict = {}
 # A build takes about a minute; a builder's lock file older than this has no builder behind it.
 STALE_LOCK_S = 600
@@ -67,7 +71,7 @@ def _build_name() -> str:
     # The sources' and headers' text names the build too: torch rebuilds a cached build in
     # place when a source changes (and never for a header), so two checkouts with different
     # kernels sharing one cache directory would rebuild over each other (or load the other's).
-    flags += "".join(f.read_text() for f in sorted(CSRC.glob("*.h")) + SOURCES)
+    flags += " ".join(FLAGS + LDFLAGS) + "".join(f.read_text() for f in sorted(CSRC.glob("*.h")) + SOURCES)
     return f"{NAME}_{hashlib.sha1(flags.encode()).hexdigest()[:10]}"
 
 
@@ -87,7 +91,7 @@ def _load():
         # directory shared by different hosts never loads a foreign build.
         name = _build_name()
         _clear_stale_lock(Path(cpp_extension._get_build_directory(name, verbose=False)) / "lock")
-        cpp_extension.load(name, [str(s) for s in SOURCES], extra_cflags=FLAGS,
+        cpp_extension.load(name, [str(s) for s in SOURCES], extra_cflags=FLAGS, extra_ldflags=LDFLAGS,
                            is_python_module=False, verbose=False)
         return True
     except Exception as err:  # a failed build must never stop a run: the torch path is always there

@@ -54,7 +54,7 @@ def fused_decode(kernels, layers, x: torch.Tensor, positions: torch.Tensor, inv_
         x, weights, cache.k, cache.v, meta.out_slots, meta.kv_slots, meta.swa_out_slots, meta.swa_kv_slots,
         [int(layer.sliding) for layer in layers], [layer.window for layer in layers], meta.kv_lens_device, positions,
         inv_freq, attn.num_heads, attn.num_kv_heads, qk_norm, layers[0].input_layernorm.eps, meta.page_size,
-        attn.head_dim**-0.5)
+        attn.head_dim**-0.5, meta.row_seq)
 
 
 # Contiguous [in, out] copies of the projections are kept while a layer's weights stay

@@ -104,7 +104,13 @@ class SlotTable:
         return AttnMeta(batch=T, max_q=1, max_kv=int(lens.max()), q_lens=np.ones(T, dtype=np.int64), kv_lens=lens,
                         q_indptr=ar, kv_indptr=ar, q_pos=t(row), tok_seq=ar[:T],
                         kv_slots=t(self.pages[seq]), out_slots=t(self.flat[self.kv_ptr[seq] + row]),
-                        page_size=self.page_size, kv_lens_device=t(lens))
+                        page_size=self.page_size, kv_lens_device=t(lens), row_seq=t(_grouped(seq)))
+
+
+def _grouped(seq: np.ndarray) -> np.ndarray:
+    """The rows' sequences for decode_layers' row split: as they are when each sequence's rows
+    are consecutive (the split cuts only between sequences), else one group (no split)."""
+    return seq if len(seq) < 2 or bool(np.all(seq[1:] >= seq[:-1])) else np.zeros_like(seq)
 
 
 def _page_table(flat: np.ndarray, kv: np.ndarray, kv_ptr: np.ndarray, page_size: int) -> tuple[np.ndarray, int]:

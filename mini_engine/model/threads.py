@@ -1,11 +1,11 @@
 """The intra-op thread count of a CPU forward, chosen per phase and batch size from measurement.
 
 A small model's matmuls take microseconds, and one thread often beats several (each
-handoff costs microseconds); at batch 64 the compiled decode layers split rows and
-heads across threads and a second core pays. Which one wins depends on the machine
+handoff costs microseconds); at batch 64 the compiled decode layers give each thread
+its own rows through every layer and a second core pays (1.7x). Which one wins depends on the machine
 and its load, so it is measured rather than fixed: the first forwards of each (phase,
-batch size bucket) alternate between one thread and the most the process started
-with, TRIALS of each, and more threads are kept for the rest of the run only when
+batch size bucket) alternate between the most threads the process started with and
+one, TRIALS of each, and more threads are kept for the rest of the run only when
 their median beats one thread's by MARGIN. On a loaded machine a parallel region
 waits for a descheduled thread (milliseconds), so several threads lose there, and a
 noisy win must not hand every later step that risk. Nor are trials run while the
@@ -13,8 +13,9 @@ machine's load average leaves no core idle: there a trial at several threads alo
 cost more than a whole run's gain (measured: a 64-request plain run 1.8x slower).
 
 Results do not depend on the choice: the compiled kernels give each row to one
-thread, and MKL's products at these shapes are bitwise equal at one and two threads
-(suites/unit test). KVBENCH_THREADS=n fixes the count instead (n = 1: the old fixed
+thread and cut only between chunks of 16 rows or more, and MKL's products at these
+shapes are bitwise equal at one and two threads and for any such chunk (suites/unit
+tests). KVBENCH_THREADS=n fixes the count instead (n = 1: the old fixed
 choice).
 """
 
@@ -58,8 +59,11 @@ class ThreadChoice:
         if n is not None:
             _use(n)
             return fn()
-        s = self.samples.setdefault(key, {1: [], self.most: []})
-        n = min(s, key=lambda t: len(s[t]))  # alternate: both see the same moments
+        # Alternate, so both see the same moments, starting with more threads: a phase that
+        # runs once per run (a whole batch's prefill) then gets the cores the machine has
+        # idle (_busy), and there the split pays most (a 2048-row product: 2.1x at two).
+        s = self.samples.setdefault(key, {self.most: [], 1: []})
+        n = min(s, key=lambda t: len(s[t]))
         _use(n)
         t0 = time.perf_counter()
         out = fn()

@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/library.h>
 
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "fast_exp.h"
 
@@ -218,6 +220,35 @@ at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& w_in, const at::T
                        pages, lens, cos, ssin, heads, kv_heads, eps, page_size, window, scale);
 }
 
+// Rows of a forward split into one chunk per intra-op thread, each chunk running every
+// layer on its own: a decode row reads only its own sequence's keys, so chunks never
+// wait on each other, where splitting each product and loop separately hands work over
+// a dozen times per layer (MKL gains 1.4x at 2 threads on 64-row products, the whole
+// forward 1.8x this way). A cut never separates rows of one sequence (`row_seq`, when
+// given: the rows of a verify chain or a DFLASH block read each other's keys, written in
+// the same layer), and every chunk holds at least kMinSplitRows rows: MKL's products of
+// 4 rows or more round exactly as the whole batch's (measured at every shape of the
+// bench and Qwen3 models), so results do not depend on the split. `row_seq` must be
+// non-decreasing.
+constexpr int64_t kMinSplitRows = 16;
+
+std::vector<int64_t> row_cuts(int64_t B, const std::optional<at::Tensor>& row_seq) {
+  std::vector<int64_t> cuts{0};
+  const int64_t threads = at::get_num_threads();
+  if (threads > 1 && !at::in_parallel_region() && B >= 2 * kMinSplitRows) {
+    const int64_t chunks = std::min(threads, B / kMinSplitRows);
+    const int64_t* seq = row_seq.has_value() ? row_seq->data_ptr<int64_t>() : nullptr;
+    for (int64_t c = 1; c < chunks; ++c) {
+      int64_t r = std::max(c * B / chunks, cuts.back() + kMinSplitRows);
+      while (seq != nullptr && r < B && seq[r] == seq[r - 1]) ++r;
+      if (B - r < kMinSplitRows) break;
+      cuts.push_back(r);
+    }
+  }
+  cuts.push_back(B);
+  return cuts;
+}
+
 // Every layer of a decode forward in one call: `weights` holds each layer's w_in, w_post,
 // w_qkv, w_o, w_gate_up, w_down (then q_norm, k_norm with qk_norm), `sliding[i]` picks
 // the SWA pool's slots and page table for layer i, `windows[i]` its window.
@@ -225,60 +256,95 @@ at::Tensor decode_layers(const at::Tensor& x, at::TensorList weights, at::Tensor
                          const at::Tensor& out_slots, const at::Tensor& pages, const std::optional<at::Tensor>& swa_out,
                          const std::optional<at::Tensor>& swa_pages, at::IntArrayRef sliding, at::IntArrayRef windows,
                          const at::Tensor& lens, const at::Tensor& positions, const at::Tensor& inv_freq,
-                         int64_t heads, int64_t kv_heads, bool qk_norm, double eps, int64_t page_size, double scale) {
+                         int64_t heads, int64_t kv_heads, bool qk_norm, double eps, int64_t page_size, double scale,
+                         const std::optional<at::Tensor>& row_seq) {
   const int64_t L = static_cast<int64_t>(k_caches.size()), per = qk_norm ? 8 : 6;
   TORCH_CHECK(static_cast<int64_t>(weights.size()) == L * per && static_cast<int64_t>(v_caches.size()) == L &&
                   static_cast<int64_t>(sliding.size()) == L && static_cast<int64_t>(windows.size()) == L,
               "one set of weights, caches, a sliding flag and a window per layer");
+  TORCH_CHECK(!row_seq.has_value() || (row_seq->scalar_type() == at::kLong && row_seq->is_contiguous() &&
+                                       row_seq->numel() == x.size(0)),
+              "row_seq: one int64 sequence index per row");
   // RoPE tables once for every layer, with layers.rope_cos_sin / rope_tables' ATen ops
   // (the same values): cos of [f, f] and the signed sin [-sin f, sin f], f = pos * inv_freq.
   const at::Tensor freqs = at::mul(positions.to(inv_freq.scalar_type()).unsqueeze(1), inv_freq.unsqueeze(0));
   const at::Tensor c = at::cos(freqs), sn = at::sin(freqs);
   const at::Tensor cos = at::cat({c, c}, 1), ssin = at::cat({at::neg(sn), sn}, 1);
-  at::Tensor h = x;
-  for (int64_t i = 0; i < L; ++i) {
-    const at::Tensor* w = weights.data() + i * per;
-    std::optional<at::Tensor> qn, kn;
-    if (qk_norm) {
-      qn = w[6];
-      kn = w[7];
+  const auto rows = [&](int64_t lo, int64_t n) {
+    const auto part = [&](const at::Tensor& t) { return t.narrow(0, lo, n); };
+    std::optional<at::Tensor> s_out, s_pages;
+    if (swa_out.has_value()) s_out = part(*swa_out);
+    if (swa_pages.has_value()) s_pages = part(*swa_pages);
+    const at::Tensor r_slots = part(out_slots), r_pages = part(pages), r_lens = part(lens);
+    const at::Tensor r_cos = part(cos), r_ssin = part(ssin);
+    at::Tensor h = part(x);
+    for (int64_t i = 0; i < L; ++i) {
+      const at::Tensor* w = weights.data() + i * per;
+      std::optional<at::Tensor> qn, kn;
+      if (qk_norm) {
+        qn = w[6];
+        kn = w[7];
+      }
+      const bool swa = sliding[i] != 0;
+      TORCH_CHECK(!swa || (s_out.has_value() && s_pages.has_value()), "a sliding layer needs the SWA slots");
+      h = decode_layer(h, w[0], w[1], w[2], w[3], w[4], w[5], qn, kn, k_caches[i], v_caches[i],
+                       swa ? *s_out : r_slots, swa ? *s_pages : r_pages, r_lens, r_cos, r_ssin, heads, kv_heads,
+                       eps, page_size, windows[i], scale);
     }
-    const bool swa = sliding[i] != 0;
-    TORCH_CHECK(!swa || (swa_out.has_value() && swa_pages.has_value()), "a sliding layer needs the SWA slots");
-    h = decode_layer(h, w[0], w[1], w[2], w[3], w[4], w[5], qn, kn, k_caches[i], v_caches[i],
-                     swa ? *swa_out : out_slots, swa ? *swa_pages : pages, lens, cos, ssin, heads, kv_heads, eps,
-                     page_size, windows[i], scale);
-  }
-  return h;
+    return h;
+  };
+  const std::vector<int64_t> cuts = row_cuts(x.size(0), row_seq);
+  const int64_t chunks = static_cast<int64_t>(cuts.size()) - 1;
+  if (chunks == 1) return rows(0, x.size(0));
+  at::Tensor out = at::empty_like(x);
+  // The caller's thread-local state (inference mode, the dispatch keys) holds on every
+  // thread: ATen's parallel_for does not carry it over to OpenMP's workers.
+  const at::ThreadLocalState state;
+  at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
+    const at::ThreadLocalStateGuard guard(state);
+    for (int64_t k = lo; k < hi; ++k) out.narrow(0, cuts[k], cuts[k + 1] - cuts[k]).copy_(rows(cuts[k], cuts[k + 1] - cuts[k]));
+  });
+  return out;
 }
 
 // Greedy tokens of the last hidden states: the final RMSNorm, the LM head ([hidden, vocab],
 // a copy or a view) and the first index of each row's maximum, as torch.argmax.
 at::Tensor greedy_head(const at::Tensor& h, const at::Tensor& norm_w, const at::Tensor& head, double eps) {
   TORCH_CHECK(h.dim() == 2 && h.scalar_type() == head.scalar_type() && norm_w.is_contiguous(), "h [B, hidden]");
-  at::Tensor normed = at::empty_like(h);
-  if (h.scalar_type() == at::kFloat) {
-    rms_norm<float>(h, norm_w, eps, normed);
-  } else {
-    TORCH_CHECK(h.scalar_type() == at::kDouble, "greedy_head takes float32 or float64");
-    rms_norm<double>(h, norm_w, eps, normed);
-  }
-  const at::Tensor logits = at::mm(normed, head);
-  // The first index of each row's maximum, as torch.argmax; torch's reduction kernel
-  // costs several times this loop at decode sizes.
-  const int64_t rows = logits.size(0), vocab = logits.size(1);
-  at::Tensor out = at::empty({rows}, h.options().dtype(at::kLong));
-  int64_t* op = out.data_ptr<int64_t>();
-  AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "greedy_head", [&] {
-    const scalar_t* lp = logits.data_ptr<scalar_t>();
-    for_rows(rows, vocab, [&](int64_t r) {
-      const scalar_t* row = lp + r * vocab;
-      int64_t best = 0;
-      for (int64_t i = 1; i < vocab; ++i) {
-        if (row[i] > row[best] || (std::isnan(row[i]) && !std::isnan(row[best]))) best = i;
-      }
-      op[r] = best;
+  TORCH_CHECK(h.scalar_type() == at::kFloat || h.scalar_type() == at::kDouble, "greedy_head takes float32 or float64");
+  const at::Tensor hc = h.contiguous();
+  at::Tensor out = at::empty({hc.size(0)}, h.options().dtype(at::kLong));
+  // The rows split as decode_layers splits them (row_cuts): each row is one thread's.
+  const auto rows = [&](int64_t lo, int64_t n) {
+    const at::Tensor part = hc.narrow(0, lo, n);
+    at::Tensor normed = at::empty_like(part);
+    if (h.scalar_type() == at::kFloat) {
+      rms_norm<float>(part, norm_w, eps, normed);
+    } else {
+      rms_norm<double>(part, norm_w, eps, normed);
+    }
+    const at::Tensor logits = at::mm(normed, head);
+    // The first index of each row's maximum, as torch.argmax; torch's reduction kernel
+    // costs several times this loop at decode sizes.
+    const int64_t vocab = logits.size(1);
+    int64_t* op = out.data_ptr<int64_t>() + lo;
+    AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "greedy_head", [&] {
+      const scalar_t* lp = logits.data_ptr<scalar_t>();
+      for_rows(n, vocab, [&](int64_t r) {
+        const scalar_t* row = lp + r * vocab;
+        int64_t best = 0;
+        for (int64_t i = 1; i < vocab; ++i) {
+          if (row[i] > row[best] || (std::isnan(row[i]) && !std::isnan(row[best]))) best = i;
+        }
+        op[r] = best;
+      });
     });
+  };
+  const std::vector<int64_t> cuts = row_cuts(hc.size(0), std::nullopt);
+  const at::ThreadLocalState state;  // as in decode_layers
+  at::parallel_for(0, static_cast<int64_t>(cuts.size()) - 1, 1, [&](int64_t lo, int64_t hi) {
+    const at::ThreadLocalStateGuard guard(state);
+    for (int64_t k = lo; k < hi; ++k) rows(cuts[k], cuts[k + 1] - cuts[k]);
   });
   return out;
 }
@@ -317,7 +383,7 @@ TORCH_LIBRARY_FRAGMENT(kvbench_cpu, m) {
   m.def("decode_layers(Tensor x, Tensor[] weights, Tensor(a!)[] k_caches, Tensor(b!)[] v_caches, Tensor out_slots, "
         "Tensor pages, Tensor? swa_out, Tensor? swa_pages, int[] sliding, int[] windows, Tensor lens, "
         "Tensor positions, Tensor inv_freq, int heads, int kv_heads, bool qk_norm, float eps, int page_size, "
-        "float scale) -> Tensor");
+        "float scale, Tensor? row_seq=None) -> Tensor");
   m.impl("decode_layers", c10::DispatchKey::CPU, &decode_layers);
   m.def("greedy_head(Tensor h, Tensor norm_w, Tensor head, float eps) -> Tensor");
   m.impl("greedy_head", c10::DispatchKey::CPU, &greedy_head);
