@@ -8,9 +8,10 @@ batch size bucket) alternate between the most threads the process started with a
 one, TRIALS of each, and more threads are kept for the rest of the run only when
 their median beats one thread's by MARGIN. On a loaded machine a parallel region
 waits for a descheduled thread (milliseconds), so several threads lose there, and a
-noisy win must not hand every later step that risk. Nor are trials run while the
-machine's load average leaves no core idle: there a trial at several threads alone
-cost more than a whole run's gain (measured: a 64-request plain run 1.8x slower).
+noisy win must not hand every later step that risk. Nor are trials run while fewer
+cores are idle than threads would run (sampled once, when the backend is built): there
+a trial at several threads alone cost more than a whole run's gain (measured: a
+64-request plain run 1.8x slower).
 
 Results do not depend on the choice: the compiled kernels give each row to one
 thread and cut only between chunks of 16 rows or more, and MKL's products at these
@@ -85,11 +86,39 @@ def _use(n: int) -> None:
 
 
 def _busy(threads: int) -> bool:
-    """Whether the last minute's load average leaves fewer than `threads` cores idle. This
-    process's own work is one of the runnable threads the average counts (a quiet 2-core
-    machine running a benchmark reads about 1.0)."""
+    """Whether fewer than `threads` cores are idle now: /proc/stat's idle time over
+    IDLE_SAMPLE_S, while this process sleeps (its own core counts as idle). The last
+    minute's load average (where /proc/stat is not there) lags by a minute: right after
+    another job it kept a quiet machine at one thread."""
+    idle = _idle_cores(IDLE_SAMPLE_S)
+    if idle is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # not on every platform
+            return False
+        # This process's own work is one of the runnable threads the average counts.
+        return max(load - 1, 0) + threads > (os.cpu_count() or 1) + 0.5
+    return idle < threads - 0.5
+
+
+# Long enough for /proc/stat's 10 ms ticks to resolve half a core on a two-core machine.
+IDLE_SAMPLE_S = 0.05
+
+
+def _idle_cores(window: float) -> float | None:
+    """Cores idle on average over `window` seconds (idle + iowait over all time, times the
+    core count), or None where /proc/stat cannot be read."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            head = f.readline().split()
+        ticks = [int(v) for v in head[1:9]]  # user nice system idle iowait irq softirq steal
+        return sum(ticks), ticks[3] + ticks[4]
     try:
-        load = os.getloadavg()[0]
-    except OSError:  # not on every platform
-        return False
-    return max(load - 1, 0) + threads > (os.cpu_count() or 1) + 0.5
+        total0, idle0 = sample()
+        time.sleep(window)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 <= total0:
+        return None
+    return (idle1 - idle0) / (total1 - total0) * (os.cpu_count() or 1)
