@@ -14,7 +14,10 @@ Figures (medians of --rounds rounds, default 3):
   prompts (batch 1, 16, 64); the ratio is against the faster HF setting, per round.
 * spec step cost at batch 64: the median wall of an engine step whose forward is a
   VERIFY (EAGLE chain topk 1 / 3 steps, DFLASH block 4) over the median plain DECODE
-  step of the same round (scheduler, audit and model together, as a user pays them).
+  step of the same round (scheduler, audit and model together, as a user pays them),
+  and the same ratio per matmul FLOP (the step's FLOPs counted where the model code
+  runs its projections, MLPs, LM heads and the drafter's fc): 1.0 is a speculative
+  step that costs what its FLOPs cost in a plain step.
 * `kvbench sweep smoke --no-mlflow` wall and, with --pytest, `python -m pytest -n 2`
   (the README's test command). --walls measures only these two, without the vs-HF and
   step-cost rounds, and prints each round's figures as they come.
@@ -79,14 +82,17 @@ def step_costs(ckpt: Path, prompts_file: Path) -> dict:
     from mini_engine.model import backend as be
 
     phases: list[str] = []
-    walls: list[tuple[float, str]] = []
+    walls: list[tuple[float, str, float]] = []
     step, forward = eng.Engine.step, be.ModelBackend.forward
+    flops = [0.0]
+    undo = count_flops(flops)
 
     def timed_step(self):
         phases.clear()
+        flops[0] = 0.0
         t0 = time.perf_counter()
         r = step(self)
-        walls.append((time.perf_counter() - t0, ",".join(phases)))
+        walls.append((time.perf_counter() - t0, ",".join(phases), flops[0]))
         return r
 
     def noted_forward(self, batch):
@@ -103,11 +109,53 @@ def step_costs(ckpt: Path, prompts_file: Path) -> dict:
             row = run_config(cfg)
             assert row["status"] == "ok", row.get("error")
             want = "decode" if name == "plain" else "verify"
-            ms = [w * 1e3 for w, p in walls if p == want]
-            res[name] = dict(step_ms=statistics.median(ms), steps=len(ms), tau=row["metrics"]["tau"])
+            ms = [w * 1e3 for w, p, _ in walls if p == want]
+            gflop = [f / 1e9 for _, p, f in walls if p == want]
+            res[name] = dict(step_ms=statistics.median(ms), steps=len(ms), tau=row["metrics"]["tau"],
+                             step_gflop=statistics.median(gflop))
         return res
     finally:
         eng.Engine.step, be.ModelBackend.forward = step, forward
+        undo()
+
+
+def count_flops(acc: list[float]):
+    """Add each forward's matmul FLOPs (projections, MLP, LM head, the drafter's fc; 2 per
+    multiply-add, attention's few left out) to acc[0], wherever the model code runs them.
+    Returns the function that undoes the wrapping."""
+    from mini_engine.model import draft, transformer
+
+    def layer_flops(layer, rows: int) -> float:
+        attn, mlp = layer.self_attn, layer.mlp
+        return 2.0 * rows * sum(w.numel() for w in (attn.qkv_weight, attn.o_proj.weight, mlp.gate_up,
+                                                    mlp.down_proj.weight))
+
+    saved = []
+
+    def wrap(owner, name, count):
+        fn = getattr(owner, name)
+        saved.append((owner, name, fn))
+
+        def counted(*a, **k):
+            acc[0] += count(*a, **k)
+            return fn(*a, **k)
+        setattr(owner, name, counted)
+
+    fused = lambda kernels, layers, x, *a, **k: sum(layer_flops(layer, x.shape[0]) for layer in layers)  # noqa: E731
+    for mod in (transformer, draft):
+        wrap(mod, "fused_decode", fused)
+        wrap(mod, "layer_step", lambda layer, x, *a, **k: layer_flops(layer, x.shape[0]))
+    head = lambda self, h: 2.0 * h.shape[0] * self.head_weight().numel()  # noqa: E731
+    wrap(transformer.Transformer, "logits", head)
+    # greedy is one kernel call where the CPU kernels run, else it calls logits (counted there).
+    kernel_head = lambda self, h: head(self, h) if transformer.ops() is not None else 0.0  # noqa: E731
+    wrap(transformer.Transformer, "greedy", kernel_head)
+    wrap(draft.DraftModel, "forward", lambda self, embeds, *a, **k: 2.0 * embeds.shape[0] * self.fc.weight.numel())
+
+    def undo():
+        for owner, name, fn in reversed(saved):
+            setattr(owner, name, fn)
+    return undo
 
 
 # -- the parent ---------------------------------------------------------------------------
@@ -189,8 +237,15 @@ def report(name: str, rounds: list[dict]) -> dict:
     for algo in ("eagle-chain", "dflash"):
         rel = [r["steps"][algo]["step_ms"] / r["steps"]["plain"]["step_ms"] for r in rounds]
         summary[f"{algo}_step_x"] = med(rel)
-        print(f"  {algo} verify step b{max(BATCHES)}: {med([r['steps'][algo]['step_ms'] for r in rounds]):.2f} ms"
-              f" = {med(rel):.2f}x plain (tau {rounds[-1]['steps'][algo]['tau']:.2f})")
+        line = (f"  {algo} verify step b{max(BATCHES)}: {med([r['steps'][algo]['step_ms'] for r in rounds]):.2f} ms"
+                f" = {med(rel):.2f}x plain (tau {rounds[-1]['steps'][algo]['tau']:.2f})")
+        if "step_gflop" in rounds[-1]["steps"][algo]:  # a --base checkout from before the FLOP count has none
+            flop_x = [r["steps"][algo]["step_gflop"] / r["steps"]["plain"]["step_gflop"] for r in rounds]
+            per_flop = [x / f for x, f in zip(rel, flop_x)]
+            summary[f"{algo}_ms_per_flop_x"] = med(per_flop)
+            line += (f"; its matmul FLOPs {med(flop_x):.2f}x plain's, so {med(per_flop):.2f}x plain's time"
+                     " per FLOP")
+        print(line)
     for key in ("smoke_s", "pytest_s"):
         xs = [r[key] for r in rounds if key in r]
         if xs:
