@@ -227,6 +227,7 @@ class Engine:
             nxt = self.sched.next_arrival()
             if nxt is None:
                 return StepOutcome.IDLE
+            self.sched.idle()
             self.step_no = max(self.step_no, nxt)
             self.sched.arrive(self.step_no)
         return self.step()

@@ -1,4 +1,7 @@
-"""The memory side of one prefill batch's admission, as SGLang 0.5.23's PrefillAdder counts it.
+"""The memory side of one prefill batch's admission, as SGLang's PrefillAdder counts it.
+
+0.5.23's rules below (0.5.18's computes the same figures inline in its adder, except
+where noted).
 
 SGLang (managers/schedule_policy.py ``PrefillAdder``, mem_cache/prefill_budget.py
 ``PrefillBudget``) counts in tokens against what is free plus what the prefix tree could
@@ -7,7 +10,10 @@ evict (``rem_total_tokens``), less two offsets it keeps for the batch:
 * at the start, every decoding request's remaining output,
   ``min(max_new - outputs, CLIP_MAX_NEW_TOKENS) x ratio``, where the ratio is 1.0 for an
   ``ignore_eos`` request. kvbench's requests always run to their length (the side-by-side
-  tests drive SGLang with ``ignore_eos``), so the decaying new-token ratio never enters;
+  tests drive SGLang with ``ignore_eos``), so the decaying new-token ratio never enters
+  0.5.23's count; 0.5.18 has no ``ignore_eos`` case there and multiplies by the
+  scheduler's new-token ratio (0.7 decaying to 0.098, re-estimated after a retraction,
+  back to 0.7 whenever the scheduler idles);
 * each admitted chunk reserves ``ceil_ps(extend) + ps`` now and, when the chunk ends the
   prefill, ``min(max_new, CLIP)`` for later (total offset; the current offset takes the
   first part only).
@@ -18,7 +24,7 @@ A request is checked before it joins:
   must be strictly below ``rem_total_tokens``, the request's matched prefix held locked
   (its pages are not evictable room);
 * without one (``--disable-radix-cache``: ``add_one_req_ignore_eos``): ``ceil_ps(extend)
-  + ps`` must fit what is left now, and a simulation must pass: the requests of the
+  + ps`` (0.5.18: ``ceil_ps(extend)``) must fit what is left now, and a simulation must pass: the requests of the
   batch, the decoding ones and this one sorted by the output they still owe, each
   finishing in turn and giving back its prompt and outputs, never leave the pool with
   at most one token per request still running;
@@ -57,13 +63,23 @@ def clip_new_tokens(n: int) -> int:
 
 class PrefillMemory:
     def __init__(self, available: Callable[[], int], page_size: int, decoding: list[Request],
-                 max_prefill_tokens: int = MAX_PREFILL_TOKENS):
+                 max_prefill_tokens: int = MAX_PREFILL_TOKENS, *, release: str = "0.5.23", ratio: float = 1.0):
         """available: tokens free plus tokens the prefix tree could evict, now (it changes
-        as admitted requests lock their prefixes). decoding: SGLang's running batch."""
+        as admitted requests lock their prefixes). decoding: SGLang's running batch.
+        release: the SGLang release whose adder this is; ratio: the scheduler's new-token
+        ratio now, which 0.5.18 applies to ignore_eos requests too."""
         self.available = available
         self.ps = page_size
         self.decoding = decoding
-        self.total_offset = sum(clip_new_tokens(r.max_new_tokens - len(r.outputs)) for r in decoding)
+        owed = (clip_new_tokens(r.max_new_tokens - len(r.outputs)) for r in decoding)
+        if release == "0.5.18":  # _get_running_request_total_token_offset: no ignore_eos case (a float)
+            self.total_offset = sum(n * ratio for n in owed)
+        else:
+            self.total_offset = sum(owed)
+        # add_one_req_ignore_eos asks ceil_ps(extend) plus, in 0.5.23, one page more
+        # (per_req_token_overhead); 0.5.18 asks the extend alone, and its finish simulation
+        # starts from what is left after the extend alone.
+        self.gate_extra = 0 if release == "0.5.18" else page_size
         self.current_offset = 0
         self.rem_input = max_prefill_tokens
         self.admitted: list[Request] = []  # the batch so far (SGLang's can_run_list)
@@ -109,7 +125,7 @@ class PrefillMemory:
 
     def fits_ignore_eos(self, r: Request, extend: int) -> bool:
         """add_one_req_ignore_eos's tests without a tree (full-attention pools)."""
-        paged = self._ceil(extend) + self.ps
+        paged = self._ceil(extend) + self.gate_extra
         if paged > min(self.remaining_current, self.remaining_total):
             return False
         if self._owed is None:

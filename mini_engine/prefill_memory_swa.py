@@ -24,7 +24,7 @@ A request is checked before it joins (max_new: its remaining output, clipped at 
   ``floor_ps(remaining_swa - (min(max_new, window) + ps))``; a pool only short for now
   makes it wait;
 * without one (``add_one_req_ignore_eos`` -> ``can_allocate_prefill``): ``ceil_ps(extend)
-  + ps`` within what is left now, and ``estimate(extend) <= remaining_swa`` (raw extend,
+  + ps`` (0.5.18: ``ceil_ps(extend)``) within what is left now, and ``estimate(extend) <= remaining_swa`` (raw extend,
   and not strict); the finish simulation of full-attention pools is skipped for SWA;
 * the continuing chunked request (``available_chunk_tokens``) takes at most
   ``min(chunk_left, remaining_total, remaining_swa - ps)``; where that is not positive it
@@ -125,7 +125,7 @@ class SWAPrefillMemory(PrefillMemory):
 
     def fits_ignore_eos(self, r: Request, extend: int) -> bool:
         """can_allocate_prefill without a tree; SGLang skips the finish simulation for SWA."""
-        paged = self._ceil(extend) + self.ps
+        paged = self._ceil(extend) + self.gate_extra
         if paged > min(self.remaining_current, self.remaining_total):
             return False
         return self._swa(extend, self._new_tokens(r), self.chunk_left()) <= self.remaining_swa
@@ -137,17 +137,20 @@ class SWAPrefillMemory(PrefillMemory):
         super().charge(r, n, ends_prefill)
 
 
-def admission_memory(manager, page_size: int, decoding: list[Request], chunk_left: Callable[[], int]) -> PrefillMemory:
+def admission_memory(manager, page_size: int, decoding: list[Request], chunk_left: Callable[[], int], *,
+                     release: str = "0.5.23", ratio: float = 1.0) -> PrefillMemory:
     """The budget SGLang's allocator hands the adder (create_prefill_budget): PrefillBudget on a
     full-attention pool, SWAPrefillBudget with an SWA pool. Figures in tokens, read live: an
-    admitted request's lock takes its match out of the evictable sizes."""
+    admitted request's lock takes its match out of the evictable sizes. release, ratio:
+    PrefillMemory's (0.5.18 computes the same figures inline in its PrefillAdder)."""
     ps, m = page_size, manager
 
     def full() -> int:  # with SWA: the full pool's own (full_available_size + full_evictable_size)
         return (m.num_free_pages + m.evictable_pages) * ps
 
     if m.swa is None:
-        return PrefillMemory(full, ps, decoding)
+        return PrefillMemory(full, ps, decoding, release=release, ratio=ratio)
     a = m.swa.allocator
     return SWAPrefillMemory(full, lambda: a.num_free_pages * ps + m.evictable_swa_tokens, ps, decoding,
-                            window=m.mem.window, swa_size=a.num_pages * ps, chunk_left=chunk_left)
+                            window=m.mem.window, swa_size=a.num_pages * ps, chunk_left=chunk_left,
+                            release=release, ratio=ratio)

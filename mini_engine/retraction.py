@@ -7,8 +7,9 @@ NewTokenRatioTracker): the request with the fewest output tokens goes first, the
 longest prompt breaking ties and, on a full tie, the one latest in the batch; the
 ratio starts at 0.7, decays linearly to 0.7 x 0.14 over 600 decode steps, and after
 a retraction is re-estimated from the batch that stays as (decoded + 20 n) /
-(max_new + 1), capped at 1. "newest" is kvbench's first
-rule: the newest request goes, so the oldest always progresses.
+(max_new + 1), capped at 1, and is back at 0.7 whenever the scheduler idles.
+"newest" is kvbench's first rule: the newest request goes, so the oldest always
+progresses.
 
 After a retraction SGLang's release_req also evicts from the prefix tree until the
 requests still decoding have 20 tokens each allocatable (retract_demand), under either
@@ -39,6 +40,11 @@ class Retraction:
 
     def decay_step(self, ratio: float) -> float:
         return max(self.min, ratio - self.decay)
+
+    def idle_ratio(self, ratio: float) -> float:
+        """The ratio once the scheduler found nothing to run (an arrival gap): SGLang's
+        self_check_during_idle resets it to its initial value (both releases)."""
+        return self.init if self.rule == "sglang" else ratio
 
     def victim(self, running: list[Request], batch: list[Request]) -> Request:
         """The request to retract; running is in admission order, batch the decode batch."""

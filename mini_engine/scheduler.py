@@ -74,6 +74,10 @@ class Scheduler:
     def next_arrival(self) -> int | None:
         return self.future[-1].arrival_step if self.future else None
 
+    def idle(self) -> None:
+        """Nothing waits or runs until the next arrival (SGLang's loop found no batch)."""
+        self.ratio = self.rules.idle_ratio(self.ratio)
+
     def has_work(self) -> bool:
         return bool(self.future or self.waiting or self.running)
 
@@ -117,7 +121,8 @@ class Scheduler:
         PrefillAdder: PrefillBudget, or SWAPrefillBudget with SWA), else None: kvbench's estimate."""
         if self.profile.admission != "sglang":
             return None
-        return admission_memory(self.manager, self.cfg.page_size, self.decode_batch(), lambda: budget.left)
+        return admission_memory(self.manager, self.cfg.page_size, self.decode_batch(), lambda: budget.left,
+                                release=self.profile.release, ratio=self.ratio)
 
     def _admit(self) -> tuple[list[PrefillChunk], list[Request]]:
         budget = self.chunk_budget()

@@ -42,29 +42,30 @@ def _sg_req(r: Request) -> _Req:
 
 
 def sglang_admission(sgc, ps: int, chunk: int, cache: str, free: int, decoding: list[Request],
-                     chunked: Request | None, waiting: list[Request]):
-    """SGLang's batch for this state: [(rid, start, end)] and (total, current, rem_input)."""
+                     chunked: Request | None, waiting: list[Request], ratio: float = 0.7):
+    """SGLang's batch for this state: [(rid, start, end)] and (total, current, rem_input).
+    ratio: the scheduler's new-token ratio (0.5.23 reads it for no ignore_eos request)."""
     tree = SimpleNamespace(disable=cache == "chunk", supports_mamba=lambda: False,
                            supports_prefix_sharing=lambda: cache == "radix", evictable_size=lambda: 0,
                            lock=lambda node: None, unlock=lambda lock: None, buffer_pipeline=None,
                            finish_storage_prefetch_admission=lambda *a, **k: None,
                            discard_storage_prefetch_accounting=lambda *a: None)
     alloc = SimpleNamespace(page_size=ps, available_size=lambda: free, request_slot_reserve=lambda **k: 0)
-    adder = run_adder(sgc, ps, chunk, tree, alloc, decoding, chunked, waiting)
+    adder = run_adder(sgc, ps, chunk, tree, alloc, decoding, chunked, waiting, ratio)
     b = adder.memory_budget
     return ([(q.rid, q.prefix_len, q.extend_end) for q in adder.can_run_list],
             (b.total_offset, b.current_offset, adder.rem_input_tokens))
 
 
 def run_adder(sgc, ps: int, chunk: int, tree, alloc, decoding: list[Request], chunked: Request | None,
-              waiting: list[Request]):
+              waiting: list[Request], ratio: float = 0.7):
     """One pass of SGLang's PrefillAdder over (stand-in) tree and allocator, as
     _get_new_batch_prefill_raw drives it: the continuing chunk first, then the waiting
     queue until the adder stops. Returns the adder."""
     alloc.create_prefill_budget = lambda t, num_mixed_decode_tokens=0: sgc.budget(
         alloc, t, num_mixed_decode_tokens=num_mixed_decode_tokens)
     running = SimpleNamespace(reqs=[_sg_req(r) for r in decoding])
-    adder = sgc.adder(ps, tree, alloc, running, 0.7, MAX_PREFILL_TOKENS, chunk)
+    adder = sgc.adder(ps, tree, alloc, running, ratio, MAX_PREFILL_TOKENS, chunk)
     if chunked is not None:
         q = _sg_req(chunked)
         q.full_untruncated_fill_ids = q.full_untruncated_fill_ids[:chunked.prefill_target]
@@ -80,10 +81,13 @@ def run_adder(sgc, ps: int, chunk: int, tree, alloc, decoding: list[Request], ch
     return adder
 
 
-def compared_batches(sgc, prompts, outs, arrivals, ps, chunk, pool, cache) -> int:
-    """Run the engine; check every admission against SGLang's. Returns how many were compared."""
+def compared_batches(sgc, prompts, outs, arrivals, ps, chunk, pool, cache, *, profile: str | None = None,
+                     admission=sglang_admission) -> int:
+    """Run the engine; check every admission against SGLang's (``admission``: the release's
+    adder for a state, sglang_admission's signature). Returns how many were compared."""
     cfg = EngineConfig(spec="none", page_size=ps, pool_tokens=pool, chunked_prefill=chunk, prefix_cache=cache,
-                       max_running=1024, max_context=8192, admission="sglang")
+                       max_running=1024, max_context=8192, admission="sglang",
+                       **({"profile": profile} if profile else {}))
     engine = Engine(cfg)
     engine.submit([Request(rid=i, prompt=list(range(i * 10000, i * 10000 + n)), max_new_tokens=o, arrival_step=a)
                    for i, (n, o, a) in enumerate(zip(prompts, outs, arrivals))])
@@ -104,12 +108,13 @@ def compared_batches(sgc, prompts, outs, arrivals, ps, chunk, pool, cache) -> in
         decoding = sched.decode_batch()
         chunked = next((r for r in sched.running if r.prefilling), None)
         waiting = list(sched.waiting)
+        ratio = sched.ratio
         chunks, pd = admit()
         if evictable or shut[0] or not (waiting or chunked):
             return chunks, pd
         ours = [(c.req.rid, c.start, c.end) for c in chunks]
         mem: PrefillMemory = sched.last_memory
-        theirs, budget = sglang_admission(sgc, ps, chunk, cache, free, decoding, chunked, waiting)
+        theirs, budget = admission(sgc, ps, chunk, cache, free, decoding, chunked, waiting, ratio)
         if not theirs and not decoding and not chunked:
             return chunks, pd  # an empty engine: kvbench tries its head request anyway (SGLang would stall)
         assert ours == theirs
