@@ -125,6 +125,11 @@ class Scheduler:
                                 release=self.profile.release, ratio=self.ratio)
 
     def _admit(self) -> tuple[list[PrefillChunk], list[Request]]:
+        if not self.waiting and not any(r.prefilling for r in self.running):
+            # A decode-only pass: no candidate, so no budget to build (every step of a long decode).
+            self.last_memory = None
+            self.gate.begin(bool(self.running))
+            return [], []
         budget = self.chunk_budget()
         mem = self.last_memory = self.prefill_memory(budget)
         gate, dec = self.gate, self.decode_batch()
