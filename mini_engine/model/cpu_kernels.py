@@ -61,7 +61,7 @@ def extend_attention():
     return None if k is None else k.extend_attention.default
 
 
-def _build_name() -> str:
+def _build_name(flags_used: list[str]) -> str:
     flags = platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -71,7 +71,7 @@ def _build_name() -> str:
     # The sources' and headers' text names the build too: torch rebuilds a cached build in
     # place when a source changes (and never for a header), so two checkouts with different
     # kernels sharing one cache directory would rebuild over each other (or load the other's).
-    flags += " ".join(FLAGS + LDFLAGS) + "".join(f.read_text() for f in sorted(CSRC.glob("*.h")) + SOURCES)
+    flags += " ".join(flags_used) + "".join(f.read_text() for f in sorted(CSRC.glob("*.h")) + SOURCES)
     return f"{NAME}_{hashlib.sha1(flags.encode()).hexdigest()[:10]}"
 
 
@@ -84,17 +84,30 @@ def _load():
         log.warning("CPU decode kernels not built (%s not found): the model runs its pure-torch path",
                     " and ".join(missing))
         return False
+    if _build(FLAGS, LDFLAGS):
+        return True
+    # A compiler without OpenMP (Apple's clang, say): the same kernels, each on one thread.
+    serial = [f for f in FLAGS if f != "-fopenmp"]
+    if _build(serial, [], quiet=False):
+        log.warning("CPU decode kernels built without OpenMP: their loops run on one thread")
+        return True
+    return False
+
+
+def _build(cflags: list[str], ldflags: list[str], quiet: bool = True) -> bool:
     try:
         from torch.utils import cpp_extension  # cpp_extension: loads setuptools, only when the kernels build
 
-        # The build is named after the CPU's features (FLAGS has -march=native), so a cache
-        # directory shared by different hosts never loads a foreign build.
-        name = _build_name()
+        # The build is named after the CPU's features (FLAGS has -march=native) and its flags,
+        # so a cache directory shared by different hosts never loads a foreign build.
+        name = _build_name(cflags + ldflags)
         _clear_stale_lock(Path(cpp_extension._get_build_directory(name, verbose=False)) / "lock")
-        cpp_extension.load(name, [str(s) for s in SOURCES], extra_cflags=FLAGS, extra_ldflags=LDFLAGS,
+        cpp_extension.load(name, [str(s) for s in SOURCES], extra_cflags=cflags, extra_ldflags=ldflags,
                            is_python_module=False, verbose=False)
         return True
     except Exception as err:  # a failed build must never stop a run: the torch path is always there
+        if quiet:
+            return False
         # The builder's message carries the whole compiler command: its first words suffice.
         first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(": [")[0]
         log.warning("CPU decode kernels not built (%s): the model runs its pure-torch path", first[:160])

@@ -137,6 +137,29 @@ def test_without_a_compiler_the_torch_path_runs(monkeypatch, caplog):
     assert torch.equal(paged_attention(q, k, v, meta, meta.kv_slots, 0, 0.25), want)
 
 
+@pytest.mark.parametrize("serial_builds", [True, False])
+def test_a_compiler_without_openmp_builds_the_kernels_serial(monkeypatch, caplog, serial_builds):
+    """-fopenmp refused (Apple's clang): one more build without it, said in one line; when that
+    fails too, the torch path, said in one line."""
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(cpu_kernels.shutil, "which", lambda tool: "/bin/" + tool)
+    builds = []
+
+    def load(name, sources, extra_cflags, extra_ldflags, **kw):
+        builds.append((name, "-fopenmp" in extra_cflags + extra_ldflags))
+        if "-fopenmp" in extra_cflags or not serial_builds:
+            raise RuntimeError("Error building extension 'x': [1/3] c++ ... unsupported option '-fopenmp'")
+
+    monkeypatch.setattr(cpp_extension, "load", load)
+    with caplog.at_level(logging.WARNING, logger=cpu_kernels.__name__):
+        assert cpu_kernels._load() is serial_builds
+    assert [omp for _, omp in builds] == [True, False] and builds[0][0] != builds[1][0]  # two cache names
+    lines = [r.getMessage() for r in caplog.records if r.name == cpu_kernels.__name__]
+    want = "without OpenMP" if serial_builds else "pure-torch"
+    assert len(lines) == 1 and want in lines[0]
+
+
 def test_the_switch_turns_the_kernels_off(monkeypatch):
     monkeypatch.setattr(cpu_kernels, "_state", {})
     monkeypatch.setenv("KVBENCH_CPU_KERNELS", "0")
