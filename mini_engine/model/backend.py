@@ -163,7 +163,7 @@ class ModelBackend:
             _writes_from(r, s, b.committed[k])
             ids += self.check_tokens(r, r.tokens(s, e))
             lens.append(e - s)
-        h = self.target_forward(ids, b.slots, b.swa_slots, lens, None, None)
+        h = self.target_forward(ids, b.slots, b.swa_slots, lens, None, None, fuse=True)
         done, last = [], []
         off = 0
         for k, (r, s, e) in enumerate(zip(reqs, starts, ends)):
@@ -325,8 +325,10 @@ class ModelBackend:
         meta = None
         if fuse and swa_rows is None and can_fuse(self.model.model.layers, self.mcfg.torch_dtype, self.device,
                                          self.attend is paged_attention):
-            # A verify forward as one compiled call (extend_fused.py); prefill keeps the Python
-            # layer, whose long chunks SDPA serves better than one decode row per token.
+            # A prefill chunk or a verify as one compiled call, one decode row per query
+            # (extend_fused.py). Faster than the Python layer's SDPA for every chunk measured,
+            # long ones included: 64 x 32-token prompts 15-17 ms against 23-29, 2 x 4000 tokens
+            # 553 ms against 655 (1,060 against 1,230 at one thread), same greedy outputs.
             meta = paged_rows_meta(rows, lens, pos, masks, self.layout.page_size, self.device)
         if meta is None:
             meta = build_meta(rows, lens, pos, self.device, swa_rows=swa_rows, tree_masks=masks)
