@@ -43,7 +43,7 @@ class Retraction:
 
     def idle_ratio(self, ratio: float) -> float:
         """The ratio once the scheduler found nothing to run (an arrival gap): SGLang's
-        self_check_during_idle resets it to its initial value (both releases)."""
+        on_idle resets it to its initial value once fully idle (both releases)."""
         return self.init if self.rule == "sglang" else ratio
 
     def victim(self, running: list[Request], batch: list[Request]) -> Request:

@@ -64,7 +64,16 @@ def paged_rows_meta(slot_rows: list[np.ndarray], q_lens, q_pos: list[np.ndarray]
                 return None
             if full:
                 lens[first[b] : first[b] + ql[b]] = kv[b]
-    return SlotTable(slot_rows, page_size, device, kv).meta(seq, row, lens)
+    table = SlotTable(slot_rows, page_size, device, kv)
+    if T * table.pages.shape[1] > MAX_ROW_TABLE:
+        return None  # a long prefill chunk at small pages: the per-query table would not pay
+    return table.meta(seq, row, lens)
+
+
+# Entries of the per-query page table (int64) one forward may build: 32 MiB. A 2 x 4000-token
+# prefill at page size 16 builds 2 M; at page size 1 (or one-slot pages) 32 M, which build_meta's
+# flat layout holds in 8 K entries per sequence instead.
+MAX_ROW_TABLE = 1 << 22
 
 
 class SlotTable:

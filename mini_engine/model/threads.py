@@ -106,13 +106,27 @@ IDLE_SAMPLE_S = 0.05
 
 
 def _idle_cores(window: float) -> float | None:
-    """Cores idle on average over `window` seconds (idle + iowait over all time, times the
-    core count), or None where /proc/stat cannot be read."""
+    """Cores idle on average over `window` seconds, among the CPUs this process may run on
+    (its affinity: a container pinned to 2 of 64 CPUs reads those 2), from /proc/stat's
+    per-CPU idle + iowait ticks; None where it cannot be read."""
+    try:
+        allowed = {f"cpu{c}" for c in os.sched_getaffinity(0)}
+    except (AttributeError, OSError):  # not on every platform
+        allowed = None
+
     def sample() -> tuple[int, int]:
+        total = idle = 0
         with open("/proc/stat") as f:
-            head = f.readline().split()
-        ticks = [int(v) for v in head[1:9]]  # user nice system idle iowait irq softirq steal
-        return sum(ticks), ticks[3] + ticks[4]
+            for line in f:
+                name, *fields = line.split()
+                if not (name.startswith("cpu") and name != "cpu"):
+                    continue
+                if allowed is not None and name not in allowed:
+                    continue
+                ticks = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+                total += sum(ticks)
+                idle += ticks[3] + ticks[4]
+        return total, idle
     try:
         total0, idle0 = sample()
         time.sleep(window)
@@ -121,4 +135,5 @@ def _idle_cores(window: float) -> float | None:
         return None
     if total1 <= total0:
         return None
-    return (idle1 - idle0) / (total1 - total0) * (os.cpu_count() or 1)
+    cpus = len(allowed) if allowed else (os.cpu_count() or 1)
+    return (idle1 - idle0) / (total1 - total0) * cpus

@@ -95,10 +95,14 @@ class _Shadow(_Req):
 
     # The engine's outputs at every read: a request of the last prefill batch (merged into the
     # running batch inside get_next_batch_to_run) already holds the first output SGLang's
-    # prefill result appended.
+    # prefill result appended, except under overlap, where that result is processed after
+    # the next batch is formed (lag: the outputs SGLang has not appended yet).
+    lag = 0
+
     @property
     def output_ids(self) -> list[int]:
-        return list(self.src.outputs)
+        outs = self.src.outputs
+        return list(outs[: len(outs) - self.lag])
 
     @output_ids.setter
     def output_ids(self, value) -> None:
@@ -199,7 +203,13 @@ def run_side_by_side(sgc, reqs, ps: int, chunk: int, pool: int, cache: str, max_
         for r in sched.waiting:
             shadow[r.rid].sync()
         s.waiting_queue = [shadow[r.rid] for r in sched.waiting]
-        plan = s.get_next_batch_to_run(running_batch=running, last_batch=state["last"])
+        last = state["last"]
+        for q in shadow.values():
+            q.lag = 0
+        if overlap and last is not None and last.forward_mode.is_extend():
+            for q in last.reqs:  # a prefill that ended in that batch: its first output is in flight
+                q.lag = int(q.extend_end == len(q.origin_input_ids) + len(q.src.outputs) - 1 and bool(q.src.outputs))
+        plan = s.get_next_batch_to_run(running_batch=running, last_batch=last)
         chunks, pd = admit()
         state["running"] = plan.running_batch
         batch = plan.batch_to_run

@@ -133,3 +133,12 @@ def test_worked_example_the_ratio_and_the_page(adder_0518):
     batch, budget = admission_0518(adder_0518, 16, 8192, "chunk", 1300, [dec], None, [new], 0.5)
     assert batch == [(1, 0, 700)]
     assert budget == (mem.total_offset, mem.current_offset, mem.rem_input)
+
+
+@pytest.mark.parametrize("cache", ["radix", "chunk"])
+def test_a_bound_pool_is_compared_pass_by_pass(adder_0518, cache):
+    """Not vacuous: eight 300-token prompts with 200 outputs each over 1,024 tokens (ps 16),
+    arriving two steps apart: passes with requests decoding and one waiting, compared."""
+    compared = compared_batches(adder_0518, [300] * 8, [200] * 8, list(range(0, 16, 2)), 16, 512, 1024, cache,
+                                profile=PROFILE, admission=admission_0518)
+    assert compared >= 3  # radix: passes with evictable pages in the tree are not compared

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -173,3 +174,10 @@ def test_max_prefill_tokens_closes_the_batch(adder_classes):  # noqa: F811
         assert mem.fits_ignore_eos(r, 4096)
         mem.charge(r, 4096, True)
     assert mem.rem_input == 0 and not mem.open and (mem.total_offset, mem.current_offset) == budget[:2]
+
+
+@pytest.mark.parametrize("cache", ["radix", "chunk"])
+def test_a_bound_pool_is_compared_pass_by_pass(adder_classes, cache):  # noqa: F811
+    """Not vacuous: eight 300-token prompts with 200 outputs each over 1,024 tokens (ps 16),
+    arriving two steps apart: passes with requests decoding and one waiting, compared."""
+    assert compared_batches(adder_classes, [300] * 8, [200] * 8, list(range(0, 16, 2)), 16, 512, 1024, cache) >= 3

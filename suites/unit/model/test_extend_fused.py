@@ -103,3 +103,14 @@ def test_thread_choice_measures_both_then_keeps_one(monkeypatch):
         assert {ThreadChoice(most=2).run("decode", torch.get_num_threads) for _ in range(4)} == {1}
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_per_query_table_too_large_keeps_the_python_layer(monkeypatch):
+    """T queries x pages per row entries: past MAX_ROW_TABLE the forward takes build_meta."""
+    from mini_engine.model import extend_fused
+
+    rows, q, _ = _rows("chain", 4)
+    assert paged_rows_meta(rows, q, None, None, 4, "cpu") is not None
+    width = -(-max(map(len, rows)) // 4)
+    monkeypatch.setattr(extend_fused, "MAX_ROW_TABLE", sum(q) * width - 1)
+    assert paged_rows_meta(rows, q, None, None, 4, "cpu") is None

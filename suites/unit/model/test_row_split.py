@@ -82,10 +82,11 @@ def test_plain_decode_rows_split_as_one_thread_computes_them(batch):
 @pytest.mark.parametrize("kind", ["chain", "block", "uneven"])
 def test_chained_rows_are_never_cut_apart(kind):
     """Eleven sequences of 4 queries (44 rows: an even cut at row 22 falls inside the sixth
-    sequence), or queries of 1 to 7 per sequence; causal chains or non-causal blocks."""
+    sequence, and the cut at 24 leaves 20 rows), or 24 sequences of 1 to 7 queries; causal
+    chains or non-causal blocks."""
     model = tiny("all-global", 8)
     rng = np.random.default_rng(11)
-    q = [4] * 11 if kind != "uneven" else rng.integers(1, 8, 11).tolist()
+    q = [4] * 11 if kind != "uneven" else rng.integers(1, 8, 24).tolist()
     kv = (rng.integers(0, 30, len(q)) + q).tolist()
     rows = _slot_rows(kv, 4)
     masks = [np.ones((n, n), dtype=np.int8) for n in q] if kind == "block" else None
