@@ -105,7 +105,12 @@ class Growth:
         if not states:
             return True
         cur = self.rows.allocated[state_rows(states)]
-        targets = np.array([self.extent_for(s, n, "extend") for s, n in zip(states, new_lens)], dtype=np.int64)
+        # extent_for over the batch in one pass: the scheduler asks again at every chunk it plans.
+        n = np.fromiter(new_lens, dtype=np.int64, count=len(new_lens))
+        targets = -(-n // self.ps) * self.ps if self.rules.aligns("extend") else n
+        over = np.flatnonzero(targets > self.mem.row_width)
+        if len(over):
+            self.extent_for(states[over[0]], int(n[over[0]]), "extend")  # its one-line error
         # SGLang's PrefillAdder evicts nothing; the batch's alloc_for_extend does (its own amount).
         return self._fits(states, cur, np.maximum(targets, cur), evict=False)
 
