@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from mini_engine.prefill_memory import PrefillMemory
 from mini_engine.request import Request
 from sglang_source import classes
-from suites.unit.conform.test_prefill_memory_vs_sglang import MAX_PREFILL_TOKENS, compared_batches
+from suites.unit.conform.test_prefill_memory_vs_sglang import MAX_PREFILL_TOKENS, compared_batches, drive
 
 PROFILE = "sglang-pre-35265"
 
@@ -39,19 +39,26 @@ class _Dummy:  # allocator and tree classes the adder's isinstance checks name; 
     pass
 
 
-@pytest.fixture(scope="module")
-def adder_0518(sg0518):
+def compile_adder_0518(swa_allocator: type = _Dummy) -> SimpleNamespace:
+    """0.5.18's PrefillAdder and AddReqResult compiled from its schedule_policy.py; an
+    allocator of class ``swa_allocator`` takes the adder's hybrid-SWA branches."""
     ns = {
         "Enum": enum.Enum, "auto": enum.auto, "contextmanager": contextlib.contextmanager,
         "logger": logging.getLogger("sglang-adder-0518"), "CLIP_MAX_NEW_TOKENS": 4096,
         "IGNORE_EOS_RESERVE_TOKENS": 1, "_IS_HIP": False, "PREFILL_TILE_BUDGET": 0, "Optional": object,
         "is_dsa_prefill_cp_in_seq_split": lambda: False, "is_prefill_context_parallel_enabled": lambda: False,
+        "SWATokenToKVPoolAllocator": swa_allocator,
     }
-    for name in ("SWATokenToKVPoolAllocator", "DeepSeekV4HiSparseTokenToKVPoolAllocator",
-                 "PureSWATokenToKVPoolAllocator", "UnifiedMambaTokenToKVPoolAllocator"):
+    for name in ("DeepSeekV4HiSparseTokenToKVPoolAllocator", "PureSWATokenToKVPoolAllocator",
+                 "UnifiedMambaTokenToKVPoolAllocator"):
         ns[name] = _Dummy
     classes("sglang.srt.managers.schedule_policy", {"AddReqResult", "PrefillAdder"}, ns)
     return SimpleNamespace(adder=ns["PrefillAdder"], result=ns["AddReqResult"])
+
+
+@pytest.fixture(scope="module")
+def adder_0518(sg0518):
+    return compile_adder_0518()
 
 
 class _Range:
@@ -89,18 +96,18 @@ def admission_0518(sgc, ps: int, chunk: int, cache: str, free: int, decoding: li
                            is_tree_cache=lambda: False, inc_lock_ref=lambda node: None,
                            dec_lock_ref=lambda node, *a: None)
     alloc = SimpleNamespace(page_size=ps, available_size=lambda: free)
+    batch, adder = run_adder_0518(sgc, ps, chunk, tree, alloc, decoding, chunked, waiting, ratio)
+    return batch, (adder.rem_total_token_offset, adder.cur_rem_token_offset, adder.rem_input_tokens)
+
+
+def run_adder_0518(sgc, ps: int, chunk: int, tree, alloc, decoding: list[Request], chunked: Request | None,
+                   waiting: list[Request], ratio: float):
+    """One pass of 0.5.18's adder over (stand-in) tree and allocator: ([(rid, start, end)], adder)."""
     running = SimpleNamespace(reqs=[_Req(r) for r in decoding], batch_size=lambda: len(decoding))
     adder = sgc.adder(ps, tree, alloc, running, ratio, MAX_PREFILL_TOKENS, chunk)
-    if chunked is not None:
-        adder.add_chunked_req(_Req(chunked, end=chunked.prefill_target, done=chunked.prefilled))
-    for r in waiting:
-        if adder.budget_state() == sgc.result.OTHER:
-            break
-        if adder.add_one_req(_Req(r), has_chunked_req=chunked is not None,
-                             truncation_align_size=None) != sgc.result.CONTINUE:
-            break
-    batch = [(q.rid, q.extend_range.start, q.extend_range.end) for q in adder.can_run_list]
-    return batch, (adder.rem_total_token_offset, adder.cur_rem_token_offset, adder.rem_input_tokens)
+    q = None if chunked is None else _Req(chunked, end=chunked.prefill_target, done=chunked.prefilled)
+    drive(sgc, adder, q, map(_Req, waiting))
+    return [(q.rid, q.extend_range.start, q.extend_range.end) for q in adder.can_run_list], adder
 
 
 @settings(max_examples=40, deadline=None)

@@ -67,16 +67,24 @@ def run_adder(sgc, ps: int, chunk: int, tree, alloc, decoding: list[Request], ch
         alloc, t, num_mixed_decode_tokens=num_mixed_decode_tokens)
     running = SimpleNamespace(reqs=[_sg_req(r) for r in decoding])
     adder = sgc.adder(ps, tree, alloc, running, ratio, MAX_PREFILL_TOKENS, chunk)
+    q = None
     if chunked is not None:
         q = _sg_req(chunked)
         q.full_untruncated_fill_ids = q.full_untruncated_fill_ids[:chunked.prefill_target]
         q.prefix_len = q.extend_end = chunked.prefilled
         q.kv.req_pool_idx = 1
-        adder.add_chunked_req(q)
-    for r in waiting:
+    return drive(sgc, adder, q, map(_sg_req, waiting))
+
+
+def drive(sgc, adder, chunked, waiting):
+    """_get_new_batch_prefill_raw's pass over an adder (either release's): the continuing
+    chunked request first, then the waiting queue until the adder stops. Returns the adder."""
+    if chunked is not None:
+        adder.add_chunked_req(chunked)
+    for q in waiting:
         if adder.budget_state() == sgc.result.OTHER:
             break
-        if adder.add_one_req(_sg_req(r), has_chunked_req=chunked is not None,
+        if adder.add_one_req(q, has_chunked_req=chunked is not None,
                              truncation_align_size=None) != sgc.result.CONTINUE:
             break
     return adder

@@ -82,7 +82,7 @@ class Pools:
 
 
 def sglang_admission(sgc, ps: int, chunk: int, cache: str, pools: Pools, decoding: list[Request],
-                     chunked: Request | None, waiting: list[Request]):
+                     chunked: Request | None, waiting: list[Request], ratio: float = 0.7):
     """SGLang's batch for this state: [(rid, start, end)] and (total, current, swa, rem_input)."""
     tree = SimpleNamespace(disable=cache == "chunk", supports_mamba=lambda: False,
                            supports_prefix_sharing=lambda: cache == "radix",
@@ -95,18 +95,20 @@ def sglang_admission(sgc, ps: int, chunk: int, cache: str, pools: Pools, decodin
     alloc = _SWAAlloc(page_size=ps, full_available_size=lambda: pools.full_free,
                       swa_available_size=lambda: pools.swa_free, size_swa=pools.swa_size,
                       request_slot_reserve=lambda **k: 0)
-    adder = run_adder(sgc, ps, chunk, tree, alloc, decoding, chunked, waiting)
+    adder = run_adder(sgc, ps, chunk, tree, alloc, decoding, chunked, waiting, ratio)
     assert adder.is_hybrid_swa
     b = adder.memory_budget
     return ([(q.rid, q.prefix_len, q.extend_end) for q in adder.can_run_list],
             (b.total_offset, b.current_offset, b.swa_offset, adder.rem_input_tokens))
 
 
-def compared_batches(sgc, reqs, ps, chunk, pool, window, ratio, cache) -> int:
-    """Run the engine; check every admission against SGLang's. Returns how many were compared."""
+def compared_batches(sgc, reqs, ps, chunk, pool, window, ratio, cache, *, profile: str | None = None,
+                     admission=sglang_admission) -> int:
+    """Run the engine; check every admission against SGLang's (``admission``: the release's
+    adder for a state, sglang_admission's signature). Returns how many were compared."""
     cfg = EngineConfig(spec="none", page_size=ps, pool_tokens=pool, chunked_prefill=chunk, prefix_cache=cache,
                        max_running=1024, max_context=8192, admission="sglang", window=window,
-                       layer_pattern="1:1", swa_ratio=ratio)
+                       layer_pattern="1:1", swa_ratio=ratio, **({"profile": profile} if profile else {}))
     engine = Engine(cfg)
     engine.submit([Request(rid=i, prompt=list(range(i * 10000, i * 10000 + n)), max_new_tokens=o, arrival_step=a)
                    for i, (n, o, a) in enumerate(reqs)])
@@ -121,6 +123,7 @@ def compared_batches(sgc, reqs, ps, chunk, pool, window, ratio, cache) -> int:
         decoding = sched.decode_batch()
         chunked = next((r for r in sched.running if r.prefilling), None)
         waiting = list(sched.waiting)
+        ratio_now = sched.ratio
         # A retracted request matches its own checkpointed chunks; the stand-in tree matches nothing.
         matched = any(len(prefix_match(m, r)[0]) for r in waiting) if m.prefix is not None else False
         chunks, pd = admit()
@@ -128,7 +131,7 @@ def compared_batches(sgc, reqs, ps, chunk, pool, window, ratio, cache) -> int:
             return chunks, pd
         ours = [(c.req.rid, c.start, c.end) for c in chunks]
         mem: SWAPrefillMemory = sched.last_memory
-        theirs, budget = sglang_admission(sgc, ps, chunk, cache, pools, decoding, chunked, waiting)
+        theirs, budget = admission(sgc, ps, chunk, cache, pools, decoding, chunked, waiting, ratio_now)
         if not theirs and not decoding and not chunked:
             return chunks, pd  # an empty engine: kvbench tries its head request anyway (SGLang would stall)
         assert ours == theirs, (pools, ours, theirs)
