@@ -34,7 +34,8 @@ second identical request fits and a third (1632 - 1024 = 608 < 720) waits.
 
 What kvbench leaves out (docs/conform.md): the transfer queue and the prebuilt batch's
 timing (a transfer lands at once here, so a preallocated request is running at the next
-step; the prebuilt batch's checkpoint is made at the transfer), the retracted queue (a retracted PD request prefills again here), host hits.
+step; the prebuilt batch's checkpoint is made at the transfer), the retracted queue (a
+retracted PD request prefills again here), host hits.
 """
 
 from __future__ import annotations

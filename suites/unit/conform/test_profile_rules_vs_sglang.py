@@ -4,8 +4,8 @@
   the runtime-context getters it reads are set per case) against
   ``Algorithm.row_headroom(cfg, "sglang")``, and ``get_alloc_reserve_per_decode``
   against the step reserve;
-* retraction: ``NewTokenRatioTracker`` (imported) with SGLang's environment defaults
-  against ``mini_engine.retraction.Retraction("sglang")``;
+* retraction: ``NewTokenRatioTracker`` (imported) with SGLang's environment defaults, its
+  idle reset included, against ``mini_engine.retraction.Retraction("sglang")``;
 * the SWA pool ratio: the fallback of ``swa_full_tokens_ratio`` in SGLang's schedule
   arguments (read from the installed source) against the profile's 0.8;
 * the PD SWA tail: ``DecodePreallocQueue._swa_tail_len`` (its module is too heavy to
@@ -107,6 +107,17 @@ def test_retraction_ratio_constants_equal_sglangs(tracker):
         ratio = mine.decay_step(ratio)
         assert ratio == pytest.approx(theirs.current)
     assert ratio == pytest.approx(0.7 * 0.14)
+
+
+def test_the_idle_reset_equals_sglangs(tracker):
+    """Scheduler.on_idle's reset (once fully idle; test_ratio_idle.py has when kvbench idles)."""
+    theirs, mine = tracker.from_config(), Retraction("sglang")
+    ratio = mine.init
+    for _ in range(50):
+        theirs.decay_step()
+        ratio = mine.decay_step(ratio)
+    theirs.reset()
+    assert mine.idle_ratio(ratio) == pytest.approx(theirs.current) and ratio < theirs.current
 
 
 @settings(suppress_health_check=REUSED)
