@@ -25,7 +25,7 @@ from mini_engine.backend import Backend, create_backend
 from mini_engine.config import EngineConfig, require_cuda
 from mini_engine.decode_batch import DecodeBatch
 from mini_engine.decode_step import DecodeStep, checked_results
-from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation
+from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation, SGLangAssertion
 from mini_engine.memory.invariants import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
@@ -254,6 +254,9 @@ class Engine:
             verdict = "violated"  # raise mode: stop at the first one, keep what was counted
             self.error = f"{type(err).__name__}: {err}"
             self.auditor.mode = "off"  # the drain below must not raise again
+        except SGLangAssertion as err:  # SGLang's own assertion: its scheduler stops there
+            verdict = "pool_exhausted"
+            self.error = str(err)
         wall = time.perf_counter() - t0
         if verdict == "pool_exhausted" and self.error is None:
             self.error = (f"pool exhausted at step {self.step_no}: {self.manager.num_free_pages} free pages of "

@@ -52,6 +52,11 @@ class EvictFloorError(KVBenchError, AssertionError):
         )
 
 
+class SGLangAssertion(KVBenchError, AssertionError):
+    """The modelled SGLang release fails one of its own assertions here, so its scheduler
+    would stop: the run stops too, with what it counted so far (verdict pool_exhausted)."""
+
+
 class InvariantViolation(KVBenchError, AssertionError):
     """Raised in ``raise`` audit mode at the first violated invariant."""
 

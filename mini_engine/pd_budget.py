@@ -32,6 +32,11 @@ Example (0.5.23, ps 16, R 512, a full pool of 2048 tokens, nothing running): a
 prealloc (208 slots taken, one active request) the pool gives 1840 - 512 = 1328, so a
 second identical request fits and a third (1632 - 1024 = 608 < 720) waits.
 
+What follows an admission that the pools cannot hold (``refused_prealloc``): 0.5.23 on
+the SWA tail path reclaims the tail's SWA from the tree first and aborts the request
+where that falls short; otherwise ``_pre_alloc`` asserts its allocation and the
+scheduler stops.
+
 What kvbench leaves out (docs/conform.md): the transfer queue and the prebuilt batch's
 timing (a transfer lands at once here, so a preallocated request is running at the next
 step; the prebuilt batch's checkpoint is made at the transfer), the retracted queue (a
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from mini_engine.errors import SGLangAssertion
 from mini_engine.memory.sizing import pd_swa_tail_len
 from mini_engine.pool_sizing import swa_pages
 from mini_engine.prefill_memory import clip_new_tokens
@@ -164,3 +170,12 @@ def empty_pool_budget(cfg, pages: int) -> PDPreallocBudget:
                               radix=cfg.rules.pd_radix, radix_tail=cfg.rules.pd_radix_tail, **kw)
     budget.empty = True
     return budget
+
+
+def refused_prealloc(rid: object, fill_len: int, pool: str | None, step: int) -> SGLangAssertion:
+    """The error of a prealloc the budget admitted and the pool refused: SGLang's _pre_alloc
+    asserts (``kv_loc is not None``) and its scheduler stops; so does the run."""
+    return SGLangAssertion(
+        f"SGLang's decode prealloc fails its assertion at step {step}: the prealloc budget admitted PD "
+        f"request {rid} ({fill_len} tokens) but the {pool} pool cannot hold it "
+        f"(_pre_alloc: kv_loc is not None, 'KV cache is full! Bug in memory estimation')")

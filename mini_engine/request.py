@@ -44,6 +44,9 @@ class Status(enum.Enum):
     WAITING = "waiting"  # queued (new, or retracted and waiting to recompute)
     RUNNING = "running"  # holds a row: prefilling or decoding
     FINISHED = "finished"
+    # Ended by SGLang before it ran (FINISH_ABORT): a PD arrival whose SWA tail the
+    # decode side could not reclaim (0.5.23's pop_preallocated).
+    ABORTED = "aborted"
 
 
 @dataclass(eq=False)  # identity: two requests are never "equal" by their fields

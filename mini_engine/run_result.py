@@ -22,7 +22,7 @@ class RunResult:
 
 
 def unfinished(reqs: list[Request]) -> int:
-    return sum(r.status is not Status.FINISHED for r in reqs)
+    return sum(r.status not in (Status.FINISHED, Status.ABORTED) for r in reqs)
 
 
 def run_result(engine, reqs: list[Request], verdict: str, wall: float) -> RunResult:
@@ -39,8 +39,9 @@ def run_result(engine, reqs: list[Request], verdict: str, wall: float) -> RunRes
     stats = engine.stats.finalize(
         wall_s=wall, syncs=int(engine.manager.syncs), leaked_pages=int(engine.manager.leaked_pages("full")),
         leaked_swa_pages=int(engine.manager.leaked_pages("swa")),
-        requests=len(reqs), finished=len(reqs) - unfinished(reqs), violations=total,
+        requests=len(reqs), finished=sum(r.status is Status.FINISHED for r in reqs), violations=total,
     )
+    stats["aborted_requests"] = sum(r.status is Status.ABORTED for r in reqs)
     stats.update(prefix_figures(engine.manager))
     samples = [{"id": v.id, "rid": v.rid, "step": v.step, "values": _plain(v.values)}
                for v in engine.auditor.records[:MAX_SAMPLES]]

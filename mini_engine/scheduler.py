@@ -22,7 +22,7 @@ from mini_engine.chunk_budget import ChunkBudget
 from mini_engine.config import EngineConfig
 from mini_engine.decode_window import evict_window
 from mini_engine.overlap import chunk_final_len
-from mini_engine.pd_budget import decode_prealloc_budget
+from mini_engine.pd_budget import decode_prealloc_budget, refused_prealloc
 from mini_engine.prefill_memory import PrefillMemory
 from mini_engine.prefill_memory_swa import admission_memory
 from mini_engine.prefix_admission import match_pins, pd_match_pins, pd_prefix_match, pd_releases_swa, prefix_match
@@ -212,7 +212,11 @@ class Scheduler:
                     self.manager.prefix.release_swa(state.row, any_lock=True)
             if fresh_pd:
                 early |= bool(self._planned)
-                if not self._preallocate(r, pdb):
+                joined = self._preallocate(r, pdb if fits else None)
+                if joined is None:  # aborted: SGLang's pass goes on to the next arrival
+                    self.waiting.popleft()
+                    continue
+                if not joined:
                     break
                 pd.append(r)
             else:
@@ -243,14 +247,24 @@ class Scheduler:
             self.manager.batch_rows(fresh)
         return chunks, pd
 
-    def _preallocate(self, r: Request, pdb) -> bool:
+    def _preallocate(self, r: Request, pdb) -> bool | None:
         """A PD arrival's prealloc, its own call (SGLang's decode-side prealloc queue), after
-        the chunks planned so far are allocated: it sees the pool they leave."""
+        the chunks planned so far are allocated: it sees the pool they leave. pdb: the
+        SGLang budget that admitted it (None: none did). True: it joins; False: it waits;
+        None: SGLang aborted it."""
         self._allocate_planned()
         if not self.manager.pd_prealloc(r.kv, r.fill_len):
+            short, reclaim = self.manager.short_pool, self.manager.reclaim_short
+            if pdb is not None and not reclaim:
+                self.manager.trace_refused()  # SGLang's own call, refused: the trace shows it
             self.manager.release(r.kv)
             r.kv = None
-            return False
+            if pdb is None:
+                return False
+            if reclaim:  # pop_preallocated: reclaim_for_prealloc's shortfall -> prepare_abort
+                r.status = Status.ABORTED
+                return None
+            raise refused_prealloc(r.rid, r.fill_len, short, self.manager.step)
         if pdb is not None:
             pdb.charge()
         self._start(r)

@@ -134,6 +134,8 @@ _DECLARED = [
     _m("retractions", "counter", "requests", "engine", "requests retracted to free pages"),
     _m("releases", "counter", "requests", "engine", "requests released (finished or retracted)", better="none"),
     _m("pd_arrivals", "counter", "requests", "engine", "requests that arrived by PD transfer", better="none"),
+    _m("aborted_requests", "counter", "requests", "engine",
+       "PD arrivals SGLang 0.5.23 aborts at prealloc: the SWA tail's reclaim fell short"),
     _m("clipped_requests", "counter", "requests", "engine",
        "requests whose output SGLang clips at arrival to what an empty pool holds", better="none"),
     _m("clipped_output_tokens", "counter", "tokens", "engine", "output tokens those clips cut", better="none"),

@@ -180,15 +180,22 @@ class Growth:
         # SGLang evicts from the prefix tree in its alloc paths, each wanting its own amount;
         # a PD prealloc its own way (per pool).
         if writer == "pd":
-            self.t.make_room_pd(total * ps, swa_pages * ps if self.swa is not None else 0)
+            self.t.refused = None
+            self.t.reclaim_short = not self.t.make_room_pd(total * ps, swa_pages * ps if self.swa is not None else 0)
+            if self.t.reclaim_short:
+                self.t.short_pool = "swa"
+                return False
         else:
             self.t.make_room(alloc_demand(writer, int(delta.sum()), total, len(states), ps))
         if total > self.full.num_free_pages:
             self.t.short_pool = "full"
+            self.t.refused = (self.full, cur, targets, last if last is not None else np.full_like(cur, -1))
             return False
         if self.swa is not None:
             if swa_pages > self.swa.allocator.num_free_pages:
                 self.t.short_pool = "swa"
+                swa_last = np.where((swa_prefix == cur) & (cur > 0), self.swa.translate(np.maximum(last, 0)), -1)
+                self.t.refused = (self.swa.allocator, swa_prefix, swa_target, swa_last)
                 return False
         got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True, npages=npages,
                                         whole=whole and ps > 1)

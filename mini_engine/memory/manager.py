@@ -85,6 +85,19 @@ class KVManager:
         """The pool that refused the last failed allocation."""
         return self.tables.short_pool
 
+    def trace_refused(self) -> None:
+        """Trace the allocation the last failed growth did not make, refused (out null), as
+        SGLang makes it where it calls its allocator anyway (a PD prealloc the budget
+        admitted: _pre_alloc, then its assertion); kvbench conform replays it there."""
+        if self.tables.refused is not None and self.tables.trace is not None:
+            pool, prefix, seq, last = self.tables.refused
+            pool.traced_allocate(prefix, seq, last)
+
+    @property
+    def reclaim_short(self) -> bool:
+        """Whether the last PD prealloc failed at 0.5.23's SWA tail reclaim (SGLang aborts there)."""
+        return self.tables.reclaim_short
+
     @property
     def row_overflow_slots(self) -> int:
         """Distinct positions past a row that reservations reached (K4; memory.overflow)."""

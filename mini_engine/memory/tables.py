@@ -54,6 +54,9 @@ class KVTables:
         # Stranded slots (ceil_ps(extent) - extent) of live requests, by who wrote the extent.
         self.stranded_by_writer = {k: 0 for k in WRITER_KINDS}
         self.short_pool: str | None = None  # the pool that refused the last failed allocation
+        self.reclaim_short = False  # the last PD prealloc failed at 0.5.23's SWA tail reclaim (make_room_pd)
+        # The allocation the last failed growth did not make: (allocator, prefix, seq, last).
+        self.refused: tuple | None = None
         # Row overflow (mini_engine.memory.overflow): distinct positions past a row that
         # reservations reached, and positions of another row the writes past a row hit.
         self.row_overflow_slots = 0
@@ -107,26 +110,34 @@ class KVTables:
         if tokens > free * self.ps:
             self.prefix.make_room(tokens)
 
-    def make_room_pd(self, full_tokens: int, swa_tokens: int) -> None:
+    def make_room_pd(self, full_tokens: int, swa_tokens: int) -> bool:
         """A PD prealloc's evictions (disaggregation/decode.py), which are not the alloc
         paths': full_tokens: its new full pages' tokens (_required_alloc_tokens);
         swa_tokens: its SWA tail's, page-ceiled. Full attention: the full shortfall. With an
         SWA pool, 0.5.23 on the tail path first reclaims the tail's SWA shortfall alone
         (reclaim_for_prealloc), then evicts the full pool's alone (_pre_alloc's
         evict_for_alloc; at ps 1 only that one); 0.5.18 evicts only the full tokens short
-        of the smaller pool (available_size) and never reclaims SWA for a prealloc."""
+        of the smaller pool (available_size) and never reclaims SWA for a prealloc.
+        False: 0.5.23's reclaim left the SWA pool short of the tail. pop_preallocated
+        checks that before _pre_alloc, with or without a tree, and aborts the request
+        there, so the full pool is not evicted for it."""
+        ps = self.ps
+        if self.swa is not None and self.rules.pd_radix_tail and ps > 1:
+            short = swa_tokens - self.swa.allocator.num_free_pages * ps
+            if short > 0 and self.prefix is not None:
+                self.prefix.evict_short(0, short)
+            if self.swa.allocator.num_free_pages * ps < swa_tokens:
+                return False
         if self.prefix is None:
-            return
+            return True
         if self.swa is None:
             self.make_room(full_tokens)
-            return
-        ps, free, swa_free = self.ps, self.full.num_free_pages, self.swa.allocator.num_free_pages
-        if not self.mem.rules.pd_radix_tail:
-            self.prefix.evict_short(max(0, full_tokens - min(free, swa_free) * ps), 0)
-            return
-        if ps > 1:
-            self.prefix.evict_short(0, max(0, swa_tokens - swa_free * ps))
-        self.prefix.evict_short(max(0, full_tokens - self.full.num_free_pages * ps), 0)
+        elif not self.rules.pd_radix_tail:
+            free = min(self.full.num_free_pages, self.swa.allocator.num_free_pages)
+            self.prefix.evict_short(max(0, full_tokens - free * ps), 0)
+        else:
+            self.prefix.evict_short(max(0, full_tokens - self.full.num_free_pages * ps), 0)
+        return True
 
     def report(self, v: Violation) -> None:
         if self.auditor is None:
