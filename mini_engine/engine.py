@@ -270,8 +270,9 @@ class Engine:
     def step(self) -> StepOutcome:
         """Run one step: RAN, STALLED (no progress, the step still counts) or EXHAUSTED."""
         self.auditor.step = self.manager.step = self.step_no  # stamps event violations
+        aborted = self.sched.aborted
         chunks, arrivals = self.sched.admit()
-        progress = False
+        progress = self.sched.aborted > aborted  # an abort frees the queue's head: the engine moves on
         if arrivals:
             self._transfer(arrivals)
             progress = True

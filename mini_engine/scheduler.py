@@ -55,6 +55,7 @@ class Scheduler:
         self.ratio = self.rules.init
         self.retractions = 0
         self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
+        self.aborted = 0  # PD arrivals SGLang aborted at prealloc (a step that only aborts made progress)
         self.extend_batches: dict[int, int] = {}  # rid -> prefill chunks run since it (re)started
         self._planned: list[tuple[Request, int]] = []  # admit's chunks (request, end), allocated at its end
         self.last_memory: PrefillMemory | None = None  # the last batch's memory budget (SGLang's admission rule)
@@ -212,9 +213,10 @@ class Scheduler:
                     self.manager.prefix.release_swa(state.row, any_lock=True)
             if fresh_pd:
                 early |= bool(self._planned)
-                joined = self._preallocate(r, pdb if fits else None)
+                joined = self._preallocate(r, pdb, admitted=fits)
                 if joined is None:  # aborted: SGLang's pass goes on to the next arrival
                     self.waiting.popleft()
+                    self.aborted += 1
                     continue
                 if not joined:
                     break
@@ -247,19 +249,21 @@ class Scheduler:
             self.manager.batch_rows(fresh)
         return chunks, pd
 
-    def _preallocate(self, r: Request, pdb) -> bool | None:
+    def _preallocate(self, r: Request, pdb, *, admitted: bool) -> bool | None:
         """A PD arrival's prealloc, its own call (SGLang's decode-side prealloc queue), after
-        the chunks planned so far are allocated: it sees the pool they leave. pdb: the
-        SGLang budget that admitted it (None: none did). True: it joins; False: it waits;
-        None: SGLang aborted it."""
+        the chunks planned so far are allocated: it sees the pool they leave. pdb: the pass's
+        SGLang budget (None: kvbench's estimate); admitted: whether it admitted r (an empty
+        engine tries its head arrival anyway). True: it joins; False: it waits; None: SGLang
+        aborted it."""
         self._allocate_planned()
         if not self.manager.pd_prealloc(r.kv, r.fill_len):
             short, reclaim = self.manager.short_pool, self.manager.reclaim_short
-            if pdb is not None and not reclaim:
+            sglang = pdb is not None and admitted  # SGLang went on to allocate: no wait
+            if sglang and not reclaim:
                 self.manager.trace_refused()  # SGLang's own call, refused: the trace shows it
             self.manager.release(r.kv)
             r.kv = None
-            if pdb is None:
+            if not sglang:
                 return False
             if reclaim:  # pop_preallocated: reclaim_for_prealloc's shortfall -> prepare_abort
                 r.status = Status.ABORTED

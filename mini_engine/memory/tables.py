@@ -122,6 +122,8 @@ class KVTables:
         checks that before _pre_alloc, with or without a tree, and aborts the request
         there, so the full pool is not evicted for it."""
         ps = self.ps
+        # pd_radix_tail marks the releases with 0.5.23's PD SWA rules, the reclaim among them
+        # (0.5.18 has neither); ps > 1 with an SWA pool is its tail path (_uses_swa_tail_prealloc).
         if self.swa is not None and self.rules.pd_radix_tail and ps > 1:
             short = swa_tokens - self.swa.allocator.num_free_pages * ps
             if short > 0 and self.prefix is not None:

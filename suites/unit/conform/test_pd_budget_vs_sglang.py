@@ -222,11 +222,11 @@ def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec, max_conte
     init, charge = pd_budget.PDPreallocBudget.__init__, pd_budget.PDPreallocBudget.charge
     preallocate, expected, hits = Scheduler._preallocate, {}, 0
 
-    def locked_then_preallocated(sched, r, pdb):
+    def locked_then_preallocated(sched, r, pdb, **kw):
         m = engine.manager
         if r.rid in expected and m.prefix is not None:  # after the match's lock (and release_swa)
             assert (m.evictable_pages * engine.cfg.page_size, m.evictable_swa_tokens) == expected.pop(r.rid), r.rid
-        return preallocate(sched, r, pdb)
+        return preallocate(sched, r, pdb, **kw)
 
     def recorded_init(b, **kw):
         init(b, **kw)

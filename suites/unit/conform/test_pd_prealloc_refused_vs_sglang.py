@@ -118,6 +118,19 @@ def test_without_an_sglang_budget_the_arrival_waits(tmp_path):
     assert "assertion" not in (res.error or "") and res.stats["aborted_requests"] == 0
 
 
+
+def test_an_arrival_tried_without_the_budget_still_counts_against_it():
+    # An empty engine tries its head arrival though the budget refused it (289 + 9 tokens
+    # with R 256 do not fit 768 less 256 of reserve). Its prealloc succeeds, so the pass's
+    # budget counts it (one more active request; 0.5.18's SWA left shrinks by its tail)
+    # and the arrivals behind it wait their turn: 77 steps. Left uncounted (a mistake a
+    # review caught while this file was written), they joined early: 67 steps.
+    cfg = EngineConfig(spec="none", page_size=16, pool_tokens=768, reserved_decode_tokens=256, pd_radix=True,
+                       window=32, layer_pattern="1:1", profile="sglang-pre-35265", audit="raise", swa_ratio=0.5)
+    res = Engine(cfg).run(requests([(0, 289, 9, 0), (0, 211, 40, 0), (0, 280, 18, 0), (0, 15, 10, 1)]))
+    assert res.verdict == "ok", res.error
+    assert res.stats["steps"] == 77
+
 arrival = st.tuples(st.sampled_from([0, 32, 64]), st.integers(1, 64), st.integers(1, 30), st.integers(0, 20))
 
 
