@@ -40,8 +40,8 @@ def run_result(engine, reqs: list[Request], verdict: str, wall: float) -> RunRes
         wall_s=wall, syncs=int(engine.manager.syncs), leaked_pages=int(engine.manager.leaked_pages("full")),
         leaked_swa_pages=int(engine.manager.leaked_pages("swa")),
         requests=len(reqs), finished=sum(r.status is Status.FINISHED for r in reqs), violations=total,
+        aborted=sum(r.status is Status.ABORTED for r in reqs),
     )
-    stats["aborted_requests"] = sum(r.status is Status.ABORTED for r in reqs)
     stats.update(prefix_figures(engine.manager))
     samples = [{"id": v.id, "rid": v.rid, "step": v.step, "values": _plain(v.values)}
                for v in engine.auditor.records[:MAX_SAMPLES]]

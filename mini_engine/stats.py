@@ -90,7 +90,7 @@ class Stats:
         self.peak_running = max(self.peak_running, running)
 
     def finalize(self, *, wall_s: float, syncs: int, leaked_pages: int, leaked_swa_pages: int, requests: int,
-                 finished: int, violations: int) -> dict[str, float | int]:
+                 finished: int, violations: int, aborted: int = 0) -> dict[str, float | int]:
         tau = self.accepted_tokens / self.spec_verifies if self.spec_verifies else 0.0
         drafts = self.max_accept - 1
         wall = max(wall_s, 1e-9)
@@ -100,6 +100,7 @@ class Stats:
             "decode_steps": self.decode_steps,
             "requests": requests,
             "finished_requests": finished,
+            "aborted_requests": aborted,
             "prefill_tokens": self.prefill_tokens,
             "output_tokens": self.output_tokens,
             "wall_s": wall_s,

@@ -133,7 +133,8 @@ def print_summary(row: dict[str, Any]) -> None:
     table.add_column("value", justify="right")
     rows = (
         ("status", row["status"]),
-        ("requests finished", _pair(m, "finished_requests", "requests")),
+        ("requests finished", _pair(m, "finished_requests", "requests")
+         + (f" ({m['aborted_requests']} aborted by SGLang)" if m.get("aborted_requests") else "")),
         ("steps (prefill / decode)", f"{m.get('steps', '-')} ({m.get('prefill_steps', '-')} / {m.get('decode_steps', '-')})"),
         ("output tokens", m.get("output_tokens")),
         ("output tokens/s", _num(m.get("output_tokens_per_s"))),
