@@ -132,7 +132,13 @@ class KVTables:
                 return False
         if self.prefix is None:
             return True
-        if self.swa is None:
+        if self.swa is not None and not self.rules.pd_radix:
+            # No decode-side tree: this one holds prompts' pages (kvbench runs prompts and PD
+            # arrivals in one engine), which a decode node would not hold at all: give back
+            # both pools' shortfalls, as an alloc path's eviction does.
+            self.prefix.evict_short(max(0, full_tokens - self.full.num_free_pages * ps),
+                                    max(0, swa_tokens - self.swa.allocator.num_free_pages * ps))
+        elif self.swa is None:
             self.make_room(full_tokens)
         elif not self.rules.pd_radix_tail:
             free = min(self.full.num_free_pages, self.swa.allocator.num_free_pages)

@@ -51,6 +51,33 @@ def test_0523_reclaims_the_tail_swa_then_the_full_shortfall():
     assert calls == [(0, 16, 21, 2), (32, 0, 23, 4)]
 
 
+
+def test_0523_a_reclaim_that_falls_short_refuses_before_the_full_eviction():
+    # As above, but a second holder H2 (112 tokens) comes before B. H2's 3 tail pages find
+    # 2 free: its reclaim takes A's last node (2 SWA pages, 2 full), leaving 1 SWA page free,
+    # 16 full, nothing evictable in SWA. B's tail needs 3 SWA pages: the reclaim finds nothing
+    # to evict and the pool is still short, so pop_preallocated aborts B before _pre_alloc:
+    # B's 25 full pages against 16 free ask the tree for nothing.
+    m = KVManager(MemoryConfig(16, 40, 8, 1024, swa_num_pages=7, window=32,
+                               rules=MemoryRules(pd_radix=True, pd_radix_tail=True)), Auditor("raise"))
+    calls = []
+    evict = m.prefix.tree.evict
+    m.prefix.tree.evict = lambda full, swa: (calls.append((full, swa)), evict(full, swa))[1]
+    a = m.admit("A")
+    assert m.pd_prealloc(a, 200)
+    m.release(a, list(range(1, 201)), 200)
+    assert m.pd_prealloc(m.admit("H"), 112)
+    assert m.pd_prealloc(m.admit("H2"), 112)
+    assert calls == [(0, 16)] and (m.num_free_pages, m.swa.allocator.num_free_pages) == (16, 1)
+    calls.clear()
+    b = m.admit("B")
+    assert not m.pd_prealloc(b, 400)
+    assert m.reclaim_short and m.short_pool == "swa"
+    assert calls == [] and m.num_free_pages == 16  # no full eviction for an aborted request
+    m.release(b)
+    assert m.pd_prealloc(m.admit("C"), 16) and not m.reclaim_short  # the flag is the last prealloc's
+
+
 def test_0518_evicts_full_tokens_short_of_the_smaller_pool():
     # H: 112 tokens against min(28, 5) x 16 = 80: 32 full tokens asked (the SWA pool is the
     # smaller one, but only the full pool is named). B: 400 against min(23, 5) x 16 = 80.
@@ -90,3 +117,24 @@ def test_at_ps_1_both_releases_evict_only_full_tokens(tail_rule):
     assert (m.num_free_pages, m.swa.allocator.num_free_pages) == (328, 328)
     assert m.pd_prealloc(m.admit("B"), 400)
     assert calls == [(72, 0)]
+
+
+def test_without_pd_radix_the_prompts_tree_gives_back_both_pools():
+    # No decode-side tree: the tree holds what kvbench's one engine put there (a decode node
+    # would hold none of it). ps 1, 640 full and 400 SWA slots: A's 200 tokens stay in the
+    # tree with their SWA slots (440 and 200 free); H holds 112 (328 and 88). B's 240 tokens
+    # fit the full pool but not the SWA pool: 152 SWA tokens are asked of the tree. Before,
+    # only the full shortfall (0) was asked: B never fit, and the run stalled (a case the
+    # overlap state machine found in an engine mixing prompts and PD arrivals).
+    m = KVManager(MemoryConfig(1, 640, 8, 1024, swa_num_pages=400, window=32,
+                               rules=MemoryRules(pd_radix=False)), Auditor("raise"))
+    calls = []
+    evict = m.prefix.tree.evict
+    m.prefix.tree.evict = lambda f, s: (calls.append((f, s)), evict(f, s))[1]
+    a = m.admit("A")
+    assert m.pd_prealloc(a, 200)
+    m.release(a, list(range(1, 201)), 200)
+    assert m.pd_prealloc(m.admit("H"), 112)
+    full, swa = m.num_free_pages, m.swa.allocator.num_free_pages
+    assert m.pd_prealloc(m.admit("B"), 240)
+    assert (full, swa) == (328, 88) and calls == [(0, 152)]
