@@ -25,7 +25,7 @@ from mini_engine.backend import Backend, create_backend
 from mini_engine.config import EngineConfig, require_cuda
 from mini_engine.decode_batch import DecodeBatch
 from mini_engine.decode_step import DecodeStep, checked_results
-from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation, SGLangAssertion
+from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation, SGLangHalts
 from mini_engine.memory.invariants import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
@@ -100,6 +100,7 @@ class Engine:
                                   tally=Tally(self.mem.max_reqs))
         self.step_no = 0
         self.error: str | None = None
+        self.halted: str | None = None  # why the modelled SGLang cannot go on (SGLangHalts), if it cannot
         self.requests: list[Request] = []
 
     @property
@@ -254,14 +255,12 @@ class Engine:
             verdict = "violated"  # raise mode: stop at the first one, keep what was counted
             self.error = f"{type(err).__name__}: {err}"
             self.auditor.mode = "off"  # the drain below must not raise again
-        except SGLangAssertion as err:  # SGLang's own assertion: its scheduler stops there
-            verdict = "pool_exhausted"
-            self.error = str(err)
         wall = time.perf_counter() - t0
         if verdict == "pool_exhausted" and self.error is None:
-            self.error = (f"pool exhausted at step {self.step_no}: {self.manager.num_free_pages} free pages of "
-                          f"{self.cfg.num_pages}, {self.manager.leaked_pages()} leaked, "
-                          f"{unfinished(self.requests)} requests unfinished")
+            pool = (f"pool exhausted at step {self.step_no}: {self.manager.num_free_pages} free pages of "
+                    f"{self.cfg.num_pages}, {self.manager.leaked_pages()} leaked, "
+                    f"{unfinished(self.requests)} requests unfinished")
+            self.error = pool if self.halted is None else f"{self.halted}; {pool}"
         self._drain()
         return run_result(self, self.requests, verdict, wall)
 
@@ -271,7 +270,11 @@ class Engine:
         """Run one step: RAN, STALLED (no progress, the step still counts) or EXHAUSTED."""
         self.auditor.step = self.manager.step = self.step_no  # stamps event violations
         aborted = self.sched.aborted
-        chunks, arrivals = self.sched.admit()
+        try:
+            chunks, arrivals = self.sched.admit()
+        except SGLangHalts as err:  # SGLang stops there (an assertion) or idles for ever
+            self.halted = str(err)
+            return StepOutcome.EXHAUSTED
         progress = self.sched.aborted > aborted  # an abort frees the queue's head: the engine moves on
         if arrivals:
             self._transfer(arrivals)

@@ -52,9 +52,10 @@ class EvictFloorError(KVBenchError, AssertionError):
         )
 
 
-class SGLangAssertion(KVBenchError, AssertionError):
-    """The modelled SGLang release fails one of its own assertions here, so its scheduler
-    would stop: the run stops too, with what it counted so far (verdict pool_exhausted)."""
+class SGLangHalts(KVBenchError):
+    """The modelled SGLang release cannot go on here: one of its own assertions fails (its
+    scheduler stops) or nothing it runs will ever free what its admission waits for (it
+    idles for ever). The run stops too, with what it counted so far (verdict pool_exhausted)."""
 
 
 class InvariantViolation(KVBenchError, AssertionError):

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from mini_engine.errors import SGLangAssertion
+from mini_engine.errors import SGLangHalts
 from mini_engine.memory.sizing import pd_swa_tail_len
 from mini_engine.pool_sizing import swa_pages
 from mini_engine.prefill_memory import clip_new_tokens
@@ -172,10 +172,18 @@ def empty_pool_budget(cfg, pages: int) -> PDPreallocBudget:
     return budget
 
 
-def refused_prealloc(rid: object, fill_len: int, pool: str | None, step: int) -> SGLangAssertion:
+def refused_prealloc(rid: object, fill_len: int, pool: str | None, step: int) -> SGLangHalts:
     """The error of a prealloc the budget admitted and the pool refused: SGLang's _pre_alloc
     asserts (``kv_loc is not None``) and its scheduler stops; so does the run."""
-    return SGLangAssertion(
+    return SGLangHalts(
         f"SGLang's decode prealloc fails its assertion at step {step}: the prealloc budget admitted PD "
         f"request {rid} ({fill_len} tokens) but the {pool} pool cannot hold it "
         f"(_pre_alloc: kv_loc is not None, 'KV cache is full! Bug in memory estimation')")
+
+
+def waits_for_ever(r: Request, step: int) -> SGLangHalts:
+    """The error of a head PD arrival the decode side's budget refuses while nothing runs:
+    no step will free memory, so SGLang idles for ever with it queued."""
+    return SGLangHalts(
+        f"SGLang waits for ever from step {step}: nothing runs and its decode side's prealloc budget refuses "
+        f"request {r.rid} ({r.seq_len} tokens, {r.remaining} to generate); no later step frees memory")

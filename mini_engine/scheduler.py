@@ -22,7 +22,7 @@ from mini_engine.chunk_budget import ChunkBudget
 from mini_engine.config import EngineConfig
 from mini_engine.decode_window import evict_window
 from mini_engine.overlap import chunk_final_len
-from mini_engine.pd_budget import decode_prealloc_budget, refused_prealloc
+from mini_engine.pd_budget import decode_prealloc_budget, refused_prealloc, waits_for_ever
 from mini_engine.prefill_memory import PrefillMemory
 from mini_engine.prefill_memory_swa import admission_memory
 from mini_engine.prefix_admission import match_pins, pd_match_pins, pd_prefix_match, pd_releases_swa, prefix_match
@@ -187,12 +187,19 @@ class Scheduler:
                     if self.manager.prefix is not None else mem.fits_ignore_eos(r, r.seq_len - matched)
             if not fits and not fresh_pd:  # NO_TOKEN: batch_is_full if a request is held
                 gate.refused(bool(chunks or pd or dec))
-            # An empty engine tries its head request anyway. Under admission "sglang" the clip at
-            # arrival (Engine.submit) makes it fit, except at the edge of add_one_req_ignore_eos'
-            # reserve, where SGLang would wait for ever; under the estimate a request that cannot
-            # complete ends the run pool_exhausted rather than wait for ever.
             if not fits and (self.running or chunks or pd):
                 break
+            if not fits and fresh_pd and mem is not None and self.manager.mem.rules.pd_radix:
+                # Nothing runs and the decode side's budget refuses its head arrival: only a
+                # 0.5.18 decode tree's SWA pages, which that budget does not count, do that, and
+                # nothing will free them. SGLang idles for ever; the run stops here.
+                raise waits_for_ever(r, self.manager.step)
+            # Else an empty engine tries its head request anyway. Under admission "sglang" the
+            # clip at arrival (Engine.submit) makes a prompt fit, except at the edge of
+            # add_one_req_ignore_eos' reserve, where SGLang would wait for ever; a PD arrival
+            # without pd_radix is refused only by pages of the prompts' tree (an engine that
+            # mixes the two), which its prealloc evicts. Under the estimate a request that
+            # cannot complete ends the run pool_exhausted rather than wait for ever.
             first = 0
             if not fresh_pd:
                 # Where SGLang's cut would be empty the request does not join (AddReqResult.OTHER).
@@ -213,7 +220,7 @@ class Scheduler:
                     self.manager.prefix.release_swa(state.row, any_lock=True)
             if fresh_pd:
                 early |= bool(self._planned)
-                joined = self._preallocate(r, pdb, admitted=fits)
+                joined = self._preallocate(r, pdb, sglang=fits and self._decode_node(chunks))
                 if joined is None:  # aborted: SGLang's pass goes on to the next arrival
                     self.waiting.popleft()
                     self.aborted += 1
@@ -249,16 +256,23 @@ class Scheduler:
             self.manager.batch_rows(fresh)
         return chunks, pd
 
-    def _preallocate(self, r: Request, pdb, *, admitted: bool) -> bool | None:
+    def _decode_node(self, chunks: list[PrefillChunk]) -> bool:
+        """Whether the pools are as a decode node's would be: no prompt chunk allocated this
+        pass, and no tree unless the decode side's own (pd_radix). kvbench runs prompts and PD
+        arrivals in one engine; a refusal that their pages cause is not SGLang's."""
+        return not chunks and (self.manager.prefix is None or self.manager.mem.rules.pd_radix)
+
+    def _preallocate(self, r: Request, pdb, *, sglang: bool) -> bool | None:
         """A PD arrival's prealloc, its own call (SGLang's decode-side prealloc queue), after
         the chunks planned so far are allocated: it sees the pool they leave. pdb: the pass's
-        SGLang budget (None: kvbench's estimate); admitted: whether it admitted r (an empty
-        engine tries its head arrival anyway). True: it joins; False: it waits; None: SGLang
-        aborted it."""
+        SGLang budget (None: kvbench's estimate); sglang: whether it admitted r on a decode
+        node's pools (an empty engine tries its head arrival anyway), so that SGLang would
+        go on to reclaim and allocate. True: it joins; False: it waits; None: SGLang aborted
+        it."""
         self._allocate_planned()
         if not self.manager.pd_prealloc(r.kv, r.fill_len):
             short, reclaim = self.manager.short_pool, self.manager.reclaim_short
-            sglang = pdb is not None and admitted  # SGLang went on to allocate: no wait
+            sglang = sglang and pdb is not None
             if sglang and not reclaim:
                 self.manager.trace_refused()  # SGLang's own call, refused: the trace shows it
             self.manager.release(r.kv)
