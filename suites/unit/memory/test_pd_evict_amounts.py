@@ -41,6 +41,20 @@ def evictions(rules: MemoryRules):
     return calls
 
 
+def a_in_the_tree_h_held(ps: int, pages: int, swa_pages: int, rules: MemoryRules):
+    """A (200 tokens) preallocated and released into the tree, then H (112) preallocated;
+    the tree's evict calls from then on, as (full, swa) tokens asked."""
+    m = KVManager(MemoryConfig(ps, pages, 8, 1024, swa_num_pages=swa_pages, window=32, rules=rules),
+                  Auditor("raise"))
+    calls = []
+    evict = m.prefix.tree.evict
+    m.prefix.tree.evict = lambda full, swa: (calls.append((full, swa)), evict(full, swa))[1]
+    a = m.admit("A")
+    assert m.pd_prealloc(a, 200)
+    m.release(a, list(range(1, 201)), 200)
+    assert m.pd_prealloc(m.admit("H"), 112)
+    return m, calls
+
 def test_0523_reclaims_the_tail_swa_then_the_full_shortfall():
     # H's tail (window start floor_16(111 - 32) = 64) is 3 SWA pages: 2 left. B's tail
     # (floor_16(399 - 32) = 352) is 48 tokens, 3 pages: 48 - 2 x 16 = 16 SWA tokens are
@@ -58,15 +72,7 @@ def test_0523_a_reclaim_that_falls_short_refuses_before_the_full_eviction():
     # 16 full, nothing evictable in SWA. B's tail needs 3 SWA pages: the reclaim finds nothing
     # to evict and the pool is still short, so pop_preallocated aborts B before _pre_alloc:
     # B's 25 full pages against 16 free ask the tree for nothing.
-    m = KVManager(MemoryConfig(16, 40, 8, 1024, swa_num_pages=7, window=32,
-                               rules=MemoryRules(pd_radix=True, pd_radix_tail=True)), Auditor("raise"))
-    calls = []
-    evict = m.prefix.tree.evict
-    m.prefix.tree.evict = lambda full, swa: (calls.append((full, swa)), evict(full, swa))[1]
-    a = m.admit("A")
-    assert m.pd_prealloc(a, 200)
-    m.release(a, list(range(1, 201)), 200)
-    assert m.pd_prealloc(m.admit("H"), 112)
+    m, calls = a_in_the_tree_h_held(16, 40, 7, MemoryRules(pd_radix=True, pd_radix_tail=True))
     assert m.pd_prealloc(m.admit("H2"), 112)
     assert calls == [(0, 16)] and (m.num_free_pages, m.swa.allocator.num_free_pages) == (16, 1)
     calls.clear()
@@ -105,15 +111,7 @@ def test_at_ps_1_both_releases_evict_only_full_tokens(tail_rule):
     # ps 1 takes no SWA tail path: 0.5.23 evicts the full shortfall against the full pool,
     # 0.5.18 against the smaller one; with pools of 640 tokens each both are 400 - 328 = 72
     # (A's 200 tokens in the tree, H's 112 held), asked of the full pool alone.
-    m = KVManager(MemoryConfig(1, 640, 8, 1024, swa_num_pages=640, window=32,
-                               rules=MemoryRules(pd_radix=True, pd_radix_tail=tail_rule)), Auditor("raise"))
-    calls = []
-    evict = m.prefix.tree.evict
-    m.prefix.tree.evict = lambda f, s: (calls.append((f, s)), evict(f, s))[1]
-    a = m.admit("A")
-    assert m.pd_prealloc(a, 200)
-    m.release(a, list(range(1, 201)), 200)
-    assert m.pd_prealloc(m.admit("H"), 112)
+    m, calls = a_in_the_tree_h_held(1, 640, 640, MemoryRules(pd_radix=True, pd_radix_tail=tail_rule))
     assert (m.num_free_pages, m.swa.allocator.num_free_pages) == (328, 328)
     assert m.pd_prealloc(m.admit("B"), 400)
     assert calls == [(72, 0)]
@@ -126,15 +124,7 @@ def test_without_pd_radix_the_prompts_tree_gives_back_both_pools():
     # fit the full pool but not the SWA pool: 152 SWA tokens are asked of the tree. Before,
     # only the full shortfall (0) was asked: B never fit, and the run stalled (a case the
     # overlap state machine found in an engine mixing prompts and PD arrivals).
-    m = KVManager(MemoryConfig(1, 640, 8, 1024, swa_num_pages=400, window=32,
-                               rules=MemoryRules(pd_radix=False)), Auditor("raise"))
-    calls = []
-    evict = m.prefix.tree.evict
-    m.prefix.tree.evict = lambda f, s: (calls.append((f, s)), evict(f, s))[1]
-    a = m.admit("A")
-    assert m.pd_prealloc(a, 200)
-    m.release(a, list(range(1, 201)), 200)
-    assert m.pd_prealloc(m.admit("H"), 112)
+    m, calls = a_in_the_tree_h_held(1, 640, 400, MemoryRules(pd_radix=False))
     full, swa = m.num_free_pages, m.swa.allocator.num_free_pages
     assert m.pd_prealloc(m.admit("B"), 240)
     assert (full, swa) == (328, 88) and calls == [(0, 152)]
