@@ -187,15 +187,18 @@ class Growth:
                 return False
         else:
             self.t.make_room(alloc_demand(writer, int(delta.sum()), total, len(states), ps))
+        # What a refused PD prealloc would have asked (traced where SGLang makes the call anyway).
+        keep = writer == "pd" and self.trace is not None
         if total > self.full.num_free_pages:
             self.t.short_pool = "full"
-            self.t.refused = (self.full, cur, targets, last if last is not None else np.full_like(cur, -1))
+            if keep:
+                self.t.refused = (self.full, cur, targets, last if last is not None else np.full_like(cur, -1))
             return False
         if self.swa is not None:
             if swa_pages > self.swa.allocator.num_free_pages:
                 self.t.short_pool = "swa"
-                swa_last = np.where((swa_prefix == cur) & (cur > 0), self.swa.translate(np.maximum(last, 0)), -1)
-                self.t.refused = (self.swa.allocator, swa_prefix, swa_target, swa_last)
+                if keep:
+                    self.t.refused = (self.swa.allocator, swa_prefix, swa_target, self._swa_last(swa_prefix, cur, last))
                 return False
         got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True, npages=npages,
                                         whole=whole and ps > 1)
@@ -210,14 +213,17 @@ class Growth:
                 self.overflow.written(slot_rows, got.positions)
         self.ledger.take("full", page_rows, got.pages)
         if self.swa is not None:
-            # Continue the SWA copy of the last page only where growth continues the row.
-            swa_last = np.where((swa_prefix == cur) & (cur > 0), self.swa.translate(np.maximum(last, 0)), -1)
-            sg = self.swa.allocator.traced_allocate(swa_prefix, swa_target, swa_last, trusted=True,
+            sg = self.swa.allocator.traced_allocate(swa_prefix, swa_target, self._swa_last(swa_prefix, cur, last),
+                                                    trusted=True,
                                                     decode=decode and bool((swa_target - swa_prefix == 1).all()))
             self.swa.set_map(self.req_to_token.read_flat(np.repeat(rows, sg.lens), sg.positions), sg.slots)
             self.ledger.take("swa", np.repeat(rows, sg.pages_per_req), sg.pages)
         self._set_extents(rows, targets, delta, cur_mod, new_mod, writer, aligned)
         return True
+
+    def _swa_last(self, swa_prefix: np.ndarray, cur: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """The SWA copy of the last page to continue: only where growth continues the row."""
+        return np.where((swa_prefix == cur) & (cur > 0), self.swa.translate(np.maximum(last, 0)), -1)
 
     def _fits(self, states: list[ReqKVState], cur: np.ndarray, targets: np.ndarray, *, evict: bool = True) -> bool:
         """Whether both pools have the pages to grow each state from cur to its target

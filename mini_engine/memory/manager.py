@@ -89,7 +89,7 @@ class KVManager:
         """Trace the allocation the last failed growth did not make, refused (out null), as
         SGLang makes it where it calls its allocator anyway (a PD prealloc the budget
         admitted: _pre_alloc, then its assertion); kvbench conform replays it there."""
-        if self.tables.refused is not None and self.tables.trace is not None:
+        if self.tables.refused is not None:  # kept only while tracing (growth.grow)
             pool, prefix, seq, last = self.tables.refused
             pool.traced_allocate(prefix, seq, last)
 
