@@ -71,7 +71,7 @@ CORE = (
     Option("prefix_cache", str, None, _KNOB + "radix: SGLang's radix prefix tree (full attention: match at "
            "admission, pages kept in the tree after finish, evicted when an allocation is short) and its SWA "
            "eviction threshold; chunk: --disable-radix-cache (no tree, free at release; chunked prefill evicts "
-           "SWA too). SWA models keep the chunk release under either", choices=_choices("mini_engine.profiles", "PREFIX_CACHES"), group="profile"),
+           "SWA too). SWA models run the SWA-aware tree under radix", choices=_choices("mini_engine.profiles", "PREFIX_CACHES"), group="profile"),
     Option("swa_ratio", float, None, _KNOB + "SWA pool size as a share of the full pool (0.8)", minimum=0.0,
            group="profile"),
     Option("pd_radix", bool, None, _KNOB + "the decode side's radix cache "
@@ -88,7 +88,7 @@ CORE = (
            "kvbench's page estimate with the decaying new-token ratio",
            choices=_choices("mini_engine.prefill_memory", "RULES"), group="profile"),
     Option("overlap", str, None, _KNOB + "SGLang's overlap scheduler (on in 0.5.23 for EAGLE and DFLASH; off = "
-           "--disable-overlap-schedule; plain decode is not stale, its frees land one plan late; with --prefix-cache chunk it also moves "
+           "--disable-overlap-schedule; plain decode's reservation is not stale, but its frees land one plan late and its SWA eviction reads the lagging length, one step later; with --prefix-cache chunk it also moves "
            "chunked-prefill eviction); a TOML bool is read as on/off", choices=_choices("mini_engine.profiles", "OVERLAP"),
            group="profile"),
     Option("audit", str, "record", "invariant checks after each step",

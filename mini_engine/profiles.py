@@ -31,8 +31,9 @@ Knobs, with SGLang 0.5.23's values first:
                          its SWA eviction threshold, pre_len - ceil_ps(max(window,
                          ps)); "chunk" (--disable-radix-cache): no tree, free at
                          release, threshold pre_len - window, and chunked prefill
-                         evicts too. SWA models run no tree yet (the SWA-aware
-                         tree is not modelled): they keep the chunk release.
+                         evicts too. SWA models run the SWA-aware tree under
+                         "radix" (memory/swa_prefix.py, SGLang's UnifiedRadixCache
+                         with the FULL and SWA components).
   swa_ratio              SWA pool size as a share of the full pool (0.8).
   pd_radix               the decode side's radix cache (without it SGLang forces
                          --disable-radix-cache on the decode side, and so does
@@ -184,7 +185,7 @@ class Profile:
                            prefix_cache=self.prefix_cache, pd_radix=self.pd_radix,
                            pd_radix_tail=self.pd_radix_tail,
                            row_overflow=self.row_overflow, swa_branching=self.swa_branching,
-                           header=self.knobs())
+                           dedup_per_node=self.release != "0.5.18", header=self.knobs())
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as plain JSON values (the trace header, a result row)."""
