@@ -1,30 +1,40 @@
-"""The prefix tree's trace records replayed on SGLang's own RadixCache (``kvbench conform``).
+"""The prefix tree's trace records replayed on SGLang's own tree (``kvbench conform``).
 
 A trace of a run with the radix prefix cache (trace version 2) records every call the
 engine's PrefixCache makes on its tree (mini_engine/memory/tree_trace.py). conform.py
 hands each of those records to TreeConform.check, in trace order between the
-allocator calls, and this runs the same call on the installed SGLang's ``RadixCache``
-(0.5.23, or 0.5.18 for sglang-pre-35265 traces; compiled from the installed source,
-harness/sglang_radix.py; page size from the
-header, EAGLE's bigram keys where the trace's ``tree`` record says so) and compares:
+allocator calls, and this runs the same call on the tree the installed SGLang builds
+for a full-attention model (page size from the header, EAGLE's bigram keys where the
+trace's ``tree`` record says so):
 
-* match: the matched length (``device_prefix_len``; 0.5.18: ``len(device_indices)``);
-* insert: the length already cached (``prefix_len``);
-* lock / unlock: the change of the evictable size (``inc_lock_ref`` / ``dec_lock_ref``);
+* 0.5.23: ``UnifiedRadixCache`` with the FULL component only
+  (registry.create_unified_radix_cache; the installed class, imported on a CPU by
+  harness/sglang_swa_radix.py, with the Python tree core);
+* 0.5.18 (sglang-pre-35265 traces): ``RadixCache`` (registry.default_radix_cache_factory's
+  last resort there; compiled from the installed source, harness/sglang_radix.py).
+
+and compares:
+
+* match: the matched length;
+* insert: the length already cached (``prefix_len``); on 0.5.23 also the duplicates
+  the insert frees itself (the request's own copies of what the tree held, past the
+  record's ``prev_prefix_len``: one free per node it walked), against kvbench's
+  ``free_pages`` records after the insert, call by call, where kvbench's were not
+  held by a free group (a group's frees reach the allocator as one call at its end,
+  which the allocator replay checks);
+* lock / unlock: the change of the evictable size;
 * evict: the tokens evicted and the evicted pages, in the order SGLang frees them;
 * every call: ``evictable_size()`` and ``protected_size()`` after it.
 
 The node a lock names is the SGLang node that the match or insert recorded with that
-node id ended on. SGLang's tree frees its evicted leaves into a recorder, not into
-the allocator conform replays: kvbench's eviction is its own ``free_pages`` records
-(one per leaf, just before the evict record), which replay on SGLang's allocator as
-every other free does. So an evict is also checked against those records: the full
-pool's page ids freed since the previous tree call must end with the pages SGLang's
-tree evicted, in its order (the free-list order every later allocation depends on).
+node id ended on. SGLang's tree frees into a recorder, not into the allocator conform
+replays: kvbench's frees are the trace's own ``free_pages`` records, which replay on
+SGLang's allocator as every other free does. So an evict is also checked against
+those records: the full pool's page ids freed since the previous tree call must end
+with the pages SGLang's tree evicted, in its order (the free-list order every later
+allocation depends on).
 
-0.5.18's tree runs these five calls by the same code as 0.5.23's (harness/sglang_radix.py
-says what differs around them), so a pre-35265 trace's tree calls are checked the same
-way. What is checked is the tree's answer to each recorded call, not the sequence of
+What is checked is the tree's answer to each recorded call, not the sequence of
 calls: that is kvbench's scheduler path (mini_engine/memory/prefix.py), which follows
 0.5.23's under every profile (docs/conform.md says where 0.5.18's differs).
 """
@@ -34,40 +44,120 @@ from __future__ import annotations
 import functools
 from array import array
 
+from harness import sglang_swa_radix  # light: it imports SGLang only when load() runs
+from harness.conform_swa_tree import SWATreeMissing
+from harness.conform_versions import full_tree_is_unified
 from harness.core.causes import one_line
 from harness.sglang_radix import matched_len, radix_cache, radix_namespace
 from mini_engine.memory.tree_trace import TokenStore, insert_slots
 
 _classes = functools.cache(radix_namespace)  # compiled once a process, as SGLang imports once
+_unified = functools.cache(sglang_swa_radix.load)  # SGLang's serving stack: imported once a process
 
 
 class _Freed:
-    """The allocator SGLang's tree evicts into: keeps the page ids of each freed leaf."""
+    """The allocator SGLang's tree frees into: keeps the page ids of each free call."""
 
     device = "cpu"
 
     def __init__(self, ps: int):
-        self.ps, self.pages = ps, []
+        self.page_size, self.calls = ps, []
 
     def free_segment(self, value, start_pos=0):
-        self.pages.extend((value[::self.ps] // self.ps).tolist())
+        self.calls.append((value[::self.page_size] // self.page_size).tolist())
+
+    def take(self) -> list[list[int]]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+class _Radix:
+    """0.5.18's RadixCache, compiled from the installed source."""
+
+    def __init__(self, sg, ps: int, freed: _Freed, bigram: bool):
+        self.ns = ns = _classes(sg.torch)
+        self.torch, self.tree = sg.torch, radix_cache(ns, ps, freed, bigram=bigram)
+
+    def key(self, raw):
+        return self.ns["RadixKey"](array("q", raw))
+
+    def match(self, raw):
+        res = self.tree.match_prefix(self.ns["MatchPrefixParams"](key=self.key(raw)))
+        return res.last_device_node, matched_len(res)
+
+    def insert(self, raw, slots, prev: int):
+        res = self.tree.insert(self.ns["InsertParams"](key=self.key(raw), value=self.torch.tensor(slots)))
+        return res.last_device_node, res.prefix_len
+
+    def lock(self, node) -> int:
+        return self.tree.inc_lock_ref(node).delta
+
+    def unlock(self, node) -> int:
+        return self.tree.dec_lock_ref(node).delta
+
+    def evict(self, n: int) -> int:
+        return self.tree.evict(self.ns["EvictParams"](num_tokens=n)).num_tokens_evicted
+
+
+class _Unified:
+    """0.5.23's UnifiedRadixCache with the FULL component, the installed class. Its lock
+    result counts the protected change (the opposite sign of the trace's delta) and its
+    unlock result none, so both are measured as the evictable size's change."""
+
+    def __init__(self, sg, ps: int, freed: _Freed, bigram: bool):
+        try:
+            self.u = u = _unified()
+        except Exception as err:  # an ImportError, or a dependency failing at import time
+            raise SWATreeMissing(f"the trace has tree records and SGLang's UnifiedRadixCache does not import "
+                                 f"here ({one_line(err)}); docs/conform.md") from None
+        self.bigram, self.torch = bigram, u.torch
+        self.tree = u.build_full(ps, freed, bigram)
+        self.receipts: dict[object, list] = {}  # node -> the receipts of the locks it holds
+
+    def key(self, raw):
+        return self.u.RadixKey(array("q", raw), is_bigram=self.bigram)
+
+    def match(self, raw):
+        res = self.tree.match_prefix(self.u.base.MatchPrefixParams(key=self.key(raw)))
+        return res.last_device_node, self.u.matched_len(res)
+
+    def insert(self, raw, slots, prev: int):
+        res = self.tree.insert(self.u.base.InsertParams(key=self.key(raw), value=self.torch.tensor(slots),
+                                                        prev_prefix_len=prev))
+        return res.last_device_node, res.prefix_len
+
+    def lock(self, node) -> int:
+        before = self.tree.evictable_size()
+        self.receipts.setdefault(node, []).append(self.tree.inc_lock_ref(node).to_dec_params())
+        return self.tree.evictable_size() - before
+
+    def unlock(self, node) -> int:
+        held = self.receipts.get(node)
+        if not held:
+            raise ValueError("an unlock of a node that holds no lock")
+        before = self.tree.evictable_size()
+        self.tree.dec_lock_ref(node, held.pop())
+        return self.tree.evictable_size() - before
+
+    def evict(self, n: int) -> int:
+        return self.tree.evict(self.u.base.EvictParams(num_tokens=n)).num_tokens_evicted
 
 
 class TreeConform:
     def __init__(self, sg, page_size: int):
         self.sg, self.ps = sg, page_size
         self.calls = 0  # tree calls (match, insert, lock, unlock, evict) checked
-        self.ns: dict | None = None  # SGLang's tree classes, once the trace's tree record came
-        self.tree = None
+        self.tree = None  # _Radix or _Unified, once the trace's tree record came
         self.tokens = TokenStore()
         self.nodes: dict[int, object] = {}  # the recorded node id -> SGLang's node
         self.freed = _Freed(page_size)
-        self.frees: list[int] = []  # the full pool's page ids freed since the last tree call
+        self.frees: list[list[int]] = []  # the full pool's free_pages calls since the last tree call
+        self.dedup: tuple[dict, list[list[int]]] | None = None  # the last insert's record and its own frees
 
     def saw_free(self, rec: dict) -> None:
         """An allocator free of the trace (conform.py): an eviction's frees come just before it."""
         if rec["op"] == "free_pages" and rec.get("pool", "full") == "full":
-            self.frees.extend(rec["page_ids"])
+            self.frees.append(list(rec["page_ids"]))
 
     def check(self, rec: dict):
         """(field, kvbench's value, SGLang's value) of the first mismatch, or None. A record
@@ -78,11 +168,14 @@ class TreeConform:
             self.tokens.add(rec)
             return None
         if op == "tree":
-            self.ns = ns = _classes(self.sg.torch)
-            self.tree, self.nodes = radix_cache(ns, self.ps, self.freed, bigram=rec["bigram"]), {}
+            kind = _Unified if full_tree_is_unified(self.sg.version) else _Radix
+            self.tree, self.nodes = kind(self.sg, self.ps, self.freed, rec["bigram"]), {}
             return None
         if self.tree is None:
             raise ValueError("a tree call before the trace's tree record")
+        found = self._dedup_freed()
+        if found is not None:
+            return found
         self.calls += 1
         try:
             found = getattr(self, "_" + op)(rec)
@@ -90,37 +183,47 @@ class TreeConform:
             found = ("result", "a result", one_line(err))
         self.frees = []
         if found is None:
-            for fld, got in (("evictable", self.tree.evictable_size()), ("protected", self.tree.protected_size())):
+            for fld, got in (("evictable", self.tree.tree.evictable_size()),
+                             ("protected", self.tree.tree.protected_size())):
                 if rec[fld] != got:
                     return f"{fld} size after it", rec[fld], got
         return found
 
-    # -- one method per call ----------------------------------------------------------
-    def _key(self, rec: dict):
-        return self.ns["RadixKey"](array("q", self.tokens.raw(rec)))
+    def _dedup_freed(self):
+        """The frees kvbench recorded after the last insert against the ones SGLang's insert made."""
+        if self.dedup is None:
+            return None
+        rec, theirs = self.dedup
+        self.dedup = None
+        if self.frees and self.frees != theirs:
+            return f"duplicates freed (insert of rid {rec['rid']}, {rec['len']} tokens)", self.frees, theirs
+        return None
 
+    # -- one method per call ----------------------------------------------------------
     def _match(self, rec: dict):
-        res = self.tree.match_prefix(self.ns["MatchPrefixParams"](key=self._key(rec)))
-        self.nodes[rec["node"]] = res.last_device_node
-        got = matched_len(res)
+        node, got = self.tree.match(self.tokens.raw(rec))
+        self.nodes[rec["node"]] = node
         if got != rec["matched"]:
             return f"matched (rid {rec['rid']}, {rec['len']} tokens)", rec["matched"], got
         return None
 
     def _insert(self, rec: dict):
-        value = self.sg.torch.tensor(insert_slots(rec, self.ps))
-        res = self.tree.insert(self.ns["InsertParams"](key=self._key(rec), value=value))
-        self.nodes[rec["node"]] = res.last_device_node
-        if res.prefix_len != rec["cached"]:
-            return f"cached (rid {rec['rid']}, {rec['len']} tokens)", rec["cached"], res.prefix_len
+        self.freed.take()
+        node, got = self.tree.insert(self.tokens.raw(rec), insert_slots(rec, self.ps), rec.get("prev_prefix_len", 0))
+        self.nodes[rec["node"]] = node
+        theirs = self.freed.take()
+        if "prev_prefix_len" in rec:  # older traces lack it: their duplicates are not checked
+            self.dedup = (rec, theirs)
+        if got != rec["cached"]:
+            return f"cached (rid {rec['rid']}, {rec['len']} tokens)", rec["cached"], got
         return None
 
     def _lock(self, rec: dict):
-        delta = self.tree.inc_lock_ref(self._node(rec)).delta
+        delta = self.tree.lock(self._node(rec))
         return None if delta == rec["delta"] else (f"delta (node {rec['node']})", rec["delta"], delta)
 
     def _unlock(self, rec: dict):
-        delta = self.tree.dec_lock_ref(self._node(rec)).delta
+        delta = self.tree.unlock(self._node(rec))
         return None if delta == rec["delta"] else (f"delta (node {rec['node']})", rec["delta"], delta)
 
     def _node(self, rec: dict):
@@ -130,13 +233,15 @@ class TreeConform:
         return node
 
     def _evict(self, rec: dict):
-        self.freed.pages = []
-        got = self.tree.evict(self.ns["EvictParams"](num_tokens=rec["num_tokens"])).num_tokens_evicted
+        self.freed.take()
+        got = self.tree.evict(rec["num_tokens"])
+        pages = [p for call in self.freed.take() for p in call]
         if got != rec["evicted"]:
             return f"evicted (of {rec['num_tokens']} tokens asked)", rec["evicted"], got
-        if self.freed.pages != rec["pages"]:
-            return "pages", rec["pages"], self.freed.pages
-        before = self.frees[-len(self.freed.pages):] if self.freed.pages else []
-        if before != self.freed.pages:
-            return "pages (the free_pages records before it)", before, self.freed.pages
+        if pages != rec["pages"]:
+            return "pages", rec["pages"], pages
+        mine = [p for call in self.frees for p in call]
+        before = mine[-len(pages):] if pages else []
+        if before != pages:
+            return "pages (the free_pages records before it)", before, pages
         return None

@@ -46,6 +46,13 @@ def check_version(path: str, head: dict, installed: str) -> None:
                          f"is installed; conform it where SGLang {want} is (docs/conform.md)")
 
 
+def full_tree_is_unified(installed: str) -> bool:
+    """Which tree the installed SGLang builds for a full-attention model: 0.5.18's
+    default chain ends at RadixCache; 0.5.23's builds UnifiedRadixCache with the FULL
+    component (mem_cache/registry.py in each)."""
+    return not installed.startswith("0.5.18")
+
+
 def free_page_ids(sg: SimpleNamespace, alloc, page_ids) -> None:
     """Put page ids on the free list: free_page_ids where it exists, else 0.5.18's free_segment."""
     if hasattr(alloc, "free_page_ids"):

@@ -1,6 +1,8 @@
-"""SGLang's own FULL + SWA tree (UnifiedRadixCache), built on a CPU: ``kvbench conform``
-replays an SWA run's tree records on it (harness/conform_swa_tree.py), and the
-side-by-side tests (suites/unit/conform/) drive it call by call.
+"""SGLang's own UnifiedRadixCache, built on a CPU: with the FULL and SWA components
+(``build``) ``kvbench conform`` replays an SWA run's tree records on it
+(harness/conform_swa_tree.py); with the FULL component only (``build_full``, the tree
+0.5.23 builds for a full-attention model) a full-attention run's (harness/conform_tree.py).
+The side-by-side tests (suites/unit/conform/) drive both call by call.
 
 unified_radix_cache.py imports the whole serving stack at load time (the scheduler's
 batch types, the OpenAI protocol, model configs). Nothing on the tree's path uses
@@ -137,6 +139,15 @@ def load() -> SimpleNamespace:
                                    **({"is_eagle": True} if bigram else {}), **core)
         return alloc, urc.UnifiedRadixCache(p)
 
+    def build_full(ps: int, allocator, bigram: bool = False):
+        """The FULL-only UnifiedRadixCache 0.5.23 builds for a full-attention model
+        (registry.create_unified_radix_cache), freeing into allocator (free_segment)."""
+        core = {"tree_core_backend": "python"} if "tree_core_backend" in init_fields else {}
+        p = params.CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=allocator,
+                                   page_size=ps, tree_components=(ct.ComponentType.FULL,),
+                                   **({"is_eagle": True} if bigram else {}), **core)
+        return urc.UnifiedRadixCache(p)
+
     def insert_params(key, value, prev_prefix_len: int, swa_evicted_seqlen: int):
         if "component_evicted_seqlens" in insert_fields:  # 0.5.23
             cursor = {"component_evicted_seqlens": {SWA: swa_evicted_seqlen}}
@@ -164,6 +175,6 @@ def load() -> SimpleNamespace:
         n = getattr(result, "device_prefix_len", None)
         return len(result.device_indices) if n is None else n
 
-    return SimpleNamespace(torch=torch, build=build, base=base, FULL=ct.ComponentType.FULL, SWA=SWA,
+    return SimpleNamespace(torch=torch, build=build, build_full=build_full, base=base, FULL=ct.ComponentType.FULL, SWA=SWA,
                            RadixKey=radix.RadixKey, insert_params=insert_params, unlock_params=unlock_params,
                            release_swa=release_swa, matched_len=matched_len)

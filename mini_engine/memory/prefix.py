@@ -12,7 +12,9 @@ UnifiedRadixCache (FULL component) and mem_cache/common.py do:
   allocated again and are never in the request's ledger.
 * ``checkpoint`` (SGLang's ``checkpoint_into_tree``, after a prefill chunk and at
   finish): insert the page-aligned ``[0, up_to)``; the row's own copies of what the
-  tree already held (``[protected, prefix_len)``) are freed, what the insert added
+  tree already held (``[protected, prefix_len)``) are freed, one free per tree node the
+  insert walked, as the insert's FreeDeviceKV actions do (0.5.18's RadixCache caller:
+  the whole range in one free; ``MemoryRules.dedup_per_node``), what the insert added
   leaves the request's ledger for the tree's; the row is repointed at the tree's
   slots, the lock moves to the insert's last node and ``protected`` becomes the
   aligned length. With a prompt shorter than the key, a second insert of the
@@ -114,15 +116,18 @@ class PrefixCache:
         prefix_len = self.tree.insert(key[:aligned], host_row[:aligned].copy())
         node = self.tree.last_node
         self._note("insert", {"rid": state.rid, "len": raw_len(aligned, self.bigram), "slots": host_row[:aligned],
-                              "cached": prefix_len, "node": node.id}, tokens)
+                              "prev_prefix_len": prot, "cached": prefix_len, "node": node.id}, tokens)
+        if prefix_len > prot:  # the row's own copies of pages the tree already had, freed by the insert
+            segments = [(max(s, prot), e) for s, e in self.tree.overlap if e > max(s, prot)] \
+                if self.t.rules.dedup_per_node else [(prot, prefix_len)]
+            for s, e in segments:
+                self.t.give_back("full", state, self.full.free_segment(host_row, s, e))
         p_key = self._key(tokens[:prompt_len])
         p_len = len(p_key) // self.ps * self.ps
         if 0 < p_len < aligned:  # split the leaf at the prompt boundary (SGLang's second insert)
             got = self.tree.insert(p_key[:p_len], host_row[:p_len].copy())
             self._note("insert", {"rid": state.rid, "len": raw_len(p_len, self.bigram), "slots": host_row[:p_len],
-                                  "cached": got, "node": self.tree.last_node.id}, tokens)
-        if prefix_len > prot:  # the row's own copies of pages the tree already had
-            self.t.give_back("full", state, self.full.free_segment(host_row, prot, prefix_len))
+                                  "prev_prefix_len": p_len, "cached": got, "node": self.tree.last_node.id}, tokens)
         new_at = max(prefix_len, prot)
         if aligned > new_at:  # the insert's new pages: the tree's now, off the request's ledger
             pages = host_row[new_at:aligned:self.ps] // self.ps

@@ -21,7 +21,11 @@ The single-component ``RadixCache`` of mem_cache/radix_cache.py is no longer on 
 default chain, but it is the same tree for the FULL pool: page-granular token keys,
 a match splits the node it ends inside, LRU eviction of unlocked leaves (the FULL
 component's ``_evict_device_start`` heaps the evictable leaves by the same LRU
-priority). This module reproduces that tree (SGLang's ``RadixCache``):
+priority; suites/unit/conform/test_radix_cache_vs_sglang.py drives this tree against
+both). Where they differ is who frees an insert's duplicates: UnifiedRadixCache frees
+them itself, one free per node the insert walked (``overlap`` below lists those nodes'
+spans); RadixCache leaves the range to its caller (memory/prefix.py does either, by
+release). This module reproduces that tree (SGLang's ``RadixCache``):
 
 * ``match_prefix(tokens)``: the longest cached prefix, whole pages only
   (``RadixKey.page_aligned``), its slots and the node it ends on; a match ending inside
@@ -87,6 +91,9 @@ class RadixCache:
         self.evicted_leaves = 0
         self.evicted_tokens = 0
         self.last_node = self.root  # the node the last insert ended on
+        # [start, end) of the last insert's key in each node it walked into, root first: the
+        # part already cached, node by node (0.5.23's tree frees a request's duplicates per node).
+        self.overlap: list[tuple[int, int]] = []
 
     # -- helpers ---------------------------------------------------------------
 
@@ -170,6 +177,7 @@ class RadixCache:
         node = self.root
         node.last_access = now
         self.last_node = node
+        self.overlap = []
         if len(key) == 0:
             return 0
         at = 0
@@ -180,6 +188,7 @@ class RadixCache:
             node = child
             node.last_access = now
             n = self._common(node.key, key[at:])
+            self.overlap.append((at, at + n))
             at += n
             if n < len(node.key):
                 node = self._split(node, n)

@@ -62,7 +62,7 @@ RECORDS = {
     "swa_evict": {"num_tokens": "count", "swa_num_tokens": "count", "evicted": "count", "swa_evicted": "count",
                   **SWA_AFTER},
 }
-OPTIONAL = {"full_hit": "count", "pool": "pool", "decode": "bool", "bigram": "bool", "skip_swa": "bool", "need_sort": "bool",
+OPTIONAL = {"full_hit": "count", "prev_prefix_len": "count", "pool": "pool", "decode": "bool", "bigram": "bool", "skip_swa": "bool", "need_sort": "bool",
             "aligned": "bool", "pages": "ints", "slots": "ints", "swa_pages": "ints", "swa_slots": "ints", "from": "rid"}
 # The header (line 1), after its format and version: required fields, then those that
 # may be absent or null.

@@ -46,6 +46,12 @@ class MemoryRules:
     # FULL hit runs past its SWA-valid part cuts the request's next checkpoint insert
     # there, so the shared prefix gets live SWA again. 0.5.18 has no such point.
     swa_branching: bool = True
+    # How a checkpoint frees the row's copies of what the tree already held: 0.5.23's
+    # UnifiedRadixCache frees them inside the insert, one free per tree node the insert
+    # walked (FreeDeviceKV per node); 0.5.18's RadixCache caller frees the whole range
+    # in one call. Outside a free group at ps > 1 each call goes in front of the free
+    # list, so the split decides which pages later allocations get.
+    dedup_per_node: bool = True
     # The whole profile's knobs for the trace header (None: these rules'), so a trace
     # replays on its own terms; not a rule the memory layer reads.
     header: dict[str, Any] | None = field(default=None, compare=False, repr=False)

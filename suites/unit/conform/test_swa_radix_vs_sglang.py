@@ -144,7 +144,7 @@ class SWATreeMachine(RuleBasedStateMachine):
         p = self.pair
         slots, node = p.our.match_prefix(p.our_key(tokens))
         res = p.sg.match_prefix(p.sgt.base.MatchPrefixParams(key=p.key(tokens)))
-        assert res.device_prefix_len == len(slots)
+        assert p.sgt.matched_len(res) == len(slots)
         return slots, node, res.last_device_node
 
     def _lock(self, node, sg_id):
@@ -155,7 +155,7 @@ class SWATreeMachine(RuleBasedStateMachine):
         return [node, uuid, sg_id, got, False]
 
     def _params(self, lock):
-        return self.pair.sgt.base.DecLockRefParams(node_id=lock[2], component_lock_uuids=dict(lock[3].component_lock_uuids))
+        return self.pair.sgt.unlock_params(lock[2], lock[3])
 
     def _unlock(self, lock):
         p = self.pair
@@ -181,9 +181,7 @@ class SWATreeMachine(RuleBasedStateMachine):
         evicted = m + int(cursor * (aligned - m)) // ps * ps
         p.free_swa_below(row[m:evicted])
         prefix, ours = p.our.insert(p.our_key(tokens)[:aligned], row, evicted=evicted, prev_prefix_len=m)
-        res = p.sg.insert(p.sgt.base.InsertParams(key=p.key(tokens), value=p.sgt.torch.tensor(row),
-                                                  prev_prefix_len=m,
-                                                  component_evicted_seqlens={p.sgt.SWA: evicted}))
+        res = p.sg.insert(p.sgt.insert_params(p.key(tokens), p.sgt.torch.tensor(row), m, evicted))
         assert res.prefix_len == prefix
         self._unlock(lock)
         new = self._lock(ours, res.last_device_node)
