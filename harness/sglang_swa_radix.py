@@ -23,7 +23,9 @@ around them: the insert's SWA cursor is ``swa_evicted_seqlen`` (0.5.23:
 ``skip_lock_node_ids`` (0.5.23: ``component_lock_uuids``), its match result carries the
 matched slots (``device_indices``, 0.5.23: their count), it picks its tree core from an
 environment variable (Python by default) and its import chain reaches two more modules a
-CPU install lacks. The namespace ``load`` returns hides those differences (``insert_params``,
+CPU install lacks. Its tree core also orders the SWA LRU otherwise after a split and
+passes over tombstones in its SWA lock: kvbench's tree models both by release
+(mini_engine/memory/swa_radix.py, swa_locks.py). The namespace ``load`` returns hides those differences (``insert_params``,
 ``unlock_params``, ``matched_len``).
 """
 

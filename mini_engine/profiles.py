@@ -185,7 +185,8 @@ class Profile:
                            prefix_cache=self.prefix_cache, pd_radix=self.pd_radix,
                            pd_radix_tail=self.pd_radix_tail,
                            row_overflow=self.row_overflow, swa_branching=self.swa_branching,
-                           dedup_per_node=self.release != "0.5.18", header=self.knobs())
+                           dedup_per_node=self.release != "0.5.18", swa_tree=self.release,
+                           header=self.knobs())
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as plain JSON values (the trace header, a result row)."""
@@ -193,6 +194,7 @@ class Profile:
                                                                                   "release")}
         out["align"] = self.aligned_writers()
         out["pd_radix_tail"] = self.pd_radix_tail  # what the trace needs of the release
+        out["swa_tree"] = self.release  # whose SWA tree core a replay of the trace runs
         return out
 
     @property

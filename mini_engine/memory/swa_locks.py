@@ -8,6 +8,13 @@ A locked node is never a leaf to evict; its SWA slots are protected, not evictab
 
 The early window-lock release (``dec_swa_lock_only``, SGLang's ``release_swa``) drops a
 lock's SWA part alone; the lock's later release then drops its FULL part only.
+
+0.5.18's tree core (``tree.release == "0.5.18"``, its swa_component.py
+acquire_component_lock / release_component_lock / release_window_lock) walks the window
+otherwise: a tombstone is passed over, neither locked nor counted (the window is counted
+in live SWA tokens, so the walk climbs past tombstones), and its id goes into the
+receipt (``skip_lock_node_ids``); the release passes over those nodes and any node
+whose SWA lock is already 0. Its receipt is then (uuid, skipped ids).
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ def inc_lock_ref(tree: SWARadixCache, node: SWANode) -> tuple[int, int | None]:
         x.full_lock += 1
         tree.leaves.discard(x)
         x = x.parent
+    if tree.release == "0.5.18":
+        return delta, _lock_window_0518(tree, node)
     covered, uuid, x = 0, None, node
     while x is not tree.root and covered < tree.window:
         if x.swa_lock == 0 and x.swa is not None:
@@ -51,7 +60,10 @@ def dec_lock_ref(tree: SWARadixCache, node: SWANode, uuid: int | None, skip_swa:
     """Release a lock inc_lock_ref took (uuid: what it returned); returns the FULL evictable
     change. skip_swa: its SWA part went early (dec_swa_lock_only), only the FULL part is left."""
     if not skip_swa:
-        _release_window(tree, node, uuid)
+        if tree.release == "0.5.18":
+            _release_0518(tree, node, uuid, window_only=False)
+        else:
+            _release_window(tree, node, uuid)
     delta, x = 0, node
     while x is not tree.root:
         if x.full_lock <= 0:
@@ -74,7 +86,10 @@ def dec_swa_lock_only(tree: SWARadixCache, node: SWANode, uuid: int | None) -> N
     stays (the request still reads that KV through full attention). At most once per lock;
     its dec_lock_ref then passes skip_swa."""
     if node is not tree.root:
-        _release_window(tree, node, uuid)
+        if tree.release == "0.5.18":
+            _release_0518(tree, node, uuid, window_only=True)
+        else:
+            _release_window(tree, node, uuid)
 
 
 def _release_window(tree: SWARadixCache, node: SWANode, uuid: int | None) -> None:
@@ -95,4 +110,48 @@ def _release_window(tree: SWARadixCache, node: SWANode, uuid: int | None) -> Non
         stop = uuid is not None and x.uuid == uuid
         x = x.parent
         if stop:
+            break
+
+
+def _lock_window_0518(tree: SWARadixCache, node: SWANode) -> tuple[int | None, frozenset[int]]:
+    """0.5.18's window lock: live nodes only, counted in SWA tokens; (uuid, skipped ids)."""
+    covered, uuid, skipped, x = 0, None, set(), node
+    while x is not tree.root and covered < tree.window:
+        if x.swa is None:  # a tombstone: nothing to protect
+            skipped.add(x.id)
+            x = x.parent
+            continue
+        if x.swa_lock == 0:
+            tree.swa_evictable -= len(x.swa)
+            tree.swa_protected += len(x.swa)
+        x.swa_lock += 1
+        covered += len(x.swa)
+        if covered >= tree.window:
+            if x.uuid is None:
+                tree.uuids += 1
+                x.uuid = tree.uuids
+            uuid = x.uuid
+        x = x.parent
+    tree.update_leaf(node)
+    return uuid, frozenset(skipped)
+
+
+def _release_0518(tree: SWARadixCache, node: SWANode, receipt, window_only: bool) -> None:
+    """0.5.18's release_component_lock (window_only: release_window_lock): the nodes the lock
+    skipped, and any whose SWA lock is 0, are passed over (release_window_lock passes over
+    every tombstone, and stops there too where it carries the uuid)."""
+    uuid, skipped = receipt
+    x = node
+    while x is not tree.root:
+        stop = uuid is not None and x.uuid == uuid
+        passed = x.swa_lock == 0 or (x.swa is None if window_only else x.id in skipped)
+        if not passed:
+            if x.swa_lock == 1:
+                tree.swa_evictable += len(x.swa)
+                tree.swa_protected -= len(x.swa)
+            x.swa_lock -= 1
+            if x.swa_lock == 0:
+                tree.update_leaf(x)
+        x = x.parent
+        if stop and (window_only or not passed):
             break

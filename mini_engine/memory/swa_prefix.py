@@ -53,9 +53,12 @@ class SWAPrefixCache:
         self.bigram = bigram  # EAGLE's bigram keys (SGLang's tree_core.is_eagle)
         self.ps, self.full, self.swa, self.ledger = t.ps, t.full, t.swa, t.ledger
         self.req_to_token = t.req_to_token
-        self.tree = SWARadixCache(t.ps, t.mem.window, t.swa.map_host, self._free_full, self._free_swa)
+        self.tree = SWARadixCache(t.ps, t.mem.window, t.swa.map_host, self._free_full, self._free_swa,
+                                  release=t.rules.swa_tree)
         self.locks: dict[int, SWANode] = {}  # row -> the node its request holds locked
-        self.uuids: dict[int, int | None] = {}  # row -> the SWA window boundary of that lock
+        # row -> the tree's receipt of that lock: the SWA window boundary's uuid (0.5.18's
+        # tree core: (uuid, the tombstones it passed over); swa_locks.py)
+        self.uuids: dict[int, object] = {}
         self.branching: dict = {}  # rid -> its match's SWA branching point (key positions), or None
         self.holders: dict = {}  # row -> the request holding that lock (its trace records name it)
         self.swa_released: set[int] = set()  # rows whose lock's SWA part went early (release_swa)
@@ -202,7 +205,9 @@ class SWAPrefixCache:
         decode side calls after a hit, without that test: a lock short of a window releases
         its SWA part up to the root. Returns whether it released."""
         node = self.locks.get(row)
-        if node is None or row in self.swa_released or (self.uuids[row] is None and not any_lock):
+        receipt = self.uuids.get(row)
+        uuid = receipt[0] if isinstance(receipt, tuple) else receipt
+        if node is None or row in self.swa_released or (uuid is None and not any_lock):
             return False
         self.tree.dec_swa_lock_only(node, self.uuids[row])
         self.swa_released.add(row)

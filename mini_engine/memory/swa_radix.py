@@ -46,6 +46,8 @@ What the FULL + SWA tree does, and what this module reproduces:
 Recency is SGLang's clock: a float counter read twice per node created, once per
 node an insert walks, once per match (the path gets that time, less 1e-5 per level
 up); SWA recency is SGLang's doubly linked LRU, kept here as a list (index 0 = MRU).
+``release`` picks whose tree core where 0.5.18's and 0.5.23's differ: a split's place in
+that list (``_split``) and the SWA lock's walk over tombstones (swa_locks.py).
 
 A match also leaves the FULL hit it walked (``full_hit``, SGLang's full_kv_hit_length),
 from which swa_prefix.py takes 0.5.23's branching point (``swa_branching_seqlen``; the
@@ -61,6 +63,7 @@ from typing import Callable
 import numpy as np
 
 from mini_engine.memory import swa_evict, swa_locks
+from mini_engine.memory.rules import SWA_TREE_RELEASES
 
 
 class SWANode:
@@ -90,10 +93,16 @@ class SWARadixCache:
     and clears the map)."""
 
     def __init__(self, page_size: int, window: int, swa_map: np.ndarray,
-                 free_full: Callable[[np.ndarray], None], free_swa: Callable[[np.ndarray], None]):
+                 free_full: Callable[[np.ndarray], None], free_swa: Callable[[np.ndarray], None],
+                 release: str = "0.5.23"):
         if page_size < 1 or window < 1:
             raise ValueError(f"page_size and window must be >= 1 (got {page_size}, {window})")
+        if release not in SWA_TREE_RELEASES:
+            raise ValueError(f"release must be one of {', '.join(SWA_TREE_RELEASES)} (got {release!r})")
         self.ps, self.window = page_size, window
+        # Whose tree core: 0.5.18's moves both halves of a split to the SWA LRU's most recent
+        # end (below) and its SWA lock passes over tombstones (swa_locks.py); 0.5.23's not.
+        self.release = release
         self.swa_map, self.free_full, self.free_swa = swa_map, free_full, free_swa
         self._clock = 0.0
         self._ids = 0
@@ -179,7 +188,13 @@ class SWARadixCache:
         child.key = child.key[n:]
         upper.parent.children[self.child_key(upper.key)] = upper
         child.parent = upper
-        if upper.swa is not None:  # right after child: just less recent than it
+        if upper.swa is not None and self.release == "0.5.18":
+            # 0.5.18's _split_node takes child out of every LRU and puts the new node, then
+            # child, at the most recent end: [child, upper, ...].
+            self.lru_remove(child)
+            self._lru_add(upper)
+            self._lru_add(child)
+        elif upper.swa is not None:  # 0.5.23: right after child, which keeps its place
             self._lru_add(upper, self.lru.index(child) + 1)
         child.last_access = self._tick()
         self.update_leaf(upper)

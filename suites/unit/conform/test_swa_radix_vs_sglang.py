@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from array import array
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -32,7 +33,9 @@ FULL_PAGES, SWA_PAGES = 48, 24
 @pytest.fixture(scope="module")
 def sgswa(sg):  # sg: the installed SGLang, or a skip
     try:
-        return sglang_swa_radix.load()  # SGLang's serving stack, imported only here (heavy, optional)
+        loaded = sglang_swa_radix.load()  # SGLang's serving stack, imported only here (heavy, optional)
+        # kvbench's tree runs the installed release's tree core (MemoryRules.swa_tree).
+        return SimpleNamespace(**vars(loaded), release="0.5.18" if sg.version == "0.5.18" else "0.5.23")
     except Exception as err:  # an ImportError, or a dependency failing at import time
         if os.environ.get("KVBENCH_REQUIRE_SGLANG") == "1":
             pytest.fail(f"KVBENCH_REQUIRE_SGLANG=1 but SGLang's UnifiedRadixCache does not load: {err}")
@@ -48,7 +51,7 @@ class Pair:
         self.map = np.zeros((FULL_PAGES + 1) * ps, dtype=np.int64)  # our full -> SWA map
         self.freed_full: list[int] = []
         self.freed_swa: list[int] = []
-        self.our = SWARadixCache(ps, window, self.map, self._free_full, self._free_swa)
+        self.our = SWARadixCache(ps, window, self.map, self._free_full, self._free_swa, release=sgt.release)
 
     def _free_full(self, slots):
         self.freed_full.extend(np.asarray(slots).tolist())
@@ -71,6 +74,14 @@ class Pair:
             return np.empty(0, np.int64)
         if self.ps == 1:  # SGLang's SWA allocator takes its token path at page size 1
             got = self.alloc.alloc(n)
+        elif self.sgt.release == "0.5.18":
+            # 0.5.18's alloc_extend kernel does not run in triton's CPU interpreter: whole pages
+            # from each pool (n is page-aligned here) and the map between them, as it would set.
+            full, swa = self.alloc.full_attn_allocator, self.alloc.swa_attn_allocator
+            if full.available_size() < n or swa.available_size() < n:
+                return None
+            got = full.alloc(n)
+            self.alloc.set_full_to_swa_mapping(got, swa.alloc(n))
         else:
             z = torch.zeros(1, dtype=torch.int64)
             seq = torch.tensor([n], dtype=torch.int64)
@@ -84,7 +95,10 @@ class Pair:
     def free_swa_below(self, slots: np.ndarray) -> None:
         """The window rule ran: the request's SWA pages of these (page-aligned) slots go back."""
         if len(slots):
-            self.alloc.free_swa_segment(self.sgt.torch.tensor(slots), start_pos=0)
+            if hasattr(self.alloc, "free_swa_segment"):
+                self.alloc.free_swa_segment(self.sgt.torch.tensor(slots), start_pos=0)
+            else:  # 0.5.18's
+                self.alloc.free_swa(self.sgt.torch.tensor(slots))
             self._free_swa(slots)
 
 

@@ -9,6 +9,7 @@ written out so a reader can follow them by hand.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -130,3 +131,38 @@ def test_shared_prompt_requests_keep_every_slot_once(ps, window, plan):
     in_swa = [s for x in tree.nodes() if x.swa is not None for s in x.swa.tolist()]
     assert sorted(in_full + pools.freed_full) == sorted(handed_full)
     assert sorted(in_swa + pools.freed_swa) == sorted(handed_swa)
+
+
+@pytest.mark.parametrize("release, evicted", [("0.5.23", (0, 1)), ("0.5.18", (1, 1))])
+def test_a_split_orders_the_swa_lru_as_each_release_does(release, evicted):
+    """Worked against both releases' UnifiedRadixCache (suites/unit/conform/test_swa_radix_vs_sglang.py
+    drives them): page size 1, window 1, a three-token request inserted with its SWA live and
+    released, then a one-token match that splits its path. 0.5.23 leaves the back half of a
+    split where it was in the SWA LRU and tombstones the middle node for one SWA token; 0.5.18
+    moves both halves to the most recent end, so the leaf is least recent and goes whole."""
+    pools = Pools()
+    tree = SWARadixCache(1, 1, pools.map, pools.free_full, pools.free_swa, release=release)
+    tokens = [42, 32, 26]
+    _, node = tree.match_prefix(tokens)
+    _, uuid = tree.inc_lock_ref(node)
+    _, last = tree.insert(tokens, pools.alloc(3))
+    tree.dec_lock_ref(node, uuid)
+    tree.dec_lock_ref(last, tree.inc_lock_ref(last)[1])
+    tree.match_prefix(tokens[:1])
+    assert tree.evict(0, 1) == evicted
+    assert swa_tree_violations(tree) == []
+
+
+def test_0518s_swa_lock_passes_over_tombstones():
+    """0.5.18's window lock counts live SWA tokens only: it passes over a tombstone, leaving it
+    unlocked (0.5.23 counts the tombstone's key toward the window and locks it)."""
+    for release, locked in (("0.5.23", 1), ("0.5.18", 0)):
+        pools = Pools()
+        tree = SWARadixCache(4, 4, pools.map, pools.free_full, pools.free_swa, release=release)
+        slots = pools.alloc(12)
+        pools.window_frees(slots)  # the cursor stood at 12: the whole key lost its SWA
+        _, tomb = tree.insert(list(range(1, 13)), slots, evicted=12)  # a tombstone leaf
+        _, receipt = tree.inc_lock_ref(tomb)
+        assert tomb.swa is None and tomb.swa_lock == locked
+        tree.dec_lock_ref(tomb, receipt)
+        assert swa_tree_violations(tree) == [] and all(x.swa_lock == 0 for x in tree.nodes())
