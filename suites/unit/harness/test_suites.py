@@ -138,7 +138,7 @@ def test_filter_counts_the_configs_it_selects():
     from harness.grid.sweep import check_filter
 
     smoke = load_suite("smoke")
-    assert check_filter("ps:16 and not model", smoke) == 17  # both algorithms x 4 profiles x windows, + 1 dedup
+    assert check_filter("ps:16 and not model", smoke) == 19  # both algorithms x 4 profiles x windows, + 1 dedup, + 2 plain
     assert check_filter(None, smoke) is None
     # name:value and name=value match an option exactly: ps:1 is not ps:16, ps:3 is not steps:3
     assert check_filter("ps=1", smoke) == check_filter("ps:1", smoke) == check_filter("page_size=1", smoke) == 16

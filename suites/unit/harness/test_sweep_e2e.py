@@ -76,7 +76,7 @@ def test_sweep_smoke_slice_matches_results_and_mlflow(results_root, cli, capsys)
     out = capsys.readouterr().out
     rows = load_rows(results_root / "runs" / "s1")
     assert rc == 0, out
-    assert len(rows) == 17 and all(r["verdict"] in ("ok", "as_expected") for r in rows)
+    assert len(rows) == 19 and all(r["verdict"] in ("ok", "as_expected") for r in rows)
     assert {r["verdict"] for r in rows} == {"ok", "as_expected"}  # the fix and the bug, both proven
     # Every figure printed is the row's figure.
     printed = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
@@ -84,7 +84,7 @@ def test_sweep_smoke_slice_matches_results_and_mlflow(results_root, cli, capsys)
     for cells in summary_rows(rows):
         assert printed[cells[0]] == cells[1:]
     assert f"{len(rows)} configs:" in out
-    assert "53 configs (17 selected by --filter)" in out
+    assert "57 configs (19 selected by --filter)" in out
     # MLflow: one parent, one child per config with its params and metrics.
     run_dir = RunDir(results_root / "runs" / "s1")
     assert f"[{len(rows)}/{len(rows)}] " in out  # the progress total: what the workers collected

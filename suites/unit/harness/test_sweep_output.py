@@ -84,4 +84,4 @@ def test_sweep_list_prints_the_ids_a_filter_selects(cli, capsys):
     out, err = capsys.readouterr()
     assert out.split() == ["spec:eagle-topk:1-steps:3-profile:host-aligned-ps:64-window:none",
                            "spec:eagle-topk:1-steps:3-profile:host-aligned-ps:64-window:64"]
-    assert "2 of 53 configs of suite smoke" in err
+    assert "2 of 57 configs of suite smoke" in err
