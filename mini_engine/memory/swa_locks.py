@@ -25,9 +25,10 @@ if TYPE_CHECKING:  # the tree calls in here; importing it at run time would be a
     from mini_engine.memory.swa_radix import SWANode, SWARadixCache
 
 
-def inc_lock_ref(tree: SWARadixCache, node: SWANode) -> tuple[int, int | None]:
+def inc_lock_ref(tree: SWARadixCache, node: SWANode) -> tuple[int, object]:
     """Lock node's path (FULL) and its trailing window (SWA); returns (the change of the
-    FULL evictable size, the SWA boundary uuid the release stops at)."""
+    FULL evictable size, the receipt its release takes: the SWA boundary uuid the release
+    stops at; 0.5.18's tree core: (that uuid, the tombstones the lock passed over))."""
     delta, x = 0, node
     while x is not tree.root:
         if x.full_lock == 0:
@@ -37,23 +38,8 @@ def inc_lock_ref(tree: SWARadixCache, node: SWANode) -> tuple[int, int | None]:
         x.full_lock += 1
         tree.leaves.discard(x)
         x = x.parent
-    if tree.release == "0.5.18":
-        return delta, _lock_window_0518(tree, node)
-    covered, uuid, x = 0, None, node
-    while x is not tree.root and covered < tree.window:
-        if x.swa_lock == 0 and x.swa is not None:
-            tree.swa_evictable -= len(x.swa)
-            tree.swa_protected += len(x.swa)
-        x.swa_lock += 1
-        covered += len(x.key)
-        if covered >= tree.window:
-            if x.uuid is None:
-                tree.uuids += 1
-                x.uuid = tree.uuids
-            uuid = x.uuid
-        x = x.parent
-    tree.update_leaf(node)
-    return delta, uuid
+    uuid, skipped = _lock_window(tree, node, live_only=tree.release == "0.5.18")
+    return delta, ((uuid, frozenset(skipped)) if tree.release == "0.5.18" else uuid)
 
 
 def dec_lock_ref(tree: SWARadixCache, node: SWANode, uuid: int | None, skip_swa: bool = False) -> int:
@@ -113,19 +99,20 @@ def _release_window(tree: SWARadixCache, node: SWANode, uuid: int | None) -> Non
             break
 
 
-def _lock_window_0518(tree: SWARadixCache, node: SWANode) -> tuple[int | None, frozenset[int]]:
-    """0.5.18's window lock: live nodes only, counted in SWA tokens; (uuid, skipped ids)."""
+def _lock_window(tree: SWARadixCache, node: SWANode, live_only: bool) -> tuple[int | None, set[int]]:
+    """The SWA lock on node's trailing window; (the boundary's uuid, the tombstones passed
+    over). live_only (0.5.18): a tombstone is passed over, neither locked nor counted."""
     covered, uuid, skipped, x = 0, None, set(), node
     while x is not tree.root and covered < tree.window:
-        if x.swa is None:  # a tombstone: nothing to protect
+        if live_only and x.swa is None:  # nothing to protect
             skipped.add(x.id)
             x = x.parent
             continue
-        if x.swa_lock == 0:
+        if x.swa_lock == 0 and x.swa is not None:
             tree.swa_evictable -= len(x.swa)
             tree.swa_protected += len(x.swa)
         x.swa_lock += 1
-        covered += len(x.swa)
+        covered += len(x.key)  # a live node's SWA slots are as many as its key's tokens
         if covered >= tree.window:
             if x.uuid is None:
                 tree.uuids += 1
@@ -133,7 +120,7 @@ def _lock_window_0518(tree: SWARadixCache, node: SWANode) -> tuple[int | None, f
             uuid = x.uuid
         x = x.parent
     tree.update_leaf(node)
-    return uuid, frozenset(skipped)
+    return uuid, skipped
 
 
 def _release_0518(tree: SWARadixCache, node: SWANode, receipt, window_only: bool) -> None:
