@@ -29,6 +29,8 @@ asked for nothing.
 
 from __future__ import annotations
 
+from typing import Callable
+
 # The writers of memory/growth.py by the alloc path SGLang takes for them.
 _EXTEND_PATH = ("prefill", "spec")
 
@@ -46,3 +48,13 @@ def alloc_demand(writer: str, tokens: int, pages: int, requests: int, page_size:
         return requests * page_size
     return pages * page_size
 
+
+
+def reclaim_swa(swa_free_tokens: Callable[[], int], evict_swa: Callable[[int], None], swa_tokens: int) -> bool:
+    """0.5.23's reclaim_for_prealloc (SWATokenToKVPoolAllocator, the PD decode side's SWA
+    tail path): ask the tree for the SWA tokens the pool lacks for the tail (page-ceiled
+    by the caller), then whether the pool holds them now. False: SGLang aborts the request."""
+    short = swa_tokens - swa_free_tokens()
+    if short > 0:
+        evict_swa(short)
+    return swa_free_tokens() >= swa_tokens

@@ -14,6 +14,7 @@ import numpy as np
 
 from mini_engine.errors import InvariantViolation
 from mini_engine.memory.allocator import PagedAllocator
+from mini_engine.memory.evict_amount import reclaim_swa
 from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.invariants import Auditor, Seen, Violation
 from mini_engine.memory.kv_state import WRITER_KINDS, KVRows, ReqKVState, state_rows
@@ -125,10 +126,10 @@ class KVTables:
         # pd_radix_tail marks the releases with 0.5.23's PD SWA rules, the reclaim among them
         # (0.5.18 has neither); ps > 1 with an SWA pool is its tail path (_uses_swa_tail_prealloc).
         if self.swa is not None and self.rules.pd_radix_tail and ps > 1:
-            short = swa_tokens - self.swa.allocator.num_free_pages * ps
-            if short > 0 and self.prefix is not None:
-                self.prefix.evict_short(0, short)
-            if self.swa.allocator.num_free_pages * ps < swa_tokens:
+            prefix = self.prefix
+            if not reclaim_swa(lambda: self.swa.allocator.num_free_pages * ps,
+                               (lambda n: prefix.evict_short(0, n)) if prefix is not None else (lambda n: None),
+                               swa_tokens):
                 return False
         if self.prefix is None:
             return True

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from mini_engine.memory.evict_amount import reclaim_swa
 from mini_engine.memory.invariants import Violation  # noqa: F401 (loads K1-K13 before tree_invariants)
 from mini_engine.memory.swa_radix import SWARadixCache
 from mini_engine.memory.tree_invariants import swa_tree_violations
@@ -232,6 +233,20 @@ class SWATreeMachine(RuleBasedStateMachine):
         ours = p.our.evict(full, swa)
         got = p.sg.evict(p.sgt.base.EvictParams(num_tokens=full, swa_num_tokens=swa))
         assert ours == (got.num_tokens_evicted, got.swa_num_tokens_evicted)
+
+    @precondition(lambda self: self.pair.sgt.release == "0.5.23")
+    @rule(tail=st.integers(0, 48))
+    def reclaim_for_prealloc(self, tail):
+        """A PD prealloc's SWA tail on 0.5.23's tail path: kvbench's reclaim (evict_amount.
+        reclaim_swa, what tables.make_room_pd runs) on its tree against SGLang's own
+        SWATokenToKVPoolAllocator.reclaim_for_prealloc on its tree: the same SWA tokens
+        evicted, and the same verdict (SGLang aborts the request where it is short)."""
+        p = self.pair
+        swa_tokens = -(-tail // p.ps) * p.ps
+        before, mine = int(p.alloc.swa_available_size()), len(p.freed_swa)
+        ok = reclaim_swa(lambda: before + len(p.freed_swa) - mine, lambda n: p.our.evict(0, n), swa_tokens)
+        short = p.alloc.reclaim_for_prealloc(p.sg, 0, swa_tokens)
+        assert (ok, len(p.freed_swa) - mine) == (short is None, int(p.alloc.swa_available_size()) - before)
 
     @invariant()
     def trees_agree(self):
