@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mini_engine.memory import swa_locks
 from mini_engine.memory.sizing import pd_swa_tail_len
 from mini_engine.request import Request
 
@@ -126,18 +127,12 @@ def _checkpoint_swa(manager, prefix, r: Request, up_to: int) -> None:
 
 def swa_pinned_by_match(manager, match) -> int:
     """Evictable SWA tokens a match's lock would pin (the SWA-aware tree's inc_lock_ref, read
-    only): the SWA tokens of the unlocked nodes from the match up until a window's worth of
-    positions is covered. 0 without an SWA-aware tree."""
+    only): the SWA tokens of the unlocked nodes its window lock takes (swa_locks.window, per
+    release). 0 without an SWA-aware tree."""
     if match is None or manager.swa is None or manager.prefix is None:
         return 0
-    tree = manager.prefix.tree  # with an SWA pool, the SWA-aware tree
-    node, covered, pinned = match[1], 0, 0
-    while node is not tree.root and covered < tree.window:
-        if node.swa_lock == 0 and node.swa is not None:
-            pinned += len(node.swa)
-        covered += len(node.key)
-        node = node.parent
-    return pinned
+    taken, _, _ = swa_locks.window(manager.prefix.tree, match[1])  # with an SWA pool, the SWA-aware tree
+    return sum(len(x.swa) for x in taken if x.swa_lock == 0 and x.swa is not None)
 
 
 def match_pins(manager, match) -> tuple[int, ...]:

@@ -14,21 +14,44 @@ acquire_component_lock / release_component_lock / release_window_lock) walks the
 otherwise: a tombstone is passed over, neither locked nor counted (the window is counted
 in live SWA tokens, so the walk climbs past tombstones), and its id goes into the
 receipt (``skip_lock_node_ids``); the release passes over those nodes and any node
-whose SWA lock is already 0. Its receipt is then (uuid, skipped ids).
+whose SWA lock is already 0.
+
+A lock's receipt, what its releases take back, is (the boundary's uuid or None, the ids
+of the tombstones it passed over: always none under 0.5.23's core).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # the tree calls in here; importing it at run time would be a cycle
     from mini_engine.memory.swa_radix import SWANode, SWARadixCache
 
 
-def inc_lock_ref(tree: SWARadixCache, node: SWANode) -> tuple[int, object]:
+class Receipt(NamedTuple):
+    uuid: int | None  # the window's boundary stamp, where the lock covered a whole window
+    skipped: frozenset[int]  # the tombstones 0.5.18's lock passed over
+
+
+def window(tree: SWARadixCache, node: SWANode) -> tuple[list[SWANode], set[int], bool]:
+    """What an SWA window lock on node takes, read only: the nodes it locks (node first),
+    the tombstones it passes over (0.5.18's core; 0.5.23's counts and locks them), and
+    whether they cover a whole window (the last then carries the boundary uuid)."""
+    live_only = tree.release == "0.5.18"
+    taken, skipped, covered, x = [], set(), 0, node
+    while x is not tree.root and covered < tree.window:
+        if live_only and x.swa is None:  # nothing to protect
+            skipped.add(x.id)
+        else:
+            taken.append(x)
+            covered += len(x.key)  # a live node's SWA slots are as many as its key's tokens
+        x = x.parent
+    return taken, skipped, covered >= tree.window
+
+
+def inc_lock_ref(tree: SWARadixCache, node: SWANode) -> tuple[int, Receipt]:
     """Lock node's path (FULL) and its trailing window (SWA); returns (the change of the
-    FULL evictable size, the receipt its release takes: the SWA boundary uuid the release
-    stops at; 0.5.18's tree core: (that uuid, the tombstones the lock passed over))."""
+    FULL evictable size, the receipt its releases take)."""
     delta, x = 0, node
     while x is not tree.root:
         if x.full_lock == 0:
@@ -38,18 +61,28 @@ def inc_lock_ref(tree: SWARadixCache, node: SWANode) -> tuple[int, object]:
         x.full_lock += 1
         tree.leaves.discard(x)
         x = x.parent
-    uuid, skipped = _lock_window(tree, node, live_only=tree.release == "0.5.18")
-    return delta, ((uuid, frozenset(skipped)) if tree.release == "0.5.18" else uuid)
+    taken, skipped, whole = window(tree, node)
+    for x in taken:
+        if x.swa_lock == 0 and x.swa is not None:
+            tree.swa_evictable -= len(x.swa)
+            tree.swa_protected += len(x.swa)
+        x.swa_lock += 1
+    uuid = None
+    if whole:
+        last = taken[-1]
+        if last.uuid is None:
+            tree.uuids += 1
+            last.uuid = tree.uuids
+        uuid = last.uuid
+    tree.update_leaf(node)
+    return delta, Receipt(uuid, frozenset(skipped))
 
 
-def dec_lock_ref(tree: SWARadixCache, node: SWANode, uuid: int | None, skip_swa: bool = False) -> int:
-    """Release a lock inc_lock_ref took (uuid: what it returned); returns the FULL evictable
+def dec_lock_ref(tree: SWARadixCache, node: SWANode, receipt: Receipt, skip_swa: bool = False) -> int:
+    """Release a lock inc_lock_ref took (receipt: what it returned); returns the FULL evictable
     change. skip_swa: its SWA part went early (dec_swa_lock_only), only the FULL part is left."""
     if not skip_swa:
-        if tree.release == "0.5.18":
-            _release_0518(tree, node, uuid, window_only=False)
-        else:
-            _release_window(tree, node, uuid)
+        _release(tree, node, receipt, window_only=False)
     delta, x = 0, node
     while x is not tree.root:
         if x.full_lock <= 0:
@@ -66,16 +99,20 @@ def dec_lock_ref(tree: SWARadixCache, node: SWANode, uuid: int | None, skip_swa:
     return delta
 
 
-def dec_swa_lock_only(tree: SWARadixCache, node: SWANode, uuid: int | None) -> None:
+def dec_swa_lock_only(tree: SWARadixCache, node: SWANode, receipt: Receipt) -> None:
     """SGLang's early release of a lock's SWA part (``release_swa``): once a request's
     window has left its prefix the prefix's SWA becomes evictable, while the FULL lock
     stays (the request still reads that KV through full attention). At most once per lock;
     its dec_lock_ref then passes skip_swa."""
     if node is not tree.root:
-        if tree.release == "0.5.18":
-            _release_0518(tree, node, uuid, window_only=True)
-        else:
-            _release_window(tree, node, uuid)
+        _release(tree, node, receipt, window_only=True)
+
+
+def _release(tree: SWARadixCache, node: SWANode, receipt: Receipt, window_only: bool) -> None:
+    if tree.release == "0.5.18":
+        _release_0518(tree, node, receipt, window_only)
+    else:
+        _release_window(tree, node, receipt.uuid)
 
 
 def _release_window(tree: SWARadixCache, node: SWANode, uuid: int | None) -> None:
@@ -99,31 +136,7 @@ def _release_window(tree: SWARadixCache, node: SWANode, uuid: int | None) -> Non
             break
 
 
-def _lock_window(tree: SWARadixCache, node: SWANode, live_only: bool) -> tuple[int | None, set[int]]:
-    """The SWA lock on node's trailing window; (the boundary's uuid, the tombstones passed
-    over). live_only (0.5.18): a tombstone is passed over, neither locked nor counted."""
-    covered, uuid, skipped, x = 0, None, set(), node
-    while x is not tree.root and covered < tree.window:
-        if live_only and x.swa is None:  # nothing to protect
-            skipped.add(x.id)
-            x = x.parent
-            continue
-        if x.swa_lock == 0 and x.swa is not None:
-            tree.swa_evictable -= len(x.swa)
-            tree.swa_protected += len(x.swa)
-        x.swa_lock += 1
-        covered += len(x.key)  # a live node's SWA slots are as many as its key's tokens
-        if covered >= tree.window:
-            if x.uuid is None:
-                tree.uuids += 1
-                x.uuid = tree.uuids
-            uuid = x.uuid
-        x = x.parent
-    tree.update_leaf(node)
-    return uuid, skipped
-
-
-def _release_0518(tree: SWARadixCache, node: SWANode, receipt, window_only: bool) -> None:
+def _release_0518(tree: SWARadixCache, node: SWANode, receipt: Receipt, window_only: bool) -> None:
     """0.5.18's release_component_lock (window_only: release_window_lock): the nodes the lock
     skipped, and any whose SWA lock is 0, are passed over (release_window_lock passes over
     every tombstone, and stops there too where it carries the uuid)."""

@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from mini_engine.memory.kv_state import ReqKVState
+from mini_engine.memory.swa_locks import Receipt
 from mini_engine.memory.swa_radix import SWANode, SWARadixCache
 from mini_engine.memory.tables import KVTables, move_rows
 from mini_engine.memory.tree_trace import raw_len, swa_tree_trace, tree_key
@@ -56,9 +57,7 @@ class SWAPrefixCache:
         self.tree = SWARadixCache(t.ps, t.mem.window, t.swa.map_host, self._free_full, self._free_swa,
                                   release=t.rules.swa_tree)
         self.locks: dict[int, SWANode] = {}  # row -> the node its request holds locked
-        # row -> the tree's receipt of that lock: the SWA window boundary's uuid (0.5.18's
-        # tree core: (uuid, the tombstones it passed over); swa_locks.py)
-        self.uuids: dict[int, object] = {}
+        self.uuids: dict[int, Receipt] = {}  # row -> the tree's receipt of that lock (swa_locks.py)
         self.branching: dict = {}  # rid -> its match's SWA branching point (key positions), or None
         self.holders: dict = {}  # row -> the request holding that lock (its trace records name it)
         self.swa_released: set[int] = set()  # rows whose lock's SWA part went early (release_swa)
@@ -205,9 +204,7 @@ class SWAPrefixCache:
         decode side calls after a hit, without that test: a lock short of a window releases
         its SWA part up to the root. Returns whether it released."""
         node = self.locks.get(row)
-        receipt = self.uuids.get(row)
-        uuid = receipt[0] if isinstance(receipt, tuple) else receipt
-        if node is None or row in self.swa_released or (uuid is None and not any_lock):
+        if node is None or row in self.swa_released or (self.uuids[row].uuid is None and not any_lock):
             return False
         self.tree.dec_swa_lock_only(node, self.uuids[row])
         self.swa_released.add(row)

@@ -330,14 +330,14 @@ class SWARadixCache:
         self._set_swa(leaf, self.swa_map[leaf.full].copy())
 
     # -- locks (swa_locks.py) and eviction (swa_evict.py) ------------------------------
-    def inc_lock_ref(self, node: SWANode) -> tuple[int, int | None]:
+    def inc_lock_ref(self, node: SWANode) -> tuple[int, swa_locks.Receipt]:
         return swa_locks.inc_lock_ref(self, node)
 
-    def dec_lock_ref(self, node: SWANode, uuid: int | None, skip_swa: bool = False) -> int:
-        return swa_locks.dec_lock_ref(self, node, uuid, skip_swa)
+    def dec_lock_ref(self, node: SWANode, receipt: swa_locks.Receipt, skip_swa: bool = False) -> int:
+        return swa_locks.dec_lock_ref(self, node, receipt, skip_swa)
 
-    def dec_swa_lock_only(self, node: SWANode, uuid: int | None) -> None:
-        swa_locks.dec_swa_lock_only(self, node, uuid)
+    def dec_swa_lock_only(self, node: SWANode, receipt: swa_locks.Receipt) -> None:
+        swa_locks.dec_swa_lock_only(self, node, receipt)
 
     def evict(self, full_tokens: int, swa_tokens: int = 0) -> tuple[int, int]:
         return swa_evict.evict(self, full_tokens, swa_tokens)
