@@ -185,7 +185,7 @@ class Profile:
                            prefix_cache=self.prefix_cache, pd_radix=self.pd_radix,
                            pd_radix_tail=self.pd_radix_tail,
                            row_overflow=self.row_overflow, swa_branching=self.swa_branching,
-                           dedup_per_node=self.release != "0.5.18", swa_tree=self.release,
+                           release=self.release,
                            header=self.knobs())
 
     def knobs(self) -> dict[str, Any]:
@@ -194,7 +194,7 @@ class Profile:
                                                                                   "release")}
         out["align"] = self.aligned_writers()
         out["pd_radix_tail"] = self.pd_radix_tail  # what the trace needs of the release
-        out["swa_tree"] = self.release  # whose SWA tree core a replay of the trace runs
+        out["release"] = self.release  # whose tree code a replay of the trace runs
         return out
 
     @property

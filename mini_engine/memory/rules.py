@@ -17,8 +17,8 @@ from mini_engine.errors import check_choice, check_positive
 FREE_RULES = ("segment", "floor", "dedup", "unique-row")
 PREFIX_CACHES = ("radix", "chunk")
 POLICIES = ("aligned", "unaligned")  # shorthand for align: every writer or none
-# The releases whose SWA-aware tree cores differ in what memory/swa_radix.py models.
-SWA_TREE_RELEASES = ("0.5.23", "0.5.18")
+# The SGLang releases whose memory-layer code differs where MemoryRules.release says.
+RELEASES = ("0.5.23", "0.5.18")
 AUDIT_MODES = ("record", "raise", "off")  # the auditor's: off, record violations, or raise on the first
 # Writers every engine has; each speculative algorithm adds its own (the registry's).
 BASE_WRITERS = ("extend", "decode", "pd")
@@ -48,15 +48,12 @@ class MemoryRules:
     # FULL hit runs past its SWA-valid part cuts the request's next checkpoint insert
     # there, so the shared prefix gets live SWA again. 0.5.18 has no such point.
     swa_branching: bool = True
-    # How a checkpoint frees the row's copies of what the tree already held: 0.5.23's
-    # UnifiedRadixCache frees them inside the insert, one free per tree node the insert
-    # walked (FreeDeviceKV per node); 0.5.18's RadixCache caller frees the whole range
-    # in one call. Outside a free group at ps > 1 each call goes in front of the free
-    # list, so the split decides which pages later allocations get.
-    dedup_per_node: bool = True
-    # Whose SWA-aware tree core (memory/swa_radix.py): 0.5.18's orders the SWA LRU
-    # otherwise after a split and its SWA lock passes over tombstones.
-    swa_tree: str = "0.5.23"
+    # Whose tree code, where the releases' differ: how a checkpoint frees the row's copies
+    # of what the tree already held (0.5.23's UnifiedRadixCache inside the insert, one free
+    # per tree node it walked; 0.5.18's RadixCache caller the whole range in one call:
+    # memory/prefix.py), and the SWA-aware tree core (0.5.18's orders the SWA LRU otherwise
+    # after a split, and its SWA lock passes over tombstones: memory/swa_radix.py).
+    release: str = "0.5.23"
     # The whole profile's knobs for the trace header (None: these rules'), so a trace
     # replays on its own terms; not a rule the memory layer reads.
     header: dict[str, Any] | None = field(default=None, compare=False, repr=False)
@@ -65,7 +62,7 @@ class MemoryRules:
         check_choice("free", self.free, FREE_RULES)
         check_choice("prefix_cache", self.prefix_cache, PREFIX_CACHES)
         check_positive("swa_eviction_interval", self.swa_eviction_interval)
-        check_choice("swa_tree", self.swa_tree, SWA_TREE_RELEASES)
+        check_choice("release", self.release, RELEASES)
 
     @classmethod
     def of(cls, policy: str | None = None, free: str | None = None,

@@ -55,7 +55,7 @@ class SWAPrefixCache:
         self.ps, self.full, self.swa, self.ledger = t.ps, t.full, t.swa, t.ledger
         self.req_to_token = t.req_to_token
         self.tree = SWARadixCache(t.ps, t.mem.window, t.swa.map_host, self._free_full, self._free_swa,
-                                  release=t.rules.swa_tree)
+                                  release=t.rules.release)
         self.locks: dict[int, SWANode] = {}  # row -> the node its request holds locked
         self.uuids: dict[int, Receipt] = {}  # row -> the tree's receipt of that lock (swa_locks.py)
         self.branching: dict = {}  # rid -> its match's SWA branching point (key positions), or None

@@ -63,7 +63,7 @@ from typing import Callable
 import numpy as np
 
 from mini_engine.memory import swa_evict, swa_locks
-from mini_engine.memory.rules import SWA_TREE_RELEASES
+from mini_engine.memory.rules import RELEASES
 
 
 class SWANode:
@@ -97,8 +97,8 @@ class SWARadixCache:
                  release: str = "0.5.23"):
         if page_size < 1 or window < 1:
             raise ValueError(f"page_size and window must be >= 1 (got {page_size}, {window})")
-        if release not in SWA_TREE_RELEASES:
-            raise ValueError(f"release must be one of {', '.join(SWA_TREE_RELEASES)} (got {release!r})")
+        if release not in RELEASES:
+            raise ValueError(f"release must be one of {', '.join(RELEASES)} (got {release!r})")
         self.ps, self.window = page_size, window
         # Whose tree core: 0.5.18's moves both halves of a split to the SWA LRU's most recent
         # end (below) and its SWA lock passes over tombstones (swa_locks.py); 0.5.23's not.

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from mini_engine.memory.rules import SWA_TREE_RELEASES
 from mini_engine.memory.swa_radix import SWANode, SWARadixCache
 from mini_engine.memory.tree_trace import TokenStore, insert_slots, tree_key
 
@@ -36,11 +35,9 @@ class SWATreeReplay:
             if not self.head.get("swa_num_pages"):
                 raise ValueError("an swa_tree record in a trace whose header has no SWA pool")
             self.map = np.zeros((self.head["num_pages"] + 1) * self.ps, np.int64)
-            release = (self.head.get("profile") or {}).get("swa_tree", "0.5.23")  # absent: older traces, 0.5.23's
-            if release not in SWA_TREE_RELEASES:
-                raise ValueError(f"header swa_tree {release!r} is not one of {', '.join(SWA_TREE_RELEASES)}")
+            release = (self.head.get("profile") or {}).get("release", "0.5.23")  # absent: older traces, 0.5.23's
             self.tree = SWARadixCache(self.ps, rec["window"], self.map, lambda slots: None, self._clear,
-                                      release=release)
+                                      release=release)  # a release it does not know: ValueError, one line
             self.nodes, self.uuids, self.bigram = {}, {}, rec.get("bigram", False)
             return []
         tree = self.tree

@@ -35,7 +35,7 @@ FULL_PAGES, SWA_PAGES = 48, 24
 def sgswa(sg):  # sg: the installed SGLang, or a skip
     try:
         loaded = sglang_swa_radix.load()  # SGLang's serving stack, imported only here (heavy, optional)
-        # kvbench's tree runs the installed release's tree core (MemoryRules.swa_tree).
+        # kvbench's tree runs the installed release's tree core (MemoryRules.release).
         return SimpleNamespace(**vars(loaded), release="0.5.18" if sg.version == "0.5.18" else "0.5.23")
     except Exception as err:  # an ImportError, or a dependency failing at import time
         if os.environ.get("KVBENCH_REQUIRE_SGLANG") == "1":
