@@ -220,7 +220,7 @@ class Scheduler:
                     self.manager.prefix.release_swa(state.row, any_lock=True)
             if fresh_pd:
                 early |= bool(self._planned)
-                joined = self._preallocate(r, pdb, sglang=fits and self._decode_node(chunks))
+                joined = self._preallocate(r, pdb, sglang=pdb is not None and fits and self._decode_node(chunks))
                 if joined is None:  # aborted: SGLang's pass goes on to the next arrival
                     self.waiting.popleft()
                     self.aborted += 1
@@ -265,14 +265,13 @@ class Scheduler:
     def _preallocate(self, r: Request, pdb, *, sglang: bool) -> bool | None:
         """A PD arrival's prealloc, its own call (SGLang's decode-side prealloc queue), after
         the chunks planned so far are allocated: it sees the pool they leave. pdb: the pass's
-        SGLang budget (None: kvbench's estimate); sglang: whether it admitted r on a decode
-        node's pools (an empty engine tries its head arrival anyway), so that SGLang would
-        go on to reclaim and allocate. True: it joins; False: it waits; None: SGLang aborted
+        SGLang budget (None: kvbench's estimate); sglang: whether that budget admitted r on a
+        decode node's pools (an empty engine tries its head arrival anyway), so that SGLang
+        would go on to reclaim and allocate. True: it joins; False: it waits; None: SGLang aborted
         it."""
         self._allocate_planned()
         if not self.manager.pd_prealloc(r.kv, r.fill_len):
             short, reclaim = self.manager.short_pool, self.manager.reclaim_short
-            sglang = sglang and pdb is not None
             if sglang and not reclaim:
                 self.manager.trace_refused()  # SGLang's own call, refused: the trace shows it
             self.manager.release(r.kv)
