@@ -52,9 +52,10 @@ class SWATreeMissing(HarnessError):
 
 
 @functools.cache
-def _sglang_swa():
-    """SGLang's serving stack, imported once a process and only for a trace with SWA tree
-    records (seconds, and stand-ins for modules a CPU install lacks)."""
+def sglang_swa():
+    """SGLang's serving stack, imported once a process and only for a trace with tree
+    records that run on UnifiedRadixCache (seconds, and stand-ins for modules a CPU install
+    lacks)."""
     return sglang_swa_radix.load()
 
 
@@ -96,7 +97,7 @@ class SWATreeConform:
         if not head.get("swa_num_pages"):
             raise ValueError("an swa_tree record in a trace whose header has no SWA pool")
         try:
-            self.sgt = sgt = _sglang_swa()
+            self.sgt = sgt = sglang_swa()
         except Exception as err:  # an ImportError, or a dependency failing at import time
             raise SWATreeMissing(f"the trace has SWA tree records and SGLang's UnifiedRadixCache does not "
                                  f"import here ({one_line(err)}); docs/conform.md") from None

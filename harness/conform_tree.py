@@ -44,15 +44,13 @@ from __future__ import annotations
 import functools
 from array import array
 
-from harness import sglang_swa_radix  # light: it imports SGLang only when load() runs
-from harness.conform_swa_tree import SWATreeMissing
+from harness.conform_swa_tree import SWATreeMissing, sglang_swa
 from harness.conform_versions import full_tree_is_unified
 from harness.core.causes import one_line
 from harness.sglang_radix import matched_len, radix_cache, radix_namespace
 from mini_engine.memory.tree_trace import TokenStore, insert_slots
 
 _classes = functools.cache(radix_namespace)  # compiled once a process, as SGLang imports once
-_unified = functools.cache(sglang_swa_radix.load)  # SGLang's serving stack: imported once a process
 
 
 class _Freed:
@@ -71,10 +69,11 @@ class _Freed:
         return calls
 
 
-class _Radix:
-    """0.5.18's RadixCache, compiled from the installed source."""
+class FullRadix:
+    """0.5.18's RadixCache, compiled from the installed source, freeing into freed (an
+    allocator's free_segment); the side-by-side tests call it as conform does."""
 
-    def __init__(self, sg, ps: int, freed: _Freed, bigram: bool):
+    def __init__(self, sg, ps: int, freed, bigram: bool):
         self.ns = ns = _classes(sg.torch)
         self.torch, self.tree = sg.torch, radix_cache(ns, ps, freed, bigram=bigram)
 
@@ -98,15 +97,23 @@ class _Radix:
     def evict(self, n: int) -> int:
         return self.tree.evict(self.ns["EvictParams"](num_tokens=n)).num_tokens_evicted
 
+    def path(self, node) -> list[int]:
+        """The slots from the root down to node."""
+        values = []
+        while node is not self.tree.root_node:
+            values.append(node.value)
+            node = node.parent
+        return [int(x) for v in reversed(values) for x in v.tolist()]
 
-class _Unified:
+
+class FullUnified:
     """0.5.23's UnifiedRadixCache with the FULL component, the installed class. Its lock
     result counts the protected change (the opposite sign of the trace's delta) and its
     unlock result none, so both are measured as the evictable size's change."""
 
-    def __init__(self, sg, ps: int, freed: _Freed, bigram: bool):
+    def __init__(self, sg, ps: int, freed, bigram: bool):
         try:
-            self.u = u = _unified()
+            self.u = u = sglang_swa()
         except Exception as err:  # an ImportError, or a dependency failing at import time
             raise SWATreeMissing(f"the trace has tree records and SGLang's UnifiedRadixCache does not import "
                                  f"here ({one_line(err)}); docs/conform.md") from None
@@ -142,12 +149,16 @@ class _Unified:
     def evict(self, n: int) -> int:
         return self.tree.evict(self.u.base.EvictParams(num_tokens=n)).num_tokens_evicted
 
+    def path(self, node) -> list[int]:
+        """The slots from the root down to node."""
+        return self.tree.path_device_indices(node).tolist()
+
 
 class TreeConform:
     def __init__(self, sg, page_size: int):
         self.sg, self.ps = sg, page_size
         self.calls = 0  # tree calls (match, insert, lock, unlock, evict) checked
-        self.tree = None  # _Radix or _Unified, once the trace's tree record came
+        self.tree = None  # FullRadix or FullUnified, once the trace's tree record came
         self.tokens = TokenStore()
         self.nodes: dict[int, object] = {}  # the recorded node id -> SGLang's node
         self.freed = _Freed(page_size)
@@ -168,7 +179,7 @@ class TreeConform:
             self.tokens.add(rec)
             return None
         if op == "tree":
-            kind = _Unified if full_tree_is_unified(self.sg.version) else _Radix
+            kind = FullUnified if full_tree_is_unified(self.sg.version) else FullRadix
             self.tree, self.nodes = kind(self.sg, self.ps, self.freed, rec["bigram"]), {}
             return None
         if self.tree is None:

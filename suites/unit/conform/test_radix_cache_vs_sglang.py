@@ -18,12 +18,13 @@ UnifiedRadixCache frees the duplicates an insert finds itself, one free per node
 walked (prefix.py frees them so under 0.5.23's rules, from the tree's ``overlap``);
 RadixCache leaves them to its caller, who frees the range in one call (0.5.18). Each
 machine frees them its tree's way and the free lists must agree page for page, in order.
+SGLang's trees are called through the adapters ``kvbench conform`` replays traces with
+(harness/conform_tree.py: FullRadix, FullUnified), so those are tested here too.
 """
 
 from __future__ import annotations
 
 import os
-from array import array
 from types import SimpleNamespace
 
 import numpy as np
@@ -32,8 +33,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from harness import sglang_swa_radix
-from harness.sglang_radix import matched_len, radix_cache, radix_namespace
+from harness.conform_swa_tree import sglang_swa
+from harness.conform_tree import FullRadix, FullUnified
 from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.radix_cache import RadixCache
 
@@ -44,7 +45,7 @@ NUM_PAGES = 40
 def sgtree(sg):  # sg: the installed SGLang, or a skip (a failure under KVBENCH_REQUIRE_SGLANG=1)
     import torch
 
-    return SimpleNamespace(torch=torch, ns=radix_namespace(torch), sg=sg)
+    return SimpleNamespace(torch=torch, sg=sg)
 
 
 def _sglang_allocator(sgt, ps: int):
@@ -59,62 +60,24 @@ def sgunified(sgtree):
     if sgtree.sg.version == "0.5.18":
         pytest.skip("0.5.18 builds RadixCache for full attention (its registry), not UnifiedRadixCache")
     try:
-        u = sglang_swa_radix.load()  # SGLang's serving stack, imported only here (heavy, optional)
+        sglang_swa()  # SGLang's serving stack, imported only here (heavy, optional)
     except Exception as err:  # an ImportError, or a dependency failing at import time
         if os.environ.get("KVBENCH_REQUIRE_SGLANG") == "1":
             pytest.fail(f"KVBENCH_REQUIRE_SGLANG=1 but SGLang's UnifiedRadixCache does not load: {err}")
         pytest.skip(f"SGLang's UnifiedRadixCache does not load on this machine: {err}")
-    return SimpleNamespace(torch=sgtree.torch, ns=sgtree.ns, sg=sgtree.sg, u=u)
-
-
-class _Unified:
-    """UnifiedRadixCache(FULL) called as the RadixCache calls below call it."""
-
-    def __init__(self, u, ps: int, allocator):
-        self.u, self.tree = u, u.build_full(ps, allocator)
-        self.root_node = self.tree.tree_core.root_node
-
-    def insert(self, params):
-        return self.tree.insert(self.u.base.InsertParams(key=params.key, value=params.value))
-
-    def match_prefix(self, params):
-        return self.tree.match_prefix(self.u.base.MatchPrefixParams(key=params.key))
-
-    def inc_lock_ref(self, node):
-        before = self.tree.evictable_size()
-        receipt = self.tree.inc_lock_ref(node).to_dec_params()
-        return SimpleNamespace(delta=self.tree.evictable_size() - before, receipt=receipt)
-
-    def dec_lock_ref(self, node, receipt):
-        before = self.tree.evictable_size()
-        self.tree.dec_lock_ref(node, receipt)
-        return SimpleNamespace(delta=self.tree.evictable_size() - before)
-
-    def evict(self, params):
-        return self.tree.evict(self.u.base.EvictParams(num_tokens=params.num_tokens))
-
-    def evictable_size(self):
-        return self.tree.evictable_size()
-
-    def protected_size(self):
-        return self.tree.protected_size()
-
-    def path(self, node_id) -> list[int]:
-        return self.tree.path_device_indices(node_id).tolist()
+    return sgtree
 
 
 class Pair:
     """The two trees and their allocators, called alike."""
 
     def __init__(self, sgt, ps: int, unified: bool = False):
-        self.sgt, self.ps, self.ns, self.unified = sgt, ps, sgt.ns, unified
+        self.sgt, self.ps, self.unified = sgt, ps, unified
         self.our_alloc = PagedAllocator(NUM_PAGES, ps)
         self.our = RadixCache(ps, free=lambda slots: self.our_alloc.free_pages(slots[::ps] // ps))
         self.sg_alloc = _sglang_allocator(sgt, ps)
-        self.sg = _Unified(sgt.u, ps, self.sg_alloc) if unified else radix_cache(sgt.ns, ps, self.sg_alloc)
-
-    def key(self, tokens):
-        return self.ns["RadixKey"](array("q", tokens))
+        # SGLang's tree through kvbench conform's own adapter (harness/conform_tree.py), freeing into its allocator.
+        self.sg = (FullUnified if unified else FullRadix)(sgt, ps, self.sg_alloc, bigram=False)
 
     def alloc(self, n: int):
         torch = self.sgt.torch
@@ -178,8 +141,7 @@ class TreeMachine(RuleBasedStateMachine):
         ours = p.our.insert(tokens, slots)
         torch = self.sgt.torch
         aligned = n // ps * ps
-        theirs = p.sg.insert(self.sgt.ns["InsertParams"](key=p.key(tokens)[:aligned],
-                                                          value=torch.tensor(slots[:aligned]))).prefix_len
+        _, theirs = p.sg.insert(tokens[:aligned], slots[:aligned], 0)
         assert ours == theirs
         # The part already cached is a duplicate: UnifiedRadixCache frees it itself, node by
         # node (kvbench: one free per node of the insert's overlap); RadixCache's caller
@@ -198,47 +160,33 @@ class TreeMachine(RuleBasedStateMachine):
         p = self.pair
         tokens = self.seqs[b][:n]
         slots, node = p.our.match_prefix(tokens)
-        res = p.sg.match_prefix(self.sgt.ns["MatchPrefixParams"](key=p.key(tokens)))
-        if p.unified:
-            theirs = p.sg.path(res.last_device_node)
-        else:
-            theirs = [int(x) for v in _path_values(p.sg, res.last_device_node) for x in v.tolist()]
-        assert matched_len(res) == len(slots) and slots.tolist() == theirs
+        sg_node, matched = p.sg.match(tokens)
+        assert matched == len(slots) and slots.tolist() == p.sg.path(sg_node)
         if lock:
-            got = p.sg.inc_lock_ref(res.last_device_node)
-            assert p.our.inc_lock_ref(node) == got.delta
-            receipt = (got.receipt,) if p.unified else ()
-            self.locks.append((node, res.last_device_node, receipt))
+            assert p.our.inc_lock_ref(node) == p.sg.lock(sg_node)
+            self.locks.append((node, sg_node))
 
     @precondition(lambda self: self.locks)
     @rule(i=st.integers(0, 10**6))
     def unlock(self, i):
-        ours, theirs, receipt = self.locks.pop(i % len(self.locks))
-        assert self.pair.our.dec_lock_ref(ours) == self.pair.sg.dec_lock_ref(theirs, *receipt).delta
+        ours, theirs = self.locks.pop(i % len(self.locks))
+        assert self.pair.our.dec_lock_ref(ours) == self.pair.sg.unlock(theirs)
 
     @rule(n=st.integers(0, 80))
     def evict(self, n):
         p = self.pair
-        assert p.our.evict(n) == p.sg.evict(self.sgt.ns["EvictParams"](num_tokens=n)).num_tokens_evicted
+        assert p.our.evict(n) == p.sg.evict(n)
 
     @invariant()
     def sizes_agree(self):
         if not hasattr(self, "pair"):
             return
         p = self.pair
-        assert p.our.evictable_size == p.sg.evictable_size()
-        assert p.our.protected_size == p.sg.protected_size()
+        assert p.our.evictable_size == p.sg.tree.evictable_size()
+        assert p.our.protected_size == p.sg.tree.protected_size()
         assert p.our_alloc.available_size() == int(p.sg_alloc.available_size())
         # Conservation: every page is free or in the tree (no request holds one between calls).
         assert p.our_alloc.num_free_pages + p.our.pages == NUM_PAGES
-
-
-def _path_values(tree, node):
-    out = []
-    while node is not tree.root_node:
-        out.append(node.value)
-        node = node.parent
-    return out[::-1]
 
 
 def _run(sgt, unified: bool):
