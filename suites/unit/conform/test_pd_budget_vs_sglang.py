@@ -190,10 +190,14 @@ def sglang_verdict(qc, engine: Engine, b: pd_budget.PDPreallocBudget, r: Request
     return fits, full_alloc, swa_alloc
 
 
-def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec, max_context=4096, shared=0) -> tuple[int, int]:
-    """Run the engine, every check compared with SGLang's. Returns (checks, refusals).
+def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec, max_context=4096, shared=0,
+                    swa_ratio=None) -> tuple[int, int]:
+    """Run the engine, every check compared with SGLang's. Returns (checks, refusals); the
+    run's error is left in compared_checks.error.
     shared: tokens every prompt starts with (a decode-radix hit once one is in the tree)."""
     kw = dict(window=window, layer_pattern="1:1") if window else {}
+    if swa_ratio is not None:
+        kw["swa_ratio"] = swa_ratio
     cfg = EngineConfig(spec=spec, page_size=ps, pool_tokens=pool, max_context=max_context, reserved_decode_tokens=reserved,
                        pd_radix=radix, profile="sglang-0.5.23" if qc.new else "sglang-pre-35265", **kw)
     engine = Engine(cfg)
@@ -250,6 +254,7 @@ def compared_checks(qc, reqs, ps, pool, window, reserved, radix, spec, max_conte
         res = engine.run()
     assert res.verdict in ("ok", "pool_exhausted"), res.error
     compared_checks.hits = hits  # the checks whose request had a decode-radix hit
+    compared_checks.error = res.error
     return compared, refused
 
 
@@ -272,6 +277,18 @@ def test_worked_example(queue_class):
     # (refused once per step until one of them finishes).
     checks, refused = compared_checks(queue_class, [(200, 64, 0)] * 3, 16, 2048, None, 512, False, "none")
     assert refused > 0 and checks == refused + 3
+
+
+def test_the_wait_for_ever_is_the_releases_own_refusal(queue_class):
+    # test_pd_prealloc_refused_vs_sglang.py's wait for ever (ps 16, window 32, 768 tokens, SWA
+    # ratio 0.5, R 256, the decode radix cache), every budget check compared with the installed
+    # release's own DecodePreallocQueue. Under 0.5.18 the check that refuses request 2 at step 49,
+    # while nothing runs, is its budget's own verdict too, so the run stops there.
+    checks, refused = compared_checks(queue_class, [(289, 9, 0), (211, 40, 0), (280, 18, 0), (15, 10, 1)], 16, 768,
+                                      32, 256, True, "none", swa_ratio=0.5)
+    assert checks > 0
+    if not queue_class.new:
+        assert refused >= 1 and compared_checks.error.startswith("SGLang waits for ever from step 49")
 
 
 def test_outputs_past_sglangs_4096_clip(queue_class):
