@@ -128,27 +128,26 @@ def load() -> SimpleNamespace:
     insert_fields = {f.name for f in dataclasses.fields(base.InsertParams)}
     SWA = ct.ComponentType.SWA
 
-    def build(full_pages: int, swa_pages: int, ps: int, window: int, bigram: bool = False):
+    def tree(allocator, ps: int, components: tuple, bigram: bool, **extra):
         """bigram: EAGLE's keys (SGLang's is_eagle, which its tree core turns every key into)."""
-        alloc = swa_alloc.SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, ps, torch.int64, "cpu",
-                                                    MapOnlyPool(), False)
         # The Python tree core: 0.5.23 takes it as a parameter, 0.5.18 from its environment
         # variable, whose default it is.
         core = {"tree_core_backend": "python"} if "tree_core_backend" in init_fields else {}
-        p = params.CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=alloc,
-                                   page_size=ps, sliding_window_size=window,
-                                   tree_components=(ct.ComponentType.FULL, SWA),
-                                   **({"is_eagle": True} if bigram else {}), **core)
-        return alloc, urc.UnifiedRadixCache(p)
+        p = params.CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=allocator,
+                                   page_size=ps, tree_components=components,
+                                   **({"is_eagle": True} if bigram else {}), **core, **extra)
+        return urc.UnifiedRadixCache(p)
+
+    def build(full_pages: int, swa_pages: int, ps: int, window: int, bigram: bool = False):
+        """The FULL + SWA tree, over SGLang's SWA allocator (returned with it)."""
+        alloc = swa_alloc.SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, ps, torch.int64, "cpu",
+                                                    MapOnlyPool(), False)
+        return alloc, tree(alloc, ps, (ct.ComponentType.FULL, SWA), bigram, sliding_window_size=window)
 
     def build_full(ps: int, allocator, bigram: bool = False):
         """The FULL-only UnifiedRadixCache 0.5.23 builds for a full-attention model
         (registry.create_unified_radix_cache), freeing into allocator (free_segment)."""
-        core = {"tree_core_backend": "python"} if "tree_core_backend" in init_fields else {}
-        p = params.CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=allocator,
-                                   page_size=ps, tree_components=(ct.ComponentType.FULL,),
-                                   **({"is_eagle": True} if bigram else {}), **core)
-        return urc.UnifiedRadixCache(p)
+        return tree(allocator, ps, (ct.ComponentType.FULL,), bigram)
 
     def insert_params(key, value, prev_prefix_len: int, swa_evicted_seqlen: int):
         if "component_evicted_seqlens" in insert_fields:  # 0.5.23
