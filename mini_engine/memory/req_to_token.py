@@ -44,9 +44,16 @@ class ReqToTokenPool:
         rows of one batch handed out again in another order, manager.batch_rows)."""
         if old == new:
             return
-        self.host[new] = self.host[old]
+        # Only the columns up to the last one any of these rows writes move: past it every
+        # row is zero, before and after the move (new holds the same rows). A whole-row
+        # move of a 64-request batch copied and logged 64 x row_width entries (2 MB at
+        # 4100 columns, 2-7 ms of the batch's admission with the mirror's copy).
+        width = max((_last_written(self.host[r]) for r in old), default=0)
+        if width == 0:
+            return
+        self.host[new, :width] = self.host[old, :width]
         for r in new:
-            self.changes.add_range(r * self.width, (r + 1) * self.width)
+            self.changes.add_range(r * self.width, r * self.width + width)
 
     def free(self, row: int, used: int | None = None) -> None:
         """Return the row; used: the positions ever written in it (its extent), else the whole row."""
@@ -98,3 +105,9 @@ class ReqToTokenPool:
         for i in np.flatnonzero(flat >= end).tolist():
             out[i] = self.past_end.get(int(flat[i]), 0)
         return out
+
+
+def _last_written(row: np.ndarray) -> int:
+    """1 + the last nonzero column of a row (0: the row is all zero)."""
+    nz = np.flatnonzero(row)
+    return int(nz[-1]) + 1 if len(nz) else 0
