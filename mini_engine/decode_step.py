@@ -132,7 +132,7 @@ class DecodeStep:
     def _forward(self, batch: list[Request], rows: np.ndarray) -> list[list[int]]:
         if self._spec:
             return checked_results(self.backend.forward(self.batches.verify(batch, rows)), len(batch))
-        return [[t] for t in checked_results(self.backend.forward(self.batches.decode(batch)), len(batch))]
+        return [[t] for t in checked_results(self.backend.forward(self.batches.decode(batch, rows)), len(batch))]
 
     def _all_live(self) -> bool:
         """Nobody was released since the result in flight ran: every request of it still runs

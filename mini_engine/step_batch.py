@@ -163,9 +163,13 @@ class BatchBuilder:
         starts = np.fromiter((r.kv.protected for r in reqs), dtype=np.int64, count=len(reqs))
         return self._build(Phase.TRANSFER, reqs, starts, ends)
 
-    def decode(self, reqs: list) -> StepBatch:
+    def decode(self, reqs: list, rows: np.ndarray | None = None) -> StepBatch:
+        """rows: the requests' req_to_token rows, when the caller has them (as verify)."""
         lens = _seq_lens(reqs)
         batch = self._build(Phase.DECODE, reqs, lens - 1, lens)
+        if rows is not None:  # the columns a forward reads, as gathers instead of per-request reads
+            batch.__dict__["rows"] = rows
+            batch.__dict__["committed"] = self.m.rows.committed[rows]
         if self.feed is not None:
             batch.mirror = self.feed.drain()  # the host writes since the last decode, once per step
         return batch
