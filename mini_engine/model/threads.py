@@ -6,7 +6,8 @@ its own rows through every layer and a second core pays (1.7x). Which one wins d
 and its load, so it is measured rather than fixed: the first forwards of each (phase,
 batch size bucket) alternate between the most threads the process started with and
 one, TRIALS of each, and more threads are kept for the rest of the run only when
-their median beats one thread's by MARGIN. On a loaded machine a parallel region
+their median beats one thread's by MARGIN (or after EARLY samples, when every one at more
+threads but the first beats every one-thread sample by MARGIN). On a loaded machine a parallel region
 waits for a descheduled thread (milliseconds), so several threads lose there, and a
 noisy win must not hand every later step that risk. Nor are trials run while fewer
 cores are idle than threads would run (sampled once, when the backend is built): there
@@ -34,6 +35,7 @@ from mini_engine.errors import ConfigError
 # Read before any backend lowers it: the most threads this process may use.
 STARTUP_THREADS = torch.get_num_threads()
 TRIALS = 5
+EARLY = 3  # samples at more threads (and one fewer at one) before an early choice
 MARGIN = 0.85  # more threads must take at most this fraction of one thread's time
 R = TypeVar("R")
 
@@ -69,9 +71,15 @@ class ThreadChoice:
         t0 = time.perf_counter()
         out = fn()
         s[n].append(time.perf_counter() - t0)
+        more, one = s[self.most], s[1]
         if all(len(v) >= TRIALS for v in s.values()):
-            faster = statistics.median(s[self.most]) <= MARGIN * statistics.median(s[1])
+            faster = statistics.median(more) <= MARGIN * statistics.median(one)
             self.chosen[key] = self.most if faster else 1
+        elif len(more) >= EARLY and len(one) >= EARLY - 1 and max(more[1:]) <= MARGIN * min(one):
+            # Decisive early: every sample at more threads but the first (it wakes the
+            # workers) beats every one-thread sample by the margin. A one-thread trial at
+            # batch 64 costs half a step more; this spares three of them.
+            self.chosen[key] = self.most
         return out
 
 

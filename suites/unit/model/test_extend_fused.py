@@ -93,6 +93,9 @@ def test_matmuls_are_bitwise_equal_at_one_and_two_threads():
 
 def test_thread_choice_measures_both_then_keeps_one(monkeypatch):
     monkeypatch.delenv("KVBENCH_THREADS", raising=False)
+    # A clock on which every forward takes as long at either count: no early choice.
+    clock = iter(range(10**6))
+    monkeypatch.setattr("mini_engine.model.threads.time.perf_counter", lambda: next(clock))
     before = torch.get_num_threads()
     try:
         choice = ThreadChoice(most=2)

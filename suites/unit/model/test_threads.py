@@ -47,3 +47,44 @@ def test_idle_cores_read_from_proc_stat_or_the_load_average(monkeypatch):
     assert not threads._busy(2)
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (2.0, 1.0, 1.0))
     assert threads._busy(2)
+
+
+def _scripted(monkeypatch, costs: dict[int, list[float]]):
+    """A clock on which the forwards at n threads take costs[n] in turn (ms)."""
+    now, taken = [0.0], {n: iter(c) for n, c in costs.items()}
+    monkeypatch.setattr(threads.time, "perf_counter", lambda: now[0])
+    monkeypatch.delenv("KVBENCH_THREADS", raising=False)
+
+    def forward():
+        n = torch.get_num_threads()
+        now[0] += next(taken[n]) / 1e3
+        return n
+    return forward
+
+
+def test_a_decisive_trial_chooses_early(monkeypatch):
+    """Every sample at two threads but the first (it wakes the workers) under MARGIN x every
+    one-thread sample: two threads from the sixth forward on, three one-thread trials spared."""
+    forward = _scripted(monkeypatch, {2: [1.9, 1.0, 1.0] + [1.0] * 20, 1: [1.5, 1.5] + [1.5] * 20})
+    before = torch.get_num_threads()
+    try:
+        choice = ThreadChoice(most=2)
+        seen = [choice.run("decode", forward) for _ in range(12)]
+        assert seen[:5] == [2, 1, 2, 1, 2] and set(seen[5:]) == {2} and choice.chosen["decode"] == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("more", [[1.9, 1.0, 1.3, 1.0, 1.0], [1.9, 1.3, 1.0, 1.0, 1.0]])
+def test_a_close_trial_runs_every_sample(monkeypatch, more):
+    """One sample at two threads (after the first) within the margin of a one-thread one: no
+    early choice; the medians of five each decide as before."""
+    forward = _scripted(monkeypatch, {2: more + [1.0] * 20, 1: [1.5] * 25})
+    before = torch.get_num_threads()
+    try:
+        choice = ThreadChoice(most=2)
+        seen = [choice.run("decode", forward) for _ in range(12)]
+        assert seen[:10].count(1) == 5 and seen[:10].count(2) == 5 and "decode" in choice.chosen
+        assert set(seen[10:]) == {2}
+    finally:
+        torch.set_num_threads(before)
