@@ -34,8 +34,20 @@ def decode_layer_kernel(layers, meta: AttnMeta, x: torch.Tensor, torch_attention
 
 
 def _fusable(layer: DecoderLayer) -> bool:
-    attn, mlp = layer.self_attn, layer.mlp
+    attn, mlp = _parts(layer)
     return fused(attn.qkv_weight, attn.qkv_parts) and fused(mlp.gate_up, mlp.gate_up_parts)
+
+
+def _parts(layer: DecoderLayer) -> tuple:
+    """layer.self_attn, layer.mlp read from the module's own table: an attribute read
+    goes through nn.Module.__getattr__ (a microsecond each, a dozen per layer per step)."""
+    mods = layer._modules
+    return mods["self_attn"], mods["mlp"]
+
+
+def _weight(module) -> torch.Tensor:
+    """module.weight, as _parts reads a submodule."""
+    return module._parameters["weight"]
 
 
 def fused_decode(kernels, layers, x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, meta: AttnMeta,
@@ -43,18 +55,20 @@ def fused_decode(kernels, layers, x: torch.Tensor, positions: torch.Tensor, inv_
     """Every layer in one kernel call (RoPE tables included); the hidden states after the last one."""
     copies = x.shape[0] >= COPY_MIN_ROWS
     weights: list[torch.Tensor] = []
-    attn = layers[0].self_attn
+    attn = _parts(layers[0])[0]
     qk_norm = attn.q_norm is not None
     for layer in layers:
-        weights += (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+        mods = layer._modules
+        weights += (_weight(mods["input_layernorm"]), _weight(mods["post_attention_layernorm"]))
         weights += in_out_weights(layer, copies)
         if qk_norm:
-            weights += (layer.self_attn.q_norm.weight, layer.self_attn.k_norm.weight)
+            a = mods["self_attn"]._modules
+            weights += (_weight(a["q_norm"]), _weight(a["k_norm"]))
     return kernels.decode_layers.default(
         x, weights, cache.k, cache.v, meta.out_slots, meta.kv_slots, meta.swa_out_slots, meta.swa_kv_slots,
         [int(layer.sliding) for layer in layers], [layer.window for layer in layers], meta.kv_lens_device, positions,
-        inv_freq, attn.num_heads, attn.num_kv_heads, qk_norm, layers[0].input_layernorm.eps, meta.page_size,
-        attn.head_dim**-0.5, meta.row_seq)
+        inv_freq, attn.num_heads, attn.num_kv_heads, qk_norm, layers[0]._modules["input_layernorm"].eps,
+        meta.page_size, attn.head_dim**-0.5, meta.row_seq)
 
 
 # Contiguous [in, out] copies of the projections are kept while a layer's weights stay
@@ -85,8 +99,8 @@ def in_out_weights(layer: DecoderLayer, copies: bool) -> tuple:
     HF's linear computes). The copies are rebuilt when a weight changes (a checkpoint
     load bumps its version counter).
     """
-    attn, mlp = layer.self_attn, layer.mlp
-    ws = (attn.qkv_weight, attn.o_proj.weight, mlp.gate_up, mlp.down_proj.weight)
+    attn, mlp = _parts(layer)
+    ws = (attn.qkv_weight, _weight(attn._modules["o_proj"]), mlp.gate_up, _weight(mlp._modules["down_proj"]))
     if not copies or sum(w.numel() * w.element_size() for w in ws) > COPY_LIMIT_BYTES:
         return tuple(w.t() for w in ws)
     key = tuple((w.data_ptr(), w._version) for w in ws)
