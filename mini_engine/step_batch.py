@@ -99,12 +99,15 @@ class StepBatch:
     slots: list[np.ndarray] | None = None
     swa_slots: list[np.ndarray] | None = None
     mirror: MirrorUpdate | None = None
+    kv_rows: object | None = None  # the manager's KVRows, when the caller handed over ``rows``
 
     def __len__(self) -> int:
         return len(self.reqs)
 
     @cached_property
     def committed(self) -> np.ndarray:
+        if self.kv_rows is not None:  # a state's lengths are its row's: one gather
+            return self.kv_rows.committed[self.rows]
         return np.fromiter((r.kv.committed for r in self.reqs), dtype=np.int64, count=len(self.reqs))
 
     @cached_property
@@ -169,7 +172,7 @@ class BatchBuilder:
         batch = self._build(Phase.DECODE, reqs, lens - 1, lens)
         if rows is not None:  # the columns a forward reads, as gathers instead of per-request reads
             batch.__dict__["rows"] = rows
-            batch.__dict__["committed"] = self.m.rows.committed[rows]
+            batch.kv_rows = self.m.rows
         if self.feed is not None:
             batch.mirror = self.feed.drain()  # the host writes since the last decode, once per step
         return batch
