@@ -44,6 +44,8 @@ class ReqToTokenPool:
         rows of one batch handed out again in another order, manager.batch_rows)."""
         if old == new:
             return
+        if sorted(old) != sorted(new):
+            raise ValueError("move_rows: new must be a permutation of old")
         # Only the columns up to the last one any of these rows writes move: past it every
         # row is zero, before and after the move (new holds the same rows). A whole-row
         # move of a 64-request batch copied and logged 64 x row_width entries (2 MB at

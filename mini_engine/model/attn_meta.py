@@ -180,7 +180,7 @@ def _decode_meta_host(table: np.ndarray, rows: np.ndarray, kv_lens: np.ndarray, 
     values, gathered by numpy from the table's own memory and wrapped once each, where
     the device path's dozen torch calls cost a few microseconds apiece (~40 us a step)."""
     B = len(kv_lens)
-    lens = np.ascontiguousarray(kv_lens, dtype=np.int64)
+    lens = np.array(kv_lens, dtype=np.int64)  # a copy: kv_lens_device wraps it, and the caller's array lives on
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     max_kv, ps = int(lens.max()), page_size
     out = table.reshape(-1)[rows * table.shape[1] + (lens - 1)]  # the query's own slot
