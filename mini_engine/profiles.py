@@ -96,7 +96,7 @@ from typing import Any
 
 from mini_engine.algos import ALGORITHMS, ROW_HEADROOM_RULES
 from mini_engine.errors import ConfigError, check_choice, check_positive
-from mini_engine.memory.rules import BASE_WRITERS, FREE_RULES, POLICIES, PREFIX_CACHES, MemoryRules
+from mini_engine.memory.rules import BASE_WRITERS, FREE_RULES, POLICIES, PREFIX_CACHES, RELEASES, MemoryRules
 from mini_engine.prefill_memory import RULES as ADMISSIONS
 from mini_engine.retraction import RULES as RETRACTIONS
 OVERLAP = ("on", "off")
@@ -133,9 +133,9 @@ class Profile:
     # the release has, not a knob a user sets, so it is not in knobs().
     swa_branching: bool = True
     # The SGLang release whose rules the profile follows where the releases differ (the PD
-    # decode side's budget, tail, match and eviction; 0.5.18's unrounded SWA window) and
-    # whose code its traces conform against (SGLANG_VERSIONS); the designs take 0.5.23's.
-    # What the release has, not a knob, so not in knobs().
+    # decode side's budget, tail, match and eviction; 0.5.18's unrounded SWA window, its
+    # tree cores) and whose code its traces conform against (SGLANG_VERSIONS); the designs
+    # take 0.5.23's. In knobs(): a replay of the trace runs that release's tree code.
     release: str = "0.5.23"
     # Every writer page-ceils, whichever algorithms are registered (align "all"): what
     # host-aligned is named for, so a plugin's reservation is aligned under it too.
@@ -156,7 +156,7 @@ class Profile:
         check_choice("row_headroom", self.row_headroom, ROW_HEADROOM_RULES)
         check_choice("retraction", self.retraction, RETRACTIONS)
         check_choice("admission", self.admission, ADMISSIONS)
-        check_choice("release", self.release, ("0.5.23", "0.5.18"))
+        check_choice("release", self.release, RELEASES)
         if not isinstance(self.overlap, bool):
             raise ConfigError(f"overlap must be on or off (got {self.overlap!r})")
         check_choice("overlap_plan", self.overlap_plan, OVERLAP_PLANS)
@@ -190,11 +190,10 @@ class Profile:
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as plain JSON values (the trace header, a result row)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about", "align_all", "swa_branching",
-                                                                                  "release")}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about", "align_all",
+                                                                                  "swa_branching")}
         out["align"] = self.aligned_writers()
         out["pd_radix_tail"] = self.pd_radix_tail  # what the trace needs of the release
-        out["release"] = self.release  # whose tree code a replay of the trace runs
         return out
 
     @property

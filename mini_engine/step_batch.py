@@ -116,6 +116,8 @@ class StepBatch:
 
     @cached_property
     def swa_cursor(self) -> np.ndarray:
+        if self.kv_rows is not None:
+            return self.kv_rows.swa_evicted[self.rows]
         return np.fromiter((r.kv.swa_evicted for r in self.reqs), dtype=np.int64, count=len(self.reqs))
 
 
@@ -169,10 +171,7 @@ class BatchBuilder:
     def decode(self, reqs: list, rows: np.ndarray | None = None) -> StepBatch:
         """rows: the requests' req_to_token rows, when the caller has them (as verify)."""
         lens = _seq_lens(reqs)
-        batch = self._build(Phase.DECODE, reqs, lens - 1, lens)
-        if rows is not None:  # the columns a forward reads, as gathers instead of per-request reads
-            batch.__dict__["rows"] = rows
-            batch.kv_rows = self.m.rows
+        batch = self._build(Phase.DECODE, reqs, lens - 1, lens, rows)
         if self.feed is not None:
             batch.mirror = self.feed.drain()  # the host writes since the last decode, once per step
         return batch
@@ -184,10 +183,14 @@ class BatchBuilder:
             extents = np.fromiter((r.kv.allocated for r in reqs), dtype=np.int64, count=len(reqs))
         else:
             extents = self.m.rows.allocated[rows]
-        return self._build(Phase.VERIFY, reqs, _seq_lens(reqs) - 1, extents)
+        return self._build(Phase.VERIFY, reqs, _seq_lens(reqs) - 1, extents, rows)
 
-    def _build(self, phase: Phase, reqs: list, starts: np.ndarray, ends: np.ndarray) -> StepBatch:
+    def _build(self, phase: Phase, reqs: list, starts: np.ndarray, ends: np.ndarray,
+               rows: np.ndarray | None = None) -> StepBatch:
         batch = StepBatch(phase, reqs, starts.reshape(len(reqs)), ends.reshape(len(reqs)))
+        if rows is not None:  # the columns a forward reads become gathers, not per-request reads
+            batch.__dict__["rows"] = rows  # StepBatch.rows, given
+            batch.kv_rows = self.m.rows
         if phase in self.reads:
             m = self.m
             # Copies: a row is rewritten in place after the request leaves, and a backend

@@ -353,7 +353,7 @@ def _k10_mirror(m: KVManager, step: int, batch: BatchArrays, mirror: Mirror) -> 
     rows = batch.rows
     # Positions below the planned extent: written before the step's forward and fixed
     # while the request lives, so the mirror synced at that forward must still equal them.
-    ext = np.minimum(np.maximum(batch.allocated, 0), m.mem.row_width)  # np.clip costs 10x more here
+    ext = np.minimum(np.maximum(batch.allocated, 0), m.mem.row_width)  # np.clip: 4.3 us against 1.2 on 64 rows
     width = int(ext.max())
     if width == 0:
         return []

@@ -14,7 +14,7 @@ UnifiedRadixCache (FULL component) and mem_cache/common.py do:
   finish): insert the page-aligned ``[0, up_to)``; the row's own copies of what the
   tree already held (``[protected, prefix_len)``) are freed, one free per tree node the
   insert walked, as the insert's FreeDeviceKV actions do (0.5.18's RadixCache caller:
-  the whole range in one free; ``MemoryRules.release``), what the insert added
+  the whole range in one free; ``MemoryRules.dedup_per_node``), what the insert added
   leaves the request's ledger for the tree's; the row is repointed at the tree's
   slots, the lock moves to the insert's last node and ``protected`` becomes the
   aligned length. With a prompt shorter than the key, a second insert of the
@@ -119,7 +119,7 @@ class PrefixCache:
                               "prev_prefix_len": prot, "cached": prefix_len, "node": node.id}, tokens)
         if prefix_len > prot:  # the row's own copies of pages the tree already had, freed by the insert
             segments = [(max(s, prot), e) for s, e in self.tree.overlap if e > max(s, prot)] \
-                if self.t.rules.release != "0.5.18" else [(prot, prefix_len)]
+                if self.t.rules.dedup_per_node else [(prot, prefix_len)]
             for s, e in segments:
                 self.t.give_back("full", state, self.full.free_segment(host_row, s, e))
         p_key = self._key(tokens[:prompt_len])

@@ -91,7 +91,7 @@ class RadixCache:
         self.evicted_leaves = 0
         self.evicted_tokens = 0
         self.last_node = self.root  # the node the last insert ended on
-        # [start, end) of the last insert's key in each node it walked into, root first: the
+        # [start, end) of the last insert's key in each node it walked into, from the root down: the
         # part already cached, node by node (0.5.23's tree frees a request's duplicates per node).
         self.overlap: list[tuple[int, int]] = []
 

@@ -82,10 +82,17 @@ class MemoryRules:
     def aligns(self, writer: str) -> bool:
         return self.all_aligned or writer in self.align
 
+    @property
+    def dedup_per_node(self) -> bool:
+        """A checkpoint frees the row's copies of what the tree held one call per tree node
+        the insert walked (0.5.23's UnifiedRadixCache); 0.5.18's caller frees the range once."""
+        return self.release != "0.5.18"
+
     def knobs(self) -> dict[str, Any]:
         """The knobs as plain JSON values (the trace header)."""
         if self.header is not None:
             return dict(self.header)
         return {"align": sorted(self.align), "all_aligned": self.all_aligned, "free": self.free,
                 "swa_eviction_interval": self.swa_eviction_interval,
-                "prefix_cache": self.prefix_cache, "pd_radix": self.pd_radix, "row_overflow": self.row_overflow}
+                "prefix_cache": self.prefix_cache, "pd_radix": self.pd_radix, "row_overflow": self.row_overflow,
+                "pd_radix_tail": self.pd_radix_tail, "swa_branching": self.swa_branching, "release": self.release}

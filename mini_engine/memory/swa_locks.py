@@ -9,7 +9,7 @@ A locked node is never a leaf to evict; its SWA slots are protected, not evictab
 The early window-lock release (``dec_swa_lock_only``, SGLang's ``release_swa``) drops a
 lock's SWA part alone; the lock's later release then drops its FULL part only.
 
-0.5.18's tree core (``tree.release == "0.5.18"``, its swa_component.py
+0.5.18's tree core (``tree.live_window``, its swa_component.py
 acquire_component_lock / release_component_lock / release_window_lock) walks the window
 otherwise: a tombstone is passed over, neither locked nor counted (the window is counted
 in live SWA tokens, so the walk climbs past tombstones), and its id goes into the
@@ -37,10 +37,9 @@ def window(tree: SWARadixCache, node: SWANode) -> tuple[list[SWANode], set[int],
     """What an SWA window lock on node takes, read only: the nodes it locks (node first),
     the tombstones it passes over (0.5.18's core; 0.5.23's counts and locks them), and
     whether they cover a whole window (the last then carries the boundary uuid)."""
-    live_only = tree.release == "0.5.18"
     taken, skipped, covered, x = [], set(), 0, node
     while x is not tree.root and covered < tree.window:
-        if live_only and x.swa is None:  # nothing to protect
+        if tree.live_window and x.swa is None:  # nothing to protect
             skipped.add(x.id)
         else:
             taken.append(x)
@@ -109,44 +108,24 @@ def dec_swa_lock_only(tree: SWARadixCache, node: SWANode, receipt: Receipt) -> N
 
 
 def _release(tree: SWARadixCache, node: SWANode, receipt: Receipt, window_only: bool) -> None:
-    if tree.release == "0.5.18":
-        _release_0518(tree, node, receipt, window_only)
-    else:
-        _release_window(tree, node, receipt.uuid)
+    """The SWA lock from node up to the node stamped with the receipt's uuid (to the root
+    without one); window_only: the early release (release_window_lock in 0.5.18).
 
-
-def _release_window(tree: SWARadixCache, node: SWANode, uuid: int | None) -> None:
-    """The SWA lock from node up to the node stamped uuid (to the root without one).
-    SGLang's early release would also evict a released node that is an evictable leaf
-    at once; a FULL-locked path has none (the request's FULL lock keeps every node on
-    it), and every release here leaves that lock in place or releases it right after."""
-    x = node
-    while x is not tree.root:
-        if x.swa_lock <= 0:
-            raise ValueError(f"SWA lock release on an unlocked node (id {x.id})")
-        if x.swa_lock == 1 and x.swa is not None:
-            tree.swa_evictable += len(x.swa)
-            tree.swa_protected -= len(x.swa)
-        x.swa_lock -= 1
-        if x.swa_lock == 0:
-            tree.update_leaf(x)
-        stop = uuid is not None and x.uuid == uuid
-        x = x.parent
-        if stop:
-            break
-
-
-def _release_0518(tree: SWARadixCache, node: SWANode, receipt: Receipt, window_only: bool) -> None:
-    """0.5.18's release_component_lock (window_only: release_window_lock): the nodes the lock
-    skipped, and any whose SWA lock is 0, are passed over (release_window_lock passes over
-    every tombstone, and stops there too where it carries the uuid)."""
+    0.5.18's core (release_component_lock) passes over the nodes the lock skipped, and any
+    whose SWA lock is 0; its release_window_lock passes over every tombstone, and stops at
+    the uuid only on a node it released or on the early release. 0.5.23's passes over none.
+    SGLang's early release would also evict a released node that is an evictable leaf at
+    once; a FULL-locked path has none (the request's FULL lock keeps every node on it),
+    and every release here leaves that lock in place or releases it right after."""
     uuid, skipped = receipt
     x = node
     while x is not tree.root:
         stop = uuid is not None and x.uuid == uuid
-        passed = x.swa_lock == 0 or (x.swa is None if window_only else x.id in skipped)
+        passed = tree.live_window and (x.swa_lock == 0 or (x.swa is None if window_only else x.id in skipped))
         if not passed:
-            if x.swa_lock == 1:
+            if x.swa_lock <= 0:
+                raise ValueError(f"SWA lock release on an unlocked node (id {x.id})")
+            if x.swa_lock == 1 and x.swa is not None:
                 tree.swa_evictable += len(x.swa)
                 tree.swa_protected -= len(x.swa)
             x.swa_lock -= 1

@@ -5,7 +5,7 @@ alike; what differs is that a tree page may be in either pool:
 
 * admission (``match``, ``adopt``): the tree's window-gated match of ``tokens[:len - 1]``;
   its FULL slots fill the row (their SWA slots, where the tree has them, are read through
-  the pool's map) and the node is locked (FULL path + SWA window, its uuid kept per row).
+  the pool's map) and the node is locked (FULL path + SWA window, its receipt kept per row).
 * ``checkpoint``: insert the page-aligned ``[0, up_to)`` with the request's SWA cursor
   (``swa_evicted``: older positions become tombstones) and its protected length (SGLang's
   ``prev_prefix_len``). The tree frees the row's duplicates itself (through ``_free_full``
@@ -57,7 +57,7 @@ class SWAPrefixCache:
         self.tree = SWARadixCache(t.ps, t.mem.window, t.swa.map_host, self._free_full, self._free_swa,
                                   release=t.rules.release)
         self.locks: dict[int, SWANode] = {}  # row -> the node its request holds locked
-        self.uuids: dict[int, Receipt] = {}  # row -> the tree's receipt of that lock (swa_locks.py)
+        self.receipts: dict[int, Receipt] = {}  # row -> the tree's receipt of that lock (swa_locks.py)
         self.branching: dict = {}  # rid -> its match's SWA branching point (key positions), or None
         self.holders: dict = {}  # row -> the request holding that lock (its trace records name it)
         self.swa_released: set[int] = set()  # rows whose lock's SWA part went early (release_swa)
@@ -179,18 +179,18 @@ class SWAPrefixCache:
 
     # -- locks -------------------------------------------------------------------------
     def _lock(self, row: int, node: SWANode, rid) -> int:
-        delta, uuid = self.tree.inc_lock_ref(node)
-        self.locks[row], self.uuids[row], self.holders[row] = node, uuid, rid
+        delta, receipt = self.tree.inc_lock_ref(node)
+        self.locks[row], self.receipts[row], self.holders[row] = node, receipt, rid
         # delta: the change of the FULL evictable size, as SGLang's result gives it (<= 0);
-        # rid: the unlock that releases this lock names it too (its SWA window uuid). The
+        # rid: the unlock that releases this lock names it too. The
         # request, not its row: KVManager.batch_rows moves a locked request to another row.
         self._note("lock", {"node": node.id, "rid": rid, "delta": -delta})
         return delta // self.ps
 
     def move_rows(self, old: list[int], new: list[int]) -> None:
         """The requests of rows `old` now sit in rows `new` (KVManager.batch_rows): their
-        locks and the SWA boundaries of those locks move with them."""
-        for per_row in (self.locks, self.uuids, self.holders):
+        locks and those locks' receipts move with them."""
+        for per_row in (self.locks, self.receipts, self.holders):
             move_rows(per_row, old, new)
         released = {was for was in old if was in self.swa_released}
         self.swa_released -= released
@@ -204,9 +204,9 @@ class SWAPrefixCache:
         decode side calls after a hit, without that test: a lock short of a window releases
         its SWA part up to the root. Returns whether it released."""
         node = self.locks.get(row)
-        if node is None or row in self.swa_released or (self.uuids[row].uuid is None and not any_lock):
+        if node is None or row in self.swa_released or (self.receipts[row].uuid is None and not any_lock):
             return False
-        self.tree.dec_swa_lock_only(node, self.uuids[row])
+        self.tree.dec_swa_lock_only(node, self.receipts[row])
         self.swa_released.add(row)
         self._note("release_swa", {"node": node.id, "rid": self.holders[row]})
         return True
@@ -216,7 +216,7 @@ class SWAPrefixCache:
         if node is not None:
             skip = row in self.swa_released  # SGLang's TreeLock.swa_released: the FULL part only
             self.swa_released.discard(row)
-            delta = self.tree.dec_lock_ref(node, self.uuids.pop(row), skip_swa=skip)
+            delta = self.tree.dec_lock_ref(node, self.receipts.pop(row), skip_swa=skip)
             fields = {"node": node.id, "rid": self.holders.pop(row), "delta": delta}
             self._note("unlock", {**fields, "skip_swa": True} if skip else fields)
 

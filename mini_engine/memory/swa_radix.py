@@ -62,6 +62,7 @@ from typing import Callable
 
 import numpy as np
 
+from mini_engine.errors import check_choice
 from mini_engine.memory import swa_evict, swa_locks
 from mini_engine.memory.rules import RELEASES
 
@@ -97,12 +98,12 @@ class SWARadixCache:
                  release: str = "0.5.23"):
         if page_size < 1 or window < 1:
             raise ValueError(f"page_size and window must be >= 1 (got {page_size}, {window})")
-        if release not in RELEASES:
-            raise ValueError(f"release must be one of {', '.join(RELEASES)} (got {release!r})")
         self.ps, self.window = page_size, window
-        # Whose tree core: 0.5.18's moves both halves of a split to the SWA LRU's most recent
-        # end (below) and its SWA lock passes over tombstones (swa_locks.py); 0.5.23's not.
-        self.release = release
+        # Whose tree core (a ConfigError, one line, for a release it does not know): 0.5.18's
+        # moves both halves of a split to the SWA LRU's most recent end (_split) and its SWA
+        # lock passes over tombstones, counting live SWA tokens (swa_locks.py); 0.5.23's not.
+        self.release = check_choice("release", release, RELEASES)
+        self.live_window = self.split_to_front = release == "0.5.18"
         self.swa_map, self.free_full, self.free_swa = swa_map, free_full, free_swa
         self._clock = 0.0
         self._ids = 0
@@ -188,7 +189,7 @@ class SWARadixCache:
         child.key = child.key[n:]
         upper.parent.children[self.child_key(upper.key)] = upper
         child.parent = upper
-        if upper.swa is not None and self.release == "0.5.18":
+        if upper.swa is not None and self.split_to_front:
             # 0.5.18's _split_node takes child out of every LRU and puts the new node, then
             # child, at the most recent end: [child, upper, ...].
             self.lru_remove(child)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mini_engine.memory.swa_locks import Receipt
 from mini_engine.memory.swa_radix import SWANode, SWARadixCache
 from mini_engine.memory.tree_trace import TokenStore, insert_slots, tree_key
 
@@ -26,7 +27,7 @@ class SWATreeReplay:
         self.bigram = False
         self.map = np.zeros(0, np.int64)
         self.nodes: dict[int, SWANode] = {}  # the recorded node id -> this tree's node
-        self.uuids: dict[object, int | None] = {}  # request -> the SWA window uuid of its lock
+        self.receipts: dict[object, Receipt] = {}  # request -> the tree's receipt of its lock
 
     def check(self, rec: dict) -> list[tuple[str, object, object]]:
         """(field, recorded, got) of each mismatch; ValueError when the record cannot be run."""
@@ -38,7 +39,7 @@ class SWATreeReplay:
             release = (self.head.get("profile") or {}).get("release", "0.5.23")  # absent: older traces, 0.5.23's
             self.tree = SWARadixCache(self.ps, rec["window"], self.map, lambda slots: None, self._clear,
                                       release=release)  # a release it does not know: ValueError, one line
-            self.nodes, self.uuids, self.bigram = {}, {}, rec.get("bigram", False)
+            self.nodes, self.receipts, self.bigram = {}, {}, rec.get("bigram", False)
             return []
         tree = self.tree
         if tree is None:
@@ -61,21 +62,21 @@ class SWATreeReplay:
             self.nodes[rec["node"]] = node
             got = {"cached": cached, "node": node.id}
         elif op == "swa_lock":
-            delta, self.uuids[rec["rid"]] = tree.inc_lock_ref(self._node(rec))
+            delta, self.receipts[rec["rid"]] = tree.inc_lock_ref(self._node(rec))
             got = {"delta": -delta}  # recorded as SGLang's: the change of the FULL evictable size
         elif op == "swa_unlock":
-            if rec["rid"] not in self.uuids:
+            if rec["rid"] not in self.receipts:
                 raise ValueError(f"swa_unlock of request {rec['rid']!r}, which holds no lock")
             try:
-                got = {"delta": tree.dec_lock_ref(self._node(rec), self.uuids.pop(rec["rid"]),
+                got = {"delta": tree.dec_lock_ref(self._node(rec), self.receipts.pop(rec["rid"]),
                                                   skip_swa=rec.get("skip_swa", False))}
             except ValueError as err:  # a lock count that would go negative: the call fails here
                 return [("result", "success", f"error: {err}")]
         elif op == "swa_release_swa":
-            if rec["rid"] not in self.uuids:
+            if rec["rid"] not in self.receipts:
                 raise ValueError(f"swa_release_swa of request {rec['rid']!r}, which holds no lock")
             try:
-                tree.dec_swa_lock_only(self._node(rec), self.uuids[rec["rid"]])
+                tree.dec_swa_lock_only(self._node(rec), self.receipts[rec["rid"]])
             except ValueError as err:
                 return [("result", "success", f"error: {err}")]
             got = {}

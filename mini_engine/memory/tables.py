@@ -56,7 +56,8 @@ class KVTables:
         self.stranded_by_writer = {k: 0 for k in WRITER_KINDS}
         self.short_pool: str | None = None  # the pool that refused the last failed allocation
         self.reclaim_short = False  # the last PD prealloc failed at 0.5.23's SWA tail reclaim (make_room_pd)
-        # The allocation the last failed growth did not make: (allocator, prefix, seq, last).
+        # The allocation a refused PD prealloc did not make, kept while tracing (trace_refused):
+        # (allocator, prefix, seq, last).
         self.refused: tuple | None = None
         # Row overflow (mini_engine.memory.overflow): distinct positions past a row that
         # reservations reached, and positions of another row the writes past a row hit.
