@@ -156,6 +156,11 @@ def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
             fld, expected, got = found
             report.first_divergence = Divergence(report.calls, lineno, op, fld, expected, got)
             break
+    else:
+        found = tree.finish()
+        if found is not None and records:
+            lineno, rec = records[-1]
+            report.first_divergence = Divergence(report.calls, lineno, rec["op"], *found)
     report.tree_calls, report.swa_tree_calls = tree.calls, swa_tree.calls
     return report
 

@@ -111,6 +111,8 @@ class FullUnified:
     result counts the protected change (the opposite sign of the trace's delta) and its
     unlock result none, so both are measured as the evictable size's change."""
 
+    frees_duplicates = True  # its insert frees the request's copies of what it held
+
     def __init__(self, sg, ps: int, freed, bigram: bool):
         try:
             self.u = u = sglang_swa()
@@ -200,8 +202,15 @@ class TreeConform:
                     return f"{fld} size after it", rec[fld], got
         return found
 
+    def finish(self):
+        """The trace ended: the last insert's duplicates, if no tree call came after it."""
+        return self._dedup_freed()
+
     def _dedup_freed(self):
-        """The frees kvbench recorded after the last insert against the ones SGLang's insert made."""
+        """The frees kvbench recorded after the last insert against the ones SGLang's insert
+        made. Only where kvbench recorded some: frees held by a free group reach the
+        allocator as one call at the group's end (the allocator replay checks those), so an
+        empty list here cannot tell a group from a missing free."""
         if self.dedup is None:
             return None
         rec, theirs = self.dedup
@@ -223,7 +232,9 @@ class TreeConform:
         node, got = self.tree.insert(self.tokens.raw(rec), insert_slots(rec, self.ps), rec.get("prev_prefix_len", 0))
         self.nodes[rec["node"]] = node
         theirs = self.freed.take()
-        if "prev_prefix_len" in rec:  # older traces lack it: their duplicates are not checked
+        # Only a tree that frees its insert's duplicates itself (0.5.23's); 0.5.18's RadixCache
+        # leaves them to its caller. Older traces lack prev_prefix_len: not checked.
+        if "prev_prefix_len" in rec and getattr(self.tree, "frees_duplicates", False):
             self.dedup = (rec, theirs)
         if got != rec["cached"]:
             return f"cached (rid {rec['rid']}, {rec['len']} tokens)", rec["cached"], got

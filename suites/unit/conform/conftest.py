@@ -16,6 +16,7 @@ import os
 import pytest
 
 from harness.conform import SGLangMissing, load_sglang
+from harness.conform_swa_tree import sglang_swa
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +28,20 @@ def sg():
         if required:  # "1", or the release CI's second venv holds ("0.5.18")
             pytest.fail(f"KVBENCH_REQUIRE_SGLANG={required} but {err}")
         pytest.skip(str(err))
+
+
+@pytest.fixture(scope="session")
+def sg_serving(sg):
+    """SGLang's serving stack (UnifiedRadixCache and its kin: harness/sglang_swa_radix.py),
+    loaded once through conform's own cached loader; a skip where it does not import,
+    a failure under any KVBENCH_REQUIRE_SGLANG (0.5.18's venv included)."""
+    try:
+        return sglang_swa()
+    except Exception as err:  # an ImportError, or a dependency failing at import time
+        required = os.environ.get("KVBENCH_REQUIRE_SGLANG")
+        if required:
+            pytest.fail(f"KVBENCH_REQUIRE_SGLANG={required} but SGLang's UnifiedRadixCache does not load: {err}")
+        pytest.skip(f"SGLang's UnifiedRadixCache does not load on this machine: {err}")
 
 
 @pytest.fixture(scope="session")

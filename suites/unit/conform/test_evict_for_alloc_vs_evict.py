@@ -14,7 +14,6 @@ pools' available sizes must agree, so replaying ``evict`` checks what SGLang run
 
 from __future__ import annotations
 
-import os
 from array import array
 
 import numpy as np
@@ -22,19 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import sglang_swa_radix
 
 
 @pytest.fixture(scope="module")
-def sgswa(sg):  # sg: the installed SGLang, or a skip
+def sgswa(sg, request):
     if sg.version == "0.5.18":
         pytest.skip("0.5.18's tree has no evict_for_alloc: its scheduler calls evict")
-    try:
-        return sglang_swa_radix.load()
-    except Exception as err:  # an ImportError, or a dependency failing at import time
-        if os.environ.get("KVBENCH_REQUIRE_SGLANG") == "1":
-            pytest.fail(f"KVBENCH_REQUIRE_SGLANG=1 but SGLang's UnifiedRadixCache does not load: {err}")
-        pytest.skip(f"SGLang's UnifiedRadixCache does not load on this machine: {err}")
+    return request.getfixturevalue("sg_serving")  # or a skip (a failure when required)
 
 
 def _alloc(sgt, alloc, ps: int, n: int):

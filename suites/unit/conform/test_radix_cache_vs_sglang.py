@@ -24,7 +24,6 @@ SGLang's trees are called through the adapters ``kvbench conform`` replays trace
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -33,7 +32,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from harness.conform_swa_tree import sglang_swa
 from harness.conform_tree import FullRadix, FullUnified
 from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.radix_cache import RadixCache
@@ -56,15 +54,10 @@ def _sglang_allocator(sgt, ps: int):
 
 
 @pytest.fixture(scope="module")
-def sgunified(sgtree):
+def sgunified(sgtree, request):
     if sgtree.sg.version == "0.5.18":
         pytest.skip("0.5.18 builds RadixCache for full attention (its registry), not UnifiedRadixCache")
-    try:
-        sglang_swa()  # SGLang's serving stack, imported only here (heavy, optional)
-    except Exception as err:  # an ImportError, or a dependency failing at import time
-        if os.environ.get("KVBENCH_REQUIRE_SGLANG") == "1":
-            pytest.fail(f"KVBENCH_REQUIRE_SGLANG=1 but SGLang's UnifiedRadixCache does not load: {err}")
-        pytest.skip(f"SGLang's UnifiedRadixCache does not load on this machine: {err}")
+    request.getfixturevalue("sg_serving")  # SGLang's serving stack, or a skip (a failure when required)
     return sgtree
 
 

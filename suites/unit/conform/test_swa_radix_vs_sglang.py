@@ -11,7 +11,6 @@ whole tree (every node's key, FULL slots, SWA slots or tombstone, both lock coun
 
 from __future__ import annotations
 
-import os
 from array import array
 from types import SimpleNamespace
 
@@ -26,21 +25,14 @@ from mini_engine.memory.invariants import Violation  # noqa: F401 (loads K1-K13 
 from mini_engine.memory.swa_radix import SWARadixCache
 from mini_engine.memory.tree_invariants import swa_tree_violations
 from mini_engine.memory.tree_trace import tree_key
-from harness import sglang_swa_radix
 
 FULL_PAGES, SWA_PAGES = 48, 24
 
 
 @pytest.fixture(scope="module")
-def sgswa(sg):  # sg: the installed SGLang, or a skip
-    try:
-        loaded = sglang_swa_radix.load()  # SGLang's serving stack, imported only here (heavy, optional)
-        # kvbench's tree runs the installed release's tree core (MemoryRules.release).
-        return SimpleNamespace(**vars(loaded), release="0.5.18" if sg.version == "0.5.18" else "0.5.23")
-    except Exception as err:  # an ImportError, or a dependency failing at import time
-        if os.environ.get("KVBENCH_REQUIRE_SGLANG") == "1":
-            pytest.fail(f"KVBENCH_REQUIRE_SGLANG=1 but SGLang's UnifiedRadixCache does not load: {err}")
-        pytest.skip(f"SGLang's UnifiedRadixCache does not load on this machine: {err}")
+def sgswa(sg, sg_serving):
+    # kvbench's tree runs the installed release's tree core (MemoryRules.release).
+    return SimpleNamespace(**vars(sg_serving), release="0.5.18" if sg.version == "0.5.18" else "0.5.23")
 
 
 class Pair:

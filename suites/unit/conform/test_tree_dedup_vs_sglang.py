@@ -69,9 +69,21 @@ def test_the_duplicates_are_freed_per_node_or_in_one_call(tmp_path, profile, thi
     assert sum(len(c) for c in frees[2]) == 4  # [0, 64): four pages, in one call or two
 
 
+def test_the_one_call_conforms_on_0518s_radix_cache(sg, tmp_path):
+    """0.5.18's RadixCache frees no duplicates itself (its caller's one call is kvbench's):
+    conform checks no insert's frees there, and the pre-35265 trace conforms."""
+    if sg.version != "0.5.18":
+        pytest.skip("a pre-35265 trace conforms on 0.5.18 only (CI's 0.5.18 venv)")
+    src = tmp_path / "t.jsonl"
+    _nested_trace(src, "sglang-pre-35265")
+    rep = conform(src, sg)
+    assert rep.conforms, describe(rep.first_divergence)
+    assert rep.tree_calls > 0
+
+
 def test_the_per_node_frees_conform_and_one_call_diverges(sg, tmp_path):
     if sg.version == "0.5.18":
-        pytest.skip("0.5.18's tree frees no duplicates itself: its caller's one call is kvbench's")
+        pytest.skip("0.5.18's tree frees no duplicates itself: the test above")
     src, bad = tmp_path / "t.jsonl", tmp_path / "bad.jsonl"
     recs = _nested_trace(src, "sglang-0.5.23")
     rep = conform(src, sg)
@@ -82,5 +94,9 @@ def test_the_per_node_frees_conform_and_one_call_diverges(sg, tmp_path):
     merged = dict(recs[i + 2], page_ids=recs[i + 1]["page_ids"] + recs[i + 2]["page_ids"])
     lines = [json.dumps(r) for r in recs[:i + 1]] + [json.dumps(merged)] + [json.dumps(r) for r in recs[i + 3:]]
     bad.write_text("\n".join(lines) + "\n")
+    d = conform(bad, sg).first_divergence
+    assert d is not None and d.field.startswith("duplicates freed (insert of rid 2"), describe(d)
+    # The same trace ending right after those frees: checked when the trace ends.
+    bad.write_text("\n".join(lines[: i + 2]) + "\n")
     d = conform(bad, sg).first_divergence
     assert d is not None and d.field.startswith("duplicates freed (insert of rid 2"), describe(d)
