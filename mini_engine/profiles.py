@@ -230,7 +230,7 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
                                                       "admission": "estimate"},
             fixed=("free",),
             what_if=True,
-            about="what-if: pre-35265 writers with a floor host free; the only profile that leaks"),
+            about="what-if: pre-35265 writers with a floor host free; the only profile whose release itself leaks"),
 )}
 DEFAULT_PROFILE = "sglang-0.5.23"
 # The SGLang release each profile's traces conform against (kvbench conform refuses a

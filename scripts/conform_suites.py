@@ -36,12 +36,10 @@ from mini_engine.profiles import DEFAULT_PROFILE, SGLANG_VERSIONS
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def write_traces(suites: list[str], out: Path, profiles: list[str] | None = None) -> dict[str, list[str]]:
-    """{SGLang version: trace paths}, one trace per accounting-only config."""
+def accounting_configs(suites: list[str], profiles: list[str] | None = None):
+    """(suite, index, config, SGLang version) of every accounting-only config, in order."""
     from harness.grid.suites import load_suite
-    from harness.run.runner import run_config
 
-    by_version: dict[str, list[str]] = {}
     for suite in suites:
         for i, gc in enumerate(load_suite(suite).configs):
             if gc.config.get("model", "none") != "none":
@@ -49,9 +47,18 @@ def write_traces(suites: list[str], out: Path, profiles: list[str] | None = None
             profile = gc.config.get("profile", DEFAULT_PROFILE)
             if profiles and profile not in profiles:
                 continue
-            path = out / f"{Path(suite).stem}-{i:04d}.jsonl"
-            run_config(dict(gc.config), trace=str(path))
-            by_version.setdefault(SGLANG_VERSIONS[profile], []).append(str(path))
+            yield suite, i, dict(gc.config), SGLANG_VERSIONS[profile]
+
+
+def write_traces(suites: list[str], out: Path, profiles: list[str] | None = None) -> dict[str, list[str]]:
+    """{SGLang version: trace paths}, one trace per accounting-only config."""
+    from harness.run.runner import run_config
+
+    by_version: dict[str, list[str]] = {}
+    for suite, i, config, version in accounting_configs(suites, profiles):
+        path = out / f"{Path(suite).stem}-{i:04d}.jsonl"
+        run_config(config, trace=str(path))
+        by_version.setdefault(version, []).append(str(path))
     return by_version
 
 

@@ -1,4 +1,4 @@
-"""kvbench's SWA-aware tree (mini_engine/memory/swa_radix.py) against SGLang 0.5.23's own
+"""kvbench's SWA-aware tree (mini_engine/memory/swa_radix.py) against the installed SGLang's own
 UnifiedRadixCache with the FULL and SWA components (harness/sglang_swa_radix.py builds it on a CPU).
 
 Both trees get the same calls: requests that match, lock, allocate the rest of their key
@@ -259,3 +259,34 @@ def test_swa_tree_equals_sglangs(sgswa):
     run.settings = settings(max_examples=60, stateful_step_count=25, deadline=None,
                             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
     run().runTest()
+
+
+def _machine(sgswa, ps: int, window: int, seq: list[int]) -> SWATreeMachine:
+    SWATreeMachine.sgt = sgswa
+    m = SWATreeMachine()
+    m.start(ps, window, [seq], False)
+    return m
+
+
+def test_the_worked_cases_on_the_installed_release(sgswa):
+    """The worked cases of suites/unit/memory/test_swa_radix.py, each run on the installed
+    release's own tree beside kvbench's (the trees compared node by node, locks included):
+    the split order (ps 1, window 1: 0.5.23 tombstones the middle node for one SWA token,
+    0.5.18 evicts the leaf whole), and the window lock over a tombstone (ps 4, window 4:
+    0.5.23 locks the tombstone and pins no SWA, 0.5.18 passes over it and pins the live
+    node above, 4 tokens)."""
+    old = sgswa.release == "0.5.18"
+    m = _machine(sgswa, 1, 1, [42, 32, 26])
+    m.request(b=0, n=3, cursor=0.0, keep=False)  # inserted with its SWA live, lock released
+    m.match(b=0, n=1)  # splits the path
+    got = m.pair.sg.evict(m.pair.sgt.base.EvictParams(num_tokens=0, swa_num_tokens=1))
+    assert (got.num_tokens_evicted, got.swa_num_tokens_evicted) == ((1, 1) if old else (0, 1))
+    assert m.pair.our.evict(0, 1) == (got.num_tokens_evicted, got.swa_num_tokens_evicted)
+    m.trees_agree()
+
+    m = _machine(sgswa, 4, 4, list(range(1, 17)))
+    m.request(b=0, n=8, cursor=0.0, keep=False)  # the first 8 tokens, SWA live
+    before = m.pair.sg.swa_evictable_size()
+    m.request(b=0, n=16, cursor=1.0, keep=True)  # 8 more, their SWA freed behind the cursor: a tombstone leaf
+    assert before - m.pair.sg.swa_evictable_size() == (4 if old else 0)  # the SWA the lock pins
+    m.trees_agree()

@@ -33,3 +33,20 @@ def test_the_workflow_count_and_table_match_ci_workflows():
             assert WORDS.get(word.lower()) == len(files), (doc, word, files)
     table = {m for m in re.findall(r"^\| `([\w-]+\.yml)` \|", DOCS["docs/ci.md"], re.M)}
     assert table == set(files)
+
+
+def test_the_trace_counts_docs_conform_states_are_the_suites():
+    """docs/conform.md's trace counts per release are scripts/conform_suites.py's selection."""
+    import importlib.util
+    from collections import Counter
+
+    spec = importlib.util.spec_from_file_location("conform_suites_under_test", ROOT / "scripts" / "conform_suites.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    counts = Counter(v for *_, v in mod.accounting_configs(["smoke", "invariants"]))
+    text = (ROOT / "docs" / "conform.md").read_text()
+    stated = {v: int(n) for n, v in re.findall(r"# (\d+) traces in conform-traces for SGLang ([\d.]+)", text)}
+    assert stated == dict(counts), (stated, counts)
+    prose = re.search(r"The (\d+) pre-35265 traces of the smoke and invariants suites conform\s+on 0\.5\.18, "
+                      r"and their (\d+) other traces on 0\.5\.23", text)
+    assert prose and (int(prose[1]), int(prose[2])) == (counts["0.5.18"], counts["0.5.23"])

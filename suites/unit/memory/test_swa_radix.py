@@ -136,8 +136,9 @@ def test_shared_prompt_requests_keep_every_slot_once(ps, window, plan):
 
 @pytest.mark.parametrize("release, evicted", [("0.5.23", (0, 1)), ("0.5.18", (1, 1))])
 def test_a_split_orders_the_swa_lru_as_each_release_does(release, evicted):
-    """Worked against both releases' UnifiedRadixCache (suites/unit/conform/test_swa_radix_vs_sglang.py
-    drives them): page size 1, window 1, a three-token request inserted with its SWA live and
+    """The same calls run on each release's own UnifiedRadixCache in
+    suites/unit/conform/test_swa_radix_vs_sglang.py::test_the_worked_cases_on_the_installed_release
+    (CI: both releases): page size 1, window 1, a three-token request inserted with its SWA live and
     released, then a one-token match that splits its path. 0.5.23 leaves the back half of a
     split where it was in the SWA LRU and tombstones the middle node for one SWA token; 0.5.18
     moves both halves to the most recent end, so the leaf is least recent and goes whole."""
@@ -156,7 +157,8 @@ def test_a_split_orders_the_swa_lru_as_each_release_does(release, evicted):
 
 def test_0518s_swa_lock_passes_over_tombstones():
     """0.5.18's window lock counts live SWA tokens only: it passes over a tombstone, leaving it
-    unlocked (0.5.23 counts the tombstone's key toward the window and locks it)."""
+    unlocked (0.5.23 counts the tombstone's key toward the window and locks it). On each
+    release's own tree: test_swa_radix_vs_sglang.py::test_the_worked_cases_on_the_installed_release."""
     for release, locked in (("0.5.23", 1), ("0.5.18", 0)):
         pools = Pools()
         tree = SWARadixCache(4, 4, pools.map, pools.free_full, pools.free_swa, release=release)
