@@ -4,6 +4,7 @@ a whole-page allocation equals the general one, a request's step counters follow
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -123,3 +124,14 @@ def test_moving_rows_equals_a_whole_row_move(writes, perm):
     logged = pool.changes.drain()
     mirror.reshape(-1)[logged] = pool.host.reshape(-1)[logged]
     assert np.array_equal(mirror, pool.host)
+
+
+def test_moving_rows_refuses_a_new_order_that_is_not_a_permutation():
+    """The column bound holds only for the same rows in another order (KVManager.batch_rows's)."""
+    from mini_engine.memory.req_to_token import ReqToTokenPool
+
+    pool = ReqToTokenPool(4, 8)
+    pool.host[0, 3] = 7
+    with pytest.raises(ValueError, match="permutation"):
+        pool.move_rows([0, 1], [1, 2])
+    assert pool.host[0, 3] == 7

@@ -10,7 +10,6 @@ import torch
 from mini_engine.model import cpu_kernels
 from mini_engine.model.attn_meta import build_meta
 from mini_engine.model.extend_fused import paged_rows_meta
-from mini_engine.model.threads import ThreadChoice
 from mini_engine.model.transformer import KVCache
 
 from .conftest import tiny
@@ -87,23 +86,6 @@ def test_matmuls_are_bitwise_equal_at_one_and_two_threads():
                 got.append((a @ w.t().contiguous(), torch.nn.functional.linear(a, w)))
             for x, y in zip(*got):
                 assert torch.equal(x, y)
-    finally:
-        torch.set_num_threads(before)
-
-
-def test_thread_choice_measures_both_then_keeps_one(monkeypatch):
-    monkeypatch.delenv("KVBENCH_THREADS", raising=False)
-    # A clock on which every forward takes as long at either count: no early choice.
-    clock = iter(range(10**6))
-    monkeypatch.setattr("mini_engine.model.threads.time.perf_counter", lambda: next(clock))
-    before = torch.get_num_threads()
-    try:
-        choice = ThreadChoice(most=2)
-        seen = [choice.run("decode", torch.get_num_threads) for _ in range(14)]
-        assert seen[:10].count(1) == 5 and seen[:10].count(2) == 5  # alternated, five trials each
-        assert len(set(seen[10:])) == 1 and choice.chosen["decode"] == seen[-1]
-        monkeypatch.setenv("KVBENCH_THREADS", "1")
-        assert {ThreadChoice(most=2).run("decode", torch.get_num_threads) for _ in range(4)} == {1}
     finally:
         torch.set_num_threads(before)
 

@@ -52,7 +52,7 @@ def test_idle_cores_read_from_proc_stat_or_the_load_average(monkeypatch):
 def _scripted(monkeypatch, costs: dict[int, list[float]]):
     """A clock on which the forwards at n threads take costs[n] in turn (ms)."""
     now, taken = [0.0], {n: iter(c) for n, c in costs.items()}
-    monkeypatch.setattr(threads.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(threads, "_clock", lambda: now[0])
     monkeypatch.delenv("KVBENCH_THREADS", raising=False)
 
     def forward():
@@ -86,5 +86,21 @@ def test_a_close_trial_runs_every_sample(monkeypatch, more):
         seen = [choice.run("decode", forward) for _ in range(12)]
         assert seen[:10].count(1) == 5 and seen[:10].count(2) == 5 and "decode" in choice.chosen
         assert set(seen[10:]) == {2}
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_thread_choice_measures_both_then_keeps_one(monkeypatch):
+    """As long at either count: five trials each, alternating, then one thread for good
+    (more threads must win by MARGIN); KVBENCH_THREADS=1 runs no trial."""
+    forward = _scripted(monkeypatch, {2: [1.0] * 20, 1: [1.0] * 20})
+    before = torch.get_num_threads()
+    try:
+        choice = ThreadChoice(most=2)
+        seen = [choice.run("decode", forward) for _ in range(14)]
+        assert seen[:10].count(1) == 5 and seen[:10].count(2) == 5  # alternated, five trials each
+        assert set(seen[10:]) == {1} and choice.chosen["decode"] == 1
+        monkeypatch.setenv("KVBENCH_THREADS", "1")
+        assert {ThreadChoice(most=2).run("decode", torch.get_num_threads) for _ in range(4)} == {1}
     finally:
         torch.set_num_threads(before)
