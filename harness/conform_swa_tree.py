@@ -47,7 +47,7 @@ from harness.core.errors import HarnessError
 from mini_engine.memory.tree_trace import TokenStore, insert_slots
 
 
-class SWATreeMissing(HarnessError):
+class UnifiedTreeMissing(HarnessError):
     """SGLang's UnifiedRadixCache does not import here (one line, exit 2)."""
 
 
@@ -57,6 +57,15 @@ def sglang_swa():
     records that run on UnifiedRadixCache (seconds, and stand-ins for modules a CPU install
     lacks)."""
     return sglang_swa_radix.load()
+
+
+def unified_tree(records: str):
+    """sglang_swa() for a trace with `records` (what they are, for the one-line error)."""
+    try:
+        return sglang_swa()
+    except Exception as err:  # an ImportError, or a dependency failing at import time
+        raise UnifiedTreeMissing(f"the trace has {records} and SGLang's UnifiedRadixCache does not import "
+                                 f"here ({one_line(err)}); docs/conform.md") from None
 
 
 class SWATreeConform:
@@ -73,7 +82,7 @@ class SWATreeConform:
     def check(self, rec: dict):
         """(field, kvbench's value, SGLang's value) of the first mismatch, or None. A record
         that cannot be run raises ValueError (conform calls the trace malformed); SGLang's
-        serving stack failing to import raises SWATreeMissing."""
+        serving stack failing to import raises UnifiedTreeMissing."""
         op = rec["op"]
         if op == "swa_tree":
             self._build(rec)
@@ -96,11 +105,7 @@ class SWATreeConform:
         head = self.head
         if not head.get("swa_num_pages"):
             raise ValueError("an swa_tree record in a trace whose header has no SWA pool")
-        try:
-            self.sgt = sgt = sglang_swa()
-        except Exception as err:  # an ImportError, or a dependency failing at import time
-            raise SWATreeMissing(f"the trace has SWA tree records and SGLang's UnifiedRadixCache does not "
-                                 f"import here ({one_line(err)}); docs/conform.md") from None
+        self.sgt = sgt = unified_tree("SWA tree records")
         self.bigram = rec.get("bigram", False)
         self.alloc, self.tree = sgt.build(head["num_pages"], head["swa_num_pages"], self.ps, rec["window"],
                                           self.bigram)

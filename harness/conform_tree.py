@@ -44,7 +44,7 @@ from __future__ import annotations
 import functools
 from array import array
 
-from harness.conform_swa_tree import SWATreeMissing, sglang_swa
+from harness.conform_swa_tree import unified_tree
 from harness.conform_versions import full_tree_is_unified
 from harness.core.causes import one_line
 from harness.sglang_radix import matched_len, radix_cache, radix_namespace
@@ -114,11 +114,7 @@ class FullUnified:
     frees_duplicates = True  # its insert frees the request's copies of what it held
 
     def __init__(self, sg, ps: int, freed, bigram: bool):
-        try:
-            self.u = u = sglang_swa()
-        except Exception as err:  # an ImportError, or a dependency failing at import time
-            raise SWATreeMissing(f"the trace has tree records and SGLang's UnifiedRadixCache does not import "
-                                 f"here ({one_line(err)}); docs/conform.md") from None
+        self.u = u = unified_tree("tree records")
         self.bigram, self.torch = bigram, u.torch
         self.tree = u.build_full(ps, freed, bigram)
         self.receipts: dict[object, list] = {}  # node -> the receipts of the locks it holds

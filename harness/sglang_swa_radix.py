@@ -38,6 +38,7 @@ import importlib.machinery
 import os
 import sys
 import types
+import warnings
 from types import SimpleNamespace
 
 # Modules the import chain reaches but the tree never calls (each named for why).
@@ -97,13 +98,17 @@ def load() -> SimpleNamespace:
         sys.meta_path.insert(0, _StandIns())
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-    base = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache")
-    urc = importlib.import_module("sglang.srt.mem_cache.unified_radix_cache")
-    swa_alloc = importlib.import_module("sglang.srt.mem_cache.allocator.swa")
-    pool = importlib.import_module("sglang.srt.mem_cache.base_swa_memory_pool")
-    params = importlib.import_module("sglang.srt.mem_cache.cache_init_params")
-    ct = importlib.import_module("sglang.srt.mem_cache.unified_cache.component_type")
-    radix = importlib.import_module("sglang.srt.mem_cache.radix_cache")
+    # The import chain's modules warn that a CPU has no AWQ, GGUF, ... kernels: noise before
+    # any result (a conform run's one-line output), about code the tree never calls.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        base = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache")
+        urc = importlib.import_module("sglang.srt.mem_cache.unified_radix_cache")
+        swa_alloc = importlib.import_module("sglang.srt.mem_cache.allocator.swa")
+        pool = importlib.import_module("sglang.srt.mem_cache.base_swa_memory_pool")
+        params = importlib.import_module("sglang.srt.mem_cache.cache_init_params")
+        ct = importlib.import_module("sglang.srt.mem_cache.unified_cache.component_type")
+        radix = importlib.import_module("sglang.srt.mem_cache.radix_cache")
 
     class MapOnlyPool(pool.BaseSWAKVPool):
         """The KV pool the allocator talks to: only the full -> SWA map (no buffers on a CPU test)."""
@@ -158,8 +163,8 @@ def load() -> SimpleNamespace:
 
     def unlock_params(node, receipt):
         """What dec_lock_ref takes back from the inc_lock_ref result it releases."""
-        if hasattr(receipt, "component_lock_uuids"):  # 0.5.23
-            return base.DecLockRefParams(node_id=node, component_lock_uuids=dict(receipt.component_lock_uuids))
+        if hasattr(receipt, "to_dec_params"):  # 0.5.23: its own conversion (conform_tree.FullUnified's too)
+            return receipt.to_dec_params()
         return base.DecLockRefParams(swa_uuid_for_lock=receipt.swa_uuid_for_lock,
                                      skip_lock_node_ids=receipt.skip_lock_node_ids)
 
