@@ -24,7 +24,6 @@ SGLang's trees are called through the adapters ``kvbench conform`` replays trace
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -39,26 +38,19 @@ from mini_engine.memory.radix_cache import RadixCache
 NUM_PAGES = 40
 
 
-@pytest.fixture(scope="module")
-def sgtree(sg):  # sg: the installed SGLang, or a skip (a failure under KVBENCH_REQUIRE_SGLANG=1)
-    import torch
-
-    return SimpleNamespace(torch=torch, sg=sg)
-
-
 def _sglang_allocator(sgt, ps: int):
     torch = sgt.torch
     if ps == 1:
-        return sgt.sg.token.TokenToKVPoolAllocator(NUM_PAGES, torch.int64, "cpu", None, False)
-    return sgt.sg.paged.PagedTokenToKVPoolAllocator(NUM_PAGES * ps, ps, torch.int64, "cpu", None, False)
+        return sgt.token.TokenToKVPoolAllocator(NUM_PAGES, torch.int64, "cpu", None, False)
+    return sgt.paged.PagedTokenToKVPoolAllocator(NUM_PAGES * ps, ps, torch.int64, "cpu", None, False)
 
 
 @pytest.fixture(scope="module")
-def sgunified(sgtree, request):
-    if sgtree.sg.version == "0.5.18":
+def sgunified(sg, request):
+    if sg.version == "0.5.18":
         pytest.skip("0.5.18 builds RadixCache for full attention (its registry), not UnifiedRadixCache")
     request.getfixturevalue("sg_serving")  # SGLang's serving stack, or a skip (a failure when required)
-    return sgtree
+    return sg
 
 
 class Pair:
@@ -91,11 +83,7 @@ class Pair:
         """Whole pages of a request's row segment starting on a page boundary."""
         if len(slots):
             self.our_alloc.free_segment(slots, 0, len(slots))
-            self.sg_alloc.free_segment(self.sgt.torch.tensor(slots, dtype=torch_int64(self.sgt)), start_pos=0)
-
-
-def torch_int64(sgt):
-    return sgt.torch.int64
+            self.sg_alloc.free_segment(self.sgt.torch.tensor(slots, dtype=self.sgt.torch.int64), start_pos=0)
 
 
 BASES = 4
@@ -190,8 +178,8 @@ def _run(sgt, unified: bool):
     run().runTest()
 
 
-def test_tree_equals_sglangs(sgtree):
-    _run(sgtree, unified=False)
+def test_tree_equals_sglangs(sg):  # sg: the installed SGLang, or a skip (a failure when required)
+    _run(sg, unified=False)
 
 
 def test_tree_equals_sglangs_unified_full_tree(sgunified):
