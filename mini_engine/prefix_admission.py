@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from mini_engine.memory import swa_locks
 from mini_engine.memory.sizing import pd_swa_tail_len
 from mini_engine.request import Request
 
@@ -128,11 +127,10 @@ def _checkpoint_swa(manager, prefix, r: Request, up_to: int) -> None:
 def swa_pinned_by_match(manager, match) -> int:
     """Evictable SWA tokens a match's lock would pin (the SWA-aware tree's inc_lock_ref, read
     only): the SWA tokens of the unlocked nodes its window lock takes (swa_locks.window, per
-    release). 0 without an SWA-aware tree."""
+    release; SWARadixCache.lock_pins). 0 without an SWA-aware tree."""
     if match is None or manager.swa is None or manager.prefix is None:
         return 0
-    taken, _, _ = swa_locks.window(manager.prefix.tree, match[1])  # with an SWA pool, the SWA-aware tree
-    return sum(len(x.swa) for x in taken if x.swa_lock == 0 and x.swa is not None)
+    return manager.prefix.tree.lock_pins(match[1])  # with an SWA pool, the SWA-aware tree
 
 
 def match_pins(manager, match) -> tuple[int, ...]:

@@ -48,6 +48,12 @@ def window(tree: SWARadixCache, node: SWANode) -> tuple[list[SWANode], set[int],
     return taken, skipped, covered >= tree.window
 
 
+def pins(tree: SWARadixCache, node: SWANode) -> int:
+    """The evictable SWA tokens a lock on node would protect (its window's unlocked live nodes)."""
+    taken, _, _ = window(tree, node)
+    return sum(len(x.swa) for x in taken if x.swa_lock == 0 and x.swa is not None)
+
+
 def inc_lock_ref(tree: SWARadixCache, node: SWANode) -> tuple[int, Receipt]:
     """Lock node's path (FULL) and its trailing window (SWA); returns (the change of the
     FULL evictable size, the receipt its releases take)."""

@@ -123,7 +123,7 @@ class SWAPrefixCache:
         # SGLang's branching point (finalize_match_result_in_tree_core, set on the request
         # at match): the page-aligned FULL hit where it runs past the SWA-valid match.
         hit = self.tree.full_hit // self.ps * self.ps
-        if self.t.mem.rules.swa_branching and rid is not None:
+        if self.t.rules.swa_branching and rid is not None:
             self.branching[rid] = hit if hit > len(slots) else None
         # full_hit: the page-aligned FULL hit, so a replay checks the branching point too.
         self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id, "full_hit": hit}, tokens)

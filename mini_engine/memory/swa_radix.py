@@ -334,6 +334,10 @@ class SWARadixCache:
     def inc_lock_ref(self, node: SWANode) -> tuple[int, swa_locks.Receipt]:
         return swa_locks.inc_lock_ref(self, node)
 
+    def lock_pins(self, node: SWANode) -> int:
+        """The SWA tokens inc_lock_ref(node) would move from evictable to protected, read only."""
+        return swa_locks.pins(self, node)
+
     def dec_lock_ref(self, node: SWANode, receipt: swa_locks.Receipt, skip_swa: bool = False) -> int:
         return swa_locks.dec_lock_ref(self, node, receipt, skip_swa)
 

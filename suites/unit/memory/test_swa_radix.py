@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mini_engine.memory.invariants import Violation  # noqa: F401 (loads K1-K13 before tree_invariants)
-from mini_engine.memory import swa_locks
 from mini_engine.memory.swa_radix import SWARadixCache
 from mini_engine.memory.tree_invariants import swa_tree_violations
 
@@ -174,7 +173,7 @@ def test_0518s_swa_lock_passes_over_tombstones():
 @pytest.mark.parametrize("release, pinned", [("0.5.23", 0), ("0.5.18", 4)])
 def test_what_a_window_lock_takes_is_read_before_it_is_taken(release, pinned):
     """Admission prices the SWA a match's lock would pin before locking (prefix_admission.
-    swa_pinned_by_match reads swa_locks.window, the walk the lock itself runs). A tombstone
+    swa_pinned_by_match reads tree.lock_pins: swa_locks.window, the walk the lock itself runs). A tombstone
     leaf (its SWA freed behind the request's cursor) under a live node, page size 4, window 4:
     0.5.23's lock counts the tombstone as the window and pins no SWA; 0.5.18's passes over it
     and pins the live node above, 4 tokens. The lock then moves exactly that much."""
@@ -186,8 +185,7 @@ def test_what_a_window_lock_takes_is_read_before_it_is_taken(release, pinned):
     fresh = pools.alloc(8)
     pools.window_frees(fresh)
     _, leaf = tree.insert(tokens, np.concatenate([matched, fresh]), evicted=16, prev_prefix_len=len(matched))
-    taken, _, _ = swa_locks.window(tree, leaf)
-    assert sum(len(x.swa) for x in taken if x.swa is not None and x.swa_lock == 0) == pinned
+    assert tree.lock_pins(leaf) == pinned
     before = tree.swa_evictable
     _, receipt = tree.inc_lock_ref(leaf)
     assert before - tree.swa_evictable == pinned
