@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from harness.core.metrics import lookup
+from harness.grid.suites import load_suite
+from harness.grid.sweep import check_filter
 from harness.store.results import RunDir, load_rows
 from harness.view.mlflow_log import experiment_name, key_hash
 from harness.view.summary import summary_rows
@@ -84,7 +86,8 @@ def test_sweep_smoke_slice_matches_results_and_mlflow(results_root, cli, capsys)
     for cells in summary_rows(rows):
         assert printed[cells[0]] == cells[1:]
     assert f"{len(rows)} configs:" in out
-    assert "57 configs (19 selected by --filter)" in out
+    smoke = load_suite("smoke")
+    assert f"{len(smoke.configs)} configs ({check_filter('ps:16 and not model', smoke)} selected by --filter)" in out
     # MLflow: one parent, one child per config with its params and metrics.
     run_dir = RunDir(results_root / "runs" / "s1")
     assert f"[{len(rows)}/{len(rows)}] " in out  # the progress total: what the workers collected
