@@ -118,8 +118,7 @@ class PrefixCache:
         self._note("insert", {"rid": state.rid, "len": raw_len(aligned, self.bigram), "slots": host_row[:aligned],
                               "prev_prefix_len": prot, "cached": prefix_len, "node": node.id}, tokens)
         if prefix_len > prot:  # the row's own copies of pages the tree already had, freed by the insert
-            segments = [(max(s, prot), e) for s, e in self.tree.overlap if e > max(s, prot)] \
-                if self.t.rules.dedup_per_node else [(prot, prefix_len)]
+            segments = self.tree.overlap_past(prot) if self.t.rules.dedup_per_node else [(prot, prefix_len)]
             for s, e in segments:
                 self.t.give_back("full", state, self.full.free_segment(host_row, s, e))
         p_key = self._key(tokens[:prompt_len])

@@ -105,6 +105,11 @@ class RadixCache:
         self._ids += 1
         return RadixNode(key, value, parent, self._tick(), self._ids)
 
+    def overlap_past(self, prev: int) -> list[tuple[int, int]]:
+        """The last insert's already-cached spans past position prev, node by node: the
+        row's duplicates 0.5.23's insert frees itself (prev: its prev_prefix_len)."""
+        return [(max(s, prev), e) for s, e in self.overlap if e > max(s, prev)]
+
     def _child_key(self, key: np.ndarray, at: int = 0) -> bytes:
         return key[at:at + self.ps].tobytes()
 
