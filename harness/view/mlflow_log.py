@@ -54,23 +54,46 @@ def client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
+# Runners that start together on a fresh server all find no experiment and all create
+# it; the losers are told it already exists and read the winner's (a few tries: the
+# winner's row may not be visible yet to the server worker a loser reaches).
+CREATE_TRIES = 5
+
+
+def already_exists(err: BaseException) -> bool:
+    """MLflow's answer to creating a name another client created first (local or REST)."""
+    return getattr(err, "error_code", None) == "RESOURCE_ALREADY_EXISTS"
+
+
 def ensure_experiment(cl, name: str, uri: str, root: Path, description: str = "") -> str:
     """The experiment id, creating it (and, for a fresh sqlite store, the schema), with
-    ``description`` (the suite's, and how to read its runs) as its note."""
+    ``description`` (the suite's, and how to read its runs) as its note. Create-or-get:
+    losing the race to create it to another runner reads the one that runner made."""
     note = experiment_note(description) if description else ""
+    location = artifact_location(root) if uri.startswith("sqlite:") else None
+    tags = {EXPERIMENT_KIND: RUNS_KIND, **({NOTE: note} if note else {})}
     try:
-        exp = cl.get_experiment_by_name(name)
-        if exp is not None:
-            if exp.tags.get(EXPERIMENT_KIND) != RUNS_KIND:
-                cl.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND, RUNS_KIND)
-            if note and exp.tags.get(NOTE) != note:
-                cl.set_experiment_tag(exp.experiment_id, NOTE, note)
-            return exp.experiment_id
-        location = artifact_location(root) if uri.startswith("sqlite:") else None
-        tags = {EXPERIMENT_KIND: RUNS_KIND, **({NOTE: note} if note else {})}
-        return cl.create_experiment(name, artifact_location=location, tags=tags)
+        for attempt in range(CREATE_TRIES):
+            exp = cl.get_experiment_by_name(name)
+            if exp is not None:
+                _update_experiment_tags(cl, exp, note)
+                return exp.experiment_id
+            try:
+                return cl.create_experiment(name, artifact_location=location, tags=tags)
+            except Exception as err:
+                if not already_exists(err) or attempt == CREATE_TRIES - 1:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable: the last try raises or returns")
     except Exception as err:
         raise unreachable(uri, err) from None
+
+
+def _update_experiment_tags(cl, exp, note: str) -> None:
+    if exp.tags.get(EXPERIMENT_KIND) != RUNS_KIND:
+        cl.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND, RUNS_KIND)
+    if note and exp.tags.get(NOTE) != note:
+        cl.set_experiment_tag(exp.experiment_id, NOTE, note)
 
 
 def git_commit(cwd: Path | None = None) -> str:
