@@ -6,8 +6,9 @@ figures that matter (error bars where a timing has repeated samples; configs wit
 equal figures share a line), a view per config with its steps (report_configs.py), the figures
 that moved between consecutive runs (history.py), the compare table of the newest
 run against the one before it (or a baseline), and heatmaps of a memory figure
-over page_size x block_size. Styles and charts are inline (SVG), no script and no
-network, so the file opens the same from a CI artifact. The Markdown summary is
+over page_size x block_size, one per slice of the other options (report_heatmap.py).
+Styles and charts are inline (SVG), no script and no network, so the file opens
+the same from a CI artifact. The Markdown summary is
 the same story in a few lines for $GITHUB_STEP_SUMMARY.
 """
 
@@ -28,11 +29,11 @@ from harness.judge.compare import CompareReport, compare_rows, reference_of_run
 from harness.judge.rollup import ORDER, rollup_lines
 from harness.store.links import mlflow_link
 from harness.view.capacity_report import capacity_section
-from harness.view.report_configs import CSS as CONFIG_CSS, configs_section
-from harness.view.report_svg import heatmap, line_chart
+from harness.view.report_configs import CSS as CONFIG_CSS, configs_section, single_sample
+from harness.view.report_heatmap import heatmap_section
+from harness.view.report_svg import line_chart
 
 MAX_LINES = 8  # configs per trend chart; more are unreadable
-MAX_FACETS = 8
 MAX_TABLE = 200
 
 
@@ -62,7 +63,8 @@ def metric_label(metric: str, bookkeeping: bool) -> str:
     better = "higher" if higher_is_better(metric) else "lower"
     text = f"{metric} ({kind(metric)}, {better} is better)"
     if bookkeeping and is_rate(metric):
-        text += "; for configs marked [bookkeeping] (--model none) it is the speed of the bookkeeping, not a serving figure"
+        text += ("; for configs marked [bookkeeping] (--model none) it is the speed of the host planner (the "
+                 "bookkeeping alone, no forward pass), not a serving figure")
     return text
 
 
@@ -105,7 +107,9 @@ def trend_section(hist: history.History, metrics: list[str], wanted: list[str] |
         more = (f'<p class="note">{len(ranked) - drawn} more configs not drawn here (moved and most varied first); '
                 f'every config has its own view under <a href="#configs">Per config</a>.</p>'
                 if len(ranked) > drawn else "")
-        parts.append(f'<section class="chart"><h3>{escape(metric_label(metric, bool(model_none)))}</h3>'
+        once = all(single_sample(hist, k, metric) for k in ranked)
+        head = metric_label(metric, bool(model_none)) + ("; one sample a run: no spread, never judged" if once else "")
+        parts.append(f'<section class="chart"><h3>{escape(head)}</h3>'
                      + line_chart(metric, labels, series, metric, f"trend-{j}") + more + "</section>")
     return "\n".join(parts) or '<p class="empty">no figures to draw</p>'
 
@@ -128,34 +132,6 @@ def moved_section(hist: history.History, limit: int = 12) -> str:
                                   legend=False, cls="moved") + "</figure>")
     if len(seen) > limit:
         parts.append(f'<p class="note">{len(seen) - limit} more moved figures: see the table.</p>')
-    return '<div class="heatmaps">' + "\n".join(parts) + "</div>"
-
-
-def heatmap_section(night: history.Night, metric: str, x: str = "page_size", y: str = "block_size") -> str:
-    """One heatmap per (spec, policy, window) facet of the run; a cell holding several
-    configs shows their maximum and says so."""
-    facets: dict[tuple, dict[tuple, list[float]]] = {}
-    for row in night.rows:
-        cfg, value = row.get("config") or {}, history.figures(row).get(metric)
-        if cfg.get(x) is None or cfg.get(y) is None or value is None:
-            continue
-        facet = (cfg.get("spec"), cfg.get("policy"), cfg.get("window"))
-        facets.setdefault(facet, {}).setdefault((cfg[x], cfg[y]), []).append(value)
-    if not facets:
-        return f'<p class="empty">no config of {escape(night.name)} has both {x} and {y} with {escape(metric)}</p>'
-    parts = []
-    for i, (facet, cells) in enumerate(sorted(facets.items(), key=lambda f: str(f[0]))[:MAX_FACETS]):
-        xs = sorted({k[0] for k in cells})
-        ys = sorted({k[1] for k in cells})
-        shown = {k: (max(v), f" (max of {len(v)} configs)" if len(v) > 1 else "") for k, v in cells.items()}
-        title = f"spec={facet[0]}, policy={facet[1]}, window={facet[2]}"
-        most = max(len(v) for v in cells.values())
-        if most > 1:  # other axes (free policy, layer pattern, ...) share a cell
-            title += f" (a cell is the max of up to {most} configs)"
-        parts.append(f'<figure><figcaption>{escape(title)}</figcaption>'
-                     + heatmap(f"{metric}: {title}", xs, ys, shown, x, y, f"heatmap-{i}") + "</figure>")
-    if len(facets) > MAX_FACETS:
-        parts.append(f'<p class="note">{len(facets) - MAX_FACETS} more facets not drawn.</p>')
     return '<div class="heatmaps">' + "\n".join(parts) + "</div>"
 
 

@@ -10,12 +10,18 @@ so the page works offline from a CI artifact and a config's view has its own add
 A step is where a figure's fitted level changed between two nights (harness/judge/steps.py):
 the view names the night it landed on, the commit range, the levels and the size, and
 marks it on the chart.
+
+A timing measured once a run (the suite's repeat is 1) has no spread: its jumps
+between runs are noise (the same config moved 22k -> 33k tokens/s 30 s apart), and
+compare never judges it. Such a figure is drawn and captioned "one sample a run",
+never fitted for steps nor coloured as one.
 """
 
 from __future__ import annotations
 
 from html import escape
 
+from harness.core.metrics import lookup
 from harness.judge import history, steps
 from harness.view.report_svg import fmt, line_chart
 
@@ -26,9 +32,16 @@ table.configs td.steps{color:#b3261e} .step text{font-size:11px}
 """
 
 
+def single_sample(hist: history.History, key: str, metric: str) -> bool:
+    """A noisy figure (a timing, gated by noise) with no run that repeated it."""
+    return lookup(metric).gate == "noise" and not any(len(s) > 1 for s in hist.samples(key, metric))
+
+
 def found_steps(hist: history.History, key: str, metrics: list[str]) -> list[tuple[str, steps.Step]]:
     out = []
     for metric in metrics:
+        if single_sample(hist, key, metric):
+            continue
         out += [(metric, s) for s in steps.detect(hist.values(key, metric), hist.samples(key, metric))]
     return out
 
@@ -62,7 +75,8 @@ def config_view(hist: history.History, key: str, i: int, metrics: list[str],
         spreads = [(min(s), max(s)) if len(s) > 1 else None for s in hist.samples(key, metric)]
         series = [{"label": name, "values": hist.values(key, metric), "spread": spreads}]
         marks = [(s.prev, s.night, s.size()) for m, s in found if m == metric]
-        charts.append(f'<figure><figcaption>{escape(metric)}</figcaption>'
+        once = " (one sample a run: no spread, not judged)" if single_sample(hist, key, metric) else ""
+        charts.append(f'<figure><figcaption>{escape(metric)}{once}</figcaption>'
                       + line_chart(f"{name} {metric}", labels, series, metric, f"cfg-{i}-{j}", size=(520, 200),
                                    legend=False, cls="config", marks=marks) + "</figure>")
     return (f'<section class="cfg" id="cfg-{i}"><h3><span class="mono">{escape(name)}</span>'

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.core.metrics import COLUMNS
+from harness.core.metrics import COLUMNS, bookkeeping_only
 from harness.core.run_names import short_name
 from harness.judge.expect import PASSING
 from harness.store.results import RunDir
@@ -66,6 +66,17 @@ def fits_cells(rows: list[dict[str, Any]]) -> list[str] | None:
     cache: dict = {}
     cells = [short_fits(row, cache) for row in rows]
     return cells if any(c != "-" for c in cells) else None
+
+
+def planner_note(rows: list[dict[str, Any]]) -> str:
+    """What the rate column measures for accounting-only configs: the host planner, not a model."""
+    rates = [c for c in COLUMNS if c.is_rate]
+    none = sum(bookkeeping_only(r.get("config") or {}) for r in rows)
+    if not rates or not none:
+        return ""
+    heads = " and ".join(" ".join(c.column_head.split()) for c in rates)
+    return (f"{heads}: for the {none} config{'s' if none != 1 else ''} of model none, the host planner's speed "
+            "(accounting alone, no forward pass), not a model's serving speed")
 
 
 def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -149,6 +160,9 @@ def print_summary(console, rows: list[dict[str, Any]], run_dir: RunDir, wall_s: 
             for cells in cells_of:
                 table.add_row(*cells)
             console.print(table)
+        planner = planner_note(shown)
+        if planner:
+            console.print(planner, markup=False, highlight=False)
         for row in shown:
             if row.get("verdict") not in PASSING:
                 console.print(f"  {row.get('test_id') or row['key']}: {'; '.join(row.get('reasons') or [])}")

@@ -65,6 +65,12 @@ def test_a_config_with_a_model_shape_gets_its_capacity_per_gpu_at_any_width():
     assert "requests fit" not in _printed(160)  # model none sizes no pool: no column of dashes
 
 
+def test_the_rate_column_of_model_none_configs_is_named_the_planners_speed():
+    out = " ".join(_printed(160).split())  # rows without a model are the accounting-only backend
+    assert "out tokens/s: for the 3 configs of model none, the host planner's speed" in out
+    assert "host planner" not in _sized(160)  # a real model's rate is its serving speed
+
+
 def test_the_summary_ends_with_what_to_do_next():
     last = _printed(160).strip().splitlines()[-1]
     assert last == "next: kvbench ui (browse the runs) · kvbench compare r1 · kvbench report r1 --out report.html"
