@@ -67,6 +67,7 @@ def results_root(tmp_path, monkeypatch: pytest.MonkeyPatch):
     root.mkdir()
     monkeypatch.setenv("KVBENCH_RESULTS", str(root))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("KVBENCH_PR", raising=False)  # a suite rerun's: would send sweeps to the PR experiment
     return root
 
 

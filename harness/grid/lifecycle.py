@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.causes import one_line
+from harness.core.run_tags import ci_context
 from harness.grid.suites import SUITES_DIR, Suite
 from harness.run import hardware
 from harness.store.locks import store_lock
@@ -22,7 +23,7 @@ from harness.view.mlflow_log import (
     client,
     ensure_experiment,
     ensure_parent,
-    experiment_name,
+    experiment_for,
     finish_parent,
     git_commit,
     sync,
@@ -45,6 +46,8 @@ def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: 
         suite=suite.name, suite_path=str(suite.path), suite_hash=suite.digest, configs=len(suite.configs),
         repeat=suite.repeat, jobs=jobs, filter=filter_expr, hardware=meta.get("hardware") or hw.to_dict(),
         git_commit=meta.get("git_commit") or git_commit(PROJECT), created=meta.get("created") or time.time(),
+        # who made it (runner, trigger, CI run, PR): kept from the first start, as the commit is
+        ci=meta.get("ci") or ci_context(os.environ),
     )
     meta.setdefault("mlflow_parent", None)
     if no_mlflow:
@@ -58,7 +61,7 @@ def prepare_run(suite: Suite, run_dir: RunDir, mlflow_uri: str | None, *, jobs: 
         lock = store_lock(uri, note=warn)  # a fresh store is created and migrated by one sweep at a time
         try:
             cl = client(uri)
-            exp = ensure_experiment(cl, experiment_name(suite.name), uri, root, suite.description)
+            exp = ensure_experiment(cl, experiment_for(meta), uri, root, suite.description)
             meta["mlflow_parent"] = ensure_parent(cl, exp, run_dir.run_id, meta)
             meta["mlflow_experiment"] = exp
         except Exception as err:
@@ -108,4 +111,4 @@ def finish_mlflow(run_dir: RunDir, meta: dict[str, Any], rows: list[dict[str, An
         warn(f"kvbench: warning: MLflow at {uri}: {one_line(err)}")
         return (f"MLflow: {missing} config(s) not uploaded yet; run {sync_hint(run_dir, uri, root)}" if missing
                 else f"MLflow: every config is uploaded but the parent run was not closed ({uri})")
-    return f"MLflow: {uri} experiment {experiment_name(meta['suite'])}, parent run {meta['mlflow_parent']}"
+    return f"MLflow: {uri} experiment {experiment_for(meta)}, parent run {meta['mlflow_parent']}"

@@ -43,7 +43,7 @@ from harness.grid.suites import SUITES_DIR, load_suite
 from harness.run.runner import config_key
 from harness.store.locks import hold_run
 from harness.store.results import RunDir, load_rows, results_root, row_json
-from harness.view.mlflow_log import Logger
+from harness.view.mlflow_log import Logger, experiment_for
 from harness.view.mlflow_store import tracking_uri
 from mini_engine.errors import KVBenchError
 
@@ -200,7 +200,8 @@ class GridController:
 
         self.suite, self.run_dir, self.filter, self.display = suite, run_dir, filter_expr, display
         root = root or results_root()
-        logger = Logger(uri, suite.name, run_dir.run_id, parent, root) if uri and parent else None
+        experiment = experiment_for({"suite": suite.name, **run_dir.meta()})  # a PR rerun's has its own
+        logger = Logger(uri, suite.name, run_dir.run_id, parent, root, experiment) if uri and parent else None
         self.writer = GridSession(suite, run_dir, logger)
         self.done = sorted(run_dir.done_keys())  # read once, before any row of this run
         self.collected: list[str] | None = None

@@ -16,6 +16,7 @@ import statistics
 from importlib.metadata import version
 from typing import Any
 
+from harness.core import run_tags
 from harness.core.metrics import BOOKKEEPING, METRICS, bookkeeping_only, lookup, row_metrics, series
 from harness.judge.expect import PASSING
 
@@ -37,9 +38,10 @@ def kvbench_version() -> str:
 
 
 # Tags every run of a sweep carries (the parent's are copied to its config runs), so
-# `tags.hardware_profile = 'cpu'` or a commit finds config runs as well as parents.
+# `tags.hardware_profile = 'cpu'` or a commit finds config runs as well as parents; who
+# made the run (runner, trigger, CI run, PR) is declared in harness/core/run_tags.py.
 CONTEXT_TAGS = ("suite", "hardware_profile", "gpu_name", "commit", "git_commit", "mlflow.source.git.commit",
-                "kvbench_version", "driver", "torch_version", "triton_version")
+                "kvbench_version", "driver", "torch_version", "triton_version", *run_tags.NAMES)
 
 
 def context_tags(meta: dict[str, Any]) -> dict[str, str]:
@@ -57,6 +59,7 @@ def context_tags(meta: dict[str, Any]) -> dict[str, str]:
         "driver": hw.get("driver") or "none",
         "torch_version": hw.get("torch_version") or "none",
         "triton_version": hw.get("triton_version") or "none",
+        **run_tags.run_tags(meta),
     }
 
 

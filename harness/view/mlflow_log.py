@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.causes import one_line
+from harness.core.run_tags import experiment_suffix
 from harness.core.run_names import short_name
 from harness.store.locks import store_lock
 from harness.store.results import load_rows
@@ -35,8 +36,13 @@ EXPERIMENT_KIND, RUNS_KIND = "mlflow.experimentKind", "custom_model_development"
 PARAM_CHARS = 500
 
 
-def experiment_name(suite: str) -> str:
-    return f"kvbench-{suite}"
+def experiment_name(suite: str, suffix: str = "") -> str:
+    return f"kvbench-{suite}{suffix}"
+
+
+def experiment_for(meta: dict[str, Any]) -> str:
+    """A sweep's experiment: its suite's, or the suite's PR one for a pull request's rerun."""
+    return experiment_name(meta["suite"], experiment_suffix(meta))
 
 
 def key_hash(key: str) -> str:
@@ -237,8 +243,10 @@ class Logger:
 
     BACKOFF_S = 60.0
 
-    def __init__(self, uri: str, suite: str, run_id: str, parent_id: str | None, root: Path):
+    def __init__(self, uri: str, suite: str, run_id: str, parent_id: str | None, root: Path,
+                 experiment: str | None = None):
         self.uri, self.suite, self.run_id, self.parent_id, self.root = uri, suite, run_id, parent_id, root
+        self.experiment = experiment or experiment_name(suite)
         self._cl = None
         self._exp: str | None = None
         self._context: dict[str, str] | None = None
@@ -254,7 +262,7 @@ class Logger:
             try:
                 if self._cl is None:
                     self._cl = client(self.uri)
-                    self._exp = ensure_experiment(self._cl, experiment_name(self.suite), self.uri, self.root)
+                    self._exp = ensure_experiment(self._cl, self.experiment, self.uri, self.root)
                 if self._context is None:
                     self._context = context_of(self._cl, self.parent_id)
                 # The controller is the first to log a key (done keys are deselected
@@ -290,7 +298,7 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
             raise
         except Exception as err:  # a damaged or unreadable sqlite file fails here, not on a call
             raise MlflowUnavailable(f"MLflow store at {uri} cannot be opened: {one_line(err)}") from None
-        exp = ensure_experiment(cl, experiment_name(meta["suite"]), uri, root)
+        exp = ensure_experiment(cl, experiment_for(meta), uri, root)
     finally:
         if lock is not None:
             lock.release()
