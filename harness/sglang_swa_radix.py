@@ -66,8 +66,11 @@ class _Inert(type):
 
 
 class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, names: tuple = STAND_INS):
+        self.names = names
+
     def find_spec(self, name, path, target=None):
-        if any(name == s or name.startswith(s + ".") for s in STAND_INS):
+        if any(name == s or name.startswith(s + ".") for s in self.names):
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
 
@@ -87,6 +90,12 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
+def stand_in(names: tuple) -> None:
+    """Import ``names`` (and their submodules) as inert stand-ins from now on, once."""
+    if not any(isinstance(f, _StandIns) and f.names == names for f in sys.meta_path):
+        sys.meta_path.insert(0, _StandIns(names))
+
+
 def load() -> SimpleNamespace:
     """The tree's classes and a builder (ImportError, or the error a module raised at
     import, when SGLang cannot load)."""
@@ -94,8 +103,7 @@ def load() -> SimpleNamespace:
     import torch  # torch: optional, loaded only when the tree is built
     import torch.utils.data  # noqa: F401  (torch: optional, its data utilities before the stand-in)
 
-    if not any(isinstance(f, _StandIns) for f in sys.meta_path):
-        sys.meta_path.insert(0, _StandIns())
+    stand_in(STAND_INS)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
     # The import chain's modules warn that a CPU has no AWQ, GGUF, ... kernels: noise before
@@ -133,12 +141,16 @@ def load() -> SimpleNamespace:
     insert_fields = {f.name for f in dataclasses.fields(base.InsertParams)}
     SWA = ct.ComponentType.SWA
 
-    def tree(allocator, ps: int, components: tuple, bigram: bool, **extra):
-        """bigram: EAGLE's keys (SGLang's is_eagle, which its tree core turns every key into)."""
+    def tree(allocator, ps: int, components: tuple, bigram: bool, req_to_token_pool=None, disable: bool = False,
+             **extra):
+        """bigram: EAGLE's keys (SGLang's is_eagle, which its tree core turns every key into);
+        req_to_token_pool: the rows a scheduler's tree reads (the reference engine's);
+        disable: SGLang's --disable-radix-cache (the chunk cache's tree)."""
         # The Python tree core: 0.5.23 takes it as a parameter, 0.5.18 from its environment
         # variable, whose default it is.
         core = {"tree_core_backend": "python"} if "tree_core_backend" in init_fields else {}
-        p = params.CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=allocator,
+        p = params.CacheInitParams(disable=disable, req_to_token_pool=req_to_token_pool,
+                                   token_to_kv_pool_allocator=allocator,
                                    page_size=ps, tree_components=components,
                                    **({"is_eagle": True} if bigram else {}), **core, **extra)
         return urc.UnifiedRadixCache(p)
@@ -181,6 +193,6 @@ def load() -> SimpleNamespace:
         n = getattr(result, "device_prefix_len", None)
         return len(result.device_indices) if n is None else n
 
-    return SimpleNamespace(torch=torch, build=build, build_full=build_full, base=base, FULL=ct.ComponentType.FULL, SWA=SWA,
+    return SimpleNamespace(torch=torch, tree=tree, build=build, build_full=build_full, base=base, FULL=ct.ComponentType.FULL, SWA=SWA,
                            RadixKey=radix.RadixKey, insert_params=insert_params, unlock_params=unlock_params,
                            release_swa=release_swa, matched_len=matched_len)

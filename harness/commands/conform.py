@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mini_engine.errors import TraceError
+from harness.commands.run import add_option_flags, options_from_args
+from mini_engine.errors import ConfigError, TraceError
 
 DESCRIPTION = """\
 Replay kvbench allocation traces (kvbench run --trace FILE) on SGLang's own code and
@@ -30,19 +31,48 @@ sglang-pre-35265 traces (a trace of another release is refused: one line, exit 2
 pip install --no-deps sglang==0.5.23 && pip install 'kvbench[conform]' (docs/conform.md).
 
 Exit status: 0 every trace conforms, 1 a divergence, 2 SGLang missing, a trace of
-another SGLang release, or a trace that cannot be read (one line)."""
+another SGLang release, or a trace that cannot be read (one line).
+
+kvbench conform --engine [--config FILE] [run options]: run one config on the mini
+engine and on SGLang's own scheduler loop (the reference engine, docs/reference.md) and
+compare every total and every step's running requests, pages used and held, SWA pages
+held, hit tokens, retractions and evictable pages; the first differing step is named
+with its quantity. Exit 0 equal, 1 a difference, 2 a config the reference does not
+support or SGLang missing (one line)."""
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "conform", help="replay allocation traces on SGLang's own allocator and sizing code",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("traces", nargs="+", metavar="TRACE",
+    p.add_argument("traces", nargs="*", metavar="TRACE",
                    help="trace file (JSON lines, kvbench-trace header first)")
+    p.add_argument("--engine", action="store_true",
+                   help="compare the mini engine with SGLang's own loop on one config (its options: kvbench run's)")
+    p.add_argument("--config", metavar="FILE", help="with --engine: TOML file of options (flags override it)")
+    add_option_flags(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.engine:
+        if args.traces:
+            raise ConfigError("--engine compares a config on both engines; give it no TRACE")
+        return _engines(args)
+    if not args.traces:
+        raise ConfigError("give one or more TRACE files, or --engine with a config")
+    return _traces(args)
+
+
+def _engines(args: argparse.Namespace) -> int:
+    from harness.reference.compare import compare, describe  # SGLang: imported only on this path
+
+    c = compare(options_from_args(args))
+    print(describe(c))
+    return 0 if c.equal else 1
+
+
+def _traces(args: argparse.Namespace) -> int:
     # numpy (torch, SGLang): SGLang and torch take seconds to import; other commands never pay it.
     from harness.conform import conform, describe, load_sglang
 

@@ -21,6 +21,9 @@ from harness.run.runner import load_config_file, run_config
 from mini_engine.errors import ConfigError
 
 
+ENGINES = ("mini", "sglang")
+
+
 def add_option_flags(p: argparse.ArgumentParser) -> None:
     """One flag per option of the schema (harness/core/options.py): the engine's, then the workload's."""
     engine, workload = p.add_argument_group("engine"), p.add_argument_group("workload")
@@ -37,6 +40,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="run one engine configuration",
                               description="Run one engine configuration and print its accounting summary.")
     p.add_argument("--config", metavar="FILE", help="TOML file of options (flags override it)")
+    p.add_argument("--engine", choices=ENGINES, default="mini",
+                   help="mini: kvbench's engine; sglang: the installed SGLang's own scheduler loop with a "
+                        "stand-in forward (the reference, docs/reference.md; full attention, plain decoding)")
     add_option_flags(p)
     out = p.add_argument_group("output")
     out.add_argument("--json", metavar="FILE", help="write the result row as JSON")
@@ -102,13 +108,23 @@ def run(args: argparse.Namespace) -> int:
         if path:
             _check_writable(path, what)
     # Bad input found in the run leaves no result files: each appears whole at its end.
-    row = leak_verdict(run_config(options, trace=args.trace, outputs=args.outputs))
+    row = leak_verdict(_run_on(args, options))
     if args.json:
         write_text(args.json, json.dumps(row, indent=1) + "\n", "--json")
     print_summary(row)
     if capacity is not None:
         print_capacity(*capacity)
     return 0 if row["status"] == "ok" else 1
+
+
+def _run_on(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
+    if args.engine == "mini":
+        return run_config(options, trace=args.trace, outputs=args.outputs)
+    if args.trace or args.outputs or args.capacity is not None:
+        raise ConfigError("--engine sglang writes no --trace, --outputs or --capacity (the mini engine's)")
+    from harness.reference.run import run_reference  # SGLang: imported only for this engine
+
+    return run_reference(options)
 
 
 def print_capacity(title: str, heads: list[str], rows: list[list[str]]) -> None:

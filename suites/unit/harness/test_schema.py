@@ -28,7 +28,8 @@ from mini_engine.options import CORE, engine_options
 from mini_engine.profiles import DEFAULT_PROFILE
 
 # kvbench run's flags that are not options of a configuration.
-RUN_ONLY = {"help", "config", "json", "outputs", "trace", "capacity", "gpu_mem"}  # capacity: a table, not an engine option
+# capacity: a table, not an engine option; engine: which engine runs it (mini or the SGLang reference).
+RUN_ONLY = {"help", "config", "engine", "json", "outputs", "trace", "capacity", "gpu_mem"}
 
 
 def subparser(name: str) -> argparse.ArgumentParser:

@@ -1,0 +1,105 @@
+"""The reference loop's edges: arrivals, the stand-in forward, and what is read after each iteration.
+
+One driver per run. The loop calls it from the four methods scheduler.py writes:
+
+* ``arrive`` (``ingest_requests``): the requests whose arrival step has come join
+  SGLang's waiting queue as SGLang ``Req``s (prompt ids, ``max_new_tokens`` = the
+  number of outputs the mini engine produced, ``ignore_eos``); an idle engine jumps to
+  the next arrival, as the mini engine's does (Engine.tick);
+* ``forward`` (``run_batch``): one output id per request whose prefill ends in the
+  batch or that decodes, the next of its recorded outputs (a middle chunk's is never
+  read: SGLang's result processing skips it);
+* ``landed`` (``process_batch_result``): a result was processed;
+* ``iteration_done`` (the loop's ``last_batch`` update, its last statement): one step
+  when the iteration ran a batch or processed a result, and its sample (sampler.py).
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from harness.reference.sampler import Sampler
+
+
+class StalledLoop(RuntimeError):
+    """The loop ran iterations without a batch or a result while requests were left."""
+
+
+class Driver:
+    def __init__(self, sg, requests, outputs: dict, vocab_size: int):
+        self.sg, self.torch = sg, sg.torch
+        self.pending = sorted(requests, key=lambda r: (r.arrival_step, r.rid))
+        self.outputs = outputs  # rid -> the mini engine's output ids
+        self.vocab_size = vocab_size
+        self.reqs: list = []  # SGLang's Req of every arrived request
+        self.cursor: dict[int, int] = {}  # id(Req) -> index of its next output
+        self.step = 0
+        self.ran = False  # this iteration launched a batch or processed a result
+        self.idle = 0
+        self.sampler = Sampler()
+
+    # -- arrivals ------------------------------------------------------------------
+    def arrive(self, s) -> None:
+        if not self.pending:
+            return
+        if not self._busy(s) and self.pending[0].arrival_step > self.step:
+            self.step = self.pending[0].arrival_step  # idle time jumps to the next arrival
+        while self.pending and self.pending[0].arrival_step <= self.step:
+            r = self.pending.pop(0)
+            req = self._req(r)
+            self.reqs.append(req)
+            s._add_request_to_queue(req)
+
+    def _req(self, r):
+        sg = self.sg
+        params = sg.sampling.SamplingParams(max_new_tokens=len(self.outputs[r.rid]), ignore_eos=True)
+        params.normalize(None)
+        req = sg.batch.Req(str(r.rid), "", array("q", r.prompt), params, vocab_size=self.vocab_size)
+        req.kvbench_rid = r.rid
+        return req
+
+    def _busy(self, s) -> bool:
+        queued = getattr(s, "result_queue", None)
+        return bool(s.waiting_queue or s.chunked_req is not None or queued
+                    or any(not r.finished() for r in self.reqs))
+
+    # -- the forward -----------------------------------------------------------------
+    def forward(self, s, batch):
+        extend = batch.forward_mode.is_extend()
+        ids = []
+        for req in batch.reqs:
+            if extend and req is batch.chunked_req:
+                ids.append(0)  # a middle chunk: SGLang's prefill result skips its token
+                continue
+            if extend:
+                self.cursor[id(req)] = len(req.output_ids)
+            i = self.cursor.get(id(req), len(req.output_ids))
+            outs = self.outputs[req.kvbench_rid]
+            ids.append(outs[i] if i < len(outs) else 0)  # past the end: a token SGLang never keeps
+            self.cursor[id(req)] = i + 1
+        self.ran = True
+        self.sampler.launched(batch, extend)
+        return self.sg.utils.GenerationBatchResult(next_token_ids=self.torch.tensor(ids, dtype=self.torch.int64),
+                                                   extend_input_len_per_req=[r.extend_len for r in batch.reqs]
+                                                   if extend else None)
+
+    def landed(self, s, batch) -> None:
+        self.ran = True
+
+    def retracted(self, req) -> None:
+        self.sampler.retractions += 1
+
+    # -- the iteration's end ---------------------------------------------------------
+    def iteration_done(self, s, batch) -> None:
+        if self.ran:
+            self.sampler.sample(s, self.reqs)
+            self.step += 1
+            self.idle = 0
+        elif self._busy(s):
+            self.idle += 1
+            if self.idle > 2 * s.max_running_requests + 8:  # the mini engine's safety net
+                raise StalledLoop(f"SGLang's loop made no progress for {self.idle} iterations at step {self.step}")
+        self.ran = False
+
+    def done(self, s) -> bool:
+        return not self.pending and not self._busy(s)

@@ -1,0 +1,69 @@
+"""SGLang's scheduler module on a CPU, loaded once a process.
+
+It is conform's serving-stack load (harness/sglang_swa_radix.py: the same stand-ins,
+the same cached import) plus what ``sglang.srt.managers.scheduler`` itself imports and
+the reference loop never calls (SCHEDULER_STAND_INS). The server's configuration is
+published the way SGLang's own CPU tests publish it (``ServerArgs`` for a dummy model,
+``runtime_context.publish``), so the rules that read it (the schedule policy, the new
+token ratio, the chunked prefill budget) read the run's values.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import warnings
+from types import SimpleNamespace
+
+from harness.conform_swa_tree import sglang_swa
+from harness.core.causes import one_line
+from harness.core.errors import HarnessError
+from harness import sglang_swa_radix
+
+# What the scheduler module imports beyond the tree's chain, never called here.
+SCHEDULER_STAND_INS = (
+    "setproctitle",  # names the scheduler process
+    "einops",  # the linear-attention kernels' tensor reshapes
+)
+# The releases whose loop this reference drives (its stand-ins and the attributes scheduler.py sets).
+SUPPORTED = ("0.5.23",)
+
+
+class ReferenceUnavailable(HarnessError):
+    """SGLang missing, unimportable or a release the reference cannot drive (one line, exit 2)."""
+
+
+@functools.cache
+def load() -> SimpleNamespace:
+    """The installed SGLang's scheduler, batch, pool and tree modules by name."""
+    try:
+        version = importlib.import_module("sglang.version").__version__
+    except Exception as err:  # not installed, or broken at import
+        raise ReferenceUnavailable(f"--engine sglang needs SGLang {SUPPORTED[0]} installed "
+                                   f"(pip install --no-deps sglang=={SUPPORTED[0]}; docs/conform.md): "
+                                   f"{one_line(err)}") from None
+    if version not in SUPPORTED:
+        raise ReferenceUnavailable(f"--engine sglang drives SGLang {', '.join(SUPPORTED)}'s loop; "
+                                   f"SGLang {version} is installed")
+    try:
+        serving = sglang_swa()
+        sglang_swa_radix.stand_in(SCHEDULER_STAND_INS)
+        with warnings.catch_warnings():  # no Triton on a CPU: noise about kernels this loop never runs
+            warnings.simplefilter("ignore", UserWarning)
+            mods = _modules()
+    except Exception as err:  # an ImportError, or a dependency failing at import time
+        raise ReferenceUnavailable(f"SGLang {version}'s scheduler does not import here ({one_line(err)}); "
+                                   f"docs/conform.md lists what to install") from None
+    return SimpleNamespace(version=version, torch=serving.torch, serving=serving, **mods)
+
+
+def _modules() -> dict:
+    return {name: importlib.import_module(f"sglang.srt.{path}") for name, path in (
+            ("scheduler", "managers.scheduler"), ("batch", "managers.schedule_batch"),
+            ("policy", "managers.schedule_policy"), ("utils", "managers.utils"),
+            ("processor", "managers.scheduler_components.batch_result_processor"),
+            ("ratio", "managers.scheduler_components.new_token_ratio_tracker"),
+            ("pool", "mem_cache.memory_pool"), ("paged", "mem_cache.allocator.paged"),
+            ("token", "mem_cache.allocator.token"), ("context", "runtime_context"),
+            ("server_args", "server_args"), ("sampling", "sampling.sampling_params"),
+            ("spec", "speculative.spec_info"))}

@@ -1,0 +1,111 @@
+"""One config on the reference engine: the mini engine's run for the output ids, then SGLang's loop.
+
+``run_reference`` takes the options ``kvbench run`` takes and returns a result row of
+the mini engine's format (harness/run/runner.py): the same metric names where SGLang's
+components give the figure, the per-step series (sampler.py), ``engine`` and
+``sglang_version``. What the reference does not drive is refused before any run, in
+one line (UnsupportedByReference, exit 2).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any
+
+from harness.core.errors import HarnessError
+from harness.core.kv_units import derive
+from harness.core.workloads import WorkloadConfig, make_workload
+from harness.reference import loader
+from harness.reference.driver import Driver
+from harness.reference.scheduler import build
+from harness.run.runner import run_config, split_config
+
+ENGINE = "sglang"
+
+
+class UnsupportedByReference(HarnessError):
+    """A config the reference engine cannot run (one line, exit 2)."""
+
+
+# Profile knobs that make a what-if of SGLang's accounting: the reference runs SGLang's own.
+WHAT_IFS = ("policy", "align", "free_policy", "swa_eviction_interval", "row_headroom", "retraction", "admission",
+            "pd_radix", "swa_ratio")
+
+
+def check_supported(cfg, wl: dict, version: str) -> None:
+    """UnsupportedByReference naming the first option the reference does not drive."""
+    why = None
+    knob = next((k for k in WHAT_IFS if getattr(cfg, k) is not None), None)
+    if cfg.profile != f"sglang-{version}":
+        why = f"--profile {cfg.profile} (the reference is SGLang {version}'s own loop: --profile sglang-{version})"
+    elif knob is not None:
+        why = f"--{knob.replace('_', '-')} (a what-if of SGLang's rules; the reference runs SGLang's own)"
+    elif cfg.spec != "none":
+        why = f"--spec {cfg.spec} (plain decoding only so far)"
+    elif cfg.window is not None:
+        why = "--window (full-attention models only so far)"
+    elif cfg.model != "none":
+        why = f"--model {cfg.model} (the forward is a stand-in: model none)"
+    elif wl.get("workload") == "pd":
+        why = "--workload pd (the PD decode side is not driven yet)"
+    elif (wl.get("turns") or 1) > 1:
+        why = "--turns (multi-turn sessions are not driven yet)"
+    if why is not None:
+        raise UnsupportedByReference(f"--engine {ENGINE} does not support {why}; run it on the mini engine")
+
+
+def run_reference(config: dict[str, Any]) -> dict[str, Any]:
+    """The result row of ``config`` on SGLang's own scheduler loop."""
+    cfg, wl = split_config(config)
+    check_supported(cfg, wl, loader.SUPPORTED[0])  # before the import: load() refuses any other release
+    sg = loader.load()
+    mini = run_config(config, outputs=True)  # the output ids the stand-in forward returns
+    if mini["status"] == "failed":
+        raise UnsupportedByReference(f"the mini engine's run of this config failed, so there are no output ids "
+                                     f"to replay: {mini['error']}")
+    outputs = {o["rid"]: o["output"] for o in mini["outputs"]}
+    work = make_workload(WorkloadConfig(**wl), cfg.seed, max_context=cfg.max_context)
+    overlap, radix = cfg.rules.overlap, cfg.rules.prefix_cache == "radix"
+    row: dict[str, Any] = {"key": mini["key"], "config": mini["config"], "engine": ENGINE,
+                           "sglang_version": sg.version, "metrics": {}, "series": {}, "violations": {},
+                           "violation_samples": [], "status": "failed", "error": None}
+    driver = Driver(sg, work.requests, outputs, cfg.vocab_size)
+    s = build(sg, driver, ps=cfg.page_size, num_pages=cfg.num_pages, max_running=cfg.max_running,
+              max_context=cfg.max_context, chunk=cfg.chunked_prefill,
+              radix=radix, overlap=overlap, vocab_size=cfg.vocab_size)
+    t0 = time.perf_counter()
+    try:
+        (s.event_loop_overlap if overlap else s.event_loop_normal)()
+    except Exception as err:  # SGLang's loop raising is a result, as a mini engine crash is
+        row["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=8)}"
+        return row
+    metrics = _metrics(s, driver, time.perf_counter() - t0)
+    metrics.update(derive(mini["config"], metrics, driver.sampler.series))  # tokens and bytes beside the pages
+    row.update(metrics=metrics, series=driver.sampler.series, status="ok")
+    return row
+
+
+def _metrics(s, driver: Driver, wall: float) -> dict[str, Any]:
+    sm, series = driver.sampler, driver.sampler.series
+    ps, tree = s.page_size, s.tree_cache
+    reqs = driver.reqs
+    lookup = sum(len(r.origin_input_ids) for r in reqs)
+    hits = series["hits"][-1] if series["hits"] else 0
+    tree_pages = 0 if tree.disable else (tree.evictable_size() + tree.protected_size()) // ps
+    out = sum(len(r.output_ids) for r in reqs)
+    steps = len(series["held"])
+    return {
+        "steps": steps, "prefill_steps": sm.prefill_steps, "decode_steps": sm.decode_steps,
+        "requests": len(reqs), "finished_requests": sum(r.finished() for r in reqs), "aborted_requests": 0,
+        "prefill_tokens": sm.prefill_tokens, "output_tokens": out, "wall_s": wall,
+        "output_tokens_per_s": out / max(wall, 1e-9), "steps_per_s": steps / max(wall, 1e-9),
+        "peak_pages_held": max(series["held"], default=0), "peak_pages_used": max(series["used"], default=0),
+        "peak_reserved_slots": max(series["reserved"], default=0),
+        "peak_stranded_slots": max(series["stranded"], default=0), "stranded_slots_sum": sum(series["stranded"]),
+        "peak_swa_pages_held": 0, "peak_running": max(series["running"], default=0),
+        "retractions": sm.retractions, "tree_pages": tree_pages, "tree_evictable_pages": tree.evictable_size() // ps,
+        "prefix_hit_tokens": hits, "prefix_hit_rate": hits / lookup if lookup else 0.0,
+        "leaked_pages": (s.token_to_kv_pool_allocator.size - s.token_to_kv_pool_allocator.available_size()) // ps
+        - tree_pages,
+    }

@@ -1,0 +1,46 @@
+"""What the reference engine reads from SGLang's own components after each step.
+
+The per-step series and the peaks carry the mini engine's names (mini_engine/stats.py),
+read SGLang's way:
+
+* held: pages in use less the tree's evictable pages (requests' own pages and the
+  prefix pages their locks protect), used: total less free pages (the tree included);
+* reserved: slots allocated past the committed length (``kv_allocated_len -
+  kv_committed_len``), stranded: slots of held pages past the allocated length;
+* running: request rows in use (``ReqToTokenPool``); hits: the sum of SGLang's
+  ``cached_tokens``; evictable: the tree's evictable pages; retractions: requests
+  ``update_running_batch`` put back in the queue.
+"""
+
+from __future__ import annotations
+
+SERIES = ("stranded", "reserved", "held", "swa_held", "used", "running", "hits", "retractions", "evictable")
+
+
+class Sampler:
+    def __init__(self):
+        self.series: dict[str, list[int]] = {k: [] for k in SERIES}
+        self.retractions = 0
+        self.prefill_steps = self.decode_steps = self.prefill_tokens = 0
+
+    def launched(self, batch, extend: bool) -> None:
+        if extend:
+            self.prefill_steps += 1
+            self.prefill_tokens += sum(r.extend_len for r in batch.reqs)
+        else:
+            self.decode_steps += 1
+
+    def sample(self, s, reqs) -> None:
+        ps = s.page_size
+        alloc, tree = s.token_to_kv_pool_allocator, s.tree_cache
+        used = (alloc.size - alloc.available_size()) // ps
+        evictable = tree.evictable_size() // ps
+        live = [r for r in reqs if r.kv.req_pool_idx is not None]
+        reserved = sum(r.kv.kv_allocated_len - r.kv.kv_committed_len for r in live)
+        stranded = sum(-(-r.kv.kv_allocated_len // ps) * ps - r.kv.kv_allocated_len for r in live)
+        values = {"stranded": stranded, "reserved": reserved, "held": used - evictable, "swa_held": 0, "used": used,
+                  "running": s.req_to_token_pool.size - s.req_to_token_pool.available_size(),
+                  "hits": sum(r.cached_tokens for r in reqs), "retractions": self.retractions,
+                  "evictable": evictable}
+        for k, v in values.items():
+            self.series[k].append(int(v))

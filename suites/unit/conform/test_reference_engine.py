@@ -1,0 +1,122 @@
+"""The reference engine (SGLang 0.5.23's own scheduler loop, harness/reference/) against the mini engine.
+
+Where the mini engine already follows SGLang's loop (overlap off; overlap on without a
+shared prefix; retraction under a tight pool) the two agree on every total and every
+step. Where docs/findings say they differ (D0: under overlap a prefill's result lands
+one iteration late in SGLang, so the next prefill batch matches nothing the first
+computed), the reference gives SGLang's own figures and ``compare`` names the first
+differing step. One SGLang import for the module (the serving stack fixture).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness.cli import main
+from harness.reference import loader
+from harness.reference.compare import compare, describe
+from harness.reference.run import UnsupportedByReference, check_supported
+from harness.run.runner import split_config
+
+SMALL = {"workload": "uniform", "num_requests": 8, "input_len": 64, "min_len": 16, "output_len": 16,
+         "pool_tokens": 8192}
+# fidelity review D0's first workload: 32 requests, 4 groups of a 256-token shared prefix, ps 16.
+GROUPS = {"workload": "uniform", "num_requests": 32, "input_len": 256, "min_len": 32, "output_len": 64,
+          "shared_prefix": 256, "prefix_groups": 4, "pool_tokens": 65536}
+
+
+@pytest.fixture(scope="module")
+def reference(sg_serving):  # the serving stack, or a skip (a failure under KVBENCH_REQUIRE_SGLANG)
+    try:
+        return loader.load()
+    except loader.ReferenceUnavailable as err:
+        if os.environ.get("KVBENCH_REQUIRE_SGLANG"):
+            pytest.fail(f"KVBENCH_REQUIRE_SGLANG is set but {err}")
+        pytest.skip(str(err))
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_plain_decoding_equal_on_every_step(reference, overlap):
+    c = compare({**SMALL, "overlap": overlap})
+    assert c.equal, describe(c)
+    assert c.steps == ((16, 16) if not overlap else (17, 17))
+
+
+def test_retraction_under_a_tight_pool_equal(reference):
+    c = compare({"workload": "uniform", "num_requests": 32, "input_len": 256, "min_len": 32, "output_len": 64,
+                 "pool_tokens": 2048, "overlap": False, "max_running": 16})
+    assert c.equal, describe(c)
+
+
+def test_shared_prefix_totals_equal_with_overlap_off(reference):
+    c = compare({**GROUPS, "overlap": False})
+    assert c.totals == [], describe(c)
+
+
+def test_overlap_prefill_lands_late_in_sglang(reference):
+    """D0: SGLang's second prefill batch is formed before the first's result checkpoints
+    the shared prefixes: 160 hit tokens and 512 pages at the peak, where the mini engine,
+    which lands a prefill's result in its own step, has 2560 and 405."""
+    c = compare({**GROUPS, "overlap": True})
+    totals = {m: (a, b) for m, a, b in c.totals}
+    assert totals["prefix_hit_tokens"] == (2560, 160)
+    assert totals["peak_pages_held"][1] == 512
+    assert c.first_step is not None and c.first_step[0] == 0
+    assert "first differing step 0" in describe(c)
+
+
+def test_unsupported_features_are_refused_in_one_line():
+    for extra, what in (({"spec": "eagle"}, "--spec eagle"), ({"window": 64}, "--window"),
+                        ({"profile": "host-aligned"}, "--profile host-aligned"), ({"align": "none"}, "--align"),
+                        ({"turns": 2}, "--turns")):
+        cfg, wl = split_config({**SMALL, **extra})
+        with pytest.raises(UnsupportedByReference, match=what):
+            check_supported(cfg, wl, "0.5.23")
+
+
+def test_cli_refuses_with_exit_2(reference, capsys):
+    assert main(["run", "--engine", "sglang", "--spec", "eagle"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not support --spec eagle" in err[0]
+
+
+def test_cli_conform_engine_names_the_first_step(reference, capsys):
+    args = ["conform", "--engine", "--workload", "fixed", "--num-requests", "16", "--input-len", "64",
+            "--output-len", "128", "--shared-prefix", "512", "--pool-tokens", "65536"]
+    assert main(args) == 1  # overlap on (the profile's default): D0
+    out = capsys.readouterr().out
+    assert "first differing step 0" in out and "prefix_hit_tokens: mini 512, sglang 128" in out
+
+
+def _import_as(monkeypatch, version=None, error=None):
+    real = loader.importlib.import_module
+
+    def fake(name, *a):
+        if name == "sglang.version":
+            if error is not None:
+                raise error
+            return type("V", (), {"__version__": version})
+        return real(name, *a)
+
+    monkeypatch.setattr(loader.importlib, "import_module", fake)
+    loader.load.cache_clear()
+
+
+def test_sglang_missing_names_what_to_install(monkeypatch):
+    _import_as(monkeypatch, error=ModuleNotFoundError("No module named 'sglang'"))
+    try:
+        with pytest.raises(loader.ReferenceUnavailable, match=r"pip install --no-deps sglang==0\.5\.23"):
+            loader.load()
+    finally:
+        loader.load.cache_clear()
+
+
+def test_another_release_is_refused(monkeypatch):
+    _import_as(monkeypatch, version="0.5.18")
+    try:
+        with pytest.raises(loader.ReferenceUnavailable, match="SGLang 0.5.18 is installed"):
+            loader.load()
+    finally:
+        loader.load.cache_clear()
