@@ -57,6 +57,22 @@ def option_names() -> tuple[str, ...]:
     return EngineConfig.option_names() + WorkloadConfig.option_names()
 
 
+def options_of_key(key: str) -> dict[str, str]:
+    """A result key read back: every option's value as text, "none" for unset; an option
+    the key leaves out is at its default (config_key writes only what differs)."""
+    names = {**{o.name: o.name for o in options()}, **{o.id: o.name for o in options()}}
+    out = {name: _text(v) for name, v in resolved_defaults().items()}
+    for part in key.split(","):
+        given, _, value = part.partition("=")
+        if given in names:
+            out[names[given]] = _text(None if value == "None" else value)
+    return out
+
+
+def _text(value: Any) -> str:
+    return "none" if value is None else str(value)
+
+
 def config_key(full: dict[str, Any]) -> str:
     """The result key of a resolved configuration (every option present)."""
 

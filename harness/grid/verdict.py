@@ -23,18 +23,20 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.causes import one_line
+from harness.core.markdown import prose
 from harness.core.metrics import TREND_METRICS
 from harness.grid.filter import compile_filter
 from harness.judge import history
 from harness.judge.baseline import BaselineError, default_path, load_baseline
 from harness.judge.compare import CompareReport, compare_rows, reference_of_run
-from harness.judge.rollup import rollup_lines
+from harness.judge.rollup import ORDER, rollup_lines
 from harness.store.results import RESULTS, RunDir, load_rows, replace_text
 from harness.view import report as report_view
 from harness.view.mlflow_log import client
 
 WORST_FIRST = ("regressed", "changed", "improved", "clean")
 TAG = "kvbench.compare"
+NOTE, NOTE_RULE = "mlflow.note.content", "\n\n---\n\n"  # the parent's description: the verdict, a rule, the rest
 
 
 @dataclass
@@ -58,12 +60,32 @@ class Judgement:
         if not self.reports:
             return [*self.notes, "compare: no baseline for this hardware profile and no earlier run of the suite: "
                                  "nothing to judge against"]
-        out = list(self.notes)
-        for against, report in self.reports:
-            out.append(f"compare against {against}: {report.direction} ({report.summary()})")
+        return list(self.notes) + self._rolled("text")
 
-            out += [line for line in rollup_lines(report.findings, report.configs)[1:9]]
+    def _rolled(self, fmt: str) -> list[str]:
+        """Per reference its verdict line and the roll-up of what moved; a roll-up the
+        reference before already printed (the baseline and the previous run often differ
+        alike) is said once."""
+        out: list[str] = []
+        printed: dict[frozenset, str] = {}  # the moves a roll-up was printed for -> against what
+        for against, report in self.reports:
+            head = f"compare against {against}: {report.direction} ({report.summary()})"
+            out.append(f"**{prose(head)}**" if fmt == "markdown" else head)
+            moves = frozenset((f.key, f.metric, f.verdict) for f in report.findings if f.verdict in ORDER)
+            if moves and moves in printed:
+                out.append(f"  the same moves as against {printed[moves]}" if fmt == "text"
+                           else f"- the same moves as against {prose(printed[moves])}")
+                continue
+            printed[moves] = against
+            out += rollup_lines(report.findings, report.configs, fmt)[1:9]
         return out
+
+    def note(self) -> str:
+        """The verdict for the MLflow parent's description, the page a red run opens on:
+        what moved, by how much and in which configs, against each reference."""
+        if not self.reports:
+            return ""
+        return "\n".join([f"**Verdict: {self.direction}.**", "", *self._rolled("markdown")])
 
     def markdown(self, run_id: str) -> str:
         """The compare tables as plain text in code fences: config ids and values hold
@@ -143,6 +165,9 @@ def tag_parent(uri: str, parent: str, j: Judgement, files: list[Path], fail: boo
     cl = client(uri)
     if j.direction:
         cl.set_tag(parent, TAG, j.direction)
+        note = cl.get_run(parent).data.tags.get(NOTE, "")
+        kept = note.split(NOTE_RULE, 1)[-1]  # a judged-again parent replaces its verdict, keeps the rest
+        cl.set_tag(parent, NOTE, j.note() + NOTE_RULE + kept)
     for path in files:
         cl.log_artifact(parent, str(path), artifact_path="compare")
     if fail and j.regressed:

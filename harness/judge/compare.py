@@ -49,7 +49,7 @@ class CompareReport:
     findings: list[Finding] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)  # key -> test id, for shorter tables
     labels: tuple[str, str] = ("baseline", "now")  # the reference and the judged run, as column heads
-    configs: dict[str, dict] = field(default_factory=dict)  # key -> config, for the roll-up by axis
+    configs: dict[str, dict] = field(default_factory=dict)  # key -> config ({} for the reference's others), for the roll-up by axis
 
     @property
     def regressions(self) -> list[Finding]:
@@ -166,6 +166,8 @@ def compare_rows(rows: list[dict[str, Any]], baseline: dict[str, Any], *, thresh
     if None in suites:  # a row that names no suite: which configs it lacks is unknown, so every one counts
         suites |= {base.get("suite") for base in base_configs.values()}
     for key, base in base_configs.items():
+        if key not in seen and base.get("suite") in suites:
+            report.configs.setdefault(key, {})  # the roll-up's axes span the suite, not only what this run measured
         if key not in seen and base.get("suite") in suites and (selected is None or selected(base.get("test_id") or "")):
             report.names.setdefault(key, base.get("test_id") or key)
             report.findings.append(Finding(key, "*", None, None, "not in this run", "missing"))

@@ -66,8 +66,14 @@ def test_a_planted_reservation_change_turns_the_night_red_and_its_fix_is_improve
     assert "compare against baseline cpu.json: regressed" in out
     assert "compare against previous run n1: regressed" in out
     assert "peak_reserved_slots regressed" in out and "--fail-on-regression: the run regressed" in out
+    # The baseline is n1 itself: the same moves against both, so the roll-up is printed once.
+    assert out.count("peak_reserved_slots regressed") == 1 and "the same moves as against baseline cpu.json" in out
     cl, parent = parent_of(uri, "n2")
     assert parent.data.tags["kvbench.compare"] == "regressed" and parent.info.status == "FAILED"
+    # The red run's page says why, first: what regressed, by how much, in which configs.
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.startswith("**Verdict: regressed.**") and "`peak_reserved_slots` regressed +" in note
+    assert "in 3 configs" in note and "Sweep n2 of suite judged" in note
     names = {a.path for a in cl.list_artifacts(parent.info.run_id, "compare")}
     assert names == {"compare/compare.md", "compare/report.html"}
     md = (results_root / "runs" / "n2" / "compare.md").read_text()
