@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from harness.ci.config_file import read_config
@@ -68,7 +69,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _table(args: argparse.Namespace, root: Path) -> tuple[str | None, bool]:
     """(markdown compare table, failed) for a rerun suite's results, if there are any."""
-    if not args.results or not (Path(args.results) / "results.jsonl").is_file():
+    # lexists: a link or FIFO there is a damaged artifact, which read_rows refuses, not "no results"
+    if not args.results or not os.path.lexists(Path(args.results) / "results.jsonl"):
         return None, False
     from harness.ci.runners import load_registry  # pydantic: only this command loads it, not the parser
     from harness.ci.specs import show  # pydantic: only this command loads it, not the parser

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 
-from harness.store.results import load_rows, open_run_dir, results_root
+from harness.store.results import ResultsError, load_rows, open_run_dir, results_root
+from harness.store.run_files import copy_run_files
 from harness.view.mlflow_log import finish_parent, sync
 from harness.view.mlflow_store import tracking_uri, unreachable
 
@@ -24,21 +26,25 @@ def run(args: argparse.Namespace) -> int:
 
     run_dir = open_run_dir(args.run)
     uri = tracking_uri(args.mlflow_uri, results_root())
-    # Which store it is: named on the result line, and in every error (one line each).
-    uploaded, present = sync(run_dir, uri, root=results_root())
-    meta = run_dir.meta()
-    rows = load_rows(run_dir.path)
-    # The sweep's plots, or new ones when the sweep died before drawing them.
-    plots = sorted(run_dir.plots.glob("*.png")) if run_dir.plots.is_dir() else []
-    plots = plots or write_run_plots(rows, run_dir, lambda m: print(m, file=sys.stderr))
-    try:
-        # A sweep that stopped before every config ran is not FINISHED (that says every
-        # config ran as expected): KILLED until a --resume and a later sync close it again.
-        expected = meta.get("configs")
-        short = isinstance(expected, int) and not meta.get("filter") and len(rows) < expected
-        status = finish_parent(uri, meta["mlflow_parent"], rows, plots, status="KILLED" if short else None)
-    except Exception as err:
-        raise unreachable(uri, err) from None
+    with tempfile.TemporaryDirectory(prefix="kvbench-sync-") as tmp:
+        # The run directory may be another's (a rerun's artifact): its plots are copied out
+        # under the run-file rule (no link followed, no FIFO or device opened) before anything
+        # is uploaded, and MLflow, which opens what it is given, gets only the copies.
+        plots = copy_run_files(run_dir.path, "plots", ".png", tmp, "plot", ResultsError)
+        # Which store it is: named on the result line, and in every error (one line each).
+        uploaded, present = sync(run_dir, uri, root=results_root())
+        meta = run_dir.meta()
+        rows = load_rows(run_dir.path)
+        # New plots when the sweep died before drawing them.
+        plots = plots or write_run_plots(rows, run_dir, lambda m: print(m, file=sys.stderr))
+        try:
+            # A sweep that stopped before every config ran is not FINISHED (that says every
+            # config ran as expected): KILLED until a --resume and a later sync close it again.
+            expected = meta.get("configs")
+            short = isinstance(expected, int) and not meta.get("filter") and len(rows) < expected
+            status = finish_parent(uri, meta["mlflow_parent"], rows, plots, status="KILLED" if short else None)
+        except Exception as err:
+            raise unreachable(uri, err) from None
     print(f"synced run {run_dir.run_id} to {uri}: {uploaded} uploaded, {present} already there "
           f"(parent run {meta['mlflow_parent']}, {status}, {len(plots)} plots)")
     return 0

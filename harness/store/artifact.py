@@ -18,7 +18,7 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.store.results import META, RESULTS
-from mini_engine.files import read_document
+from harness.store.run_files import read_run_file
 
 MAX_BYTES = 64 << 20  # a real rerun writes a few MB at most
 MAX_ROWS = 20000
@@ -32,9 +32,10 @@ class ArtifactError(HarnessError):
     """The results artifact cannot be read or holds something a run never writes."""
 
 
-def read_text(path: Path) -> str:
-    """The text of one of the artifact's files (at most MAX_BYTES), or a one-line ArtifactError."""
-    return read_document(path, "results artifact", ArtifactError, limit=MAX_BYTES)
+def read_text(run_dir: Path, name: str) -> str:
+    """The text of one of the artifact's files (at most MAX_BYTES), or a one-line ArtifactError;
+    read as any run directory is (harness/store/run_files.py): no link followed, no FIFO or device opened."""
+    return read_run_file(run_dir, name, "results artifact", ArtifactError, limit=MAX_BYTES)
 
 
 def _loads(text: str, where: str) -> Any:
@@ -48,7 +49,7 @@ def _loads(text: str, where: str) -> Any:
 
 def read_rows(run_dir: Path) -> list[dict[str, Any]]:
     """The checked rows of an artifact's results.jsonl (the latest row of each key)."""
-    lines = read_text(Path(run_dir) / RESULTS).split("\n")
+    lines = read_text(Path(run_dir), RESULTS).split("\n")
     if len(lines) > MAX_ROWS + 1:
         raise ArtifactError(f"{RESULTS} has {len(lines)} lines (at most {MAX_ROWS})")
     latest: dict[str, dict[str, Any]] = {}
@@ -110,10 +111,7 @@ def huge_figure(row: Any) -> str | None:
 
 def read_meta(run_dir: Path) -> dict[str, Any]:
     """The artifact's meta.json as an object ({} when absent)."""
-    path = Path(run_dir) / META
-    if not path.is_file():
-        return {}
-    meta = read_document(path, "results artifact", ArtifactError, fmt="json", limit=MAX_BYTES)
+    meta = read_run_file(run_dir, META, "results artifact", ArtifactError, fmt="json", limit=MAX_BYTES, default={})
     if not isinstance(meta, dict):
         raise ArtifactError(f"{META} is not an object")
     return meta

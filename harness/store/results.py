@@ -22,7 +22,7 @@ from harness.core.errors import HarnessError
 from harness.core.kv_units import fill_units
 from harness.core.numbers import check_numbers
 from harness.core.safe_write import open_regular, write_text
-from mini_engine.files import read_document
+from harness.store.run_files import META_LIMIT, RESULTS_LIMIT, read_run_file
 
 
 RESULTS = "results.jsonl"
@@ -85,7 +85,7 @@ class RunDir:
         return self.path / "plots"
 
     def meta(self) -> dict[str, Any]:
-        meta = read_document(self.meta_path, "run meta", ResultsError, fmt="json", default={})
+        meta = read_run_file(self.path, META, "run meta", ResultsError, fmt="json", limit=META_LIMIT, default={})
         if not isinstance(meta, dict):
             raise ResultsError(f"{self.meta_path} is not a JSON object")
         check_numbers(meta, str(self.meta_path))
@@ -102,10 +102,9 @@ class RunDir:
         return {row["key"] for row in self.rows() if "key" in row}
 
     def logged_keys(self) -> set[str]:
-        try:
-            return {line.strip() for line in self.logged.read_text().splitlines() if line.strip()}
-        except FileNotFoundError:
-            return set()
+        text = read_run_file(self.path, LOGGED, "MLflow log of the run", ResultsError, limit=RESULTS_LIMIT,
+                             default="")
+        return {line.strip() for line in text.splitlines() if line.strip()}
 
     def mark_logged(self, key: str) -> None:
         append_line(self.logged, key)
@@ -271,8 +270,10 @@ def append_row(path: Path, row: dict[str, Any]) -> None:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Rows of a JSON-lines file. A torn last line (the writer was killed mid-write) is
-    ignored; a bad line anywhere else means the file is damaged, which is an error."""
-    text = read_document(path, "results file", ResultsError, default=None)
+    ignored; a bad line anywhere else means the file is damaged, which is an error. The file is
+    read as a run directory's (harness/store/run_files.py): never through a link, never a FIFO."""
+    path = Path(path)
+    text = read_run_file(path.parent, path.name, "results file", ResultsError, limit=RESULTS_LIMIT, default=None)
     if text is None:
         return []
     lines = text.split("\n")
