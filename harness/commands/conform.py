@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import sys
 
 from harness.commands.run import add_option_flags, options_from_args
@@ -50,11 +51,16 @@ def register(subparsers) -> None:
     p.add_argument("--engine", action="store_true",
                    help="compare the mini engine with SGLang's own loop on one config (its options: kvbench run's)")
     p.add_argument("--config", metavar="FILE", help="with --engine: TOML file of options (flags override it)")
+    p.add_argument("--suite", metavar="NAME",
+                   help="with --engine: every config of this suite the reference supports (the others are listed "
+                        "with the reason)")
     add_option_flags(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.suite is not None and not args.engine:
+        raise ConfigError("--suite goes with --engine")
     if args.engine:
         if args.traces:
             raise ConfigError("--engine compares a config on both engines; give it no TRACE")
@@ -65,11 +71,30 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _engines(args: argparse.Namespace) -> int:
-    from harness.reference.compare import compare, describe  # SGLang: imported only on this path
+    from harness.reference.compare import compare, compare_suite, describe  # SGLang: imported only on this path
 
-    c = compare(options_from_args(args))
-    print(describe(c))
-    return 0 if c.equal else 1
+    if args.suite is None:
+        c = compare(options_from_args(args))
+        print(describe(c))
+        return 0 if c.equal else 1
+    from harness.grid.suites import load_suite
+
+    options = options_from_args(args)
+    if options:
+        raise ConfigError("--suite takes its configs from the suite file; give it no --config or option flags")
+    status, compared, skipped = 0, 0, collections.Counter()
+    for cid, got in compare_suite([(c.id, c.config) for c in load_suite(args.suite).configs]):
+        if isinstance(got, str):
+            skipped[got] += 1
+            continue
+        compared += 1
+        print(describe(got), flush=True)
+        status = max(status, 0 if got.equal else 1)
+    for why, n in skipped.most_common():
+        print(f"not run, {n} config{'s' * (n > 1)}: {why}")
+    if not compared:
+        raise ConfigError(f"--suite {args.suite}: the reference engine supports none of its configs")
+    return status
 
 
 def _traces(args: argparse.Namespace) -> int:

@@ -10,11 +10,13 @@ every total that differs is listed.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from harness.core.workloads import WorkloadConfig, make_workload
-from harness.reference.run import run_reference
+from harness.reference import loader
+from harness.reference.run import UnsupportedByReference, check_supported, run_reference
 from harness.run.runner import split_config
 
 # The totals compared (the metric names both rows carry).
@@ -32,6 +34,7 @@ class Comparison:
     first_step: tuple[int, str, int, int] | None = None  # (step, quantity, mini, sglang)
     steps: tuple[int, int] = (0, 0)  # steps run by (mini, sglang)
     error: str | None = None  # the reference's run failed
+    seconds: float = 0.0  # both runs, wall clock (shown, never judged)
 
     @property
     def equal(self) -> bool:
@@ -67,9 +70,11 @@ def mini_steps(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[i
 
 def compare(config: dict[str, Any]) -> Comparison:
     """``config`` on the mini engine and on SGLang's loop: what differs, and where first."""
+    loader.load()  # SGLang's import (once a process) is not the config's time
+    t0 = time.perf_counter()
     ref = run_reference(config)
     mini, steps = mini_steps(config)
-    out = Comparison(key=ref["key"])
+    out = Comparison(key=ref["key"], seconds=time.perf_counter() - t0)
     if ref["status"] == "failed":
         out.error = ref["error"].splitlines()[0]
         return out
@@ -84,13 +89,25 @@ def compare(config: dict[str, Any]) -> Comparison:
     return out
 
 
+def compare_suite(configs: list[tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, Comparison | str]]:
+    """(id, Comparison) for each config the reference supports, (id, why not) for the others."""
+    for cid, config in configs:
+        cfg, wl = split_config(config)
+        try:
+            check_supported(cfg, wl, loader.SUPPORTED[0])
+        except UnsupportedByReference as err:
+            yield cid, str(err)
+            continue
+        yield cid, compare(config)
+
+
 def describe(c: Comparison) -> str:
     """One line per finding, the config's key first."""
     if c.error is not None:
         return f"{c.key}: SGLang's loop failed: {c.error}"
     if c.equal:
-        return f"{c.key}: equal on every total and every step ({c.steps[0]} steps)"
-    lines = [f"{c.key}: differs"]
+        return f"{c.key}: equal on every total and every step ({c.steps[0]} steps, {c.seconds:.1f} s)"
+    lines = [f"{c.key}: differs ({c.seconds:.1f} s)"]
     if c.first_step is not None:
         step, q, a, b = c.first_step
         lines.append(f"  first differing step {step}: {q} mini {a}, sglang {b}")

@@ -9,7 +9,10 @@ One driver per run. The loop calls it from the four methods scheduler.py writes:
 * ``forward`` (``run_batch``): one output id per request whose prefill ends in the
   batch or that decodes, the next of its recorded outputs (a middle chunk's is never
   read: SGLang's result processing skips it);
-* ``landed`` (``process_batch_result``): a result was processed;
+* ``landed`` (``process_batch_result``): a result was processed; a request it finished
+  that has a next turn (a session, harness/core/turns.py) submits that turn, its prompt
+  the predecessor's prompt + outputs + new tokens, to arrive the next step (the mini
+  engine's SessionEngine rule);
 * ``iteration_done`` (the loop's ``last_batch`` update, its last statement): one step
   when the iteration ran a batch or processed a result, and its sample (sampler.py).
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 from array import array
 
 from harness.reference.sampler import Sampler
+from mini_engine.request import Request
 
 
 class StalledLoop(RuntimeError):
@@ -26,9 +30,10 @@ class StalledLoop(RuntimeError):
 
 
 class Driver:
-    def __init__(self, sg, requests, outputs: dict, vocab_size: int):
+    def __init__(self, sg, requests, outputs: dict, vocab_size: int, next_turns: dict | None = None):
         self.sg, self.torch = sg, sg.torch
         self.pending = sorted(requests, key=lambda r: (r.arrival_step, r.rid))
+        self.next_turns = dict(next_turns or {})  # predecessor rid -> its NextTurn
         self.outputs = outputs  # rid -> the mini engine's output ids
         self.vocab_size = vocab_size
         self.reqs: list = []  # SGLang's Req of every arrived request
@@ -85,6 +90,13 @@ class Driver:
 
     def landed(self, s, batch) -> None:
         self.ran = True
+        for req in batch.reqs:
+            nxt = self.next_turns.pop(req.kvbench_rid, None) if req.finished() else None
+            if nxt is not None:
+                prompt = [*req.origin_input_ids, *req.output_ids, *nxt.new_tokens]
+                self.pending.append(Request(rid=nxt.rid, prompt=prompt, max_new_tokens=nxt.max_new_tokens,
+                                            arrival_step=self.step + 1))
+                self.pending.sort(key=lambda r: (r.arrival_step, r.rid))
 
     def retracted(self, req) -> None:
         self.sampler.retractions += 1

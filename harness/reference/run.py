@@ -49,8 +49,6 @@ def check_supported(cfg, wl: dict, version: str) -> None:
         why = f"--model {cfg.model} (the forward is a stand-in: model none)"
     elif wl.get("workload") == "pd":
         why = "--workload pd (the PD decode side is not driven yet)"
-    elif (wl.get("turns") or 1) > 1:
-        why = "--turns (multi-turn sessions are not driven yet)"
     if why is not None:
         raise UnsupportedByReference(f"--engine {ENGINE} does not support {why}; run it on the mini engine")
 
@@ -70,7 +68,7 @@ def run_reference(config: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"key": mini["key"], "config": mini["config"], "engine": ENGINE,
                            "sglang_version": sg.version, "metrics": {}, "series": {}, "violations": {},
                            "violation_samples": [], "status": "failed", "error": None}
-    driver = Driver(sg, work.requests, outputs, cfg.vocab_size)
+    driver = Driver(sg, work.requests, outputs, cfg.vocab_size, work.next_turns)
     s = build(sg, driver, ps=cfg.page_size, num_pages=cfg.num_pages, max_running=cfg.max_running,
               max_context=cfg.max_context, chunk=cfg.chunked_prefill,
               radix=radix, overlap=overlap, vocab_size=cfg.vocab_size)

@@ -50,6 +50,14 @@ def test_retraction_under_a_tight_pool_equal(reference):
     assert c.equal, describe(c)
 
 
+def test_sessions_equal_on_every_step_with_overlap_off(reference):
+    # A next turn (prompt + outputs + new tokens) arrives the step after its predecessor finishes.
+    c = compare({"workload": "fixed", "num_requests": 4, "input_len": 32, "output_len": 40, "shared_prefix": 96,
+                 "prefix_groups": 2, "turns": 3, "overlap": False})
+    assert c.equal, describe(c)
+    assert c.steps == (120, 120)
+
+
 def test_shared_prefix_totals_equal_with_overlap_off(reference):
     c = compare({**GROUPS, "overlap": False})
     assert c.totals == [], describe(c)
@@ -70,7 +78,7 @@ def test_overlap_prefill_lands_late_in_sglang(reference):
 def test_unsupported_features_are_refused_in_one_line():
     for extra, what in (({"spec": "eagle"}, "--spec eagle"), ({"window": 64}, "--window"),
                         ({"profile": "host-aligned"}, "--profile host-aligned"), ({"align": "none"}, "--align"),
-                        ({"turns": 2}, "--turns")):
+                        ({"workload": "pd"}, "--workload pd")):
         cfg, wl = split_config({**SMALL, **extra})
         with pytest.raises(UnsupportedByReference, match=what):
             check_supported(cfg, wl, "0.5.23")
@@ -120,3 +128,14 @@ def test_another_release_is_refused(monkeypatch):
             loader.load()
     finally:
         loader.load.cache_clear()
+
+
+def test_cli_conform_engine_runs_a_suites_supported_configs(reference, tmp_path, capsys):
+    suite = tmp_path / "two.toml"
+    suite.write_text('description = "one plain config, one the reference refuses"\n[defaults]\n'
+                     'workload = "uniform"\nnum_requests = 4\ninput_len = 64\nmin_len = 16\noutput_len = 8\n'
+                     'overlap = false\n[axes]\nspec = ["none", "dflash"]\n')
+    assert main(["conform", "--engine", "--suite", str(suite)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "equal on every total and every step" in out[0]
+    assert out[1].startswith("not run, 1 config: --engine sglang does not support --spec dflash")
