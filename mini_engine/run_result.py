@@ -67,7 +67,8 @@ def prefix_figures(manager) -> dict[str, float | int]:
     prefix = manager.prefix
     if prefix is None:
         return {"tree_pages": 0, "tree_evictable_pages": 0, "tree_evicted_pages": 0,
-                "prefix_hit_tokens": 0, "prefix_hit_rate": 0.0}
+                "prefix_hit_tokens": 0, "prefix_hit_rate": 0.0, "readmit_hit_tokens": 0}
     return {"tree_pages": prefix.pages, "tree_evictable_pages": prefix.evictable_pages,
             "tree_evicted_pages": prefix.evicted_pages, "prefix_hit_tokens": prefix.hit_tokens,
-            "prefix_hit_rate": prefix.hit_tokens / prefix.lookup_tokens if prefix.lookup_tokens else 0.0}
+            "prefix_hit_rate": prefix.hit_tokens / prefix.lookup_tokens if prefix.lookup_tokens else 0.0,
+            "readmit_hit_tokens": prefix.readmit_hit_tokens}

@@ -215,7 +215,7 @@ class Scheduler:
                 fresh.append(state)
             if match is not None:
                 # The matched prefix is written into the row and locked: no longer evictable.
-                free += self.manager.prefix.adopt(state, *match, r.seq_len)
+                free += self.manager.prefix.adopt(state, *match, r.seq_len, first=not r.retractions)
                 if fresh_pd and pd_releases_swa(self.manager, matched):
                     self.manager.prefix.release_swa(state.row, any_lock=True)
             if fresh_pd:

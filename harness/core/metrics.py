@@ -212,10 +212,14 @@ _DECLARED = [
        "pages of the prefix tree no request locks after the drain (reclaimable, not free)", better="none"),
     _m("tree_evicted_pages", "counter", "pages", "memory", "pages the prefix tree evicted to make room",
        better="none"),
-    _m("prefix_hit_tokens", "counter", "tokens", "memory", "prompt tokens matched in the prefix tree at admission",
+    _m("prefix_hit_tokens", "counter", "tokens", "memory",
+       "prompt tokens matched in the prefix tree at each request's first admission (SGLang's cached_tokens)",
        hib=True),
-    _m("prefix_hit_rate", "info", "ratio", "memory", "prefix hit tokens over the tokens admissions looked up",
+    _m("prefix_hit_rate", "info", "ratio", "memory", "prefix hit tokens over the tokens first admissions looked up",
        hib=True),
+    _m("readmit_hit_tokens", "counter", "tokens", "memory",
+       "tokens matched in the prefix tree when a retracted request was admitted again (not in prefix_hit_tokens)",
+       better="none"),
     # the memory figures in token slots and KV bytes (harness/core/kv_units.py); bytes only where the
     # model's shape is known (a named shape or a checkpoint's config.json), target KV only
     _m("peak_tokens_held", "counter", "tokens", "memory", "most full-pool token slots held at once (pages x page_size)",

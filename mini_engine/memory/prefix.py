@@ -47,6 +47,17 @@ from mini_engine.memory.tree_trace import TreeTrace, evicted_pages, raw_len, tre
 BIGRAM_ALGOS = ("eagle", "eagle3")
 
 
+def count_hit(cache, matched: int, lookup: int, first: bool) -> None:
+    """An admission's hit, counted as SGLang's req.cached_tokens counts it: on a request's first
+    admission only (prepare_for_extend skips a request with retracted_stain set, 0.5.23 and
+    0.5.18 alike); a re-admission's hit goes to readmit_hit_tokens."""
+    if first:
+        cache.lookup_tokens += lookup
+        cache.hit_tokens += matched
+    else:
+        cache.readmit_hit_tokens += matched
+
+
 class PrefixCache:
     def __init__(self, t: KVTables, *, bigram: bool = False):
         self.t = t
@@ -55,8 +66,11 @@ class PrefixCache:
         self.tree = RadixCache(t.ps, free=self._evicted)
         self.locks: dict[int, RadixNode] = {}  # row -> the node its request holds locked
         self.in_tree = np.zeros(t.mem.num_pages + 1, dtype=bool)  # page -> held by the tree (K8)
-        self.lookup_tokens = 0  # tokens of every admission lookup
+        # SGLang's req.cached_tokens: a request's first admission only (a retracted request's
+        # re-admission is not counted, its retracted_stain); the re-admissions' hits apart.
+        self.lookup_tokens = 0  # tokens of every first admission's lookup
         self.hit_tokens = 0  # of those, matched in the tree (not computed again)
+        self.readmit_hit_tokens = 0  # matched on a retracted request's re-admission
         self.evicted_pages = 0
         self.peak_pages = 0
         # The tree calls, one trace record each when the run writes a trace (memory/tree_trace.py;
@@ -94,12 +108,13 @@ class PrefixCache:
         self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id}, tokens)
         return slots, node
 
-    def adopt(self, state: ReqKVState, slots: np.ndarray, node: RadixNode, lookup: int = 0) -> int:
+    def adopt(self, state: ReqKVState, slots: np.ndarray, node: RadixNode, lookup: int = 0,
+              first: bool = True) -> int:
         """A fresh request starts at its match: the slots fill its row, the node is locked.
-        lookup: the tokens it looked up (the hit rate's denominator). Returns the change
+        lookup: the tokens it looked up (the hit rate's denominator); first: its first
+        admission (else a retracted request's re-admission: count_hit). Returns the change
         of the tree's evictable pages (<= 0)."""
-        self.lookup_tokens += lookup
-        self.hit_tokens += len(slots)
+        count_hit(self, len(slots), lookup, first)
         self.t.start_at_match(state, slots)
         return self._lock(state.row, node)
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from mini_engine.memory.kv_state import ReqKVState
+from mini_engine.memory.prefix import count_hit
 from mini_engine.memory.swa_locks import Receipt
 from mini_engine.memory.swa_radix import SWANode, SWARadixCache
 from mini_engine.memory.tables import KVTables, move_rows
@@ -63,7 +64,7 @@ class SWAPrefixCache:
         self.swa_released: set[int] = set()  # rows whose lock's SWA part went early (release_swa)
         self.in_tree = np.zeros(t.mem.num_pages + 1, dtype=bool)  # FULL page -> the tree's (K8)
         self.in_tree_swa = np.zeros(t.mem.swa_num_pages + 1, dtype=bool)  # SWA page -> the tree's (K8)
-        self.lookup_tokens = self.hit_tokens = 0
+        self.lookup_tokens = self.hit_tokens = self.readmit_hit_tokens = 0  # as PrefixCache's (count_hit)
         self.evicted_pages = self.peak_pages = 0
         # The tree calls, one trace record each when the run writes a trace (kvbench conform
         # runs them again on SGLang's UnifiedRadixCache: harness/conform_swa_tree.py).
@@ -129,9 +130,9 @@ class SWAPrefixCache:
         self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id, "full_hit": hit}, tokens)
         return slots, node
 
-    def adopt(self, state: ReqKVState, slots: np.ndarray, node: SWANode, lookup: int = 0) -> int:
-        self.lookup_tokens += lookup
-        self.hit_tokens += len(slots)
+    def adopt(self, state: ReqKVState, slots: np.ndarray, node: SWANode, lookup: int = 0,
+              first: bool = True) -> int:
+        count_hit(self, len(slots), lookup, first)
         self.t.start_at_match(state, slots)
         return self._lock(state.row, node, state.rid)
 
