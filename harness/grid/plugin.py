@@ -37,6 +37,7 @@ import pytest
 
 from harness.core.errors import HarnessError
 from harness.grid.execute import GridSession, ResultWriteError
+from harness.grid import sigint
 from harness.grid.filter import compile_filter
 from harness.grid.lifecycle import finish_mlflow, prepare_run, write_run_plots
 from harness.grid.suites import SUITES_DIR, load_suite
@@ -88,6 +89,7 @@ class WorkerView:
 def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:  # an xdist worker: the controller set the run up
+        sigint.die_on_sigint()
         grid = workerinput.get("kvbench")
         if grid is None:  # a plain `pytest -n N` that met the grid late: its controller has no set-up
             suite = _load(_opt(config, "--kvbench-suite") or "smoke", validate=False)
@@ -210,6 +212,8 @@ class GridController:
         self.written = 0
         self.write_error: str | None = None
         self.stop_reason = ""  # why pytest stopped the grid early, in pytest's words (harness/grid/sigint.py)
+        # Set by a Ctrl-C: a worker that dies from here on died of it, its config stays undone.
+        self.interrupted = False
         # What a plain pytest run set up for itself, to undo or close at its end.
         self.lock = self.tmp = None
         self.owns_parent = False
@@ -306,14 +310,18 @@ class GridController:
                            f"{lines[-1] if lines else 'no detail'} (see pytest.log)")
 
     def lost(self, cid: str, error: str) -> None:
-        """A config started but its row never came: record it failed."""
+        """A config started but its row never came: record it failed (unless the sweep
+        was interrupted: then it is left for --resume, as a SIGTERM leaves it)."""
         gc = self.suite.by_id().get(cid)
-        if gc is None:
+        if gc is None or self.interrupted:
             return
         self.record({"key": config_key(gc.config), "config": gc.config, "metrics": {}, "series": {},
                      "violations": {}, "violation_samples": [], "status": "failed", "verdict": "failed",
                      "test_id": cid, "error": error, "reasons": ["worker died"],
                      "suite": self.suite.name, "run_id": self.run_dir.run_id})
+
+    def interrupt(self) -> None:
+        self.interrupted = True
 
     def record(self, row: dict[str, Any]) -> None:
         self.finished.add(row.get("test_id"))

@@ -9,6 +9,12 @@ pytest stopped looked like a Ctrl-C to whoever ran the sweep: `kvbench` said
 under hypothesis) got a KeyboardInterrupt nobody had typed. Only a SIGINT this
 process received is an interrupt; anything else is pytest stopping early, reported
 with pytest's reason.
+
+A SIGINT stops the sweep as a SIGTERM does: the configs in flight get no row (a
+--resume runs them), the run's lock goes with the process. Its workers die on it
+(``die_on_sigint``) instead of raising KeyboardInterrupt inside a config, which xdist
+reported as a crashed worker and the controller recorded as a failed config that
+--resume never reran.
 """
 
 from __future__ import annotations
@@ -16,14 +22,16 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 @contextmanager
-def watch(seen: list[int]) -> Iterator[list[int]]:
-    """Append to ``seen`` each SIGINT received inside the block, then act as before it
-    (Python's default raises KeyboardInterrupt). Signals reach the main thread only:
-    elsewhere nothing is watched, and nothing can arrive there."""
+def watch(seen: list[int], on_interrupt: Callable[[], None] = lambda: None) -> Iterator[list[int]]:
+    """Append to ``seen`` each SIGINT received inside the block, call ``on_interrupt``,
+    then stop the block with KeyboardInterrupt. Also where SIGINT was ignored when the process started (a script's background
+    job): the sweep went on ignoring it while its workers stopped, so the run ended
+    long after, with the config in flight recorded failed. Signals reach the main
+    thread only: elsewhere nothing is watched, and nothing can arrive there."""
     if threading.current_thread() is not threading.main_thread():
         yield seen
         return
@@ -31,13 +39,18 @@ def watch(seen: list[int]) -> Iterator[list[int]]:
 
     def handler(signum, frame):
         seen.append(signum)
-        if callable(prev):
-            prev(signum, frame)
-        elif prev != signal.SIG_IGN:
-            raise KeyboardInterrupt
+        on_interrupt()
+        raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, handler)
     try:
         yield seen
     finally:
         signal.signal(signal.SIGINT, prev)
+
+
+def die_on_sigint() -> None:
+    """A grid worker ends on SIGINT at once, as on SIGTERM: its config in flight gets no
+    row and stays for --resume (the controller alone says 'interrupted')."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)

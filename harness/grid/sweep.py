@@ -244,7 +244,7 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     try:
         sys.stdout = sys.stderr = log  # pytest's terminal report is the log, the console is the progress
         try:
-            with devices.pci_bus_order(), sigint.watch(sigints):
+            with devices.pci_bus_order(), sigint.watch(sigints, controller.interrupt):
                 rc = int(pytest.main(pytest_args(jobs, opts.filter, plan.pins), plugins=[controller]))
         finally:
             sys.stdout, sys.stderr = streams
