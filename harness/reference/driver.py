@@ -8,7 +8,13 @@ One driver per run. The loop calls it from the four methods scheduler.py writes:
   the next arrival, as the mini engine's does (Engine.tick);
 * ``forward`` (``run_batch``): one output id per request whose prefill ends in the
   batch or that decodes, the next of its recorded outputs (a middle chunk's is never
-  read: SGLang's result processing skips it);
+  read: SGLang's result processing skips it). Under DFLASH a verify accepts the length
+  kvbench's acceptance draws for that request and position (mini_engine/spec/acceptance.py,
+  a pure function of seed, rid and position), its accepted ids padded to the block as
+  the verify's output is. Every DFLASH forward leaves the batch a fresh draft input
+  (``DFlashDraftInputV2``), as Scheduler.run_batch sets ``batch.spec_info`` to the
+  worker's ``next_draft_input`` (under overlap with ``future_indices``, the batch's
+  rows); its tensors mean nothing here: the loop only filters and merges them;
 * ``landed`` (``process_batch_result``): a result was processed; a request it finished
   that has a next turn (a session, harness/core/turns.py) submits that turn, its prompt
   the predecessor's prompt + outputs + new tokens, to arrive the next step (the mini
@@ -30,8 +36,10 @@ class StalledLoop(RuntimeError):
 
 
 class Driver:
-    def __init__(self, sg, requests, outputs: dict, vocab_size: int, next_turns: dict | None = None):
+    def __init__(self, sg, requests, outputs: dict, vocab_size: int, next_turns: dict | None = None,
+                 acceptance=None, block: int | None = None):
         self.sg, self.torch = sg, sg.torch
+        self.acceptance, self.block = acceptance, block  # DFLASH's draws and block size (None: plain)
         self.pending = sorted(requests, key=lambda r: (r.arrival_step, r.rid))
         self.next_turns = dict(next_turns or {})  # predecessor rid -> its NextTurn
         self.outputs = outputs  # rid -> the mini engine's output ids
@@ -71,6 +79,13 @@ class Driver:
     # -- the forward -----------------------------------------------------------------
     def forward(self, s, batch):
         extend = batch.forward_mode.is_extend()
+        self.ran = True
+        self.sampler.launched(batch, extend)
+        torch, result = self.torch, self.sg.utils.GenerationBatchResult
+        if not extend and self.block is not None:
+            result = self._verify(batch)
+            self._relay(s, batch)
+            return result
         ids = []
         for req in batch.reqs:
             if extend and req is batch.chunked_req:
@@ -78,15 +93,42 @@ class Driver:
                 continue
             if extend:
                 self.cursor[id(req)] = len(req.output_ids)
-            i = self.cursor.get(id(req), len(req.output_ids))
-            outs = self.outputs[req.kvbench_rid]
-            ids.append(outs[i] if i < len(outs) else 0)  # past the end: a token SGLang never keeps
-            self.cursor[id(req)] = i + 1
-        self.ran = True
-        self.sampler.launched(batch, extend)
-        return self.sg.utils.GenerationBatchResult(next_token_ids=self.torch.tensor(ids, dtype=self.torch.int64),
-                                                   extend_input_len_per_req=[r.extend_len for r in batch.reqs]
-                                                   if extend else None)
+            ids.extend(self._next(req, 1))
+        if self.block is not None:
+            self._relay(s, batch)
+        return result(next_token_ids=torch.tensor(ids, dtype=torch.int64),
+                      extend_input_len_per_req=[r.extend_len for r in batch.reqs] if extend else None)
+
+    def _next(self, req, n: int) -> list[int]:
+        """The request's next n recorded outputs (0 past the end: tokens SGLang never keeps)."""
+        i = self.cursor.get(id(req), len(req.output_ids))
+        outs = self.outputs[req.kvbench_rid]
+        self.cursor[id(req)] = i + n
+        return [outs[k] if k < len(outs) else 0 for k in range(i, i + n)]
+
+    def _verify(self, batch):
+        torch, block = self.torch, self.block
+        ids, lens = [], []
+        for req in batch.reqs:
+            position = len(req.origin_input_ids) + self.cursor.get(id(req), len(req.output_ids))
+            n = self.acceptance.draw(req.kvbench_rid, position)
+            ids += self._next(req, n) + [0] * (block - n)
+            lens.append(n)
+        return self.sg.utils.GenerationBatchResult(
+            next_token_ids=torch.tensor(ids, dtype=torch.int64), accept_lens=torch.tensor(lens, dtype=torch.int64),
+            speculative_num_draft_tokens=block)
+
+    def _relay(self, s, batch) -> None:
+        batch.spec_info = self._draft_input(len(batch.reqs))
+        if s.enable_overlap:
+            batch.spec_info.future_indices = batch.req_pool_indices
+
+    def _draft_input(self, bs: int):
+        torch = self.torch
+        return self.sg.dflash.DFlashDraftInputV2(
+            topk_p=torch.zeros((bs, 1)), topk_index=torch.zeros((bs, 1), dtype=torch.int64),
+            bonus_tokens=torch.zeros((bs,), dtype=torch.int64), new_seq_lens=torch.zeros((bs,), dtype=torch.int64),
+            hidden_states=torch.zeros((bs, 1)))
 
     def landed(self, s, batch) -> None:
         self.ran = True

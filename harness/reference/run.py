@@ -20,6 +20,7 @@ from harness.reference import loader
 from harness.reference.driver import Driver
 from harness.reference.scheduler import build
 from harness.run.runner import run_config, split_config
+from mini_engine.spec.acceptance import Acceptance
 
 ENGINE = "sglang"
 
@@ -41,8 +42,8 @@ def check_supported(cfg, wl: dict, version: str) -> None:
         why = f"--profile {cfg.profile} (the reference is SGLang {version}'s own loop: --profile sglang-{version})"
     elif knob is not None:
         why = f"--{knob.replace('_', '-')} (a what-if of SGLang's rules; the reference runs SGLang's own)"
-    elif cfg.spec != "none":
-        why = f"--spec {cfg.spec} (plain decoding only so far)"
+    elif cfg.spec not in ("none", "dflash"):
+        why = f"--spec {cfg.spec} (plain decoding and DFLASH only so far)"
     elif cfg.window is not None:
         why = "--window (full-attention models only so far)"
     elif cfg.model != "none":
@@ -68,10 +69,13 @@ def run_reference(config: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"key": mini["key"], "config": mini["config"], "engine": ENGINE,
                            "sglang_version": sg.version, "metrics": {}, "series": {}, "violations": {},
                            "violation_samples": [], "status": "failed", "error": None}
-    driver = Driver(sg, work.requests, outputs, cfg.vocab_size, work.next_turns)
+    dflash = cfg.spec == "dflash"
+    driver = Driver(sg, work.requests, outputs, cfg.vocab_size, work.next_turns,
+                    acceptance=Acceptance.from_config(cfg) if dflash else None,
+                    block=cfg.block_size if dflash else None)
     s = build(sg, driver, ps=cfg.page_size, num_pages=cfg.num_pages, max_running=cfg.max_running,
               max_context=cfg.max_context, chunk=cfg.chunked_prefill,
-              radix=radix, overlap=overlap, vocab_size=cfg.vocab_size)
+              radix=radix, overlap=overlap, vocab_size=cfg.vocab_size, dflash_block=driver.block)
     t0 = time.perf_counter()
     try:
         (s.event_loop_overlap if overlap else s.event_loop_normal)()
@@ -91,7 +95,8 @@ def _metrics(s, driver: Driver, wall: float) -> dict[str, Any]:
     lookup = sum(len(r.origin_input_ids) for r in reqs)
     hits = series["hits"][-1] if series["hits"] else 0
     tree_pages = 0 if tree.disable else (tree.evictable_size() + tree.protected_size()) // ps
-    out = sum(len(r.output_ids) for r in reqs)
+    # A verify may run past max_new_tokens: SGLang keeps the ids, the request's output stops there.
+    out = sum(min(len(r.output_ids), r.sampling_params.max_new_tokens) for r in reqs)
     steps = len(series["held"])
     return {
         "steps": steps, "prefill_steps": sm.prefill_steps, "decode_steps": sm.decode_steps,

@@ -106,13 +106,16 @@ def _inert() -> dict:
 
 
 def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context: int, chunk: int,
-          radix: bool, overlap: bool, vocab_size: int):
-    """A ReferenceScheduler over fresh SGLang components for one run."""
+          radix: bool, overlap: bool, vocab_size: int, dflash_block: int | None = None):
+    """A ReferenceScheduler over fresh SGLang components for one run (dflash_block: DFLASH's
+    block size, its speculative_num_draft_tokens; None for plain decoding)."""
     torch = sg.torch
+    spec = {} if dflash_block is None else dict(speculative_algorithm="DFLASH", speculative_draft_model_path="dummy",
+                                                 speculative_num_draft_tokens=dflash_block)
     args = sg.server_args.ServerArgs(model_path="dummy", device="cpu", page_size=ps,
                                      chunked_prefill_size=chunk,
                                      max_running_requests=max_running, disable_radix_cache=not radix,
-                                     disable_overlap_schedule=not overlap, schedule_policy="fcfs")
+                                     disable_overlap_schedule=not overlap, schedule_policy="fcfs", **spec)
     args._mamba_cache_chunk_size = 64  # as SGLang's CPU fixtures: no Hugging Face lookup of the dummy model
     sg.context.reset_context()
     sg.context.publish(args, role="scheduler")
@@ -136,9 +139,9 @@ def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context:
         model_config=model_config, page_size=ps, chunked_prefill_size=chunk,
         max_prefill_tokens=args.max_prefill_tokens,
         max_running_requests=max_running, max_prefill_bs=0, enable_overlap=overlap, enable_overlap_mlx=False,
-        spec_algorithm=sg.spec.SpeculativeAlgorithm.NONE, is_generation=True, require_mlp_sync=False,
-        enable_hisparse=False, enable_priority_preemption=False, enable_priority_scheduling=False,
-        is_hybrid_swa=False, min_free_slots_delayer=None, is_mixed_chunk=False, enable_lora=False,
+        spec_algorithm=sg.spec.SpeculativeAlgorithm.from_string(args.speculative_algorithm), is_generation=True,
+        require_mlp_sync=False, enable_hisparse=False, enable_priority_preemption=False,
+        enable_priority_scheduling=False, is_hybrid_swa=False, is_mixed_chunk=False, enable_lora=False,
         enable_hicache_storage=False, enable_lmcache=False, enable_hierarchical_cache=False,
         enable_unified_cache_external_linker=False, enable_unified_memory=False, enable_skip_finishing_decode=False,
         priority_scheduling_preemption_threshold=args.priority_scheduling_preemption_threshold,
@@ -147,11 +150,15 @@ def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context:
         disaggregation_mode=sg.scheduler.DisaggregationMode.NULL,
         policy=sg.policy.SchedulePolicy("fcfs", tree, False, False, False),
         new_token_ratio_tracker=sg.ratio.NewTokenRatioTracker.from_config())
+    # Scheduler.__init__'s admission delay: DFLASH waits for a few free request slots.
+    slots = sg.scheduler.resolve_min_free_slots(sg.context.get_schedule().min_free_slots_delay, max_running,
+                                                is_dflash_family=s.spec_algorithm.is_dflash_family())
+    s.min_free_slots_delayer = None if slots is None else sg.scheduler.MinFreeSlotsDelayer(min_free_slots=slots)
     s.batch_result_processor = sg.processor.SchedulerBatchResultProcessor(
         is_generation=True, disaggregation_mode=s.disaggregation_mode, enable_overlap=overlap,
         enable_overlap_mlx=False, model_config=model_config, token_to_kv_pool_allocator=alloc, tree_cache=tree,
         hisparse_coordinator=None, req_to_token_pool=rows, decode_offload_manager=None,
-        metrics_collector=_Inert(), metrics_reporter=s.metrics_reporter, draft_worker=None, model_worker=None,
+        metrics_collector=_Inert(), metrics_reporter=s.metrics_reporter, draft_worker=None, model_worker=_Inert(),
         logprob_result_processor=_Inert(), output_streamer=_Inert(), beam_coordinator=s.beam_coordinator,
         abort_request=lambda *a, **k: None)
     return s
