@@ -4,9 +4,9 @@ few-queries attention of speculative verify and the drafters.
 torch.utils.cpp_extension compiles the C++ sources with the host's g++ and ninja into
 its cache (TORCH_EXTENSIONS_DIR, by default ~/.cache/torch_extensions) the first time
 a CPU decode step asks for them, about a minute; later processes load the cached
-library in milliseconds, and concurrent processes (pytest-xdist workers) wait on the
-builder's lock file instead of compiling twice (a lock left by a killed builder is
-removed once it is older than any build). Without a compiler or ninja, or with
+library in milliseconds, and concurrent processes (pytest-xdist workers) wait for the
+live builder instead of compiling twice, saying so, for a bounded time (build_lock.py:
+a lock left by a killed builder is known as such and removed at once). Without a compiler or ninja, or with
 KVBENCH_CPU_KERNELS=0, one line is logged and the decode step keeps the pure-torch
 path: same results (up to float rounding in attention), slower.
 """
@@ -18,10 +18,11 @@ import logging
 import os
 import platform
 import shutil
-import time
 from pathlib import Path
 
 import torch
+
+from mini_engine.model.build_lock import BuildBusy, building
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,6 @@ NAME = "kvbench_cpu_kernels"  # + the host's CPU features (see _build_name)
 FLAGS = ["-O3", "-march=native", "-fno-trapping-math", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]
 _state: dict = {}
-# A build takes about a minute; a builder's lock file older than this has no builder behind it.
-STALE_LOCK_S = 600
 
 
 def ops():
@@ -84,13 +83,16 @@ def _load():
         log.warning("CPU decode kernels not built (%s not found): the model runs its pure-torch path",
                     " and ".join(missing))
         return False
-    if _build(FLAGS, LDFLAGS):
-        return True
-    # A compiler without OpenMP (Apple's clang, say): the same kernels, each on one thread.
-    serial = [f for f in FLAGS if f != "-fopenmp"]
-    if _build(serial, [], quiet=False):
-        log.warning("CPU decode kernels built without OpenMP: their loops run on one thread")
-        return True
+    try:
+        if _build(FLAGS, LDFLAGS):
+            return True
+        # A compiler without OpenMP (Apple's clang, say): the same kernels, each on one thread.
+        serial = [f for f in FLAGS if f != "-fopenmp"]
+        if _build(serial, [], quiet=False):
+            log.warning("CPU decode kernels built without OpenMP: their loops run on one thread")
+            return True
+    except BuildBusy as err:  # a live builder past the bound: this run goes on without the kernels
+        log.warning("CPU decode kernels not loaded (%s): the model runs its pure-torch path", err)
     return False
 
 
@@ -101,10 +103,12 @@ def _build(cflags: list[str], ldflags: list[str], quiet: bool = True) -> bool:
         # The build is named after the CPU's features (FLAGS has -march=native) and its flags,
         # so a cache directory shared by different hosts never loads a foreign build.
         name = _build_name(cflags + ldflags)
-        _clear_stale_lock(Path(cpp_extension._get_build_directory(name, verbose=False)) / "lock")
-        cpp_extension.load(name, [str(s) for s in SOURCES], extra_cflags=cflags, extra_ldflags=ldflags,
-                           is_python_module=False, verbose=False)
+        with building(Path(cpp_extension._get_build_directory(name, verbose=False))):
+            cpp_extension.load(name, [str(s) for s in SOURCES], extra_cflags=cflags, extra_ldflags=ldflags,
+                               is_python_module=False, verbose=False)
         return True
+    except BuildBusy:
+        raise  # no second build beside a live one (_load)
     except Exception as err:  # a failed build must never stop a run: the torch path is always there
         if quiet:
             return False
@@ -113,16 +117,3 @@ def _build(cflags: list[str], ldflags: list[str], quiet: bool = True) -> bool:
         log.warning("CPU decode kernels not built (%s): the model runs its pure-torch path", first[:160])
         return False
 
-
-def _clear_stale_lock(lock: Path) -> None:
-    """torch's builder holds <build dir>/lock while it compiles, and every other process
-    waits on it with no timeout. A builder killed mid-build (a worker stopped by a test
-    timeout) leaves the file behind, and every later model run would wait forever: remove
-    a lock far older than any build, saying so."""
-    try:
-        age = time.time() - lock.stat().st_mtime
-    except OSError:
-        return  # no lock: nobody is building
-    if age > STALE_LOCK_S:
-        log.warning("removing a stale kernel build lock (%.0f s old, no build takes that long): %s", age, lock)
-        lock.unlink(missing_ok=True)
