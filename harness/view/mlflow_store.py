@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 from harness.core.causes import one_line
-from harness.core.errors import HarnessError
+from harness.core.errors import HarnessError, UsageError
 from harness.core.safe_write import kind_of
 from harness.store.locks import sqlite_path
 
@@ -41,8 +41,28 @@ def artifact_location(root: Path) -> str:
     return (root / "mlartifacts").resolve().as_uri()
 
 
+# What MLflow 3.17.2 can track to (its file store refuses new data): a server, or a
+# database it opens itself. Anything else fails only after a sweep, so it is refused first.
+SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql")
+ALLOWED_URI = ("http(s)://HOST:PORT (a tracking server), sqlite:///PATH, or a database URL "
+               "(postgresql://, mysql://, mssql://)")
+
+
 def tracking_uri(cli_uri: str | None, root: Path) -> str:
-    return cli_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(root)
+    """The store a command logs to: the option, else the environment, else the local
+    store; a URI MLflow cannot track to is one line naming where it came from."""
+    if cli_uri:
+        return check_uri(cli_uri, "--mlflow-uri")
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    return check_uri(env, "MLFLOW_TRACKING_URI") if env else default_uri(root)
+
+
+def check_uri(uri: str, source: str) -> str:
+    scheme, sep, rest = uri.partition(":")
+    base = scheme.split("+", 1)[0].lower()  # postgresql+psycopg: a driver named
+    if not (sep and base in SCHEMES and rest.startswith("//") and len(rest) > 2):
+        raise UsageError(f"{source} must be {ALLOWED_URI} (got {uri[:80]!r})")
+    return uri
 
 
 def check_local_store(uri: str) -> None:
