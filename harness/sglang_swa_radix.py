@@ -155,11 +155,12 @@ def load() -> SimpleNamespace:
                                    **({"is_eagle": True} if bigram else {}), **core, **extra)
         return urc.UnifiedRadixCache(p)
 
-    def build(full_pages: int, swa_pages: int, ps: int, window: int, bigram: bool = False):
-        """The FULL + SWA tree, over SGLang's SWA allocator (returned with it)."""
+    def build(full_pages: int, swa_pages: int, ps: int, window: int, bigram: bool = False, **extra):
+        """The FULL + SWA tree, over SGLang's SWA allocator (returned with it); extra: tree()'s
+        req_to_token_pool and disable."""
         alloc = swa_alloc.SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, ps, torch.int64, "cpu",
                                                     MapOnlyPool(), False)
-        return alloc, tree(alloc, ps, (ct.ComponentType.FULL, SWA), bigram, sliding_window_size=window)
+        return alloc, tree(alloc, ps, (ct.ComponentType.FULL, SWA), bigram, sliding_window_size=window, **extra)
 
     def build_full(ps: int, allocator, bigram: bool = False):
         """The FULL-only UnifiedRadixCache 0.5.23 builds for a full-attention model

@@ -20,6 +20,7 @@ from harness.reference import loader
 from harness.reference.driver import Driver
 from harness.reference.scheduler import build
 from harness.run.runner import run_config, split_config
+from mini_engine.pool_sizing import swa_pages
 from mini_engine.spec.acceptance import Acceptance
 
 ENGINE = "sglang"
@@ -44,8 +45,6 @@ def check_supported(cfg, wl: dict, version: str) -> None:
         why = f"--{knob.replace('_', '-')} (a what-if of SGLang's rules; the reference runs SGLang's own)"
     elif cfg.spec not in ("none", "dflash"):
         why = f"--spec {cfg.spec} (plain decoding and DFLASH only so far)"
-    elif cfg.window is not None:
-        why = "--window (full-attention models only so far)"
     elif cfg.model != "none":
         why = f"--model {cfg.model} (the forward is a stand-in: model none)"
     elif wl.get("workload") == "pd":
@@ -75,7 +74,8 @@ def run_reference(config: dict[str, Any]) -> dict[str, Any]:
                     block=cfg.block_size if dflash else None)
     s = build(sg, driver, ps=cfg.page_size, num_pages=cfg.num_pages, max_running=cfg.max_running,
               max_context=cfg.max_context, chunk=cfg.chunked_prefill,
-              radix=radix, overlap=overlap, vocab_size=cfg.vocab_size, dflash_block=driver.block)
+              radix=radix, overlap=overlap, vocab_size=cfg.vocab_size, dflash_block=driver.block,
+              swa=(swa_pages(cfg.num_pages, cfg.rules.swa_ratio), cfg.window) if cfg.has_swa else None)
     t0 = time.perf_counter()
     try:
         (s.event_loop_overlap if overlap else s.event_loop_normal)()
@@ -94,6 +94,8 @@ def _metrics(s, driver: Driver, wall: float) -> dict[str, Any]:
     reqs = driver.reqs
     lookup = sum(len(r.origin_input_ids) for r in reqs)
     hits = series["hits"][-1] if series["hits"] else 0
+    alloc = s.token_to_kv_pool_allocator
+    full = getattr(alloc, "full_attn_allocator", alloc)  # a hybrid SWA model's FULL pool
     tree_pages = 0 if tree.disable else (tree.evictable_size() + tree.protected_size()) // ps
     # A verify may run past max_new_tokens: SGLang keeps the ids, the request's output stops there.
     out = sum(min(len(r.output_ids), r.sampling_params.max_new_tokens) for r in reqs)
@@ -106,9 +108,8 @@ def _metrics(s, driver: Driver, wall: float) -> dict[str, Any]:
         "peak_pages_held": max(series["held"], default=0), "peak_pages_used": max(series["used"], default=0),
         "peak_reserved_slots": max(series["reserved"], default=0),
         "peak_stranded_slots": max(series["stranded"], default=0), "stranded_slots_sum": sum(series["stranded"]),
-        "peak_swa_pages_held": 0, "peak_running": max(series["running"], default=0),
+        "peak_swa_pages_held": max(series["swa_held"], default=0), "peak_running": max(series["running"], default=0),
         "retractions": sm.retractions, "tree_pages": tree_pages, "tree_evictable_pages": tree.evictable_size() // ps,
         "prefix_hit_tokens": hits, "prefix_hit_rate": hits / lookup if lookup else 0.0,
-        "leaked_pages": (s.token_to_kv_pool_allocator.size - s.token_to_kv_pool_allocator.available_size()) // ps
-        - tree_pages,
+        "leaked_pages": (full.size - full.available_size()) // ps - tree_pages,
     }

@@ -5,6 +5,8 @@ read SGLang's way:
 
 * held: pages in use less the tree's evictable pages (requests' own pages and the
   prefix pages their locks protect), used: total less free pages (the tree included);
+  swa_held: the SWA pool's (a hybrid SWA model's) pages the requests hold themselves,
+  the tree's SWA pages (evictable or locked) left out, as the mini engine's ledger counts;
 * reserved: slots allocated past the committed length (``kv_allocated_len -
   kv_committed_len``), stranded: slots of held pages past the allocated length;
 * running: request rows in use (``ReqToTokenPool``); hits: the sum of SGLang's
@@ -33,12 +35,16 @@ class Sampler:
     def sample(self, s, reqs) -> None:
         ps = s.page_size
         alloc, tree = s.token_to_kv_pool_allocator, s.tree_cache
-        used = (alloc.size - alloc.available_size()) // ps
-        evictable = tree.evictable_size() // ps
+        swa = getattr(alloc, "swa_attn_allocator", None)
+        full = alloc if swa is None else alloc.full_attn_allocator
+        used = (full.size - full.available_size()) // ps
+        evictable = (tree.evictable_size() if swa is None else tree.full_evictable_size()) // ps
+        swa_tree = 0 if swa is None else tree.swa_evictable_size() + tree.swa_protected_size()
+        swa_held = 0 if swa is None else (swa.size - swa.available_size() - swa_tree) // ps
         live = [r for r in reqs if r.kv.req_pool_idx is not None]
         reserved = sum(r.kv.kv_allocated_len - r.kv.kv_committed_len for r in live)
         stranded = sum(-(-r.kv.kv_allocated_len // ps) * ps - r.kv.kv_allocated_len for r in live)
-        values = {"stranded": stranded, "reserved": reserved, "held": used - evictable, "swa_held": 0, "used": used,
+        values = {"stranded": stranded, "reserved": reserved, "held": used - evictable, "swa_held": swa_held, "used": used,
                   "running": s.req_to_token_pool.size - s.req_to_token_pool.available_size(),
                   "hits": sum(r.cached_tokens for r in reqs), "retractions": self.retractions,
                   "evictable": evictable}

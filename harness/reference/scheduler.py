@@ -106,9 +106,11 @@ def _inert() -> dict:
 
 
 def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context: int, chunk: int,
-          radix: bool, overlap: bool, vocab_size: int, dflash_block: int | None = None):
+          radix: bool, overlap: bool, vocab_size: int, dflash_block: int | None = None,
+          swa: tuple[int, int] | None = None):
     """A ReferenceScheduler over fresh SGLang components for one run (dflash_block: DFLASH's
-    block size, its speculative_num_draft_tokens; None for plain decoding)."""
+    block size, its speculative_num_draft_tokens; None for plain decoding; swa: the SWA
+    pool's pages and the window, for a hybrid SWA model)."""
     torch = sg.torch
     spec = {} if dflash_block is None else dict(speculative_algorithm="DFLASH", speculative_draft_model_path="dummy",
                                                  speculative_num_draft_tokens=dflash_block)
@@ -124,11 +126,14 @@ def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context:
                                       pp_max_micro_batch_size=max_running)
     rows = sg.pool.ReqToTokenPool(size=max_running, max_context_len=max_context, device="cpu",
                                   enable_memory_saver=False)
-    if ps == 1:
-        alloc = sg.token.TokenToKVPoolAllocator(num_pages, torch.int64, "cpu", None, False)
+    if swa is not None:  # SGLang's SWA allocator over both pools, the FULL + SWA tree
+        alloc, tree = sg.serving.build(num_pages, swa[0], ps, swa[1], req_to_token_pool=rows, disable=not radix)
     else:
-        alloc = sg.paged.PagedTokenToKVPoolAllocator(num_pages * ps, ps, torch.int64, "cpu", None, False)
-    tree = sg.serving.tree(alloc, ps, (sg.serving.FULL,), False, req_to_token_pool=rows, disable=not radix)
+        if ps == 1:
+            alloc = sg.token.TokenToKVPoolAllocator(num_pages, torch.int64, "cpu", None, False)
+        else:
+            alloc = sg.paged.PagedTokenToKVPoolAllocator(num_pages * ps, ps, torch.int64, "cpu", None, False)
+        tree = sg.serving.tree(alloc, ps, (sg.serving.FULL,), False, req_to_token_pool=rows, disable=not radix)
     model_config = SimpleNamespace(vocab_size=vocab_size, num_key_value_heads=1, is_encoder_decoder=False,
                                    is_multimodal=False, hf_eos_token_id=None,
                                    self_opened_think_start_ids=None, think_end_id=None)
@@ -141,7 +146,7 @@ def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context:
         max_running_requests=max_running, max_prefill_bs=0, enable_overlap=overlap, enable_overlap_mlx=False,
         spec_algorithm=sg.spec.SpeculativeAlgorithm.from_string(args.speculative_algorithm), is_generation=True,
         require_mlp_sync=False, enable_hisparse=False, enable_priority_preemption=False,
-        enable_priority_scheduling=False, is_hybrid_swa=False, is_mixed_chunk=False, enable_lora=False,
+        enable_priority_scheduling=False, is_hybrid_swa=swa is not None, is_mixed_chunk=False, enable_lora=False,
         enable_hicache_storage=False, enable_lmcache=False, enable_hierarchical_cache=False,
         enable_unified_cache_external_linker=False, enable_unified_memory=False, enable_skip_finishing_decode=False,
         priority_scheduling_preemption_threshold=args.priority_scheduling_preemption_threshold,

@@ -95,8 +95,33 @@ def test_dflash_waits_for_free_slots_in_sglang(reference):
     assert c.first_step == (8, "running", 8, 7)
 
 
+# fidelity review D0's SWA sessions: 8 requests, a 256-token shared prefix, 3 turns, window 128.
+SWA_SESSIONS = {"window": 128, "workload": "fixed", "num_requests": 8, "input_len": 64, "output_len": 160,
+                "shared_prefix": 256, "turns": 3}
+
+
+def test_swa_sessions_equal_on_every_step_with_overlap_off(reference):
+    c = compare({**SWA_SESSIONS, "overlap": False})
+    assert c.equal, describe(c)
+
+
+def test_swa_sessions_hold_twice_the_window_pages_in_sglang_under_overlap(reference):
+    """D0 with SWA: the prefill's result (its checkpoint, which leaves the SWA pages behind
+    the window to the tree) lands an iteration late, so SGLang's peak SWA pages held is 160
+    where the mini engine's is 80."""
+    c = compare({**SWA_SESSIONS, "overlap": True})
+    totals = {m: (a, b) for m, a, b in c.totals}
+    assert totals["peak_swa_pages_held"] == (80, 160)
+
+
+def test_swa_chunk_cache_equal(reference):
+    c = compare({"window": 64, "workload": "uniform", "num_requests": 8, "input_len": 128, "min_len": 16,
+                 "output_len": 40, "pool_tokens": 8192, "overlap": False, "prefix_cache": "chunk"})
+    assert c.equal, describe(c)
+
+
 def test_unsupported_features_are_refused_in_one_line():
-    for extra, what in (({"spec": "eagle"}, "--spec eagle"), ({"window": 64}, "--window"),
+    for extra, what in (({"spec": "eagle"}, "--spec eagle"), ({"model": "tiny"}, "--model tiny"),
                         ({"profile": "host-aligned"}, "--profile host-aligned"), ({"align": "none"}, "--align"),
                         ({"workload": "pd"}, "--workload pd")):
         cfg, wl = split_config({**SMALL, **extra})
