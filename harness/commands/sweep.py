@@ -65,7 +65,7 @@ def list_configs(suite_name: str, expr: str | None) -> int:
     from harness.grid.suites import load_suite  # pydantic: only this command loads it, not the parser
     from harness.grid.sweep import filter_selects  # pydantic: only this command loads it, not the parser
 
-    suite = load_suite(suite_name, validate=False)
+    suite = load_suite(suite_name)  # every config validated as the sweep validates it: a list is no promise otherwise
     keep = filter_selects(expr) if expr else None
     ids = [c.id for c in suite.configs if keep is None or keep(c.id, c.config)]
     print("\n".join(ids))

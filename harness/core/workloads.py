@@ -95,12 +95,7 @@ def make_workload(wl: WorkloadConfig, seed: int, *, max_context: int | None = No
         return Workload(load_prompts(wl.prompts, default_output_len=wl.output_len), {})
     rng = np.random.default_rng([seed, 0x3017])  # own stream: the engine's seed keys tokens
     n = wl.num_requests
-    ins, outs = draw_lengths(wl, rng, n)
-    too_long = np.flatnonzero(wl.shared_prefix + ins + outs > max_context) if max_context is not None else ()
-    if len(too_long):
-        i = int(too_long[0])
-        check_context(i, wl.shared_prefix + int(ins[i]), int(outs[i]), max_context)
-    later = later_turns(wl, seed, ins, outs, max_context)  # checks whole sessions before any token is drawn
+    ins, outs, later = _lengths(wl, seed, rng, max_context)
     pd = np.zeros(n, dtype=bool)
     if wl.workload == "pd":
         pd = rng.random(n) < wl.pd_fraction
@@ -113,6 +108,29 @@ def make_workload(wl: WorkloadConfig, seed: int, *, max_context: int | None = No
         arrival = i * wl.arrival_gap if pd[i] else 0
         reqs.append(Request(rid=i, prompt=prompt, max_new_tokens=int(outs[i]), fill_len=fill, arrival_step=arrival))
     return Workload(reqs, later.tokens(wl) if later is not None else {})
+
+
+def check_lengths(wl: WorkloadConfig, seed: int, max_context: int | None) -> None:
+    """What make_workload refuses about its lengths, without drawing a token: a suite's
+    configs are checked when it loads (a session longer than max_context failed only
+    when its config ran, a failed row, where `kvbench run` refused it up front)."""
+    import numpy as np  # numpy: here, not at the top: the CLI imports WORKLOADS to build its parser
+
+    if wl.prompts is None:
+        _lengths(wl, seed, np.random.default_rng([seed, 0x3017]), max_context)
+
+
+def _lengths(wl: WorkloadConfig, seed: int, rng, max_context: int | None):
+    """(prompt lengths, output lengths, later turns) drawn from ``rng``; a request or a
+    session longer than max_context is bad input, found before any token is drawn."""
+    import numpy as np  # numpy: here, not at the top: the CLI imports WORKLOADS to build its parser
+
+    ins, outs = draw_lengths(wl, rng, wl.num_requests)
+    too_long = np.flatnonzero(wl.shared_prefix + ins + outs > max_context) if max_context is not None else ()
+    if len(too_long):
+        i = int(too_long[0])
+        check_context(i, wl.shared_prefix + int(ins[i]), int(outs[i]), max_context)
+    return ins, outs, later_turns(wl, seed, ins, outs, max_context)  # whole sessions, before any token
 
 
 def load_prompts(path: str, *, default_output_len: int) -> list[Request]:

@@ -33,7 +33,7 @@ from harness import ROOT
 from harness.core.errors import HarnessError
 from harness.core.numbers import check_numbers
 from harness.core.options import option_names, short_names
-from harness.core.workloads import WorkloadConfig, load_prompts
+from harness.core.workloads import WorkloadConfig, check_lengths, load_prompts
 from harness.judge.expect import ExpectRule, known_metrics, rule_of
 from harness.run.bounds import check_memory
 from harness.run.runner import split_config
@@ -158,6 +158,7 @@ def validate_config(config: dict[str, Any], where: str) -> None:
         check_memory(engine, workload)
         if workload.get("prompts") is not None:  # a missing or bad file is bad input too, not a failed run
             load_prompts(workload["prompts"], default_output_len=workload["output_len"])
+        check_lengths(WorkloadConfig(**workload), engine.seed, engine.max_context)  # as the run draws them
     except (KVBenchError, HarnessError, TypeError) as err:  # TypeError: a workload option of the wrong shape
         raise SuiteError(f"{where}: {err}") from None
 
