@@ -35,6 +35,8 @@ class Comparison:
     steps: tuple[int, int] = (0, 0)  # steps run by (mini, sglang)
     error: str | None = None  # the reference's run failed
     seconds: float = 0.0  # both runs, wall clock (shown, never judged)
+    mine: dict[str, Any] = field(default_factory=dict)  # the mini engine's TOTALS
+    theirs: dict[str, Any] = field(default_factory=dict)  # the reference's TOTALS
 
     @property
     def equal(self) -> bool:
@@ -79,6 +81,7 @@ def compare(config: dict[str, Any]) -> Comparison:
         out.error = ref["error"].splitlines()[0]
         return out
     theirs, their_steps = ref["metrics"], ref["series"]
+    out.mine, out.theirs = {m: mini.get(m) for m in TOTALS}, {m: theirs.get(m) for m in TOTALS}
     out.totals = [(m, mini.get(m), theirs.get(m)) for m in TOTALS if mini.get(m) != theirs.get(m)]
     out.steps = (len(steps["held"]), len(their_steps["held"]))
     for i in range(min(out.steps)):
