@@ -77,7 +77,9 @@ stop_server() {
     local pid
     pid=$(server_pid) || return 0
     kill -TERM -- "-$pid" 2>/dev/null || true
-    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    # Ten seconds to finish requests in flight; clients that keep idle connections
+    # open would otherwise hold a graceful stop (the runners retry or sync what it cut).
+    for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
     kill -KILL -- "-$pid" 2>/dev/null || true
     rm -f "$dir/server.pid"
 }
