@@ -8,13 +8,11 @@ One driver per run. The loop calls it from the four methods scheduler.py writes:
   the next arrival, as the mini engine's does (Engine.tick);
 * ``forward`` (``run_batch``): one output id per request whose prefill ends in the
   batch or that decodes, the next of its recorded outputs (a middle chunk's is never
-  read: SGLang's result processing skips it). Under DFLASH a verify accepts the length
+  read: SGLang's result processing skips it). Under DFLASH and EAGLE a verify accepts the length
   kvbench's acceptance draws for that request and position (mini_engine/spec/acceptance.py,
   a pure function of seed, rid and position), its accepted ids padded to the block as
-  the verify's output is. Every DFLASH forward leaves the batch a fresh draft input
-  (``DFlashDraftInputV2``), as Scheduler.run_batch sets ``batch.spec_info`` to the
-  worker's ``next_draft_input`` (under overlap with ``future_indices``, the batch's
-  rows); its tensors mean nothing here: the loop only filters and merges them;
+  the verify's output is (EAGLE likewise, to its num_draft_tokens). Every spec forward
+  leaves the batch a fresh draft input (spec.py);
 * ``landed`` (``process_batch_result``): a result was processed; a request it finished
   that has a next turn (a session, harness/core/turns.py) submits that turn, its prompt
   the predecessor's prompt + outputs + new tokens, to arrive the next step (the mini
@@ -28,6 +26,7 @@ from __future__ import annotations
 from array import array
 
 from harness.reference.sampler import Sampler
+from harness.reference.spec import draft_input
 from mini_engine.request import Request
 
 
@@ -37,9 +36,9 @@ class StalledLoop(RuntimeError):
 
 class Driver:
     def __init__(self, sg, requests, outputs: dict, vocab_size: int, next_turns: dict | None = None,
-                 acceptance=None, block: int | None = None):
+                 acceptance=None, spec=None, topk: int = 1):
         self.sg, self.torch = sg, sg.torch
-        self.acceptance, self.block = acceptance, block  # DFLASH's draws and block size (None: plain)
+        self.acceptance, self.spec, self.topk = acceptance, spec, topk  # spec.Spec (None: plain decoding)
         self.pending = sorted(requests, key=lambda r: (r.arrival_step, r.rid))
         self.next_turns = dict(next_turns or {})  # predecessor rid -> its NextTurn
         self.outputs = outputs  # rid -> the mini engine's output ids
@@ -82,7 +81,7 @@ class Driver:
         self.ran = True
         self.sampler.launched(batch, extend)
         torch, result = self.torch, self.sg.utils.GenerationBatchResult
-        if not extend and self.block is not None:
+        if not extend and self.spec is not None:
             result = self._verify(batch)
             self._relay(s, batch)
             return result
@@ -94,7 +93,7 @@ class Driver:
             if extend:
                 self.cursor[id(req)] = len(req.output_ids)
             ids.extend(self._next(req, 1))
-        if self.block is not None:
+        if self.spec is not None:
             self._relay(s, batch)
         return result(next_token_ids=torch.tensor(ids, dtype=torch.int64),
                       extend_input_len_per_req=[r.extend_len for r in batch.reqs] if extend else None)
@@ -107,7 +106,7 @@ class Driver:
         return [outs[k] if k < len(outs) else 0 for k in range(i, i + n)]
 
     def _verify(self, batch):
-        torch, block = self.torch, self.block
+        torch, block = self.torch, self.spec.stride
         ids, lens = [], []
         for req in batch.reqs:
             position = len(req.origin_input_ids) + self.cursor.get(id(req), len(req.output_ids))
@@ -119,16 +118,9 @@ class Driver:
             speculative_num_draft_tokens=block)
 
     def _relay(self, s, batch) -> None:
-        batch.spec_info = self._draft_input(len(batch.reqs))
+        batch.spec_info = draft_input(self.sg, self.spec, len(batch.reqs), self.topk)
         if s.enable_overlap:
             batch.spec_info.future_indices = batch.req_pool_indices
-
-    def _draft_input(self, bs: int):
-        torch = self.torch
-        return self.sg.dflash.DFlashDraftInputV2(
-            topk_p=torch.zeros((bs, 1)), topk_index=torch.zeros((bs, 1), dtype=torch.int64),
-            bonus_tokens=torch.zeros((bs,), dtype=torch.int64), new_seq_lens=torch.zeros((bs,), dtype=torch.int64),
-            hidden_states=torch.zeros((bs, 1)))
 
     def landed(self, s, batch) -> None:
         self.ran = True

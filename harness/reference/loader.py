@@ -66,4 +66,5 @@ def _modules() -> dict:
             ("pool", "mem_cache.memory_pool"), ("paged", "mem_cache.allocator.paged"),
             ("token", "mem_cache.allocator.token"), ("context", "runtime_context"),
             ("server_args", "server_args"), ("sampling", "sampling.sampling_params"),
-            ("spec", "speculative.spec_info"), ("dflash", "speculative.dflash_info_v2"))}
+            ("spec", "speculative.spec_info"), ("dflash", "speculative.dflash_info_v2"),
+            ("eagle", "speculative.eagle_info"), ("sizing", "mem_cache.allocation_sizing"))}

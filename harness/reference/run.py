@@ -19,6 +19,7 @@ from harness.core.workloads import WorkloadConfig, make_workload
 from harness.reference import loader
 from harness.reference.driver import Driver
 from harness.reference.scheduler import build
+from harness.reference.spec import SUPPORTED as SPECS, spec_of
 from harness.run.runner import run_config, split_config
 from mini_engine.pool_sizing import swa_pages
 from mini_engine.spec.acceptance import Acceptance
@@ -43,8 +44,8 @@ def check_supported(cfg, wl: dict, version: str) -> None:
         why = f"--profile {cfg.profile} (the reference is SGLang {version}'s own loop: --profile sglang-{version})"
     elif knob is not None:
         why = f"--{knob.replace('_', '-')} (a what-if of SGLang's rules; the reference runs SGLang's own)"
-    elif cfg.spec not in ("none", "dflash"):
-        why = f"--spec {cfg.spec} (plain decoding and DFLASH only so far)"
+    elif cfg.spec not in SPECS:
+        why = f"--spec {cfg.spec} (plain decoding, DFLASH and EAGLE only so far)"
     elif cfg.model != "none":
         why = f"--model {cfg.model} (the forward is a stand-in: model none)"
     elif wl.get("workload") == "pd":
@@ -68,13 +69,12 @@ def run_reference(config: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"key": mini["key"], "config": mini["config"], "engine": ENGINE,
                            "sglang_version": sg.version, "metrics": {}, "series": {}, "violations": {},
                            "violation_samples": [], "status": "failed", "error": None}
-    dflash = cfg.spec == "dflash"
+    spec = spec_of(cfg)
     driver = Driver(sg, work.requests, outputs, cfg.vocab_size, work.next_turns,
-                    acceptance=Acceptance.from_config(cfg) if dflash else None,
-                    block=cfg.block_size if dflash else None)
+                    acceptance=Acceptance.from_config(cfg) if spec else None, spec=spec, topk=cfg.topk or 1)
     s = build(sg, driver, ps=cfg.page_size, num_pages=cfg.num_pages, max_running=cfg.max_running,
               max_context=cfg.max_context, chunk=cfg.chunked_prefill,
-              radix=radix, overlap=overlap, vocab_size=cfg.vocab_size, dflash_block=driver.block,
+              radix=radix, overlap=overlap, vocab_size=cfg.vocab_size, spec=spec,
               swa=(swa_pages(cfg.num_pages, cfg.rules.swa_ratio), cfg.window) if cfg.has_swa else None)
     t0 = time.perf_counter()
     try:

@@ -106,34 +106,34 @@ def _inert() -> dict:
 
 
 def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context: int, chunk: int,
-          radix: bool, overlap: bool, vocab_size: int, dflash_block: int | None = None,
-          swa: tuple[int, int] | None = None):
-    """A ReferenceScheduler over fresh SGLang components for one run (dflash_block: DFLASH's
-    block size, its speculative_num_draft_tokens; None for plain decoding; swa: the SWA
-    pool's pages and the window, for a hybrid SWA model)."""
+          radix: bool, overlap: bool, vocab_size: int, spec=None, swa: tuple[int, int] | None = None):
+    """A ReferenceScheduler over fresh SGLang components for one run (spec: spec.Spec, None
+    for plain decoding; swa: the SWA pool's pages and the window, for a hybrid SWA model)."""
     torch = sg.torch
-    spec = {} if dflash_block is None else dict(speculative_algorithm="DFLASH", speculative_draft_model_path="dummy",
-                                                 speculative_num_draft_tokens=dflash_block)
     args = sg.server_args.ServerArgs(model_path="dummy", device="cpu", page_size=ps,
                                      chunked_prefill_size=chunk,
                                      max_running_requests=max_running, disable_radix_cache=not radix,
-                                     disable_overlap_schedule=not overlap, schedule_policy="fcfs", **spec)
+                                     disable_overlap_schedule=not overlap, schedule_policy="fcfs",
+                                     **(spec.server_args if spec else {}))
     args._mamba_cache_chunk_size = 64  # as SGLang's CPU fixtures: no Hugging Face lookup of the dummy model
     sg.context.reset_context()
     sg.context.publish(args, role="scheduler")
     # Scheduler.__init__'s default for the micro batch bound get_num_allocatable_reqs reads.
     sg.context.get_context().override("scheduler.pp_max_micro_batch_size_default",
                                       pp_max_micro_batch_size=max_running)
-    rows = sg.pool.ReqToTokenPool(size=max_running, max_context_len=max_context, device="cpu",
-                                  enable_memory_saver=False)
+    # The row: the context and SGLang's headroom for the decode over-allocation (_init_pools).
+    rows = sg.pool.ReqToTokenPool(size=max_running, device="cpu", enable_memory_saver=False,
+                                  max_context_len=max_context + sg.sizing.get_req_to_token_extra_context_len())
+    bigram = bool(spec and spec.bigram)
     if swa is not None:  # SGLang's SWA allocator over both pools, the FULL + SWA tree
-        alloc, tree = sg.serving.build(num_pages, swa[0], ps, swa[1], req_to_token_pool=rows, disable=not radix)
+        alloc, tree = sg.serving.build(num_pages, swa[0], ps, swa[1], bigram, req_to_token_pool=rows,
+                                       disable=not radix)
     else:
         if ps == 1:
             alloc = sg.token.TokenToKVPoolAllocator(num_pages, torch.int64, "cpu", None, False)
         else:
             alloc = sg.paged.PagedTokenToKVPoolAllocator(num_pages * ps, ps, torch.int64, "cpu", None, False)
-        tree = sg.serving.tree(alloc, ps, (sg.serving.FULL,), False, req_to_token_pool=rows, disable=not radix)
+        tree = sg.serving.tree(alloc, ps, (sg.serving.FULL,), bigram, req_to_token_pool=rows, disable=not radix)
     model_config = SimpleNamespace(vocab_size=vocab_size, num_key_value_heads=1, is_encoder_decoder=False,
                                    is_multimodal=False, hf_eos_token_id=None,
                                    self_opened_think_start_ids=None, think_end_id=None)

@@ -104,6 +104,15 @@ def test_dflash_waits_for_free_slots_in_sglang(reference):
     _reported(c)
 
 
+def test_eagle_runs_on_sglangs_spec_path(reference):
+    # EAGLE chain on a hybrid SWA model, ps 64: SGLang's bigram tree keys, its page-aligned
+    # reservation of 2 x num_draft_tokens and the verify's commit agree with the mini engine's.
+    c = compare({"spec": "eagle", "topk": 1, "steps": 3, "window": 64, "page_size": 64, "workload": "uniform",
+                 "num_requests": 12, "input_len": 160, "min_len": 40, "output_len": 96, "seed": 7,
+                 "pool_tokens": 8192, "overlap": False})
+    assert c.equal, describe(c)
+
+
 # fidelity review D0's SWA sessions, shorter: 8 requests, a 256-token shared prefix, window 128.
 SWA_SESSIONS = {"window": 128, "workload": "fixed", "num_requests": 8, "input_len": 64, "output_len": 16,
                 "shared_prefix": 256, "turns": 2}
@@ -131,7 +140,7 @@ def test_swa_chunk_cache_equal(reference):
 
 
 def test_unsupported_features_are_refused_in_one_line():
-    for extra, what in (({"spec": "eagle"}, "--spec eagle"), ({"model": "tiny"}, "--model tiny"),
+    for extra, what in (({"spec": "ngram"}, "--spec ngram"), ({"model": "tiny"}, "--model tiny"),
                         ({"profile": "host-aligned"}, "--profile host-aligned"), ({"align": "none"}, "--align"),
                         ({"workload": "pd"}, "--workload pd")):
         cfg, wl = split_config({**SMALL, **extra})
@@ -140,9 +149,9 @@ def test_unsupported_features_are_refused_in_one_line():
 
 
 def test_cli_refuses_with_exit_2(reference, capsys):
-    assert main(["run", "--engine", "sglang", "--spec", "eagle"]) == 2
+    assert main(["run", "--engine", "sglang", "--spec", "ngram"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "does not support --spec eagle" in err[0]
+    assert len(err) == 1 and "does not support --spec ngram" in err[0]
 
 
 def test_cli_conform_engine_names_the_first_step(reference, capsys):
@@ -192,8 +201,8 @@ def test_cli_conform_engine_runs_a_suites_supported_configs(reference, tmp_path,
     suite = tmp_path / "two.toml"
     suite.write_text('description = "one plain config, one the reference refuses"\n[defaults]\n'
                      'workload = "uniform"\nnum_requests = 4\ninput_len = 64\nmin_len = 16\noutput_len = 8\n'
-                     'overlap = false\n[axes]\nspec = ["none", "eagle"]\n')
+                     'overlap = false\n[axes]\nspec = ["none", "ngram"]\n')
     assert main(["conform", "--engine", "--suite", str(suite)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "equal on every total and every step" in out[0]
-    assert out[1].startswith("not run, 1 config: --engine sglang does not support --spec eagle")
+    assert out[1].startswith("not run, 1 config: --engine sglang does not support --spec ngram")
