@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true",
                    help="print the suite's config ids (test ids, for --filter, bisect --config, pytest) and exit")
     p.add_argument("--fail-on-regression", action="store_true",
-                   help="exit 1 when the run regressed against the profile's baseline or the previous run")
+                   help="exit 1 when the run regressed against the profile's baseline or the previous run; "
+                        "exit 2 when it cannot judge (a damaged baseline or previous run, or neither exists)")
     p.add_argument("--nights", metavar="DIR", help="where the previous runs of the suite are "
                                                    "(default the results root's runs/)")
     p.set_defaults(func=run)

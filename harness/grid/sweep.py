@@ -283,9 +283,9 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     mlflow_note = finish_mlflow(run_dir, meta, rows, plots, root, err_console.print)
     print_summary(console, rows, run_dir, wall, mlflow_note, ran=len(rows) - done_before)
 
-    regressed = judge_sweep(run_dir, rows, root, opts, console, err_console.print)
-    if regressed and opts.fail_on_regression:
-        return 1
+    gate = judge_sweep(run_dir, rows, root, opts, console, err_console.print)  # 0 without --fail-on-regression
+    if gate:
+        return gate
     return 0 if completed and all(r.get("verdict") in PASSING for r in rows) else 1
 
 

@@ -18,11 +18,13 @@ and closes the parent FAILED.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.core.causes import one_line
+from harness.core.errors import HarnessError
 from harness.core.markdown import prose
 from harness.core.metrics import TREND_METRICS
 from harness.grid.filter import compile_filter
@@ -30,7 +32,7 @@ from harness.judge import history
 from harness.judge.baseline import BaselineError, default_path, load_baseline
 from harness.judge.compare import CompareReport, compare_rows, reference_of_run
 from harness.judge.rollup import ORDER, rollup_lines
-from harness.store.results import RESULTS, RunDir, load_rows, replace_text
+from harness.store.results import RESULTS, RunDir, check_figures, load_rows, replace_text
 from harness.view import report as report_view
 from harness.view.mlflow_log import client
 
@@ -45,6 +47,7 @@ class Judgement:
     baseline: dict[str, Any] | None = None
     previous: Path | None = None
     notes: list[str] = field(default_factory=list)  # references that could not be read
+    unjudged: list[str] = field(default_factory=list)  # why the gate cannot judge: a reference unreadable, or none
 
     @property
     def direction(self) -> str:
@@ -98,9 +101,14 @@ class Judgement:
 
 def previous_run(run_dir: RunDir, meta: dict[str, Any], roots: list[Path]) -> RunDir | None:
     """The newest run of the same suite and hardware profile that started before this one."""
+    return next(iter(earlier_runs(run_dir, meta, roots)), None)
+
+
+def earlier_runs(run_dir: RunDir, meta: dict[str, Any], roots: list[Path]) -> list[RunDir]:
+    """The runs of the same suite and hardware profile that started before this one, newest first."""
     suite, profile = meta.get("suite"), (meta.get("hardware") or {}).get("profile")
     created = meta.get("created") or 0
-    best: tuple[float, str, RunDir] | None = None
+    found: list[tuple[float, str, RunDir]] = []
     for root in roots:
         if not root.is_dir():
             continue
@@ -115,9 +123,8 @@ def previous_run(run_dir: RunDir, meta: dict[str, Any], roots: list[Path]) -> Ru
             if (other.get("suite") != suite or (other.get("hardware") or {}).get("profile") != profile
                     or not isinstance(when, (int, float)) or when >= created):
                 continue
-            if best is None or (when, p.name) > best[:2]:
-                best = (when, p.name, RunDir(p))
-    return best[2] if best else None
+            found.append((when, p.name, RunDir(p)))
+    return [run for *_, run in sorted(found, key=lambda f: f[:2], reverse=True)]
 
 
 def judge(run_dir: RunDir, rows: list[dict[str, Any]], meta: dict[str, Any], root: Path,
@@ -128,17 +135,29 @@ def judge(run_dir: RunDir, rows: list[dict[str, Any]], meta: dict[str, Any], roo
     selected = compile_filter(expr) if expr else None  # a filtered sweep does not miss what it left out
     profile = (meta.get("hardware") or {}).get("profile") or "cpu"
     path = default_path(profile, root)
-    if path.is_file():
+    if os.path.lexists(path):  # whatever is there (a FIFO, a link, damage) is read, and refused, as a baseline
         try:
             j.baseline = load_baseline(path, expected_profile=profile)
             j.reports.append((f"baseline {path.name}", compare_rows(rows, j.baseline, selected=selected)))
         except BaselineError as err:
             j.notes.append(f"compare: baseline not used: {err}")
-    prev = previous_run(run_dir, meta, [nights] if nights else [root / "runs"])
-    if prev is not None:
+            j.unjudged.append(f"the baseline cannot be read ({err})")
+    for prev in earlier_runs(run_dir, meta, [nights] if nights else [root / "runs"]):
+        try:
+            prev_rows = load_rows(prev.path)
+            check_figures(prev_rows, f"run {prev.run_id}")
+            ref = reference_of_run(prev_rows, prev.meta())
+        except HarnessError as err:  # a damaged night: the gate cannot say what moved since
+            j.notes.append(f"compare: previous run {prev.run_id} not used: {err}")
+            j.unjudged.append(f"the previous run {prev.run_id} cannot be read ({err})")
+            break
+        if not ref["configs"]:
+            continue  # a night that crashed before its first row measured nothing: no comparison point
         j.previous = prev.path
-        ref = reference_of_run(load_rows(prev.path), prev.meta())
         j.reports.append((f"previous run {prev.run_id}", compare_rows(rows, ref, selected=selected)))
+        break
+    if not j.reports and not j.unjudged:
+        j.unjudged.append(f"no baseline for profile {profile} ({path}) and no earlier run of the suite")
     return j
 
 
@@ -170,21 +189,30 @@ def tag_parent(uri: str, parent: str, j: Judgement, files: list[Path], fail: boo
         cl.set_tag(parent, NOTE, j.note() + NOTE_RULE + kept)
     for path in files:
         cl.log_artifact(parent, str(path), artifact_path="compare")
-    if fail and j.regressed:
+    if fail and (j.regressed or j.unjudged):
         cl.set_terminated(parent, "FAILED")
 
 
-def judge_sweep(run_dir: RunDir, rows: list[dict[str, Any]], root: Path, opts, console, warn) -> bool:
-    """After a sweep: judge it, print the verdict, write and attach the files. True when it
-    regressed. A judgement that breaks is a warning: the results on disk stand."""
+REGRESSED, UNJUDGED = 1, 2  # the sweep's exit status under --fail-on-regression (docs/harness.md)
+
+
+def judge_sweep(run_dir: RunDir, rows: list[dict[str, Any]], root: Path, opts, console, warn) -> int:
+    """After a sweep: judge it, print the verdict, write and attach the files. Returns the
+    gate's exit status under --fail-on-regression (else 0): REGRESSED when a reference says
+    so, else UNJUDGED when the gate cannot judge (a reference that exists is unreadable or
+    damaged, or there is none), each said in one line. The results on disk stand either way."""
 
     meta = run_dir.meta()
     try:
         j = judge(run_dir, rows, meta, root, Path(opts.nights) if opts.nights else None)
-        files = write_files(run_dir, j)
     except Exception as err:
         warn(f"kvbench: warning: the sweep could not judge itself: {one_line(err)}")
-        return False
+        j = Judgement(unjudged=[f"the judgement broke ({one_line(err)})"])
+    try:
+        files = write_files(run_dir, j)
+    except Exception as err:  # the verdict stands; only its files are missing
+        warn(f"kvbench: warning: compare.md and report.html were not written: {one_line(err)}")
+        files = []
     for line in j.lines():
         console.print(line, markup=False, highlight=False)
     if files:
@@ -194,6 +222,13 @@ def judge_sweep(run_dir: RunDir, rows: list[dict[str, Any]], root: Path, opts, c
             tag_parent(meta["mlflow_uri"], meta["mlflow_parent"], j, files, opts.fail_on_regression)
         except Exception as err:  # MLflow is a view
             warn(f"kvbench: warning: MLflow: the verdict was not attached: {one_line(err)}")
-    if j.regressed and opts.fail_on_regression:
-        console.print("--fail-on-regression: the run regressed: exit 1", markup=False)
-    return j.regressed
+    if not opts.fail_on_regression:
+        return 0
+    if j.regressed:
+        console.print(f"--fail-on-regression: the run regressed: exit {REGRESSED}", markup=False)
+        return REGRESSED
+    if j.unjudged:
+        console.print(f"--fail-on-regression: the gate cannot judge this run: {'; '.join(j.unjudged)}: "
+                      f"exit {UNJUDGED}", markup=False, highlight=False)
+        return UNJUDGED
+    return 0

@@ -25,7 +25,7 @@ from harness.core.numbers import NumberError, check_numbers, counter_problem
 from harness.core.safe_write import write_text
 from harness.schemas import parse
 from harness.schemas.baseline import BaselineFile
-from mini_engine.files import read_document
+from mini_engine.files import parse_document, read_document
 
 
 class BaselineError(HarnessError):
@@ -84,6 +84,9 @@ def build(rows: list[dict[str, Any]], profile: str, git_commit: str,
         else:
             added += 1
         configs[row["key"]] = entry(row)
+    if not configs:  # nothing blessed: a baseline without configs would pass any run
+        raise BaselineError(f"no config of the run can be blessed ({len(skipped)} failed, none ran); "
+                            f"a baseline holds at least one config that ran")
     out = {"profile": profile, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "git_commit": git_commit, "configs": dict(sorted(configs.items()))}
     return out, added, updated, skipped
@@ -137,7 +140,12 @@ def non_finite(config: dict[str, Any]) -> str | None:
 
 def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = None) -> dict[str, Any]:
     p = Path(path)
-    data = read_document(p, "baseline", BaselineError, fmt="json", missing="create it with kvbench baseline RUN")
+    text = read_document(p, "baseline", BaselineError, missing="create it with kvbench baseline RUN")
+    data = parse_document(text, p, "baseline", BaselineError, fmt="json")
+    twice = _key_twice(text)
+    if twice is not None:
+        raise BaselineError(f"baseline {str(p)!r}: key {twice!r} is given twice in one object, and JSON keeps only "
+                            f"the last; write the baseline with kvbench baseline RUN, not by hand or by a merge")
 
     try:
         check_numbers(data, f"baseline {str(p)!r}")
@@ -149,6 +157,30 @@ def load_baseline(path: str | os.PathLike[str], expected_profile: str | None = N
             f"baseline {str(p)!r} is for profile {data['profile']!r}, but the run is on {expected_profile!r}; "
             f"pass --baseline with a {expected_profile} baseline")
     return data
+
+
+class _Twice(Exception):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Twice(key)
+        out[key] = value
+    return out
+
+
+def _key_twice(text: str) -> str | None:
+    """A key some object of the (valid) JSON ``text`` gives twice: json.loads keeps the last
+    silently, so one config's entry would hide another's (a bad merge of two baselines)."""
+    try:
+        json.loads(text, object_pairs_hook=_unique)
+    except _Twice as twice:
+        return twice.key
+    return None
 
 
 def write_baseline(path: Path, baseline: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
+from harness.core.figures import figure_problem
 from harness.store.results import META, RESULTS
 from harness.store.run_files import read_run_file
 
@@ -85,6 +86,9 @@ def check_row(row: Any, where: str) -> None:
                 raise ArtifactError(f"{where}: a {field} name is not a plain name")
             if value is not None and not _number(value):
                 raise ArtifactError(f"{where}: {field} value of {name} is not a finite number")
+    why = figure_problem(row)  # the rule every reader of rows applies (harness/core/figures.py)
+    if why:
+        raise ArtifactError(f"{where}: {why}")
     samples = row.get("samples", {})
     if not isinstance(samples, dict) or not all(
             METRIC_RE.match(k) and isinstance(v, list) and all(_number(x) for x in v) for k, v in samples.items()):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
+from harness.core.figures import figure_problem
 from harness.core.kv_units import fill_units
 from harness.core.numbers import check_numbers
 from harness.core.safe_write import open_regular, write_text
@@ -150,11 +151,23 @@ def open_run_dir(run: str | os.PathLike[str], *, root: Path | None = None) -> Ru
 
 def run_rows(run: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """load_rows for a command that judges a run: a run without a row is an error, or
-    compare would pass (and baseline would bless) a sweep that measured nothing."""
+    compare would pass (and baseline would bless) a sweep that measured nothing; so is a
+    row whose figures are damaged (check_figures)."""
     rows = load_rows(run)
     if not rows:
         raise ResultsError(f"run {str(run)!r} has no results (its results.jsonl is missing or empty)")
+    check_figures(rows, f"run {str(run)!r}")
     return rows
+
+
+def check_figures(rows: list[dict[str, Any]], where: str) -> None:
+    """Refuse rows a gate cannot judge (harness/core/figures.py): compare, baseline and the
+    sweep's verdict read their runs through here, so damaged figures are never judged or
+    blessed. The views (history, triage) show rows as they are."""
+    for row in rows:
+        why = figure_problem(row)
+        if why:
+            raise ResultsError(f"{where}: config {row['key']!r} {why}; a gate cannot judge it")
 
 
 def run_dir_of(run: str | os.PathLike[str]) -> RunDir:

@@ -80,8 +80,9 @@ def test_a_damaged_artifact_fails_the_group_without_a_crash(name, tmp_path, cli,
 def test_an_odd_meta_json_costs_only_the_mlflow_link(meta, tmp_path, cli, capsys):
     results = tmp_path / "run"
     results.mkdir()
-    (results / "results.jsonl").write_text(json.dumps({"key": "spec=none,ps=1", "test_id": "ps:1", "metrics": {},
-                                                       "status": "ok", "verdict": "ok"}) + "\n")
+    (results / "results.jsonl").write_text(json.dumps({"key": "spec=none,ps=1", "test_id": "ps:1",
+                                                       "metrics": {"leaked_pages": 0}, "status": "ok",
+                                                       "verdict": "ok"}) + "\n")
     (results / "meta.json").write_bytes(meta)
     out = _report(tmp_path, cli, capsys, results, "--mlflow-url", "https://mlflow.example")
     group = reply.parse(out).groups[0]

@@ -66,8 +66,11 @@ def test_committed_ci_files_and_baselines_validate():
                     "configs": {"k": {"counters": {"steps": "3"}, "timings": {}}}},
      "s: configs.k.counters.steps must be a finite number (got '3')"),
     (BaselineFile, {"profile": "cpu", "created": "", "git_commit": None,
-                    "configs": {"k": {"counters": {}, "timings": {"wall_s": {"median": 1.0}}}}},
+                    "configs": {"k": {"counters": {"steps": 3}, "timings": {"wall_s": {"median": 1.0}}}}},
      "s: configs.k.timings.wall_s: missing key 'spread'"),
+    (BaselineFile, {"profile": "cpu", "created": "", "git_commit": None,
+                    "configs": {"k": {"counters": {"leaked_pages": -5}, "timings": {}}}},
+     "s: configs.k.counters.leaked_pages must be a count, a number >= 0 (got -5)"),
 ])
 def test_the_first_error_is_one_line_naming_where_what_and_the_value(model, data, line):
     tables = "object" if model in (PermissionsFile, BaselineFile) else "table"
