@@ -16,7 +16,7 @@ from harness.core.options import options as schema_options
 from harness.core.safe_write import check_target, write_text
 from harness.judge.expect import leak_verdict
 from harness.run.bounds import check_options
-from harness.run.capacity import for_run
+from harness.run.capacity import GPU_MEM, for_run
 from harness.run.runner import load_config_file, run_config
 from mini_engine.errors import ConfigError
 
@@ -51,7 +51,8 @@ def register(subparsers) -> None:
     out.add_argument("--capacity", nargs="?", const="", metavar="SHAPE",
                      help="also print how many requests of this run's length fit on an RTX 5090, H100 and H200 per "
                           "page size, from the engine's sizing (SHAPE: the model shape, default the run's --model)")
-    out.add_argument("--gpu-mem", type=float, metavar="GIB", help="with --capacity: one more GPU of this many GiB")
+    out.add_argument(GPU_MEM.cli, type=float, metavar="GIB",
+                     help=f"{GPU_MEM.help} ({GPU_MEM.minimum:g} to {GPU_MEM.maximum:g})")
     p.set_defaults(func=run)
 
 

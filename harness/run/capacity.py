@@ -26,12 +26,17 @@ from harness.core.turns import nominal_length
 from harness.run.runner import resolved_config
 from mini_engine.config import EngineConfig
 from mini_engine.errors import ConfigError
+from mini_engine.option import Option
 from mini_engine.pool_budget import footprint, pool_tokens
 from mini_engine.pool_sizing import request_pages, swa_pages
 
 GiB = 1 << 30
 GPUS = {"rtx5090": ("RTX 5090", 32 * GiB), "h100": ("H100", 80 * GiB), "h200": ("H200", 141 * GiB)}
 PAGE_SIZES = (1, 16, 64)
+# One more GPU's memory, in GiB: from 10 MiB to 16 TiB (a hundred times today's largest;
+# inf, 1e308 overflowed to a traceback and 1e30 printed a table of 10^30-scale counts).
+GPU_MEM = Option("--gpu-mem (GiB)", float, minimum=0.01, maximum=16384.0, flag="--gpu-mem",
+                 help="with --capacity: one more GPU of this many GiB")
 DEFAULT_FRACTION = 0.9
 
 
@@ -92,8 +97,7 @@ def gpus_of(custom_gib: float | None) -> dict[str, int]:
     """The three profiles, and ``--gpu-mem`` as a fourth column."""
     out = {name: size for name, (_, size) in GPUS.items()}
     if custom_gib is not None:
-        if not custom_gib > 0:
-            raise ConfigError(f"--gpu-mem must be a number of GiB > 0 (got {custom_gib})")
+        custom_gib = GPU_MEM.check(custom_gib)
         out[f"{custom_gib:g} GiB"] = int(custom_gib * GiB)
     return out
 

@@ -19,6 +19,12 @@ from mini_engine.model.config import DTYPES, SHAPES, ModelConfig, named_shape
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
 REQUIRED_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+# Bounds on config.json's sizes, far above any real model: a layer count of 10^12 built a
+# tuple of that many layer types (MemoryError), a 500-digit vocab_size overflowed the
+# float of the sizing's message (OverflowError), both tracebacks.
+MAX_SIZE = 2**31 - 1
+MAX_LAYERS = 4096
+DTYPE_KEYS = ("torch_dtype", "dtype")  # transformers 5 writes dtype
 
 
 class CheckpointError(KVBenchError):
@@ -89,6 +95,10 @@ def config_from_hf(data: dict, path: Path, dtype: str | None) -> ModelConfig:
             f"checkpoint {str(path)!r}: unsupported architecture {archs or data.get('model_type')!r} "
             f"(supported: {', '.join(ARCHITECTURES)})")
     sizes = {k: _number(data, k, path, int) for k in REQUIRED_KEYS}
+    if sizes["num_hidden_layers"] > MAX_LAYERS:
+        raise CheckpointError(f"checkpoint {str(path)!r}: config.json 'num_hidden_layers' must be at most {MAX_LAYERS} "
+                              f"(got {sizes['num_hidden_layers']})")
+    _check_dtype(data, path)
     heads, hidden = sizes["num_attention_heads"], sizes["hidden_size"]
     # Optional keys: absent (or null) means the HF default, anything else must be valid.
     kv_heads = _number(data, "num_key_value_heads", path, int, heads)
@@ -121,7 +131,20 @@ def _number(data: dict, key: str, path: Path, kind: type, default=None):
     if not ok or value <= 0:
         what = "positive integer" if kind is int else "positive number"
         raise CheckpointError(f"checkpoint {str(path)!r}: config.json needs a {what} {key!r} (got {value!r})")
+    if kind is int and value > MAX_SIZE:
+        raise CheckpointError(f"checkpoint {str(path)!r}: config.json {key!r} must be at most {MAX_SIZE} "
+                              f"(got one of {len(str(value))} digits)")
     return kind(value)
+
+
+def _check_dtype(data: dict, path: Path) -> None:
+    """The checkpoint's declared dtype, where it declares one, is one the engine serves:
+    an unknown one (float128) was sized silently as float32."""
+    for key in DTYPE_KEYS:
+        value = data.get(key)
+        if value is not None and value not in DTYPES:
+            raise CheckpointError(f"checkpoint {str(path)!r}: config.json {key!r} must be one of "
+                                  f"{', '.join(DTYPES)} (got {value!r})")
 
 
 def _rope_parameters(data: dict, path: Path) -> dict:

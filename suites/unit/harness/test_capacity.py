@@ -69,7 +69,7 @@ def test_a_custom_gpu_and_bad_input_are_one_line():
         capacity({"model": "none"}, 4096, "h100")
     with pytest.raises(ConfigError, match="gpu must be one of rtx5090, h100, h200"):
         capacity({"model": "tiny"}, 4096, "a100")
-    with pytest.raises(ConfigError, match="--gpu-mem must be a number of GiB > 0"):
+    with pytest.raises(ConfigError, match=r"--gpu-mem \(GiB\) must be a number in \[0.01, 16384.0\] \(got 0\)"):
         gpus_of(0)
 
 
