@@ -93,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"kvbench compare {b} against {ref_name} (profile {ref_profile}"
           + (f" vs {profile}" if hw_differ else "") + ")")
     print(report.table(args.format, all=args.all))
+    if not report.judged:  # a gate that cannot judge fails (docs/harness.md)
+        print(f"none of the {len(rows)} configs of {b} is in {ref_name}: nothing was judged: exit 2 "
+              f"(compare with a reference of the same suite)")
+        return 2
     missing = report.missing_configs
     if missing and not (args.allow_missing or expr):
         print(f"{len(missing)} configs of {ref_name} missing from {b}: exit 1 (pass --allow-missing if intended)")

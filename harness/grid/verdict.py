@@ -158,6 +158,8 @@ def judge(run_dir: RunDir, rows: list[dict[str, Any]], meta: dict[str, Any], roo
         break
     if not j.reports and not j.unjudged:
         j.unjudged.append(f"no baseline for profile {profile} ({path}) and no earlier run of the suite")
+    elif j.reports and not any(r.judged for _, r in j.reports) and not j.unjudged:
+        j.unjudged.append("no config of the run is in its references (every one is new)")
     return j
 
 

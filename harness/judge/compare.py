@@ -67,6 +67,13 @@ class CompareReport:
         return [f for f in self.findings
                 if gates(f.verdict, f.metric) or (f.verdict == "missing" and f.metric != "*")]
     @property
+    def judged(self) -> bool:
+        """Whether the reference had anything to say: some config of the run is in it, or a
+        config of it is missing from the run. With neither, every config is "new" and a
+        clean verdict would rest on nothing (a reference of another suite)."""
+        return any(not (f.metric == "*" and f.verdict == "new") for f in self.findings)
+
+    @property
     def direction(self) -> str:
         """The run in one word: regressed, changed, improved or clean (the MLflow tag)."""
         verdicts = {f.verdict for f in self.findings}

@@ -242,3 +242,29 @@ def test_a_baseline_that_would_pass_anything_is_refused(tmp_path, capsys, monkey
     code, out, err = cli(["baseline", "now", "--out", base], capsys)  # never merged into, either
     assert code == 2 and len(err) == 1 and words in err[0], (out, err)
     assert base.read_text() == text
+
+
+# -- a reference with nothing in common --------------------------------------------------
+
+def _other_suite(rows=ROWS) -> list[dict]:
+    return [{**r, "key": r["key"].replace("spec=none", "spec=eagle"), "suite": "other"} for r in rows]
+
+
+def test_compare_against_a_reference_of_another_suite_cannot_judge(tmp_path, capsys, monkeypatch):
+    """Every config 'new' was a clean exit 0: a baseline of another suite passed any run."""
+    root = tmp_path / "results"
+    make_run(root, "now", ROWS)
+    _baseline(root, _other_suite())
+    monkeypatch.setenv("KVBENCH_RESULTS", str(root))
+    code, out, err = cli(["compare", "now"], capsys)
+    assert code == 2 and "nothing was judged: exit 2" in out, (out, err)
+    make_run(root, "then", _other_suite())
+    code, out, err = cli(["compare", "then", "now"], capsys)
+    assert code == 2 and "nothing was judged" in out, (out, err)
+
+
+def test_sweep_gate_fails_when_no_reference_holds_a_config_of_the_run(tmp_path):
+    root = tmp_path / "results"
+    _baseline(root, _other_suite())
+    code, out = _judge(root)
+    assert code == 2 and "no config of the run is in its references" in out, out
