@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.core.options import options as schema_options
 from harness.core.safe_write import check_target, write_text
+from harness.core.workload_options import APPLIES
 from harness.judge.expect import leak_verdict
 from harness.run.bounds import check_options
 from harness.run.capacity import GPU_MEM, for_run
@@ -76,17 +77,14 @@ def _check_writable(path: str, what: str) -> None:
                           f"is missing or not writable)")
 
 
-# Flags that shape only one kind of run: given on the command line for another kind,
-# they were ignored without a word (the user believed they measured something else).
-APPLIES = {"sigma": ("workload", ("lognormal",)), "pd_fraction": ("workload", ("pd",))}
-
-
 def _check_applies(args: argparse.Namespace, options: dict[str, Any]) -> None:
-    for name, (owner, kinds) in APPLIES.items():
-        effective = options.get(owner, "uniform")
+    """A flag that shapes only one kind of workload (harness/core/workload_options.APPLIES),
+    given for another, is refused: it was ignored without a word."""
+    effective = options.get("workload", "uniform")
+    for name, kinds in APPLIES.items():
         if getattr(args, name, None) is not None and effective not in kinds:
-            raise ConfigError(f"--{name.replace('_', '-')} applies to --{owner} {' or '.join(kinds)} only "
-                              f"(got --{owner} {effective})")
+            raise ConfigError(f"--{name.replace('_', '-')} applies to --workload {' or '.join(kinds)} only "
+                              f"(got --workload {effective})")
     if getattr(args, "temperature", None) is not None and options.get("model", "none") == "none":
         raise ConfigError("--temperature applies to a real model only (--model), not the simulated tokens of model none")
 

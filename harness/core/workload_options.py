@@ -43,3 +43,8 @@ WORKLOAD = (
     Option("turns", int, 1, "turns per session: the next turn's prompt is this prompt + its output + new "
            "tokens, arriving when this turn finishes", minimum=1, maximum=MOST, group="workload"),
 )
+
+# The workloads a shape option means something for: given for another, it was ignored
+# without a word (the user believed they measured something else). `kvbench run`
+# refuses such a flag; a suite's [defaults] may set one for the configs it applies to.
+APPLIES = {"sigma": ("lognormal",), "pd_fraction": ("pd",), "arrival_gap": ("pd",), "min_len": ("uniform", "pd")}

@@ -110,6 +110,24 @@ def make_workload(wl: WorkloadConfig, seed: int, *, max_context: int | None = No
     return Workload(reqs, later.tokens(wl) if later is not None else {})
 
 
+def check_given(given: dict[str, Any], wl: WorkloadConfig, pd_radix: bool | None, prefix_cache: str) -> None:
+    """Options given (not defaulted) that the rest of the config silently overrode: min_len
+    above input_len (the draw clamped it), the decode side's radix
+    cache (pd_radix) where no PD request arrives, or beside no radix cache at all."""
+    if "min_len" in given and wl.workload in ("uniform", "pd") and wl.min_len > wl.input_len:
+        # (An output_len below it stays allowed: min_len = input_len with a shorter
+        # output_len is how a config asks for prompts of one length and outputs of another.)
+        raise ConfigError(f"min_len must be at most input_len (got min_len {wl.min_len}, input_len {wl.input_len}): "
+                          f"it is the lower bound of the uniform prompt lengths")
+    if pd_radix:
+        if wl.workload != "pd" and wl.prompts is None:
+            raise ConfigError(f"pd_radix (the decode side's radix cache) applies to PD arrivals only: workload pd "
+                              f"or a prompts file (got workload {wl.workload})")
+        if prefix_cache == "chunk":
+            raise ConfigError("pd_radix (the decode side's radix cache) contradicts prefix_cache chunk (no radix "
+                              "cache); drop one")
+
+
 def check_lengths(wl: WorkloadConfig, seed: int, max_context: int | None) -> None:
     """What make_workload refuses about its lengths, without drawing a token: a suite's
     configs are checked when it loads (a session longer than max_context failed only

@@ -19,7 +19,7 @@ from harness.core.kv_units import derive
 from harness.core.options import config_key as key_of
 from harness.core.prefixes import check_fits
 from harness.core.safe_write import replacing
-from harness.core.workloads import WorkloadConfig, make_workload
+from harness.core.workloads import WorkloadConfig, check_given, make_workload
 from harness.run.hardware import RssPeak
 from mini_engine.config import EngineConfig, read_tables
 from mini_engine.errors import ConfigError, KVBenchError
@@ -61,6 +61,7 @@ def split_config(config: dict[str, Any]) -> tuple[EngineConfig, dict[str, Any]]:
 
         workload["prompt_vocab"] = model_vocab_size(cfg.model)
     wl = WorkloadConfig(**workload)
+    check_given(workload, wl, cfg.pd_radix, cfg.rules.prefix_cache)
     check_fits(wl.shared_prefix, cfg.max_context)
     return cfg, wl.to_dict()
 

@@ -115,7 +115,7 @@ def test_short_ids_are_unique_and_the_ids_and_keys_use_them():
 @pytest.mark.parametrize("config", [
     {},
     {"spec": "eagle", "topk": 4, "steps": 3, "num_draft_tokens": 8, "window": 64, "layer_pattern": "3:1",
-     "profile": "host-aligned", "accept_len": 2, "max_running": 8, "pd_radix": True},
+     "profile": "host-aligned", "accept_len": 2, "max_running": 8, "pd_radix": True, "workload": "pd"},
     {"spec": "dflash", "block_size": 4, "draft_window": 32, "page_size": 1, "free_policy": "dedup",
      "workload": "pd", "num_requests": 3, "input_len": 40, "output_len": 8, "min_len": 4, "seed": 5},
 ])
