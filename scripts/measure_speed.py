@@ -284,6 +284,21 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"measure_speed: error: {message}\n")  # one line, no usage block
 
 
+# Each round is minutes (a smoke sweep, HF generate at three batches): a billion rounds
+# ran until killed.
+MAX_ROUNDS = 20
+
+
+def check_flags(ap: Parser, a: argparse.Namespace) -> None:
+    """Bounds and contradictions, before any work: one line, exit 2."""
+    if a.rounds is not None and not 1 <= a.rounds <= MAX_ROUNDS:
+        ap.error(f"--rounds takes a whole number from 1 to {MAX_ROUNDS}, not {a.rounds}")
+    if a.pytest and a.no_pytest:
+        ap.error("--pytest and --no-pytest contradict each other; give one of them")
+    if a.no_pytest and not a.walls:
+        ap.error("--no-pytest applies to --walls only (without --walls the test command is timed only with --pytest)")
+
+
 def main() -> int:
     ap = Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", type=Path, help="a second checkout to compare against, interleaved")
@@ -297,8 +312,7 @@ def main() -> int:
     ap.add_argument("--ckpt", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--files", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.rounds is not None and a.rounds < 1:
-        ap.error(f"--rounds takes a whole number of at least 1, not {a.rounds}")
+    check_flags(ap, a)
     if a.base is not None and not (a.base / "harness").is_dir():
         ap.error(f"--base {str(a.base)!r} is not a kvbench checkout (no harness/ in it)")
     rounds = a.rounds or (1 if a.walls else 3)
