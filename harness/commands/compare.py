@@ -65,7 +65,7 @@ def reference(args: argparse.Namespace, profile: str) -> tuple[dict, str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.grid.sweep import filter_selects  # pydantic: only this command loads it, not the parser
+    from harness.grid.shards import selection  # pydantic: only this command loads it, not the parser
     # pydantic: only this command loads it, not the parser
     from harness.judge.compare import accounting_profiles, across, compare_rows
 
@@ -86,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
                               f"counters (timings are then not comparable)")
         note = f"not comparable ({what})"
         rows, ref = across(rows, ref)
-    expr = meta.get("filter")  # a filtered sweep did not miss what it left out
-    report = compare_rows(rows, ref, selected=filter_selects(expr) if expr else None, timings_note=note)
+    # A filtered sweep, or a shard, did not miss what it left out.
+    selected = selection(meta)
+    report = compare_rows(rows, ref, selected=selected, timings_note=note)
     if len(args.runs) == 2:
         report.labels = ("A", "B")
     print(f"kvbench compare {b} against {ref_name} (profile {ref_profile}"
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
               f"(compare with a reference of the same suite)")
         return 2
     missing = report.missing_configs
-    if missing and not (args.allow_missing or expr):
+    if missing and not (args.allow_missing or selected):
         print(f"{len(missing)} configs of {ref_name} missing from {b}: exit 1 (pass --allow-missing if intended)")
         return 1
     lost = [f for f in report.findings if f.verdict == "missing" and f.metric != "*"]

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.run import hardware
+from harness.store.results import results_root
 from mini_engine.errors import ConfigError
 
 
@@ -32,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "exit 2 when it cannot judge (a damaged baseline or previous run, or neither exists)")
     p.add_argument("--nights", metavar="DIR", help="where the previous runs of the suite are "
                                                    "(default the results root's runs/)")
+    p.add_argument("--shard", metavar="I/N", help="run shard I of N (counted from 1: 1/4 .. 4/4) of the suite, split "
+                                                  "by the last night's durations; every shard of a night takes the "
+                                                  "same --run-id, kvbench merge joins them")
     p.set_defaults(func=run)
 
 
@@ -45,8 +50,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--run-id must be 1-128 characters of letters, digits, '.', '_' or '-' (got an empty "
                           "value); leave it out for a generated id")
 
+    if args.shard is not None:
+        # before anything runs: one line, exit 2
+        from harness.grid.shards import parse_shard  # pydantic: only this command loads it, not the parser
+
+        parse_shard(args.shard)
     if args.list:
-        return list_configs(args.suite, args.filter)
+        return list_configs(args.suite, args.filter, args.shard, args.nights)
     if not args.no_mlflow:  # a store MLflow cannot open is refused before a config runs, not after
         from harness.view.mlflow_store import tracking_uri
 
@@ -57,18 +67,38 @@ def run(args: argparse.Namespace) -> int:
     return run_sweep(SweepOptions(suite=args.suite, jobs=args.jobs, resume=args.resume, filter=args.filter,
                                   mlflow_uri=args.mlflow_uri, no_mlflow=args.no_mlflow, run_id=args.run_id,
                                   oversubscribe=args.oversubscribe, fail_on_regression=args.fail_on_regression,
-                                  nights=args.nights))
+                                  nights=args.nights, shard=args.shard))
 
 
-def list_configs(suite_name: str, expr: str | None) -> int:
-    """One config id a line (those --filter selects, when given), then how many."""
+def list_configs(suite_name: str, expr: str | None, shard: str | None = None, nights: str | None = None) -> int:
+    """One config id a line (those --filter selects, when given; a shard's share with
+    --shard), then how many; for a shard, every shard's expected seconds."""
 
     from harness.grid.suites import load_suite  # pydantic: only this command loads it, not the parser
     from harness.grid.sweep import filter_selects  # pydantic: only this command loads it, not the parser
 
     suite = load_suite(suite_name)  # every config validated as the sweep validates it: a list is no promise otherwise
+    if shard is not None:
+        return _list_shard(suite, expr, shard, nights)
     keep = filter_selects(expr) if expr else None
     ids = [c.id for c in suite.configs if keep is None or keep(c.id, c.config)]
     print("\n".join(ids))
     print(f"{len(ids)} of {len(suite.configs)} configs of suite {suite.name}", file=sys.stderr)
+    return 0
+
+
+def _list_shard(suite, expr: str | None, text: str, nights: str | None) -> int:
+    from harness.grid.shards import parse_shard, plan  # pydantic: only this command loads it, not the parser
+
+    shard = parse_shard(text)
+    profile = hardware.detect().profile
+    p = plan(suite, shard.count, [Path(nights)] if nights else [results_root() / "runs"], profile, expr)
+    ids = p.shards[shard.index - 1]
+    print("\n".join(ids))
+    loads = p.loads()
+    mean = sum(loads) / len(loads)
+    spread = max(abs(x - mean) for x in loads) / mean * 100 if mean else 0.0
+    print(f"{len(ids)} of {len(suite.configs)} configs of suite {suite.name} in shard {shard} (plan {p.digest}, "
+          f"profile {profile}, by {p.source}); expected seconds per shard: "
+          f"{', '.join(f'{x:.1f}' for x in loads)} (at most {spread:.1f}% from their mean)", file=sys.stderr)
     return 0

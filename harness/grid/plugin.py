@@ -23,6 +23,8 @@ Options (all optional; `kvbench sweep` needs none of them):
   --kvbench-parent-run ID       the parent run to log under (else one is created and closed)
   --kvbench-filter EXPR         keep the configs this kvbench --filter expression selects
                                 (name:value words match an option exactly; see harness.grid.filter)
+A shard of a night (`kvbench sweep --shard`) keeps only its share of the configs: the
+test ids the controller hands the workers as ``only`` (harness.grid.shards).
 """
 
 from __future__ import annotations
@@ -77,13 +79,15 @@ def _opt(config: pytest.Config, name: str) -> str | None:
 
 class WorkerView:
     """What the test-running side knows: the suite, the run, what to deselect."""
-    def __init__(self, suite_path: str, run_dir: str, done: list[str], filter_expr: str | None, worker: str):
+    def __init__(self, suite_path: str, run_dir: str, done: list[str], filter_expr: str | None, worker: str,
+                 only: list[str] | None = None):
 
         # Validated by the controller already; collection only needs the configs.
         self.suite = load_suite(suite_path, validate=False)
         self.session = GridSession(self.suite, RunDir(Path(run_dir)), None, worker)
         self.done = set(done)
         self.filter = filter_expr
+        self.only = None if only is None else set(only)  # a shard's configs (test ids); None: every config
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -96,14 +100,14 @@ def pytest_configure(config: pytest.Config) -> None:
             grid = {"suite": str(suite.path), "run_dir": str(Path(tempfile.gettempdir()) / "kvbench-pytest"),
                     "done": [], "filter": _opt(config, "--kvbench-filter")}
         config.stash[VIEW] = WorkerView(grid["suite"], grid["run_dir"], grid["done"], grid["filter"],
-                                        workerinput.get("workerid", "main"))
+                                        workerinput.get("workerid", "main"), grid.get("only"))
         return
     controller = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, GridController)), None)
     if controller is None:
         controller = GridController.from_options(config)
         config.pluginmanager.register(controller, "kvbench-grid-controller")
     grid = controller.worker_input()
-    config.stash[VIEW] = WorkerView(grid["suite"], grid["run_dir"], grid["done"], grid["filter"], "main")
+    config.stash[VIEW] = WorkerView(grid["suite"], grid["run_dir"], grid["done"], grid["filter"], "main", grid["only"])
 
 
 def _load(name: str, validate: bool = True):
@@ -136,7 +140,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Resume: a config whose row is already in results.jsonl is done. Every worker
     # deselects by the same list (the controller read it once), so all collect alike.
     view = config.stash.get(VIEW, None)
-    if view is None or not (view.done or view.filter):
+    if view is None or not (view.done or view.filter or view.only is not None):
         return
 
     try:
@@ -147,7 +151,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _is_grid(item):
             gc = item.callspec.params["grid_config"]
-            if (selects is not None and not selects(gc.id, gc.config)) or config_key(gc.config) in view.done:
+            if ((selects is not None and not selects(gc.id, gc.config)) or config_key(gc.config) in view.done
+                    or (view.only is not None and gc.id not in view.only)):
                 drop.append(item)
                 continue
         keep.append(item)
@@ -198,9 +203,11 @@ class GridController:
     ``stopped(id)``, ``row(row)``; kvbench sweep draws its progress bar from it."""
 
     def __init__(self, suite, run_dir, *, uri: str | None = None, parent: str | None = None,
-                 root: Path | None = None, filter_expr: str | None = None, display: Any = None):
+                 root: Path | None = None, filter_expr: str | None = None, display: Any = None,
+                 only: list[str] | None = None):
 
         self.suite, self.run_dir, self.filter, self.display = suite, run_dir, filter_expr, display
+        self.only = only  # a shard's test ids (None: the whole suite)
         root = root or results_root()
         experiment = experiment_for({"suite": suite.name, **run_dir.meta()})  # a PR rerun's has its own
         logger = Logger(uri, suite.name, run_dir.run_id, parent, root, experiment) if uri and parent else None
@@ -251,7 +258,7 @@ class GridController:
 
     def worker_input(self) -> dict[str, Any]:
         return {"suite": str(self.suite.path), "run_dir": str(self.run_dir.path), "done": self.done,
-                "filter": self.filter}
+                "filter": self.filter, "only": self.only}
 
     # -- xdist: the set-up to the workers, their collection, their crashes ---------------
 

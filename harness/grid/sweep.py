@@ -24,6 +24,7 @@ from harness.core.safe_write import UnsafeTarget, open_regular
 from harness.grid import sigint
 from harness.grid.filter import compile_filter
 from harness.grid.lifecycle import PROJECT, finish_mlflow, prepare_run, write_run_plots
+from harness.grid.shards import parse_shard, shard_meta
 from harness.grid.suites import SUITES_DIR, Suite, SuiteError, load_suite
 from harness.grid.verdict import judge_sweep
 from harness.judge.expect import PASSING
@@ -63,6 +64,7 @@ class SweepOptions:
     oversubscribe: bool = False
     fail_on_regression: bool = False  # exit 1 when the run regressed against its baseline or the run before
     nights: str | None = None  # where earlier runs of the suite are (default the results root's runs/)
+    shard: str | None = None  # "I/N": this machine's share of the suite (harness.grid.shards)
 
 
 def filter_selects(expr: str):
@@ -154,6 +156,10 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     if not GRID_TEST.is_file():  # the grid module ships with the package: an install without it is broken
         raise SweepError(f"this kvbench install has no suites/ ({GRID_TEST} is missing); "
                          "reinstall it (pip install .) or run from a checkout")
+    shard = parse_shard(opts.shard) if opts.shard is not None else None
+    if shard is not None and not (opts.run_id or opts.resume):
+        raise SweepError(f"--shard {shard} needs --run-id: the night's id, the same on every shard, "
+                         "so that kvbench merge can join them")
     suite = load_suite(opts.suite, validate=False)
     selected = check_filter(opts.filter, suite)
     if opts.resume and opts.run_id:
@@ -176,8 +182,14 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
         lock = hold_run(run_dir.path, f"kvbench sweep {suite.name}", note)
     try:
         if opts.resume:
-            check_resumable(run_dir, suite)
-        return _sweep(opts, suite, run_dir, hw, plan, selected, root, console, err_console)
+            check_resumable(run_dir, suite, shard)
+            part = run_dir.meta().get("shard")  # a shard resumes its own share, not a new plan
+        elif shard is not None:
+            nights = [Path(opts.nights)] if opts.nights else [root / "runs"]
+            part = shard_meta(suite, shard, nights, hw.profile, opts.filter, run_dir.run_id)
+        else:
+            part = None
+        return _sweep(opts, suite, run_dir, hw, plan, selected, root, console, err_console, part)
     except (OSError, UnsafeTarget) as err:  # a full disk or a read-only root under the sweep's own files
         if not opts.resume and not run_dir.meta_path.exists():
             lock.release()
@@ -205,10 +217,15 @@ def _forget(run_dir: RunDir) -> None:
         pass  # something else is in it: left for a person to look at
 
 
-def check_resumable(run_dir: RunDir, suite: Suite) -> None:
+def check_resumable(run_dir: RunDir, suite: Suite, shard=None) -> None:
     prev = run_dir.meta()
     if prev.get("suite") and prev["suite"] != suite.name:
         raise SweepError(f"run {run_dir.run_id} is a sweep of suite {prev['suite']!r}, not {suite.name!r}")
+    was = prev.get("shard")
+    was_text = f"{was.get('index')}/{was.get('count')}" if isinstance(was, dict) else None
+    if shard is not None and str(shard) != was_text:
+        raise SweepError(f"run {run_dir.run_id} is " + (f"shard {was_text}" if was_text else "not a shard")
+                         + f", not --shard {shard}; leave --shard out to resume it as it began")
     # Finished rows were expanded and judged by the file as it was; mixing them with
     # rows of an edited grid or rules would make one run of two suites.
     if prev.get("suite_hash") and prev["suite_hash"] != suite.digest:
@@ -217,7 +234,7 @@ def check_resumable(run_dir: RunDir, suite: Suite) -> None:
 
 
 def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardware, plan: devices.WorkerPlan,
-           selected: int | None, root: Path, console, err_console) -> int:
+           selected: int | None, root: Path, console, err_console, part: dict | None = None) -> int:
     import pytest  # pytest: optional, loaded only on this path
 
     from harness.grid.plugin import WRITE_FAILED, GridController  # pytest: optional, loaded only on this path
@@ -225,13 +242,20 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     jobs = plan.jobs
     meta = prepare_run(suite, run_dir, opts.mlflow_uri, jobs=jobs, filter_expr=opts.filter,
                        no_mlflow=opts.no_mlflow, root=root, hw=hw, warn=lambda m: err_console.print(m))
+    if part is not None and meta.get("shard") != part:
+        meta["shard"] = part  # before any row: a shard's meta.json names its share (kvbench merge checks it)
+        run_dir.write_meta(meta)
     start_system_metrics(meta.get("mlflow_uri"), meta.get("mlflow_parent"))
     display = Display(console)
     # No parent run: the controller leaves every row for sync (finish_mlflow below).
+    only = list(part["configs"]) if part is not None else None
     controller = GridController(suite, run_dir, uri=meta.get("mlflow_uri"), parent=meta.get("mlflow_parent"),
-                                root=root, filter_expr=opts.filter, display=display)
+                                root=root, filter_expr=opts.filter, display=display, only=only)
     done_before = len(controller.done)
     chosen = f" ({selected} selected by --filter)" if selected is not None else ""
+    if part is not None:
+        chosen += (f", shard {part['index']}/{part['count']}: {len(only)} configs, expected {part['expected_s']:.1f} s "
+                   f"by {part['source']}")
     console.print(f"kvbench sweep {suite.name}: {len(suite.configs)} configs{chosen}, {jobs} worker(s), profile {hw.profile}, "
                   f"run {run_dir.run_id}" + (f" (resuming, {done_before} done)" if opts.resume else ""))
     if order := devices.check_order():  # before the live progress, which would overdraw it

@@ -27,7 +27,7 @@ from harness.core.causes import one_line
 from harness.core.errors import HarnessError
 from harness.core.markdown import prose
 from harness.core.metrics import TREND_METRICS
-from harness.grid.filter import compile_filter
+from harness.grid.shards import selection
 from harness.judge import history
 from harness.judge.baseline import BaselineError, default_path, load_baseline
 from harness.judge.compare import CompareReport, compare_rows, reference_of_run
@@ -105,7 +105,8 @@ def previous_run(run_dir: RunDir, meta: dict[str, Any], roots: list[Path]) -> Ru
 
 
 def earlier_runs(run_dir: RunDir, meta: dict[str, Any], roots: list[Path]) -> list[RunDir]:
-    """The runs of the same suite and hardware profile that started before this one, newest first."""
+    """The runs of the same suite and hardware profile that started before this one, newest first
+    (a shard not yet merged is part of a night, not one)."""
     suite, profile = meta.get("suite"), (meta.get("hardware") or {}).get("profile")
     created = meta.get("created") or 0
     found: list[tuple[float, str, RunDir]] = []
@@ -120,7 +121,7 @@ def earlier_runs(run_dir: RunDir, meta: dict[str, Any], roots: list[Path]) -> li
             except Exception:  # a foreign or torn directory is not a night
                 continue
             when = other.get("created")
-            if (other.get("suite") != suite or (other.get("hardware") or {}).get("profile") != profile
+            if (other.get("shard") or other.get("suite") != suite or (other.get("hardware") or {}).get("profile") != profile
                     or not isinstance(when, (int, float)) or when >= created):
                 continue
             found.append((when, p.name, RunDir(p)))
@@ -131,8 +132,7 @@ def judge(run_dir: RunDir, rows: list[dict[str, Any]], meta: dict[str, Any], roo
           nights: Path | None = None) -> Judgement:
 
     j = Judgement()
-    expr = meta.get("filter")
-    selected = compile_filter(expr) if expr else None  # a filtered sweep does not miss what it left out
+    selected = selection(meta)  # a filtered sweep, or a shard, does not miss what it left out
     profile = (meta.get("hardware") or {}).get("profile") or "cpu"
     path = default_path(profile, root)
     if os.path.lexists(path):  # whatever is there (a FIFO, a link, damage) is read, and refused, as a baseline
