@@ -124,7 +124,9 @@ def history(root: Path) -> list[Path]:
     """The night directories under ``root``, oldest first (names sort by time)."""
     if not root.is_dir():
         raise UsageError(f"--history: {root} is not a directory")
-    return sorted(p for p in root.iterdir() if (p / "results.jsonl").is_file())
+    # A shard not yet merged (kvbench sweep --shard) is part of a night, not one: kvbench merge makes the night.
+    return sorted(p for p in root.iterdir() if (p / "results.jsonl").is_file()
+                  and not isinstance(RunDir(p).meta().get("shard"), dict))
 
 
 def _fmt(value: object) -> str:

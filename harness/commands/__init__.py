@@ -13,7 +13,7 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version as dist_version
 
 # Order is the order of ``kvbench --help``.
-COMMANDS = ("run", "sweep", "compare", "baseline", "history", "report", "bisect", "sync", "ui", "replay", "conform", "bot", "ci")
+COMMANDS = ("run", "sweep", "merge", "compare", "baseline", "history", "report", "bisect", "sync", "ui", "replay", "conform", "bot", "ci")
 
 # The role (an extra of pyproject.toml) each command needs: the CLI checks it is installed
 # (harness.core.roles) before the command imports anything of it, and names the extra if not.

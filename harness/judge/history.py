@@ -139,6 +139,12 @@ def is_night(path: Path) -> bool:
     return (path / RESULTS).is_file()
 
 
+def is_shard(night: Night) -> bool:
+    """A shard of a night (kvbench sweep --shard) before kvbench merge joined it: a part
+    of a night, not one; its merged run is the night."""
+    return isinstance(night.meta.get("shard"), dict)
+
+
 def load_night(path: Path) -> Night:
     return Night(path, RunDir(path).meta(), load_rows(path))
 
@@ -146,7 +152,7 @@ def load_night(path: Path) -> Night:
 def find_nights(roots: Path | list[Path], suite: str | None = None) -> list[Night]:
     """The run directories under each root (a directory of runs, or a results root with
     runs/ inside), of ``suite`` when given, oldest first; a run found twice (same name,
-    commit and start) counts once."""
+    commit and start) counts once; an unmerged shard is no night."""
     found: dict[tuple, Night] = {}  # a copy of a run (in a cache and an artifact) is the same night
     for root in [roots] if isinstance(roots, (str, Path)) else roots:
         root = Path(root)
@@ -158,7 +164,7 @@ def find_nights(roots: Path | list[Path], suite: str | None = None) -> list[Nigh
             if p.is_dir() and is_night(p):
                 night = load_night(p)
                 found.setdefault((night.name, night.commit, night.meta.get("created")), night)
-    nights = [n for n in found.values() if suite is None or n.suite == suite]
+    nights = [n for n in found.values() if (suite is None or n.suite == suite) and not is_shard(n)]
     # Start time first (run names need not sort by time); the name breaks ties.
     return sorted(nights, key=lambda n: (n.created, n.name))
 

@@ -322,6 +322,12 @@ def load_rows(path_or_run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
         rows = read_jsonl(p)
     else:
         rows = open_run_dir(p).rows()
+    # older nights get their token figures too
+    return [fill_units(row) for row in latest_rows(rows, p)]
+
+
+def latest_rows(rows: list[dict[str, Any]], p: Path) -> list[dict[str, Any]]:
+    """The latest row of each key, in first-seen order, each checked for the fields readers index."""
     latest: dict[str, dict[str, Any]] = {}
     for row in rows:
         if not isinstance(row.get("key"), str):
@@ -331,9 +337,7 @@ def load_rows(path_or_run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 raise ResultsError(f"{p}: row {row['key']!r} has a '{field}' that is not an object")
         latest.pop(row["key"], None)  # keep first-seen order of the latest rows
         latest[row["key"]] = row
-
-    # older nights get their token figures too
-    return [fill_units(row) for row in latest.values()]
+    return list(latest.values())
 
 
 def _jsonable(value: Any) -> Any:
