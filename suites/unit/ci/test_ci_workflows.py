@@ -183,7 +183,7 @@ def test_nights_come_from_scheduled_runs_and_a_rerun_attempt_is_the_same_night(t
 
     restore = _step("nightly-gpu.yml", "nightly", "Restore the last nights")
     assert "--event schedule" in restore["run"] and "--branch \"$DEFAULT_BRANCH\"" in restore["run"]
-    keep = _step("nightly-gpu.yml", "nightly", "Keep this night")["run"]
+    keep = _step("nightly-gpu.yml", "merge", "Keep this night")["run"]
     assert "xargs" not in (REPO / "ci" / "workflows" / "nightly-gpu.yml").read_text()
     (tmp_path / "bin").mkdir()
     gh = tmp_path / "bin" / "gh"
@@ -222,6 +222,28 @@ def test_nightly_takes_a_ref_and_a_runner():
             dropped = workflows.evaluate(expr, {"inputs.runner": chosen})
             assert dropped == (label if chosen not in ("", "all", label) else "none"), (label, chosen)
     assert "actions/cache" not in (REPO / "ci" / "workflows" / "nightly-gpu.yml").read_text()
+    merge = nightly["jobs"]["merge"]["strategy"]["matrix"]
+    assert {k: merge[k] for k in ("runner", "exclude", "include")} == {k: matrix[k] for k in ("runner", "exclude", "include")}
+    assert [w.get("ref") for w in _checkouts(nightly, "merge")] == ["${{ inputs.ref || github.sha }}"]
+
+
+def test_each_runner_label_is_swept_in_shards_and_merged_into_one_night():
+    """Shards 1..SHARDS of every label (kvbench counts them from 1), their artifacts named
+    by label and shard, and one merge per label reading exactly those."""
+    nightly = workflows.load(REPO / "ci" / "workflows" / "nightly-gpu.yml")
+    count = int(nightly["env"]["SHARDS"])
+    assert nightly["jobs"]["nightly"]["strategy"]["matrix"]["shard"] == list(range(1, count + 1))
+    sweep = next(s["run"] for s in nightly["jobs"]["nightly"]["steps"] if s.get("name") == "Sweep this shard")
+    assert '--shard "$SHARD/$SHARDS" --run-id "$RUN_ID"' in sweep and "--nights nights" in sweep
+    upload = next(s for s in nightly["jobs"]["nightly"]["steps"] if s.get("name") == "Upload this shard")
+    assert upload["with"]["name"] == "shard-${{ matrix.runner }}-${{ matrix.shard }}"
+    assert "MLFLOW_TRACKING_URI" not in nightly["jobs"]["nightly"]["env"]  # the shards do not log; the night does
+    merge = nightly["jobs"]["merge"]
+    assert merge["needs"] == "nightly" and merge["if"] == "${{ !cancelled() }}"
+    steps = [s.get("name") for s in merge["steps"]]
+    assert steps.index("Merge the shards") < steps.index("Compare with the baseline") < steps.index("Keep this night")
+    fetch = next(s for s in merge["steps"] if s.get("name") == "Download the shards")
+    assert fetch["with"]["pattern"] == "shard-${{ matrix.runner }}-*"
 
 
 UNSAFE_WORKFLOWS = {
