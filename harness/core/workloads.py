@@ -151,9 +151,16 @@ def _lengths(wl: WorkloadConfig, seed: int, rng, max_context: int | None):
     return ins, outs, later_turns(wl, seed, ins, outs, max_context)  # whole sessions, before any token
 
 
+# A prompts file of 10^6 lines ran on unbounded with nothing said (R11): a stated bound.
+MAX_PROMPTS = 100_000
+
+
 def load_prompts(path: str, *, default_output_len: int) -> list[Request]:
     """JSON lines: a list of token ids, or {"prompt": [...], "max_new_tokens": n, "fill_len": f}."""
     lines = read_document(path, "prompts file", ConfigError).splitlines()
+    if len(lines) > MAX_PROMPTS and sum(1 for line in lines if line.strip()) > MAX_PROMPTS:
+        raise failure(ConfigError, "prompts file", path, f"holds more than {MAX_PROMPTS:,} prompts, the most a run "
+                      f"reads (each is parsed and checked, ~0.2 ms); split it")
     reqs: list[Request] = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():

@@ -174,12 +174,21 @@ def prepare_aligned(rec: dict) -> bool:
     return rec["aligned"] if "aligned" in rec else rec["policy"] == "aligned"
 
 
+# A default `kvbench run` (256 requests of up to 1024 + 1024 tokens) writes about 5,600
+# records; replay and conform take 0.15-1.5 ms a record, so this bound is minutes at
+# most. A trace of 10^6 records ran on unbounded, with nothing said.
+MAX_RECORDS = 200_000
+
+
 def read_trace(path: str | os.PathLike) -> tuple[dict, list[tuple[int, dict]]]:
     """The header and every record (line number, parsed record) of a trace; TraceError if unreadable."""
     path = os.fspath(path)
     lines = read_document(path, "trace file", TraceError).splitlines()
     if not lines or not lines[0].strip():
         raise TraceError(f"trace file {path} is empty (expected a kvbench-trace header line)")
+    if len(lines) - 1 > MAX_RECORDS and sum(1 for line in lines[1:] if line.strip()) > MAX_RECORDS:
+        raise TraceError(f"trace file {path} holds more than {MAX_RECORDS:,} records, the most replay and conform "
+                         f"read (a default kvbench run writes about 5,600); split the run")
     head = _read_header(path, lines[0])
     records = [(n, _parse(path, n, line)) for n, line in enumerate(lines[1:], start=2) if line.strip()]
     pools = {"full"} | ({"swa"} if head.get("swa_num_pages") else set())
