@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.metadata
 import warnings
 from types import SimpleNamespace
 
@@ -33,12 +34,18 @@ class ReferenceUnavailable(HarnessError):
     """SGLang missing, unimportable or a release the reference cannot drive (one line, exit 2)."""
 
 
+def installed_version() -> str:
+    """The installed SGLang's release, read from its metadata: importing ``sglang`` loads
+    triton, which must first see conform's TRITON_INTERPRET (sglang_swa_radix.load)."""
+    return importlib.metadata.version("sglang")
+
+
 @functools.cache
 def load() -> SimpleNamespace:
     """The installed SGLang's scheduler, batch, pool and tree modules by name."""
     try:
-        version = importlib.import_module("sglang.version").__version__
-    except Exception as err:  # not installed, or broken at import
+        version = installed_version()
+    except Exception as err:  # not installed
         raise ReferenceUnavailable(f"--engine sglang needs SGLang {SUPPORTED[0]} installed "
                                    f"(pip install --no-deps sglang=={SUPPORTED[0]}; docs/conform.md): "
                                    f"{one_line(err)}") from None

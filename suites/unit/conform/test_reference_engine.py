@@ -11,9 +11,12 @@ differing step. One SGLang import for the module (the serving stack fixture).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
+from harness import ROOT
 from harness.cli import main
 from harness.reference import loader
 from harness.reference.compare import compare, describe
@@ -166,21 +169,17 @@ def test_cli_conform_engine_names_the_first_step(reference, capsys):
 
 
 def _import_as(monkeypatch, version=None, error=None):
-    real = loader.importlib.import_module
+    def installed():
+        if error is not None:
+            raise error
+        return version
 
-    def fake(name, *a):
-        if name == "sglang.version":
-            if error is not None:
-                raise error
-            return type("V", (), {"__version__": version})
-        return real(name, *a)
-
-    monkeypatch.setattr(loader.importlib, "import_module", fake)
+    monkeypatch.setattr(loader, "installed_version", installed)
     loader.load.cache_clear()
 
 
 def test_sglang_missing_names_what_to_install(monkeypatch):
-    _import_as(monkeypatch, error=ModuleNotFoundError("No module named 'sglang'"))
+    _import_as(monkeypatch, error=loader.importlib.metadata.PackageNotFoundError("sglang"))
     try:
         with pytest.raises(loader.ReferenceUnavailable, match=r"pip install --no-deps sglang==0\.5\.23"):
             loader.load()
@@ -206,3 +205,15 @@ def test_cli_conform_engine_runs_a_suites_supported_configs(reference, tmp_path,
     out = capsys.readouterr().out.splitlines()
     assert "equal on every total and every step" in out[0]
     assert out[1].startswith("not run, 1 config: --engine sglang does not support --spec ngram")
+
+
+def test_reading_the_version_loads_neither_sglang_nor_triton():
+    """Regression: the version was read by importing sglang, which loaded triton before the
+    serving-stack loader set TRITON_INTERPRET; a fresh `kvbench run --engine sglang --spec
+    dflash` then failed in SGLang's triton row-assignment kernel (tests that had loaded
+    SGLang through conform first did not see it)."""
+    code = ("import sys; from harness.reference import loader; v = loader.installed_version(); "
+            "print(v, 'sglang' in sys.modules, 'triton' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
+    assert out[1:] == ["False", "False"]
