@@ -52,9 +52,11 @@ from mini_engine.memory.replay import (
     header_pd_radix,
     pool_need_sort,
     prepare_aligned,
+    check_profile,
     read_trace,
 )
 from mini_engine.memory.tree_trace import SWA_TREE_OPS, TREE_OPS
+from mini_engine.profiles import SGLANG_VERSIONS
 
 SGLANG_VERSION = "0.5.23"
 INSTALL = (f"pip install --no-deps sglang=={SGLANG_VERSION} && pip install 'kvbench[conform]' "
@@ -112,6 +114,7 @@ def load_sglang() -> SimpleNamespace:
 def conform(path: str | os.PathLike, sg: SimpleNamespace) -> ConformReport:
     path = os.fspath(path)
     head, records = read_trace(path)
+    check_profile(path, head, records, SGLANG_VERSIONS)  # a header at odds with itself or its records
     check_version(path, head, sg.version)  # a trace of another release's profile: one line, exit 2
     ps = head["page_size"]
     need_sort = pool_need_sort(path, records)

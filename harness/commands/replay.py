@@ -19,8 +19,9 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     # numpy: here, not at the top: replay needs only the memory layer, and building the parser must not need numpy.
     from mini_engine.memory.replay import replay
+    from mini_engine.profiles import SGLANG_VERSIONS  # each profile's release, which a header must agree with
 
-    report = replay(args.trace, writers())
+    report = replay(args.trace, writers(), SGLANG_VERSIONS)
     us = report.seconds_per_call * 1e6
     if report.divergences == 0:
         print(f"replayed {report.calls} calls, 0 divergences ({us:.1f} us/call host time)")

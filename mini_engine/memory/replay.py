@@ -20,6 +20,7 @@ from typing import Mapping
 from mini_engine.errors import KVBenchError, TraceError
 from mini_engine.files import read_document
 from mini_engine.memory.allocator import PagedAllocator
+from mini_engine.memory.rules import RELEASES
 from mini_engine.memory.sizing import next_extents, pd_swa_tail_len
 from mini_engine.memory.swa_tree_replay import SWATreeReplay
 from mini_engine.memory.trace import FORMAT, VERSION
@@ -277,11 +278,37 @@ def check_algos(path: str, config: dict, records: list, algorithms: Mapping[str,
                              f"(got {str(rec['algo'])[:40]!r})")
 
 
-def replay(path: str | os.PathLike, algorithms: Mapping[str, str]) -> ReplayReport:
+def check_profile(path: str, head: dict, records: list[tuple[int, dict]],
+                  releases: Mapping[str, str] | None = None) -> None:
+    """The header's profile agrees with itself and with the records (R9): its release is
+    one kvbench models, the one its named profile is (``releases``: profile name ->
+    release, ``mini_engine.profiles.SGLANG_VERSIONS``), and a trace without a prefix tree
+    (prefix_cache chunk) holds no tree call. Each was read past: a 0.5.23 trace relabelled
+    0.5.18, or "chunk" over tree calls, replayed clean and conformed."""
+    profile = head.get("profile") or {}
+    release, name = profile.get("release"), profile.get("name")
+    if release is not None and release not in RELEASES:
+        raise TraceError(f"{path}: header profile release must be one of {', '.join(RELEASES)} "
+                         f"(got {_short(release, 40)})")
+    if release is not None and releases is not None and name in releases and releases[name] != release:
+        raise TraceError(f"{path}: header profile {name} is SGLang {releases[name]}, but its release says "
+                         f"{release}; the header was edited or is damaged")
+    cache = profile.get("prefix_cache", (head.get("config") or {}).get("prefix_cache"))
+    if cache == "chunk":
+        tree = next(((n, rec["op"]) for n, rec in records if rec["op"] in TREE_OPS or rec["op"] in SWA_TREE_OPS), None)
+        if tree is not None:
+            raise TraceError(f"{path}: header prefix_cache is chunk (no prefix tree), but line {tree[0]} is a tree "
+                             f"call ({tree[1]})")
+
+
+def replay(path: str | os.PathLike, algorithms: Mapping[str, str],
+           releases: Mapping[str, str] | None = None) -> ReplayReport:
     """Replay the trace at ``path`` on fresh allocators; ``algorithms``: the algorithms a
-    trace may name (``mini_engine.algos.writers()``)."""
+    trace may name (``mini_engine.algos.writers()``); ``releases``: each profile's SGLang
+    release (``mini_engine.profiles.SGLANG_VERSIONS``), which the header must agree with."""
     path = os.fspath(path)
     head, records = read_trace(path)
+    check_profile(path, head, records, releases)
     check_algos(path, head.get("config") or {}, records, algorithms)  # as conform does: an unknown one is bad input
     ps = head["page_size"]
     need_sort = pool_need_sort(path, records)
