@@ -103,7 +103,10 @@ def wait_until_every_runner_logs_live(runs: list[RunDir], procs: list[subprocess
 def test_four_runners_on_a_fresh_postgres_server_restarted_mid_night(team_server, tmp_path, cli, monkeypatch,
                                                                     capsys):
     uri, serve = team_server
+    t0 = time.monotonic()
+    phase = lambda name: print(f"{name}: {time.monotonic() - t0:.0f} s")  # noqa: E731  shown by -rP
     serve("start")
+    phase("fresh server up")
     suite = tmp_path / "team.toml"
     suite.write_text(SUITE.replace('name = "e2e"', 'name = "team"').replace("seed = [1, 2]", "seed = [1]"))
     roots = [tmp_path / runner for runner in RUNNERS]  # one results root per machine
@@ -111,10 +114,13 @@ def test_four_runners_on_a_fresh_postgres_server_restarted_mid_night(team_server
     procs = [start_sweep(suite, root, runner, uri) for root, runner in zip(roots, RUNNERS)]
     try:
         wait_until_every_runner_logs_live(runs, procs)
+        phase("every runner logging live")
         serve("stop-server")
         assert any(p.poll() is None for p in procs), "every sweep ended before the restart: not mid-night"
         serve("start")
+        phase("server restarted")
         outs = [p.communicate(timeout=600)[0] for p in procs]
+        phase("four sweeps done")
     finally:
         for p in procs:
             if p.poll() is None:
@@ -125,6 +131,7 @@ def test_four_runners_on_a_fresh_postgres_server_restarted_mid_night(team_server
         assert len(load_rows(run.path)) == N_CONFIGS  # nothing lost while the server was down
         monkeypatch.setenv("KVBENCH_RESULTS", str(root))
         assert cli("sync", run.run_id, "--mlflow-uri", uri) == 0, capsys.readouterr()
+    phase("four syncs done")
 
     cl = client(uri)
     assert [e.name for e in cl.search_experiments(filter_string="name LIKE 'kvbench-team%'")] == ["kvbench-team"]
