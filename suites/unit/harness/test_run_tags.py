@@ -86,3 +86,19 @@ def test_a_malformed_pr_number_stops_the_sweep_before_it_runs(results_root, tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "KVBENCH_PR" in err[0]
     assert not (results_root / "runs" / "bad" / "results.jsonl").exists()
+
+
+def test_a_sharded_night_keeps_who_made_it_through_the_merge(tmp_path):
+    """Shards run `kvbench sweep --shard` (each records the CI context); the merged night,
+    which `kvbench sync` logs, carries it, so its MLflow runs are tagged as one sweep's."""
+    from harness.store.merge import merge
+    from harness.store.results import RunDir
+
+    from test_merge import _shard
+
+    ci = ci_context({**GITHUB, "RUNNER_LABEL": "8-gpu-h200", "GITHUB_EVENT_NAME": "schedule"})
+    paths = [_shard(tmp_path, i, ci=ci, hardware={"profile": "h200", "gpu_count": 8}) for i in (1, 2, 3)]
+    run_dir, _ = merge(paths, "night-7", tmp_path / "results")
+    tags = run_tags(RunDir(run_dir.path).meta())
+    assert (tags["runner"], tags["trigger"], tags["gpu_count"]) == ("8-gpu-h200", "schedule", "8")
+    assert tags["ci_run_url"] == "https://github.example/org/kvbench/actions/runs/42"
