@@ -59,7 +59,12 @@ class TreeReplay:
             got = {"evicted": evicted, "pages": evicted_pages(np.concatenate(self._freed) if self._freed else [],
                                                                self.ps)}
         got.update(evictable=tree.evictable_size, protected=tree.protected_size)
-        return [(k, rec[k], v) for k, v in got.items() if rec[k] != v]
+        found = [(k, rec[k], v) for k, v in got.items() if rec[k] != v]
+        if op == "insert" and rec.get("prev_prefix_len", 0) > got["cached"]:
+            # The request's locked prefix is in the tree (a lock keeps it from eviction), so
+            # the insert finds at least that much cached: a larger one was never the lock's.
+            found.append(("prev_prefix_len", rec["prev_prefix_len"], f"at most {got['cached']} (the cached prefix)"))
+        return found
 
     def _node(self, rec: dict) -> RadixNode:
         node = self.nodes.get(rec["node"])
