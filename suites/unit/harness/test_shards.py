@@ -135,3 +135,19 @@ def test_a_shard_misses_only_its_own_configs():
     keep = selection({"shard": {"index": 1, "count": 2, "configs": ["a", "b"]}, "filter": None})
     assert keep("a") and not keep("c")
     assert selection({"filter": None}) is None
+
+
+def test_a_resumed_shard_keeps_its_share(tiny, tmp_path):
+    """--resume of a shard takes its share from meta.json; another --shard is refused."""
+    from harness.grid.sweep import SweepError, check_resumable
+    from harness.store.results import RunDir
+
+    run = RunDir(tmp_path)
+    run.write_meta({"suite": "tiny", "suite_hash": tiny.digest, "shard": {"index": 2, "count": 3, "configs": []}})
+    check_resumable(run, tiny, None)
+    check_resumable(run, tiny, parse_shard("2/3"))
+    with pytest.raises(SweepError, match=r"is shard 2/3, not --shard 1/3; leave --shard out"):
+        check_resumable(run, tiny, parse_shard("1/3"))
+    run.write_meta({"suite": "tiny", "suite_hash": tiny.digest})
+    with pytest.raises(SweepError, match="is not a shard, not --shard 1/3"):
+        check_resumable(run, tiny, parse_shard("1/3"))
