@@ -114,7 +114,7 @@ def describe(c: Comparison) -> str:
     if c.first_step is not None:
         step, q, a, b = c.first_step
         lines.append(f"  first differing step {step}: {q} mini {a}, sglang {b}")
-    elif c.steps[0] != c.steps[1]:
+    elif c.steps[0] != c.steps[1] and all(m != "steps" for m, _, _ in c.totals):
         lines.append(f"  steps: mini {c.steps[0]}, sglang {c.steps[1]} (every common step equal)")
     lines += [f"  {m}: mini {a}, sglang {b}" for m, a, b in c.totals]
     return "\n".join(lines)

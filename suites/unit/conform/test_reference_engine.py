@@ -19,7 +19,7 @@ import pytest
 from harness import ROOT
 from harness.cli import main
 from harness.reference import loader
-from harness.reference.compare import compare, describe
+from harness.reference.compare import Comparison, compare, describe
 from harness.reference.run import UnsupportedByReference, check_supported
 from harness.run.runner import split_config
 
@@ -217,3 +217,10 @@ def test_reading_the_version_loads_neither_sglang_nor_triton():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
     assert out[1:] == ["False", "False"]
+
+
+def test_a_step_count_difference_is_listed_once():
+    c = Comparison(key="k", totals=[("steps", 28, 29)], steps=(28, 29), mine={"steps": 28}, theirs={"steps": 29})
+    assert describe(c).count("steps: mini 28, sglang 29") == 1
+    c = Comparison(key="k", steps=(28, 29))
+    assert "steps: mini 28, sglang 29 (every common step equal)" in describe(c)
