@@ -10,6 +10,7 @@ differing step. One SGLang import for the module (the serving stack fixture).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -224,3 +225,20 @@ def test_a_step_count_difference_is_listed_once():
     assert describe(c).count("steps: mini 28, sglang 29") == 1
     c = Comparison(key="k", steps=(28, 29))
     assert "steps: mini 28, sglang 29 (every common step equal)" in describe(c)
+
+
+def test_run_writes_a_row_of_the_mini_engines_format(reference, tmp_path, capsys):
+    from harness.run.runner import run_config
+
+    out = tmp_path / "row.json"
+    args = ["run", "--engine", "sglang", "--workload", "uniform", "--num-requests", "4", "--input-len", "64",
+            "--output-len", "8", "--json", str(out)]
+    assert main(args) == 0
+    row = json.loads(out.read_text())
+    mini = run_config({"workload": "uniform", "num_requests": 4, "input_len": 64, "output_len": 8})
+    assert (row["engine"], row["sglang_version"], row["key"]) == ("sglang", reference.version, mini["key"])
+    assert set(mini["series"]) <= set(row["series"])
+    assert {len(v) for v in row["series"].values()} == {row["metrics"]["steps"]}
+    missing = {"steps", "peak_pages_held", "peak_pages_used", "prefix_hit_tokens", "peak_tokens_held"} - set(row["metrics"])
+    assert not missing
+    assert "status" in capsys.readouterr().out
