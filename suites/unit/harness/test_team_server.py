@@ -80,7 +80,9 @@ def team_server():
 
 
 def start_sweep(suite: Path, root: Path, runner: str, uri: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in ("KVBENCH_PR", "MLFLOW_TRACKING_URI")}
+    # A runner's environment: none of this pytest's (an xdist worker's variables) or a rerun's PR.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KVBENCH_PR", "MLFLOW_TRACKING_URI") and not k.startswith("PYTEST_")}
     env.update(GITHUB, KVBENCH_RESULTS=str(root), RUNNER_LABEL=runner, MLFLOW_TRACKING_URI=uri,
                MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL="0.5")  # a short sweep still samples the machine
     return subprocess.Popen([sys.executable, "-m", "harness.cli", "sweep", str(suite), "--run-id", f"night-{runner}",
