@@ -15,6 +15,7 @@ from pathlib import Path
 from harness.core.causes import one_line
 from harness.store.results import results_root
 from harness.view.mlflow_log import client
+from harness.view.mlflow_views import install_view, runs_query
 from harness.view.mlflow_store import MlflowUnavailable, artifact_location, default_uri
 
 
@@ -29,10 +30,14 @@ def runs_urls(base: str, uri: str) -> list[tuple[str, str]]:
     """(experiment, URL of its runs view) for every kvbench experiment in the store.
 
     The runs view in the model-training mode, not the experiment's landing page:
-    MLflow 3 lands on its GenAI pages, where a sweep's runs and charts are not."""
+    MLflow 3 lands on its GenAI pages, where a sweep's runs and charts are not; and on
+    kvbench's headline view (columns and first charts, harness/view/mlflow_views.py)."""
 
-    experiments = client(uri).search_experiments(filter_string="name LIKE 'kvbench-%'")
-    return [(e.name, f"{base}/#/experiments/{e.experiment_id}/runs?workflowType=machine_learning")
+    cl = client(uri)
+    experiments = cl.search_experiments(filter_string="name LIKE 'kvbench-%'")
+    for e in experiments:  # a store from before the headline view gets it (mlflow_views.py)
+        install_view(cl, e)
+    return [(e.name, f"{base}/#/experiments/{e.experiment_id}/runs?{runs_query()}")
             for e in sorted(experiments, key=lambda e: e.name)]
 
 

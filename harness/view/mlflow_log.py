@@ -26,6 +26,7 @@ from harness.core.run_names import short_name
 from harness.store.locks import store_lock
 from harness.store.results import load_rows
 from harness.view import mlflow_layout as layout
+from harness.view.mlflow_views import install_view, view_tags
 from harness.view.mlflow_store import (MlflowUnavailable, artifact_location, check_local_store, quiet_client_env,
                                        tracking_uri, unreachable)
 from mini_engine.errors import KVBenchError
@@ -77,7 +78,7 @@ def ensure_experiment(cl, name: str, uri: str, root: Path, description: str = ""
     losing the race to create it to another runner reads the one that runner made."""
     note = experiment_note(description) if description else ""
     location = artifact_location(root) if uri.startswith("sqlite:") else None
-    tags = {EXPERIMENT_KIND: RUNS_KIND, **({NOTE: note} if note else {})}
+    tags = {EXPERIMENT_KIND: RUNS_KIND, **({NOTE: note} if note else {}), **view_tags()}
     try:
         for attempt in range(CREATE_TRIES):
             exp = cl.get_experiment_by_name(name)
@@ -100,6 +101,7 @@ def _update_experiment_tags(cl, exp, note: str) -> None:
         cl.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND, RUNS_KIND)
     if note and exp.tags.get(NOTE) != note:
         cl.set_experiment_tag(exp.experiment_id, NOTE, note)
+    install_view(cl, exp)  # the headline view its links open (mlflow_views.py)
 
 
 def git_commit(cwd: Path | None = None) -> str:
@@ -306,10 +308,10 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
         parent = ensure_parent(cl, exp, run_dir.run_id, meta)
     except Exception as err:
         raise unreachable(uri, err) from None
-    if meta.get("mlflow_parent") != parent or meta.get("mlflow_uri") != uri:
+    if meta.get("mlflow_parent") != parent or meta.get("mlflow_uri") != uri or meta.get("mlflow_experiment") != exp:
         if meta.get("mlflow_uri") != uri:
             run_dir.reset_logged()  # what was logged went to another store
-        meta.update(mlflow_parent=parent, mlflow_uri=uri)
+        meta.update(mlflow_parent=parent, mlflow_uri=uri, mlflow_experiment=exp)  # the run's link (store/links.py)
         run_dir.write_meta(meta)
     logged = run_dir.logged_keys()
     uploaded = present = 0

@@ -45,11 +45,6 @@ def ui_base(night: history.Night, mlflow_url: str = "") -> str:
     return given or (uri if is_web_url(uri) else "")
 
 
-def ml_view(link: str) -> str:
-    """A run link that opens MLflow's model-training view, not its GenAI default."""
-    return f"{link}?workflowType=machine_learning" if link else ""
-
-
 def accounting_only(row: dict[str, Any]) -> bool:
     return (row.get("config") or {}).get("model", "none") == "none"
 
@@ -183,7 +178,7 @@ def runs_table(hist: history.History, mlflow_url: str) -> str:
         counts: dict[str, int] = {}
         for r in n.rows:
             counts[str(r.get("verdict") or r.get("status"))] = counts.get(str(r.get("verdict") or r.get("status")), 0) + 1
-        link = ml_view(mlflow_link(n.path, ui_base(n, mlflow_url)))
+        link = mlflow_link(n.path, ui_base(n, mlflow_url))
         when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(n.created)) if n.created != float("inf") else "?"
         rows.append(f'<tr><td class="mono">{escape(n.name)}</td><td class="mono" title="{escape(n.commit)}">'
                     f'{escape(n.short)}</td><td>{when}</td><td>{escape(n.profile or "-")}</td><td>{len(n.rows)}</td>'
@@ -288,7 +283,7 @@ def summary(hist: history.History, report: CompareReport | None, html_name: str,
     lines = [f"### kvbench report: {code(newest.suite or '?')}, {len(hist.nights)} runs", "",
              "| run | commit | configs | MLflow |", "|---|---|---|---|"]
     for n in hist.nights:
-        link = ml_view(mlflow_link(n.path, ui_base(n, mlflow_url)))
+        link = mlflow_link(n.path, ui_base(n, mlflow_url))
         lines.append(f"| {code(n.name)} | {code(n.short)} | {len(n.rows)} | {f'[run]({link})' if link else '-'} |")
     regressions = [m for m in hist.moves if m.verdict == "regression"]
     better = sum(m.verdict == "improvement" for m in hist.moves)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from harness.core.metrics import lookup
 from harness.judge import history
 from harness.view.report_svg import heatmap
 
@@ -55,8 +56,10 @@ def heatmap_section(night: history.Night, metric: str, x: str = "page_size", y: 
     found = slices(night.rows, metric, x, y)
     if not found:
         return f'<p class="empty">no config of {escape(night.name)} has both {x} and {y} with {escape(metric)}</p>'
-    parts = [f'<p class="note">Each heatmap holds every option but {escape(x)} and {escape(y)} fixed at the values '
-             'in its caption, so a cell is one config and cells compare like for like.</p><div class="heatmaps">']
+    unit = lookup(metric).unit
+    parts = [f'<p class="note">A cell is {escape(metric)} in {escape(unit)} of one config. Each heatmap holds every '
+             f'option but {escape(x)} and {escape(y)} fixed at the values in its caption, so cells compare like for '
+             'like.</p><div class="heatmaps">']
     for i, (named, cells) in enumerate(found[:MAX_SLICES]):
         xs = sorted({k[0] for k in cells})
         ys = sorted({k[1] for k in cells})

@@ -54,7 +54,7 @@ def record(tmp: Path, nights_dir: Path) -> list[RunDir]:
         night = RunDir(nights_dir / name)
         night.path.mkdir(parents=True)
         night.write_meta({"suite": "nightsuite", "git_commit": commit, "created": 1_790_000_000 + 86400 * i,
-                          "hardware": {"profile": "cpu"}, "mlflow_parent": f"{i + 1}" * 32,
+                          "hardware": {"profile": "cpu"}, "mlflow_parent": f"{i + 1}" * 32, "mlflow_experiment": "3",
                           "mlflow_uri": "http://mlflow.example:5000"})
         for row in copy.deepcopy(rows):
             if row["test_id"] == REGRESSED and i >= 1:

@@ -118,7 +118,9 @@ def test_the_runs_view_lists_the_sweep_and_a_config_run_shows_grouped_sections(r
     unaligned = next(k for k in kids if k.data.tags["profile"] == "sglang-pre-35265")
 
     base, runs_url = request.getfixturevalue("ui")
-    assert runs_url == f"{base}/#/experiments/{exp}/runs?workflowType=machine_learning"
+    from harness.view.mlflow_views import runs_query
+
+    assert runs_url == f"{base}/#/experiments/{exp}/runs?{runs_query()}"
     page = browser.new_page(viewport={"width": 1500, "height": 1000})
     page.set_default_timeout(PAGE_MS)
 
@@ -189,3 +191,20 @@ def test_a_run_opens_on_memory_in_tokens_and_the_config_runs_have_distinct_names
     for name in names:
         page.get_by_text(name, exact=True).first.wait_for()
     shot(page, tmp_path, "runs-named.png")
+    # The headline view (harness/view/mlflow_views.py): the table's columns are the peak
+    # token slots held, stranded and leaked, each config's figure in its row.
+    heads = page.locator("[role=columnheader]").all_inner_texts()
+    assert any("memory/peak_tokens_held" in h for h in heads), heads
+    kid_row = page.locator("[role=row]").filter(has=page.get_by_text(kid.info.run_name, exact=True)).first
+    index = kid_row.get_attribute("aria-rowindex")  # the grid draws a row's pinned name apart from its figures
+    cells = " ".join(page.locator(f"[role=row][aria-rowindex='{index}']").all_inner_texts()).split()
+    assert str(tokens) in cells, cells
+    # The parent's link (the report's and the bot's) opens on the model-training pages, not GenAI's.
+    from harness.store.links import mlflow_link
+
+    link = mlflow_link(results_root / "runs" / "web2", base)
+    assert link.endswith("?workflowType=machine_learning")
+    page.goto(link)
+    page.get_by_text("web2", exact=True).first.wait_for()
+    assert not page.get_by_text("Judges", exact=True).first.is_visible()  # GenAI's sidebar
+    shot(page, tmp_path, "parent-overview.png")

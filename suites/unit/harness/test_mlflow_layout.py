@@ -69,6 +69,7 @@ def test_the_parent_aggregates_per_axis_value_and_leaves_failed_configs_out():
     assert layout.parent_status(rows[:2]) == "FINISHED"
     assert layout.parent_status(rows) == "FAILED" and layout.parent_status([]) == "FAILED"
     assert layout.verdict_metrics(rows)["sweep/verdict_failed"] == 1
+    assert not any(k.startswith("invariants/") for k in layout.verdict_metrics(rows))  # not a clean night's first chart
 
 
 def test_runs_carry_the_sweep_context_and_their_measured_times(tmp_path):
@@ -128,8 +129,15 @@ def test_ui_names_the_runs_view_of_each_experiment(tmp_path):
     cl = client(uri)
     exp = ensure_experiment(cl, "kvbench-smoke", uri, tmp_path)
     cl.create_experiment("someone-else")
-    assert runs_urls("http://h:1", uri) == [
-        ("kvbench-smoke", f"http://h:1/#/experiments/{exp}/runs?workflowType=machine_learning")]
+    from harness.view.mlflow_views import SHARE_TAG, runs_query, view_tags
+
+    assert runs_urls("http://h:1", uri) == [("kvbench-smoke", f"http://h:1/#/experiments/{exp}/runs?{runs_query()}")]
+    assert runs_query().startswith("workflowType=machine_learning&viewStateShareKey=kvbench-")
+    # the view the link names is on the experiment; an older kvbench view is taken off
+    cl.set_experiment_tag(exp, SHARE_TAG + "kvbench-0000", "{}")
+    runs_urls("http://h:1", uri)
+    tags = cl.get_experiment(exp).tags
+    assert {k: v for k, v in tags.items() if k.startswith(SHARE_TAG)} == view_tags()
 
 
 def test_system_metrics_are_sampled_on_the_parent_until_it_is_closed(tmp_path, monkeypatch):
@@ -149,3 +157,11 @@ def test_system_metrics_are_sampled_on_the_parent_until_it_is_closed(tmp_path, m
         time.sleep(0.2)
     assert finish_parent(uri, parent, [row()], []) == "FINISHED"
     assert "system/system_memory_usage_megabytes" in cl.get_run(parent).data.metrics
+
+
+def test_the_parent_splits_violations_into_expected_and_unexpected():
+    rows = [{"status": "violated", "verdict": "as_expected", "metrics": {"violations": 60}},
+            {"status": "violated", "verdict": "unexpected", "metrics": {"violations": 2}},
+            {"status": "failed", "verdict": "failed", "metrics": {"violations": 5}}]  # measured nothing
+    counts = layout.verdict_metrics(rows)
+    assert counts["sweep/violations_expected"] == 60 and counts["sweep/violations_unexpected"] == 2

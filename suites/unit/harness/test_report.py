@@ -36,8 +36,9 @@ def test_page_is_self_contained(page):
     # Nothing to fetch: no scripts, stylesheets, images or fonts from anywhere.
     assert not re.search(r"<script|<link|<img|@import|url\(", text)
     # Links leave the page only for MLflow; the rest are the per-config views' anchors.
-    assert set(re.findall(r'href="([^"#][^"]*)"', text)) == {f"https://mlflow.example/#/runs/{i}" + f"{i}" * 31
-                                                         + "?workflowType=machine_learning"
+    # (in the run's experiment: /#/runs/<id> redirects there and drops the model-training view)
+    assert set(re.findall(r'href="([^"#][^"]*)"', text)) == {f"https://mlflow.example/#/experiments/3/runs/{i}"
+                                                         + f"{i}" * 31 + "?workflowType=machine_learning"
                                                          for i in (1, 2, 3)}
 
 
@@ -85,7 +86,7 @@ def test_timing_error_bars_come_from_the_samples(nights, cli, tmp_path):
 def test_summary_is_markdown_appended(page):
     md = page[1].read_text()
     assert md.startswith("earlier step\n### kvbench report: `nightsuite`, 3 runs")
-    assert "| `night-c` |" in md and "[run](https://mlflow.example/#/runs/" in md
+    assert "| `night-c` |" in md and "[run](https://mlflow.example/#/experiments/3/runs/" in md
     assert f"`{SLOWER}` `wall_s`" in md and "**Newest run:**" in md
     assert "| config | metric | baseline | now | change | verdict |" in md
 

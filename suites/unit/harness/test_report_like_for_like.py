@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.judge import history
 from harness.view.report_configs import configs_section, found_steps
 from harness.view.report_heatmap import heatmap_section, slices
@@ -69,3 +71,27 @@ def test_a_repeated_timing_still_steps(tmp_path: Path):
     levels = [100.0] * 4 + [200.0] * 4
     hist = nights(tmp_path, levels, [[v - 1, v, v + 1] for v in levels])
     assert len(found_steps(hist, hist.keys()[0], ["output_tokens_per_s"])) == 1
+
+
+@pytest.mark.slow
+def test_in_a_browser_the_ps64_cell_reads_the_like_for_like_figure_with_its_unit(tmp_path: Path):
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip("no browser: /usr/bin/chromium is absent (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    page = tmp_path / "heat.html"
+    page.write_text("<!DOCTYPE html><html><body>" + heatmap_section(history.Night(tmp_path, {}, NIGHT),
+                                                                      "peak_tokens_held") + "</body></html>")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
+        try:
+            tab = browser.new_page(viewport={"width": 1200, "height": 900})
+            tab.goto(page.resolve().as_uri())
+            assert tab.get_by_text("peak_tokens_held in tokens of one config").is_visible()
+            first = tab.locator("figure.slice").first
+            assert first.locator("figcaption").inner_text() == "shared_prefix=0, turns=1, window=none"
+            cells = first.locator("svg.heatmap text").all_text_contents()
+            assert "2240" in cells and "4928" not in cells and first.is_visible()
+            tab.screenshot(path=str(tmp_path / "heat.png"))
+        finally:
+            browser.close()
