@@ -71,13 +71,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _engines(args: argparse.Namespace) -> int:
-    from harness.reference.compare import compare, compare_suite, describe  # SGLang: imported only on this path
+    # numpy (and SGLang, which the reference loads when it runs): only this path needs them
+    from harness.reference.compare import compare, compare_suite, describe
 
     if args.suite is None:
         c = compare(options_from_args(args))
         print(describe(c))
         return 0 if c.equal else 1
-    from harness.grid.suites import load_suite
+    from harness.grid.suites import load_suite  # pydantic: only --suite reads a suite file
 
     options = options_from_args(args)
     if options:

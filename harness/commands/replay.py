@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mini_engine.algos import writers
+from mini_engine.profiles import SGLANG_VERSIONS  # each profile's release, which a header must agree with
 
 
 def register(subparsers) -> None:
@@ -19,7 +20,6 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     # numpy: here, not at the top: replay needs only the memory layer, and building the parser must not need numpy.
     from mini_engine.memory.replay import replay
-    from mini_engine.profiles import SGLANG_VERSIONS  # each profile's release, which a header must agree with
 
     report = replay(args.trace, writers(), SGLANG_VERSIONS)
     us = report.seconds_per_call * 1e6

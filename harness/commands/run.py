@@ -121,7 +121,8 @@ def _run_on(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]
         return run_config(options, trace=args.trace, outputs=args.outputs)
     if args.trace or args.outputs or args.capacity is not None:
         raise ConfigError("--engine sglang writes no --trace, --outputs or --capacity (the mini engine's)")
-    from harness.reference.run import run_reference  # SGLang: imported only for this engine
+    # numpy (and SGLang, which the reference loads when it runs): only this engine needs them
+    from harness.reference.run import run_reference
 
     return run_reference(options)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.run import hardware
 from harness.store.results import results_root
+from harness.view.mlflow_store import tracking_uri
 from mini_engine.errors import ConfigError
 
 
@@ -58,8 +59,6 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         return list_configs(args.suite, args.filter, args.shard, args.nights)
     if not args.no_mlflow:  # a store MLflow cannot open is refused before a config runs, not after
-        from harness.view.mlflow_store import tracking_uri
-
         tracking_uri(args.mlflow_uri, Path("."))
     if args.nights and not Path(args.nights).is_dir():
         raise ConfigError(f"--nights {args.nights!r} is not a directory (the earlier runs of the suite)")

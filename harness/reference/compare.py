@@ -18,6 +18,7 @@ from harness.core.workloads import WorkloadConfig, make_workload
 from harness.reference import loader
 from harness.reference.run import UnsupportedByReference, check_supported, run_reference
 from harness.run.runner import split_config
+from mini_engine.sessions import engine_for
 
 # The totals compared (the metric names both rows carry).
 TOTALS = ("steps", "prefill_steps", "decode_steps", "prefill_tokens", "output_tokens", "finished_requests",
@@ -45,8 +46,6 @@ class Comparison:
 
 def mini_steps(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[int]]]:
     """The mini engine's totals and its per-step STEP_SERIES for ``config``."""
-    from mini_engine.sessions import engine_for  # numpy: loaded only on this path
-
     cfg, wl = split_config(config)
     work = make_workload(WorkloadConfig(**wl), cfg.seed, max_context=cfg.max_context)
     engine = engine_for(cfg, work.next_turns)
