@@ -8,6 +8,7 @@ optional here: the memory layer's tests run where only numpy is installed
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -47,6 +48,19 @@ if torch is not None and not CUDA:
     # The count torch chose, for the benchmarks that compare against a library at its default.
     os.environ.setdefault("KVBENCH_DEFAULT_THREADS", str(torch.get_num_threads()))
     torch.set_num_threads(1)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Before the first dot: what this machine will skip and why. Without SGLang the
+    conformance tests (suites/unit/conform) come early in the run as a wall of "s" that
+    read as a broken install; -ra lists them again at the end."""
+    lines = []
+    if importlib.util.find_spec("sglang") is None:
+        lines.append("kvbench: SGLang is not installed, so the conformance tests (suites/unit/conform) skip as 's'; "
+                     "docs/conform.md installs it")
+    if not CUDA:
+        lines.append("kvbench: no CUDA GPU, so the GPU tests skip (-m gpu on a CUDA machine)")
+    return lines
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
