@@ -41,6 +41,14 @@ class Backend(Protocol):
         """The request left the running batch (finished or retracted); drop any per-request state."""
 
 
+def checked_results(results: list, n: int) -> list:
+    """A forward's results, one per request of its batch (else a RuntimeError)."""
+    # zip() would drop the missing ones silently and the loop would wait on them forever.
+    if len(results) != n:
+        raise RuntimeError(f"backend returned {len(results)} results for a batch of {n}")
+    return results
+
+
 def create_backend(cfg: EngineConfig) -> Backend:
     if cfg.model == "none":
         return SimulatedBackend(cfg)

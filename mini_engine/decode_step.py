@@ -25,7 +25,7 @@ import numpy as np
 # loading it with the engine keeps that one-off import out of the host planning time.
 import numpy.ma  # noqa: F401
 
-from mini_engine.backend import Backend
+from mini_engine.backend import Backend, checked_results
 from mini_engine.config import EngineConfig
 from mini_engine.decode_batch import DecodeBatch, rows_of
 from mini_engine.memory import sizing
@@ -300,10 +300,3 @@ class DecodeStep:
         if commit:
             self.batch.commit(batch, n, in_order)
         stats.output_tokens += out
-
-
-def checked_results(results: list, n: int) -> list:
-    # zip() would drop the missing ones silently and the loop would wait on them forever.
-    if len(results) != n:
-        raise RuntimeError(f"backend returned {len(results)} results for a batch of {n}")
-    return results

@@ -21,16 +21,17 @@ import weakref
 from contextlib import nullcontext
 from typing import Callable
 
-from mini_engine.backend import Backend, create_backend
+from mini_engine.backend import Backend, checked_results, create_backend
 from mini_engine.config import EngineConfig, require_cuda
 from mini_engine.decode_batch import DecodeBatch
-from mini_engine.decode_step import DecodeStep, checked_results
+from mini_engine.decode_step import DecodeStep
 from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation, SGLangHalts
 from mini_engine.memory.invariants import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
 from mini_engine.pd_budget import empty_pool_budget
-from mini_engine.prefix_admission import checkpoint_prefill, checkpoint_transfer
+from mini_engine.prefill_step import PrefillStep
+from mini_engine.prefix_admission import checkpoint_transfer
 from mini_engine.pool_sizing import (admission_pages, decode_reserve, memory_config, min_pool_pages, output_cap,
                                      request_pages)
 from mini_engine.request import Request, Status, Tally, check_context
@@ -98,6 +99,8 @@ class Engine:
         self.decoder = DecodeStep(cfg, manager=self.manager, sched=self.sched, backend=self.backend,
                                   builder=self.batches, stats=self.stats, batch=self.decoding,
                                   tally=Tally(self.mem.max_reqs))
+        self.prefiller = PrefillStep(manager=self.manager, sched=self.sched, backend=self.backend,
+                                     builder=self.batches, stats=self.stats)
         self.step_no = 0
         self.error: str | None = None
         self.halted: str | None = None  # why the modelled SGLang cannot go on (SGLangHalts), if it cannot
@@ -282,7 +285,7 @@ class Engine:
         if chunks:
             # Overlap: the prefill was planned (admitted) before the decode result in flight lands.
             self.decoder.land()
-            self._prefill(chunks)
+            self.prefiller.run(chunks)
             progress = True
         elif batch := self.sched.decode_batch():
             got = self.decoder.run(batch, self.step_no)
@@ -310,25 +313,6 @@ class Engine:
             for r in reqs:
                 if r.remaining <= 0:
                     self.sched.finish(r)
-
-    def _prefill(self, chunks) -> None:
-        reqs = [c.req for c in chunks]
-        toks = checked_results(self.backend.forward(self.batches.prefill(reqs, [c.start for c in chunks],
-                                                                  [c.end for c in chunks])), len(reqs))
-        self.stats.prefill_steps += 1
-        with self.manager.free_group():  # SGLang's prefill result processing: one free group
-            for c, tok in zip(chunks, toks):
-                r = c.req
-                self.manager.commit(r.kv, c.end - c.start)
-                r.prefilled = c.end
-                self.stats.prefill_tokens += c.end - c.start
-                if tok is not None:
-                    r.outputs.append(int(tok))
-                    self.stats.output_tokens += 1
-                    if r.remaining <= 0:
-                        self.sched.finish(r)
-                        continue
-                checkpoint_prefill(self.manager, r)  # the prefix tree takes the committed prefix
 
     def _end_step(self) -> None:
         self.decoding.filter()  # requests that finished or were retracted this step
