@@ -30,9 +30,8 @@ the requests its in-flight result finishes leave it). All but the chunk come dow
 request left the running set since the last pass" here (Scheduler._leave). Under
 overlap the decode result that finishes a request lands after the next pass was planned
 (event_loop_overlap), in SGLang and in kvbench alike, so the pass after that one is the
-first to see the leave in both. A prefill result under overlap lands a step later in
-SGLang than in kvbench (docs/conform.md), so a request whose first output is its last
-clears the flag one step earlier here.
+first to see the leave in both; so does a prefill result's (mini_engine.prefill_step),
+which finishes a request whose first output is its last.
 
 SGLang also clears the flag at every pass for hybrid SWA models and under priority
 preemption; kvbench's SWA pools take SGLang's SWA budget (mini_engine.prefill_memory_swa)

@@ -105,6 +105,17 @@ class DecodeBatch:
             self.arrays.filter(keep)
             self._match([])
 
+    def took_output(self, reqs: list[Request]) -> None:
+        """A prefill result that landed late (overlap) gave these requests their first output:
+        those that joined the arrays before it have one remaining output less there."""
+        if self.arrays is None:
+            return
+        live = [r for r in reqs if r.kv is not None]
+        pos = self.positions(live)
+        joined = [r for r, at in zip(live, pos.tolist()) if at >= 0 and self.reqs[at] is r]
+        if joined:
+            self.left_rows[rows_of(joined)] -= 1
+
     def positions(self, reqs: list[Request]) -> np.ndarray:
         """Each request's position in the arrays, by rid (-1: not there)."""
         if reqs == self.reqs:

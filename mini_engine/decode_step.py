@@ -42,7 +42,7 @@ _OUTPUTS = attrgetter("outputs")
 
 class DecodeStep:
     def __init__(self, cfg: EngineConfig, *, manager: KVManager, sched: Scheduler, backend: Backend,
-                 builder: BatchBuilder, stats: Stats, batch: DecodeBatch, tally: Tally):
+                 builder: BatchBuilder, stats: Stats, batch: DecodeBatch, tally: Tally, prefill=None):
         self.cfg = cfg
         self.manager = manager
         self.sched = sched
@@ -51,6 +51,9 @@ class DecodeStep:
         self.stats = stats
         self.batch = batch
         self._tally = tally  # decoding requests' step counters, by row
+        # The prefill step (mini_engine.prefill_step), whose result in flight lands where a decode
+        # result would: after this step's plan (overlap; at most one of the two is in flight).
+        self.prefill = prefill
         # What every decode step asks of the config (its properties look the algorithm up each time).
         self._spec, self._most = cfg.speculative, cfg.max_accept
         # Overlap scheduling (mini_engine.overlap): a decode step's result lands after the
@@ -140,10 +143,17 @@ class DecodeStep:
         return self.batch.releases == self._launch[0]
 
     def _finishing(self, batch: list[Request]) -> list[Request]:
-        """finishing_in_flight over the batch, read from the rows' remaining outputs."""
+        """finishing_in_flight over the batch, read from the rows' remaining outputs; with a
+        prefill result in flight, the batch's requests whose first output is their last."""
         inflight = self.inflight
-        if inflight is None or not self.skip_finishing:
+        if not self.skip_finishing:
             return []
+        if inflight is None:
+            pending = self.prefill.inflight if self.prefill is not None else None
+            if pending is None:
+                return []
+            ids = {id(r) for r in pending.finishing()}
+            return [r for r in batch if id(r) in ids] if ids else []
         if not self._all_live():
             return finishing_in_flight(batch, inflight)
         left = self.batch.left_rows[self._launch[1]]
@@ -228,7 +238,9 @@ class DecodeStep:
         return self._lag
 
     def land(self) -> bool:
-        """Process the in-flight decode result, if any (overlap). True when one landed."""
+        """Process the result in flight, decode or prefill, if any (overlap). True when one landed."""
+        if self.prefill is not None and self.prefill.land():
+            return True
         inflight, self.inflight = self.inflight, None
         if inflight is None:
             return False

@@ -96,11 +96,11 @@ class Engine:
         # The running decode batch's host arrays, and the decode step that plans, runs and lands it.
         self.decoding = DecodeBatch(self.manager, self.auditor, step_reserve=self.sched.step_reserve,
                                     page_size=cfg.page_size)
+        self.prefiller = PrefillStep(cfg, manager=self.manager, sched=self.sched, backend=self.backend,
+                                     builder=self.batches, stats=self.stats, batch=self.decoding)
         self.decoder = DecodeStep(cfg, manager=self.manager, sched=self.sched, backend=self.backend,
                                   builder=self.batches, stats=self.stats, batch=self.decoding,
-                                  tally=Tally(self.mem.max_reqs))
-        self.prefiller = PrefillStep(manager=self.manager, sched=self.sched, backend=self.backend,
-                                     builder=self.batches, stats=self.stats)
+                                  tally=Tally(self.mem.max_reqs), prefill=self.prefiller)
         self.step_no = 0
         self.error: str | None = None
         self.halted: str | None = None  # why the modelled SGLang cannot go on (SGLangHalts), if it cannot
@@ -273,6 +273,7 @@ class Engine:
         """Run one step: RAN, STALLED (no progress, the step still counts) or EXHAUSTED."""
         self.auditor.step = self.manager.step = self.step_no  # stamps event violations
         aborted = self.sched.aborted
+        self.prefiller.stash()  # overlap: the last prefill's mid-prompt chunks, checkpointed before this pass
         try:
             chunks, arrivals = self.sched.admit()
         except SGLangHalts as err:  # SGLang stops there (an assertion) or idles for ever
@@ -283,7 +284,7 @@ class Engine:
             self._transfer(arrivals)
             progress = True
         if chunks:
-            # Overlap: the prefill was planned (admitted) before the decode result in flight lands.
+            # Overlap: the prefill was planned (admitted) before the result in flight, decode or prefill, lands.
             self.decoder.land()
             self.prefiller.run(chunks)
             progress = True

@@ -30,6 +30,10 @@ def test_idle_time_jumps_to_the_next_arrival():
     engine = Engine(EngineConfig(pool_tokens=4096))
     engine.submit([Request(rid=0, prompt=[1, 2], max_new_tokens=1, arrival_step=50)])
     assert engine.tick() is StepOutcome.RAN and engine.step_no == 51
+    # Under overlap (the profile's default) the prefill's result, its one output, lands in a
+    # step of its own, after the next pass found nothing to run (SGLang's event_loop_overlap).
+    assert not engine.requests[0].outputs
+    assert engine.tick() is StepOutcome.RAN and engine.step_no == 52 and engine.requests[0].outputs
     assert engine.tick() is StepOutcome.IDLE
 
 
@@ -45,7 +49,8 @@ def test_leaks_end_in_exhausted():
 
 
 def test_a_decode_batch_retracted_whole_is_stalled_and_the_step_counts(monkeypatch):
-    engine = Engine(EngineConfig(pool_tokens=4096))
+    # Overlap off: under overlap the prefill's result is still in flight, and its landing is progress.
+    engine = Engine(EngineConfig(pool_tokens=4096, overlap=False))
     engine.submit([Request(rid=0, prompt=[1, 2, 3], max_new_tokens=4)])
     assert engine.tick() is StepOutcome.RAN  # the prefill
     monkeypatch.setattr(engine.sched, "reserve_decode", lambda batch, wait=False, lag=None: [])

@@ -8,7 +8,11 @@ the page-aligned 576 + 127 computed tokens; the 16th token of each last page is 
 computed, so that page is freed). ``--disable-radix-cache`` (kvbench's chunk cache)
 peaks at 16 x 44 = 704 and frees everything. Assumptions where the issue leaves them
 open: the requests arrive together (or one per step: same figures), chunked prefill
-8192, max_running 256, every request runs its 128 outputs.
+8192, max_running 256, every request runs its 128 outputs, and SGLang's synchronous loop
+(--disable-overlap-schedule): under its default overlap loop a prefill's result, which
+checkpoints the shared prompt, lands after the next batch is admitted
+(test_prefill_overlap.py), so a request admitted in the step after the first matches
+nothing.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ def shared_prefix_requests(n=16, shared=512, own=64, out=128, stagger=0, seed=0)
 
 
 def run(prefix_cache: str, **kw):
+    kw.setdefault("overlap", False)
     cfg = EngineConfig(page_size=PS, pool_tokens=4096 * PS, max_context=1024, prefix_cache=prefix_cache,
                        audit="raise", **{k: v for k, v in kw.items() if k != "stagger"})
     engine = Engine(cfg)
@@ -56,6 +61,14 @@ def test_staggered_arrivals_reuse_the_shared_prompt():
     assert s["prefix_hit_tokens"] == 15 * 512
     assert s["prefill_tokens"] == 576 + 15 * 64
     assert s["prefix_hit_rate"] == pytest.approx(15 * 512 / (16 * 576))
+
+
+def test_under_overlap_the_second_arrival_misses_the_first_ones_prompt():
+    # Request 1 is admitted in step 1, before request 0's prefill result checkpoints the
+    # shared prompt (event_loop_overlap); requests 2-15 find it in the tree.
+    _, s = run("radix", stagger=1, overlap=True)
+    assert s["prefix_hit_tokens"] == 14 * 512
+    assert s["prefill_tokens"] == 2 * 576 + 14 * 64
 
 
 def test_chunk_cache_peaks_at_704_and_frees_everything():
