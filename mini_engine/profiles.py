@@ -58,7 +58,8 @@ Knobs, with SGLang 0.5.23's values first:
                          mini_engine.prefill_memory_swa; PD arrivals: the
                          decode side's prealloc budget, mini_engine.pd_budget), and
                          each request's output clipped at arrival to what an
-                         empty pool holds (pool_sizing.output_cap);
+                         empty pool holds (pool_sizing.output_cap), and DFLASH's
+                         min-free-slots delay (mini_engine.admission_delay);
                          "estimate":
                          kvbench's whole-page estimate with the decaying new-token
                          ratio (the designs keep it).

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mini_engine.admission_delay import delayed, min_free_slots
 from mini_engine.admission_gate import AdmissionGate
 from mini_engine.chunk_budget import ChunkBudget
 from mini_engine.config import EngineConfig
@@ -60,6 +61,9 @@ class Scheduler:
         self._planned: list[tuple[Request, int]] = []  # admit's chunks (request, end), allocated at its end
         self.last_memory: PrefillMemory | None = None  # the last batch's memory budget (SGLang's admission rule)
         self.gate = AdmissionGate(self.profile.admission == "sglang" and manager.swa is None)
+        # SGLang's min-free-slots delay (mini_engine.admission_delay), part of its admission.
+        self.min_free_slots = (min_free_slots(cfg.max_running, cfg.algo.delays_admission)
+                               if self.profile.admission == "sglang" else None)
 
     # -- queues ------------------------------------------------------------
 
@@ -154,7 +158,10 @@ class Scheduler:
         pd: list[Request] = []
         if not self.waiting:
             return chunks, pd
-        if len(self.running) >= self.cfg.max_running and len(dec) == len(self.running):  # no chunked request
+        # No chunked request (one continuing, or parked) and too few slots: only PD arrivals join.
+        wait = len(dec) == len(self.running) and delayed(
+            self.min_free_slots, len(dec), min(self.cfg.max_running - len(dec), self.manager.num_free_rows))
+        if len(self.running) >= self.cfg.max_running and len(dec) == len(self.running) and not wait:
             gate.close()  # get_num_allocatable_reqs <= 0 before the pass
         free = self._free_pages() - self._headroom() - self._planned_pages()
         fresh = []  # the batch's new requests' states, in batch order (their rows: batch_rows)
@@ -169,8 +176,8 @@ class Scheduler:
                 break
             r = self.waiting[0]
             fresh_pd = r.is_pd and not r.outputs
-            if gate.shut and not fresh_pd:
-                break  # batch_is_full: only the chunked request went on (_get_new_batch_prefill_raw)
+            if (gate.shut or wait) and not fresh_pd:
+                break  # batch_is_full or the delay: only the chunked request went on (_get_new_batch_prefill_raw)
             # The prefix tree's match (SGLang's init_next_round_input before add_one_req; a PD
             # arrival's: the decode side's, under pd_radix).
             match = pd_prefix_match(self.manager, r) if fresh_pd else prefix_match(self.manager, r)

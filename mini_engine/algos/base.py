@@ -57,6 +57,9 @@ class Algorithm:
     # step stale? Not for plain decode: SGLang's alloc_for_decode advances the length
     # when it allocates (mini_engine.overlap).
     stale_under_overlap = False
+    # Does SGLang delay this algorithm's fresh admissions until a few running slots are free
+    # (MinFreeSlotsDelayer, on by itself for the DFLASH family)? mini_engine.admission_delay.
+    delays_admission = False
 
     def resolve(self, cfg: EngineConfig) -> None:
         """Fill this algorithm's defaults into cfg and validate them (ConfigError on bad input)."""

@@ -22,6 +22,7 @@ class DFlash(Speculative):
                group="dflash"),
     )
     draft_axis = "block_size"
+    delays_admission = True  # SGLang's spec_algorithm.is_dflash_family()
 
     def resolve(self, cfg: EngineConfig) -> None:
         if cfg.block_size is None:
