@@ -256,7 +256,7 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     if part is not None:
         chosen += (f", shard {part['index']}/{part['count']}: {len(only)} configs, expected {part['expected_s']:.1f} s "
                    f"by {part['source']}")
-    console.print(f"kvbench sweep {suite.name}: {len(suite.configs)} configs{chosen}, {jobs} worker(s), profile {hw.profile}, "
+    console.print(f"kvbench sweep {suite.name}: {len(suite.configs)} configs{chosen}, {jobs} worker(s), hardware {hw.profile}, "
                   f"run {run_dir.run_id}" + (f" (resuming, {done_before} done)" if opts.resume else ""))
     if order := devices.check_order():  # before the live progress, which would overdraw it
         err_console.print(order, markup=False, soft_wrap=True)

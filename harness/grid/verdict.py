@@ -38,6 +38,7 @@ from harness.view.mlflow_log import client
 
 WORST_FIRST = ("regressed", "changed", "improved", "clean")
 TAG = "kvbench.compare"
+MOVED = "kvbench.moved"  # the worst roll-up line: what moved, by how much, where
 NOTE, NOTE_RULE = "mlflow.note.content", "\n\n---\n\n"  # the parent's description: the verdict, a rule, the rest
 
 
@@ -82,6 +83,14 @@ class Judgement:
             printed[moves] = against
             out += rollup_lines(report.findings, report.configs, fmt)[1:9]
         return out
+
+    def headline(self) -> str:
+        """The first roll-up line of the first reference that moved ("" when none did)."""
+        for _, report in self.reports:
+            lines = rollup_lines(report.findings, report.configs)[1:]
+            if lines:
+                return lines[0].strip()[:500]
+        return ""
 
     def note(self) -> str:
         """The verdict for the MLflow parent's description, the page a red run opens on:
@@ -189,6 +198,8 @@ def tag_parent(uri: str, parent: str, j: Judgement, files: list[Path], fail: boo
         note = cl.get_run(parent).data.tags.get(NOTE, "")
         kept = note.split(NOTE_RULE, 1)[-1]  # a judged-again parent replaces its verdict, keeps the rest
         cl.set_tag(parent, NOTE, j.note() + NOTE_RULE + kept)
+        # A tag shows on the run page's first screen; the description is below it.
+        cl.set_tag(parent, MOVED, j.headline() or "nothing moved")
     for path in files:
         cl.log_artifact(parent, str(path), artifact_path="compare")
     if fail and (j.regressed or j.unjudged):

@@ -74,6 +74,8 @@ def test_a_planted_reservation_change_turns_the_night_red_and_its_fix_is_improve
     note = parent.data.tags["mlflow.note.content"]
     assert note.startswith("**Verdict: regressed.**") and "`peak_reserved_slots` regressed +" in note
     assert "in 3 configs" in note and "Sweep n2 of suite judged" in note
+    moved = parent.data.tags["kvbench.moved"]  # on the first screen: the worst roll-up line
+    assert " regressed +" in moved and moved.endswith("in 3 configs: every config"), moved
     names = {a.path for a in cl.list_artifacts(parent.info.run_id, "compare")}
     assert names == {"compare/compare.md", "compare/report.html"}
     md = (results_root / "runs" / "n2" / "compare.md").read_text()
