@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any
 
+from harness.core.kv_units import derive
 from harness.core.options import options as schema_options
 from harness.core.safe_write import check_target, write_text
 from harness.core.workload_options import APPLIES
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     row = leak_verdict(_run_on(args, options))
     if args.json:
         write_text(args.json, json.dumps(row, indent=1) + "\n", "--json")
-    print_summary(row)
+    print_summary(row, shape_bytes(row, args.capacity) if capacity is not None else None)
     if capacity is not None:
         print_capacity(*capacity)
     return 0 if row["status"] == "ok" else 1
@@ -139,7 +140,17 @@ def print_capacity(title: str, heads: list[str], rows: list[list[str]]) -> None:
     Console(highlight=False).print(table)
 
 
-def print_summary(row: dict[str, Any]) -> None:
+def shape_bytes(row: dict[str, Any], shape: str) -> tuple[str, int] | None:
+    """(shape, peak KV bytes held) in the shape --capacity names, for a run that loaded no
+    model (model none counts token slots only): the bytes are known once a shape is."""
+    m, cfg = row.get("metrics") or {}, row.get("config") or {}
+    if not shape or m.get("peak_kv_bytes_held") is not None:
+        return None
+    held = derive({**cfg, "model": shape}, m, row.get("series")).get("peak_kv_bytes_held")
+    return (shape, held) if held is not None else None
+
+
+def print_summary(row: dict[str, Any], shaped: tuple[str, int] | None = None) -> None:
     from rich.console import Console  # rich: only this command loads it, not the parser
     from rich.table import Table  # rich: only this command loads it, not the parser
 
@@ -166,7 +177,8 @@ def print_summary(row: dict[str, Any]) -> None:
          f"{m.get('peak_tokens_used', '-')} ({m.get('peak_pages_used', '-')})"),
         ("prefix tree after drain: token slots (evictable) / hit rate",
          f"{m.get('tree_tokens', '-')} ({m.get('tree_evictable_tokens', '-')}) / {_num(m.get('prefix_hit_rate'), 3)}"),
-        ("peak KV held, both pools", _mib(m.get("peak_kv_bytes_held"))),
+        ("peak KV held, both pools", _mib(m.get("peak_kv_bytes_held")) if shaped is None
+         else f"{_mib(shaped[1])} (in {shaped[0]}'s shape, from --capacity)"),
         ("peak reserved-unwritten slots", m.get("peak_reserved_slots")),
         ("stranded slots (peak / sum)", f"{m.get('peak_stranded_slots', '-')} / {m.get('stranded_slots_sum', '-')}"),
         ("leaked token slots (measured / predicted)",

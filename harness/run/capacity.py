@@ -128,6 +128,6 @@ def for_run(options: dict[str, Any], shape: str, gpu_mem: float | None) -> tuple
     frac = full.get("mem_fraction") or DEFAULT_FRACTION
     title = (f"capacity: requests of {context} tokens that fit, {model} ({c.kv_bytes_per_token:,} KV bytes a token, "
              f"{c.weight_bytes / GiB:.2f} GiB of weights), mem_fraction {frac:g}, spec {full.get('spec')}, "
-             f"profile {full.get('profile')}" + (f", window {full['window']}" if full.get("window") else ""))
+             f"accounting profile {full.get('profile')}" + (f", window {full['window']}" if full.get("window") else ""))
     heads, rows = table_rows(caps)
     return title, heads, rows

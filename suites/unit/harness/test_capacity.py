@@ -12,6 +12,8 @@ llama-3.1-8b: 8,029,995,008 params (per layer 4096*4096*2 + 4096*1024*2 + 3*4096
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harness.run.capacity import GiB, capacity, for_run, grid, gpus_of
@@ -82,6 +84,12 @@ def test_kvbench_run_prints_the_table_for_its_own_lengths(cli, capsys):
                "--gpu-mem", "24") == 0
     out = capsys.readouterr().out
     assert "requests that fit" in out and "24 GiB" in out
+    # model none counts token slots; the shape --capacity names gives them bytes on the same screen
+    from harness.core.kv_shape import named
+
+    held = int(re.search(r"peak held: token slots \(pages\)\s*│\s*(\d+)", out).group(1))
+    mib = held * named("llama-3.1-8b").full_bytes / 2**20
+    assert f"{mib:,.2f} MiB (in llama-3.1-8b's shape" in " ".join(out.split()), out
     assert cli("run", "--num-requests", "2", "--gpu-mem", "24") == 2
     assert "--gpu-mem goes with --capacity" in capsys.readouterr().err
 
