@@ -107,6 +107,7 @@ def test_dflash_waits_for_free_slots_in_sglang(reference):
                  "overlap": False})
     assert (c.theirs["prefill_steps"], c.theirs["steps"]) == (4, 28)
     _reported(c)
+    assert c.equal, describe(c)  # the mini engine waits too (mini_engine/admission_delay.py)
 
 
 def test_eagle_runs_on_sglangs_spec_path(reference):
@@ -136,6 +137,7 @@ def test_swa_prefill_result_lands_late_in_sglang(reference):
     c = compare({**SWA_SESSIONS, "overlap": True})
     assert c.theirs["peak_swa_pages_held"] == 160
     _reported(c)
+    assert c.equal, describe(c)  # the mini engine's checkpoint lands late too (prefill_step.py)
 
 
 def test_swa_chunk_cache_equal(reference):
