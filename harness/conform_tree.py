@@ -16,7 +16,10 @@ trace's ``tree`` record says so):
 and compares:
 
 * match: the matched length;
-* insert: the length already cached (``prefix_len``); on 0.5.23 also the duplicates
+* insert: the length already cached (``prefix_len``) and the record's
+  ``prev_prefix_len``, which must be the request's locked prefix on SGLang's tree
+  (mini_engine/memory/held_prefix.py: its match, then the node each insert ended on;
+  the prompt split's own key length); on 0.5.23 also the duplicates
   the insert frees itself (the request's own copies of what the tree held, past the
   record's ``prev_prefix_len``: one free per node it walked), against kvbench's
   ``free_pages`` records after the insert, call by call, where kvbench's were not
@@ -48,6 +51,7 @@ from harness.conform_swa_tree import unified_tree
 from harness.conform_versions import full_tree_is_unified
 from harness.core.causes import one_line
 from harness.sglang_radix import matched_len, radix_cache, radix_namespace
+from mini_engine.memory.held_prefix import HeldPrefix
 from mini_engine.memory.tree_trace import TokenStore, insert_slots
 
 _classes = functools.cache(radix_namespace)  # compiled once a process, as SGLang imports once
@@ -162,6 +166,7 @@ class TreeConform:
         self.freed = _Freed(page_size)
         self.frees: list[list[int]] = []  # the full pool's free_pages calls since the last tree call
         self.dedup: tuple[dict, list[list[int]]] | None = None  # the last insert's record and its own frees
+        self.held = HeldPrefix()  # what each insert's prev_prefix_len must be
 
     def saw_free(self, rec: dict) -> None:
         """An allocator free of the trace (conform.py): an eviction's frees come just before it."""
@@ -179,6 +184,7 @@ class TreeConform:
         if op == "tree":
             kind = FullUnified if full_tree_is_unified(self.sg.version) else FullRadix
             self.tree, self.nodes = kind(self.sg, self.ps, self.freed, rec["bigram"]), {}
+            self.held.reset()
             return None
         if self.tree is None:
             raise ValueError("a tree call before the trace's tree record")
@@ -186,6 +192,8 @@ class TreeConform:
         if found is not None:
             return found
         self.calls += 1
+        if op not in ("match", "insert"):
+            self.held.other(op)
         try:
             found = getattr(self, "_" + op)(rec)
         except (RuntimeError, AssertionError, IndexError) as err:  # SGLang's tree refused the call itself
@@ -219,14 +227,17 @@ class TreeConform:
     def _match(self, rec: dict):
         node, got = self.tree.match(self.tokens.raw(rec))
         self.nodes[rec["node"]] = node
+        self.held.matched(rec.get("rid"), got)
         if got != rec["matched"]:
             return f"matched (rid {rec['rid']}, {rec['len']} tokens)", rec["matched"], got
         return None
 
     def _insert(self, rec: dict):
         self.freed.take()
-        node, got = self.tree.insert(self.tokens.raw(rec), insert_slots(rec, self.ps), rec.get("prev_prefix_len", 0))
+        slots = insert_slots(rec, self.ps)
+        node, got = self.tree.insert(self.tokens.raw(rec), slots, rec.get("prev_prefix_len", 0))
         self.nodes[rec["node"]] = node
+        want = self.held.inserted(rec["rid"], len(slots), len(self.tree.path(node)))
         theirs = self.freed.take()
         # Only a tree that frees its insert's duplicates itself (0.5.23's); 0.5.18's RadixCache
         # leaves them to its caller. Older traces lack prev_prefix_len: not checked.
@@ -234,6 +245,8 @@ class TreeConform:
             self.dedup = (rec, theirs)
         if got != rec["cached"]:
             return f"cached (rid {rec['rid']}, {rec['len']} tokens)", rec["cached"], got
+        if want is not None and rec.get("prev_prefix_len", want) != want:
+            return f"prev_prefix_len (rid {rec['rid']}, {rec['len']} tokens)", rec["prev_prefix_len"], want
         return None
 
     def _lock(self, rec: dict):

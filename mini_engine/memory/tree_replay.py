@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mini_engine.memory.held_prefix import HeldPrefix
 from mini_engine.memory.radix_cache import RadixCache, RadixNode
 from mini_engine.memory.tree_trace import TokenStore, evicted_pages, insert_slots, tree_key
 
@@ -23,6 +24,7 @@ class TreeReplay:
         self.tokens = TokenStore()
         self.nodes: dict[int, RadixNode] = {}  # the recorded node id -> this tree's node
         self._freed: list[np.ndarray] = []
+        self.held = HeldPrefix()  # what each insert's prev_prefix_len must be
 
     def check(self, rec: dict) -> list[tuple[str, object, object]]:
         """(field, recorded, got) of each mismatch; ValueError when the record cannot be run
@@ -31,6 +33,7 @@ class TreeReplay:
         if op == "tree":
             self.tree = RadixCache(self.ps, free=self._freed.append)
             self.bigram, self.nodes = rec["bigram"], {}
+            self.held.reset()
             return []
         if op == "tokens":
             self.tokens.add(rec)
@@ -38,14 +41,19 @@ class TreeReplay:
         tree = self.tree
         if tree is None:
             raise ValueError("a tree call before the trace's tree record")
+        if op not in ("match", "insert"):
+            self.held.other(op)
         if op == "match":
             slots, node = tree.match_prefix(tree_key(self.tokens.raw(rec), self.bigram))
             got = {"matched": len(slots), "node": node.id}
             self.nodes[rec["node"]] = node
+            self.held.matched(rec.get("rid"), len(slots))
         elif op == "insert":
             cached = tree.insert(tree_key(self.tokens.raw(rec), self.bigram), insert_slots(rec, self.ps))
             got = {"cached": cached, "node": tree.last_node.id}
             self.nodes[rec["node"]] = tree.last_node
+            want = self.held.inserted(rec["rid"], len(insert_slots(rec, self.ps)),
+                                      len(tree.path_slots(tree.last_node)))
         elif op == "lock":
             got = {"delta": tree.inc_lock_ref(self._node(rec))}
         elif op == "unlock":
@@ -60,10 +68,9 @@ class TreeReplay:
                                                                self.ps)}
         got.update(evictable=tree.evictable_size, protected=tree.protected_size)
         found = [(k, rec[k], v) for k, v in got.items() if rec[k] != v]
-        if op == "insert" and rec.get("prev_prefix_len", 0) > got["cached"]:
-            # The request's locked prefix is in the tree (a lock keeps it from eviction), so
-            # the insert finds at least that much cached: a larger one was never the lock's.
-            found.append(("prev_prefix_len", rec["prev_prefix_len"], f"at most {got['cached']} (the cached prefix)"))
+        if op == "insert" and want is not None and "prev_prefix_len" in rec and rec["prev_prefix_len"] != want:
+            # SGLang's prev_prefix_len is the request's locked prefix (held_prefix.py).
+            found.append(("prev_prefix_len", rec["prev_prefix_len"], want))
         return found
 
     def _node(self, rec: dict) -> RadixNode:
