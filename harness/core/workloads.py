@@ -2,7 +2,9 @@
 
 * fixed:     every request has input_len prompt tokens and output_len new tokens.
 * uniform:   nano-vllm's benchmark shape: input and output lengths uniform in
-             [min_len, input_len] and [min_len, output_len] (defaults 100..1024).
+             [min_len, input_len] and [min_len, output_len] (defaults 100..1024); a
+             min_len above output_len makes every output output_len (prompts of one
+             range, outputs of one length), above input_len it is refused (check_given).
 * lognormal: long-tailed lengths with medians input_len / output_len and shape
              sigma, clipped to [1, 8 x median]: a few very long requests among many short.
 * pd:        the uniform shape, but a pd_fraction of the requests arrive already

@@ -43,3 +43,17 @@ def test_a_suite_refuses_them_when_it_loads(tmp_path, capsys, monkeypatch, axis,
                      f"[axes]\npage_size = [1, 16]\n{axis}\n")
     code, out, err = cli(["sweep", suite, "--list"], capsys)
     assert code == 2 and not out and len(err) == 1 and words in err[0], (out, err)
+
+
+@pytest.mark.parametrize("workload", ["uniform", "pd"])
+def test_min_len_above_output_len_fixes_the_outputs(workload):
+    """Not refused: min_len bounds both draws, so one above output_len (below input_len) gives
+    prompts in [min_len, input_len] and every output output_len, as the evict-floor fault
+    test asks with min_len = input_len (prompts of one length, outputs of another)."""
+    from harness.core.workloads import WorkloadConfig, make_requests
+
+    wl = WorkloadConfig(workload=workload, num_requests=64, input_len=64, output_len=16, min_len=40)
+    reqs = make_requests(wl, seed=0)
+    assert {r.max_new_tokens for r in reqs} == {16}
+    lens = {len(r.prompt) for r in reqs}
+    assert min(lens) >= 40 and max(lens) <= 64 and len(lens) > 1
