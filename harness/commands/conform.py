@@ -42,6 +42,9 @@ with its quantity. Exit 0 equal, 1 a difference, 2 a config the reference does n
 support or SGLang missing (one line)."""
 
 
+OWN = ("engine",)  # conform's --engine compares both engines: not the run option
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "conform", help="replay allocation traces on SGLang's own allocator and sizing code",
@@ -54,7 +57,7 @@ def register(subparsers) -> None:
     p.add_argument("--suite", metavar="NAME",
                    help="with --engine: every config of this suite the reference supports (the others are listed "
                         "with the reason)")
-    add_option_flags(p)
+    add_option_flags(p, skip=OWN)
     p.set_defaults(func=run)
 
 
@@ -75,12 +78,12 @@ def _engines(args: argparse.Namespace) -> int:
     from harness.reference.compare import compare, compare_suite, describe
 
     if args.suite is None:
-        c = compare(options_from_args(args))
+        c = compare(options_from_args(args, skip=OWN))
         print(describe(c))
         return 0 if c.equal else 1
     from harness.grid.suites import load_suite  # pydantic: only --suite reads a suite file
 
-    options = options_from_args(args)
+    options = options_from_args(args, skip=OWN)
     if options:
         raise ConfigError("--suite takes its configs from the suite file; give it no --config or option flags")
     status, compared, skipped = 0, 0, collections.Counter()

@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any
 
+from harness.core.engine_option import engine_of
 from harness.core.kv_units import derive
 from harness.core.options import options as schema_options
 from harness.core.safe_write import check_target, write_text
@@ -23,13 +24,13 @@ from harness.run.runner import load_config_file, run_config
 from mini_engine.errors import ConfigError
 
 
-ENGINES = ("mini", "sglang")
-
-
-def add_option_flags(p: argparse.ArgumentParser) -> None:
-    """One flag per option of the schema (harness/core/options.py): the engine's, then the workload's."""
+def add_option_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """One flag per option of the schema (harness/core/options.py): the engine's, then the workload's
+    (``skip``: options the command spells its own way)."""
     engine, workload = p.add_argument_group("engine"), p.add_argument_group("workload")
     for o in schema_options():
+        if o.name in skip:
+            continue
         where = workload if o.group == "workload" else engine
         help_ = o.help + ("" if o.default is None else f" (default {o.default})")
         if o.type is bool:
@@ -42,9 +43,6 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="run one engine configuration",
                               description="Run one engine configuration and print its accounting summary.")
     p.add_argument("--config", metavar="FILE", help="TOML file of options (flags override it)")
-    p.add_argument("--engine", choices=ENGINES, default="mini",
-                   help="mini: kvbench's engine; sglang: the installed SGLang's own scheduler loop with a "
-                        "stand-in forward (the reference, docs/reference.md; full attention, plain decoding)")
     add_option_flags(p)
     out = p.add_argument_group("output")
     out.add_argument("--json", metavar="FILE", help="write the result row as JSON")
@@ -58,9 +56,12 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+def options_from_args(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The config: --config's options, the flags over them (``skip``: as add_option_flags)."""
     options: dict[str, Any] = load_config_file(args.config) if args.config else {}
     for o in schema_options():
+        if o.name in skip:
+            continue
         value = getattr(args, o.name)
         if value is not None:
             options[o.name] = value
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_on(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
-    if args.engine == "mini":
+    if engine_of(options) == "mini":
         return run_config(options, trace=args.trace, outputs=args.outputs)
     if args.trace or args.outputs or args.capacity is not None:
         raise ConfigError("--engine sglang writes no --trace, --outputs or --capacity (the mini engine's)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.core.engine_option import ENGINE
 from harness.core.workload_options import WORKLOAD
 from harness.core.workloads import WorkloadConfig
 from mini_engine import algos
@@ -33,7 +34,7 @@ _KEY_WORKLOAD = ("workload", "num_requests")
 
 
 def options() -> tuple[Option, ...]:
-    return engine_options() + WORKLOAD
+    return engine_options() + WORKLOAD + (ENGINE,)
 
 
 def by_name() -> dict[str, Option]:
@@ -48,13 +49,13 @@ def short_names() -> dict[str, str]:
 def resolved_defaults() -> dict[str, Any]:
     """Every option's value in a config that sets none (the engine's defaults resolved)."""
 
-    return {**EngineConfig().to_dict(), **WorkloadConfig().to_dict()}
+    return {**EngineConfig().to_dict(), **WorkloadConfig().to_dict(), ENGINE.name: ENGINE.default}
 
 
 def option_names() -> tuple[str, ...]:
-    """Every option a config may set: the engine's, then the workload's."""
+    """Every option a config may set: the engine's, then the workload's, then which engine runs it."""
 
-    return EngineConfig.option_names() + WorkloadConfig.option_names()
+    return EngineConfig.option_names() + WorkloadConfig.option_names() + (ENGINE.name,)
 
 
 def options_of_key(key: str) -> dict[str, str]:

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from harness.core.workloads import WorkloadConfig, make_workload
 from harness.reference import loader
 from harness.reference.run import UnsupportedByReference, check_supported, run_reference
-from harness.run.runner import split_config
+from harness.run.runner import config_key, split_config
 from mini_engine.sessions import engine_for
 
 # The totals compared (the metric names both rows carry).
@@ -75,7 +75,7 @@ def compare(config: dict[str, Any]) -> Comparison:
     t0 = time.perf_counter()
     ref = run_reference(config)
     mini, steps = mini_steps(config)
-    out = Comparison(key=ref["key"], seconds=time.perf_counter() - t0)
+    out = Comparison(key=config_key(config), seconds=time.perf_counter() - t0)  # the options, on both engines
     if ref["status"] == "failed":
         out.error = ref["error"].splitlines()[0]
         return out

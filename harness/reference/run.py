@@ -13,6 +13,7 @@ import time
 import traceback
 from typing import Any
 
+from harness.core.engine_option import without_engine
 from harness.core.errors import HarnessError
 from harness.core.kv_units import derive
 from harness.core.workloads import WorkloadConfig, make_workload
@@ -20,7 +21,7 @@ from harness.reference import loader
 from harness.reference.driver import Driver
 from harness.reference.scheduler import build
 from harness.reference.spec import SUPPORTED as SPECS, spec_of
-from harness.run.runner import run_config, split_config
+from harness.run.runner import config_key, run_config, split_config
 from mini_engine.pool_sizing import swa_pages
 from mini_engine.spec.acceptance import Acceptance
 
@@ -59,14 +60,17 @@ def run_reference(config: dict[str, Any]) -> dict[str, Any]:
     cfg, wl = split_config(config)
     check_supported(cfg, wl, loader.SUPPORTED[0])  # before the import: load() refuses any other release
     sg = loader.load()
-    mini = run_config(config, outputs=True)  # the output ids the stand-in forward returns
+    mini = run_config(without_engine(config), outputs=True)  # the output ids the stand-in forward returns
     if mini["status"] == "failed":
         raise UnsupportedByReference(f"the mini engine's run of this config failed, so there are no output ids "
                                      f"to replay: {mini['error']}")
     outputs = {o["rid"]: o["output"] for o in mini["outputs"]}
     work = make_workload(WorkloadConfig(**wl), cfg.seed, max_context=cfg.max_context)
     overlap, radix = cfg.rules.overlap, cfg.rules.prefix_cache == "radix"
-    row: dict[str, Any] = {"key": mini["key"], "config": mini["config"], "engine": ENGINE,
+    # engine=sglang in the key and the config: a reference row is never keyed, compared or
+    # baselined as the mini engine's row of the same options.
+    row: dict[str, Any] = {"key": config_key({**config, "engine": ENGINE}),
+                           "config": {**mini["config"], "engine": ENGINE}, "engine": ENGINE,
                            "sglang_version": sg.version, "metrics": {}, "series": {}, "violations": {},
                            "violation_samples": [], "status": "failed", "error": None}
     spec = spec_of(cfg)

@@ -14,6 +14,7 @@ import traceback
 from contextlib import nullcontext
 from typing import Any
 
+from harness.core.engine_option import ENGINE, engine_of, without_engine
 from harness.core.errors import UsageError
 from harness.core.kv_units import derive
 from harness.core.options import config_key as key_of
@@ -46,13 +47,15 @@ def split_config(config: dict[str, Any]) -> tuple[EngineConfig, dict[str, Any]]:
     engine_names = set(EngineConfig.option_names())
     workload_names = set(WorkloadConfig.option_names())
     engine, workload = {}, {}
-    for key, value in _normalise(config).items():
+    config = _normalise(config)
+    engine_of(config)  # which engine runs it: validated here, held by neither config
+    for key, value in without_engine(config).items():
         if key in engine_names:
             engine[key] = value
         elif key in workload_names:
             workload[key] = value
         else:
-            allowed = ", ".join(sorted(engine_names | workload_names))
+            allowed = ", ".join(sorted(engine_names | workload_names | {ENGINE.name}))
             raise ConfigError(f"unknown option {key!r} (allowed: {allowed})")
     cfg = EngineConfig.from_dict(engine)
     if cfg.model != "none" and "prompt_vocab" not in workload and "prompts" not in workload:
@@ -67,8 +70,9 @@ def split_config(config: dict[str, Any]) -> tuple[EngineConfig, dict[str, Any]]:
 
 
 def resolved_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Every option's value, the engine that runs it included."""
     cfg, wl = split_config(config)
-    return {**cfg.to_dict(), **wl}
+    return {**cfg.to_dict(), **wl, ENGINE.name: engine_of(_normalise(config))}
 
 
 def config_key(config: dict[str, Any]) -> str:
@@ -91,6 +95,8 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
     from mini_engine.engine import open_trace  # numpy: the memory layer loads only when a run starts
     from mini_engine.sessions import engine_for  # numpy: optional, loaded only on this path
 
+    if engine_of(_normalise(config)) != ENGINE.default:  # the reference's own path (harness/reference/run.py)
+        raise ConfigError(f"run_config runs the mini engine; engine={engine_of(_normalise(config))} is run by its own path")
     cfg, wl = split_config(config)
     full = {**cfg.to_dict(), **wl}
     row: dict[str, Any] = {

@@ -231,15 +231,18 @@ def test_a_step_count_difference_is_listed_once():
 
 
 def test_run_writes_a_row_of_the_mini_engines_format(reference, tmp_path, capsys):
-    from harness.run.runner import run_config
+    from harness.run.runner import config_key, run_config
 
     out = tmp_path / "row.json"
     args = ["run", "--engine", "sglang", "--workload", "uniform", "--num-requests", "4", "--input-len", "64",
             "--output-len", "8", "--json", str(out)]
     assert main(args) == 0
     row = json.loads(out.read_text())
-    mini = run_config({"workload": "uniform", "num_requests": 4, "input_len": 64, "output_len": 8})
-    assert (row["engine"], row["sglang_version"], row["key"]) == ("sglang", reference.version, mini["key"])
+    given = {"workload": "uniform", "num_requests": 4, "input_len": 64, "output_len": 8}
+    mini = run_config(given)
+    # engine=sglang in its key: never the mini engine's row (or baseline) of the same options
+    assert (row["engine"], row["sglang_version"]) == ("sglang", reference.version)
+    assert row["key"] == config_key({**given, "engine": "sglang"}) != mini["key"]
     assert set(mini["series"]) <= set(row["series"])
     assert {len(v) for v in row["series"].values()} == {row["metrics"]["steps"]}
     missing = {"steps", "peak_pages_held", "peak_pages_used", "prefix_hit_tokens", "peak_tokens_held"} - set(row["metrics"])
