@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.core.engine_option import ENGINES
 from harness.run import hardware
 from harness.store.results import results_root
 from harness.view.mlflow_store import tracking_uri
@@ -38,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard", metavar="I/N", help="run shard I of N (counted from 1: 1/4 .. 4/4) of the suite, split "
                                                   "by the last night's durations; every shard of a night takes the "
                                                   "same --run-id, kvbench merge joins them")
+    p.add_argument("--engine", choices=ENGINES,
+                   help="run every config on this engine (sglang: SGLang's own scheduler loop, docs/reference.md; "
+                        "the configs it cannot run are left out, counted by reason); default each config's own")
     p.set_defaults(func=run)
 
 
@@ -66,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     return run_sweep(SweepOptions(suite=args.suite, jobs=args.jobs, resume=args.resume, filter=args.filter,
                                   mlflow_uri=args.mlflow_uri, no_mlflow=args.no_mlflow, run_id=args.run_id,
                                   oversubscribe=args.oversubscribe, fail_on_regression=args.fail_on_regression,
-                                  nights=args.nights, shard=args.shard))
+                                  nights=args.nights, shard=args.shard, engine=args.engine))
 
 
 def list_configs(suite_name: str, expr: str | None, shard: str | None = None, nights: str | None = None) -> int:

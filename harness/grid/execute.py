@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core.causes import one_line
+from harness.core.engine_option import engine_of
 from harness.core.errors import HarnessError
 from harness.grid.suites import GridConfig, Suite
 from harness.judge.expect import expectation, judge, leak_verdict
@@ -84,10 +85,19 @@ def resolved(config: dict[str, Any]) -> dict[str, Any]:
         return dict(config)
 
 
+def run_config_on(config: dict[str, Any]) -> dict[str, Any]:
+    """The config's row on its engine: the mini engine, or SGLang's own loop (engine=sglang)."""
+    if engine_of(config) == "sglang":
+        from harness.reference.run import run_reference  # numpy and SGLang: only the reference loads them
+
+        return run_reference(config)  # SGLang's import: once a process (loader.load is cached)
+    return run_config(config)
+
+
 def run_once(config: dict[str, Any]) -> dict[str, Any]:
     try:
         with MemoryProbe() as probe:
-            row = run_config(dict(config))
+            row = run_config_on(dict(config))
         mem = probe.figures()
     except Exception as err:  # the runner records crashes itself; this is the backstop
         try:

@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 
 from harness.core.errors import HarnessError
+from harness.grid.engines import with_engine
 from harness.grid.execute import GridSession, ResultWriteError
 from harness.grid import sigint
 from harness.grid.filter import compile_filter
@@ -80,10 +81,10 @@ def _opt(config: pytest.Config, name: str) -> str | None:
 class WorkerView:
     """What the test-running side knows: the suite, the run, what to deselect."""
     def __init__(self, suite_path: str, run_dir: str, done: list[str], filter_expr: str | None, worker: str,
-                 only: list[str] | None = None):
+                 only: list[str] | None = None, engine: str | None = None):
 
         # Validated by the controller already; collection only needs the configs.
-        self.suite = load_suite(suite_path, validate=False)
+        self.suite = with_engine(load_suite(suite_path, validate=False), engine)  # kvbench sweep --engine
         self.session = GridSession(self.suite, RunDir(Path(run_dir)), None, worker)
         self.done = set(done)
         self.filter = filter_expr
@@ -100,14 +101,15 @@ def pytest_configure(config: pytest.Config) -> None:
             grid = {"suite": str(suite.path), "run_dir": str(Path(tempfile.gettempdir()) / "kvbench-pytest"),
                     "done": [], "filter": _opt(config, "--kvbench-filter")}
         config.stash[VIEW] = WorkerView(grid["suite"], grid["run_dir"], grid["done"], grid["filter"],
-                                        workerinput.get("workerid", "main"), grid.get("only"))
+                                        workerinput.get("workerid", "main"), grid.get("only"), grid.get("engine"))
         return
     controller = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, GridController)), None)
     if controller is None:
         controller = GridController.from_options(config)
         config.pluginmanager.register(controller, "kvbench-grid-controller")
     grid = controller.worker_input()
-    config.stash[VIEW] = WorkerView(grid["suite"], grid["run_dir"], grid["done"], grid["filter"], "main", grid["only"])
+    config.stash[VIEW] = WorkerView(grid["suite"], grid["run_dir"], grid["done"], grid["filter"], "main", grid["only"],
+                                    grid.get("engine"))
 
 
 def _load(name: str, validate: bool = True):
@@ -204,10 +206,11 @@ class GridController:
 
     def __init__(self, suite, run_dir, *, uri: str | None = None, parent: str | None = None,
                  root: Path | None = None, filter_expr: str | None = None, display: Any = None,
-                 only: list[str] | None = None):
+                 only: list[str] | None = None, engine: str | None = None):
 
-        self.suite, self.run_dir, self.filter, self.display = suite, run_dir, filter_expr, display
-        self.only = only  # a shard's test ids (None: the whole suite)
+        self.suite, self.run_dir, self.filter, self.display = with_engine(suite, engine), run_dir, filter_expr, display
+        self.only = only  # a shard's test ids, or those the engine runs (None: the whole suite)
+        self.engine = engine  # kvbench sweep --engine: every config's engine (None: each config's own)
         root = root or results_root()
         experiment = experiment_for({"suite": suite.name, **run_dir.meta()})  # a PR rerun's has its own
         logger = Logger(uri, suite.name, run_dir.run_id, parent, root, experiment) if uri and parent else None
@@ -258,7 +261,7 @@ class GridController:
 
     def worker_input(self) -> dict[str, Any]:
         return {"suite": str(self.suite.path), "run_dir": str(self.run_dir.path), "done": self.done,
-                "filter": self.filter, "only": self.only}
+                "filter": self.filter, "only": self.only, "engine": self.engine}
 
     # -- xdist: the set-up to the workers, their collection, their crashes ---------------
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from harness.core.errors import HarnessError
 from harness.core.safe_write import UnsafeTarget, open_regular
 from harness.grid import sigint
+from harness.grid.engines import skipped_line, unsupported, with_engine
 from harness.grid.filter import compile_filter
 from harness.grid.lifecycle import PROJECT, finish_mlflow, prepare_run, write_run_plots
 from harness.grid.shards import parse_shard, shard_meta
@@ -65,6 +66,7 @@ class SweepOptions:
     fail_on_regression: bool = False  # exit 1 when the run regressed against its baseline or the run before
     nights: str | None = None  # where earlier runs of the suite are (default the results root's runs/)
     shard: str | None = None  # "I/N": this machine's share of the suite (harness.grid.shards)
+    engine: str | None = None  # every config's engine (harness/grid/engines.py); None: each config's own
 
 
 def filter_selects(expr: str):
@@ -170,6 +172,7 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
     if suite.needs_gpu and hw.profile == "cpu":
         raise SuiteError(f"suite {suite.name} needs a CUDA GPU (marks {', '.join(suite.marks)}); this machine has none (profile cpu)")
     suite = load_suite(suite.path)  # validate every config now that the machine can run them
+    check_engine(suite, opts.engine)
     plan = devices.plan_workers(opts.jobs, hw.gpu_ids, uses_gpu=suite.needs_gpu, oversubscribe=opts.oversubscribe)
     check_jobs(opts.jobs, hw.gpu_count)  # after the GPU plan: its refusal names --oversubscribe
     note = lambda m: err_console.print(m, markup=False)  # noqa: E731
@@ -202,6 +205,14 @@ def run_sweep(opts: SweepOptions, *, root: Path | None = None) -> int:
                          f"finish with kvbench sweep {opts.suite} --resume {run_dir.run_id}") from None
     finally:
         lock.release()
+
+
+def check_engine(suite: Suite, engine: str | None) -> None:
+    """Refuse, before a run directory exists, an engine that can run none of the suite's configs."""
+    on = with_engine(suite, engine)
+    skipped = unsupported(on)
+    if on.configs and len(skipped) == len(on.configs):
+        raise SweepError(skipped_line(skipped, len(on.configs)) + "; nothing is left to run")
 
 
 def _forget(run_dir: RunDir) -> None:
@@ -240,17 +251,27 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     from harness.grid.plugin import WRITE_FAILED, GridController  # pytest: optional, loaded only on this path
 
     jobs = plan.jobs
+    # A resumed run goes on with the engine it started on.
+    engine = opts.engine or (run_dir.meta().get("engine") if opts.resume else None)
+    suite = with_engine(suite, engine)
+    skipped = unsupported(suite)
     meta = prepare_run(suite, run_dir, opts.mlflow_uri, jobs=jobs, filter_expr=opts.filter,
                        no_mlflow=opts.no_mlflow, root=root, hw=hw, warn=lambda m: err_console.print(m))
     if part is not None and meta.get("shard") != part:
         meta["shard"] = part  # before any row: a shard's meta.json names its share (kvbench merge checks it)
         run_dir.write_meta(meta)
+    if engine is not None and meta.get("engine") != engine:
+        meta["engine"] = engine  # before any row: --resume goes on with it
+        run_dir.write_meta(meta)
     start_system_metrics(meta.get("mlflow_uri"), meta.get("mlflow_parent"))
     display = Display(console)
     # No parent run: the controller leaves every row for sync (finish_mlflow below).
     only = list(part["configs"]) if part is not None else None
+    if skipped:  # the configs the reference cannot run are left out, each reason counted in one line
+        only = [c.id for c in suite.configs if c.id not in skipped and (only is None or c.id in only)]
+        err_console.print(skipped_line(skipped, len(suite.configs)), markup=False, soft_wrap=True)
     controller = GridController(suite, run_dir, uri=meta.get("mlflow_uri"), parent=meta.get("mlflow_parent"),
-                                root=root, filter_expr=opts.filter, display=display, only=only)
+                                root=root, filter_expr=opts.filter, display=display, only=only, engine=engine)
     done_before = len(controller.done)
     chosen = f" ({selected} selected by --filter)" if selected is not None else ""
     if part is not None:

@@ -215,7 +215,10 @@ def log_row(cl, exp_id: str, parent_id: str, run_id: str, row: dict[str, Any], n
     # the runs table cuts long names to one prefix
     child = cl.create_run(exp_id, tags=tags, run_name=short_name(name), start_time=start)
     cid = child.info.run_id
-    params = [Param(k, ("none" if v is None else str(v))[:PARAM_CHARS]) for k, v in sorted((row.get("config") or {}).items())]
+    # Which engine ran it (the mini engine's rows hold no engine option) and, for SGLang's loop, its release.
+    given = {"engine": row.get("engine", "mini"), **({"sglang_version": row["sglang_version"]} if row.get("sglang_version") else {}),
+             **(row.get("config") or {})}
+    params = [Param(k, ("none" if v is None else str(v))[:PARAM_CHARS]) for k, v in sorted(given.items())]
     metrics = [Metric(k, v, end, 0) for k, v in layout.scalar_metrics(row).items()]
     metrics += [Metric(k, v, end, step) for k, step, v in layout.series_metrics(row)]
     for i in range(0, max(len(params), 1), 100):
