@@ -127,7 +127,9 @@ class Driver:
         for req in batch.reqs:
             nxt = self.next_turns.pop(req.kvbench_rid, None) if req.finished() else None
             if nxt is not None:
-                prompt = [*req.origin_input_ids, *req.output_ids, *nxt.new_tokens]
+                # What the client received: a verify's overshoot past max_new_tokens stays in
+                # output_ids but is cut at finished_len (Req.output_ids_through_stop).
+                prompt = [*req.origin_input_ids, *req.output_ids_through_stop, *nxt.new_tokens]
                 self.pending.append(Request(rid=nxt.rid, prompt=prompt, max_new_tokens=nxt.max_new_tokens,
                                             arrival_step=self.step + 1))
                 self.pending.sort(key=lambda r: (r.arrival_step, r.rid))

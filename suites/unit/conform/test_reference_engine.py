@@ -110,6 +110,18 @@ def test_dflash_waits_for_free_slots_in_sglang(reference):
     assert c.equal, describe(c)  # the mini engine waits too (mini_engine/admission_delay.py)
 
 
+def test_a_next_turn_takes_what_the_client_received_not_the_verify_overshoot(reference):
+    """A verify that accepts past max_new_tokens leaves the overshoot in SGLang's output_ids
+    (finished_len cuts what the client gets). The next turn's prompt is built from what the
+    client received: from output_ids it was 57 tokens longer (prefill_tokens 4184 against
+    the mini engine's 4127) and the two differed from step 14 on."""
+    c = compare({"spec": "dflash", "block_size": 16, "workload": "uniform", "num_requests": 12,
+                 "input_len": 160, "min_len": 40, "output_len": 96, "seed": 7, "page_size": 64, "pool_tokens": 8192, "shared_prefix": 96,
+                 "prefix_groups": 2, "turns": 2, "overlap": False})
+    assert c.theirs["prefill_tokens"] == 4127
+    assert c.equal, describe(c)
+
+
 def test_eagle_runs_on_sglangs_spec_path(reference):
     # EAGLE chain on a hybrid SWA model, ps 64: SGLang's bigram tree keys, its page-aligned
     # reservation of 2 x num_draft_tokens and the verify's commit agree with the mini engine's.
