@@ -87,3 +87,15 @@ def test_a_rule_on_a_figure_the_reference_does_not_measure_is_a_note_not_a_failu
     assert judge({**row, "engine": "sglang"}, exp) == (
         "ok", ["not judged: metric peak_stranded_slots_spec (engine sglang does not measure it)"])
     assert judge(row, exp) == ("unexpected", ["metric peak_stranded_slots_spec missing from the row"])
+
+
+def test_a_sweep_the_reference_runs_nothing_of_is_refused_before_a_run_dir(tmp_path, monkeypatch, capsys):
+    from harness.cli import main
+
+    monkeypatch.setenv("KVBENCH_RESULTS", str(tmp_path / "res"))
+    path = tmp_path / "what_ifs.toml"
+    path.write_text(SUITE.replace('["sglang-0.5.23", "host-aligned"]', '["host-aligned", "floor-free"]'))
+    assert main(["sweep", str(path), "--engine", "sglang", "--no-mlflow"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "engine sglang: 2 of 2 configs not run" in err[0] and "nothing is left to run" in err[0]
+    assert not (tmp_path / "res" / "runs").exists() or not any((tmp_path / "res" / "runs").iterdir())
