@@ -238,10 +238,11 @@ def judge_sweep(run_dir: RunDir, rows: list[dict[str, Any]], root: Path, opts, c
     if not opts.fail_on_regression:
         return 0
     if j.regressed:
-        console.print(f"--fail-on-regression: the run regressed: exit {REGRESSED}", markup=False)
+        # soft_wrap: the gate's verdict stays one line a CI log can be searched for, at any width
+        console.print(f"--fail-on-regression: the run regressed: exit {REGRESSED}", markup=False, soft_wrap=True)
         return REGRESSED
     if j.unjudged:
         console.print(f"--fail-on-regression: the gate cannot judge this run: {'; '.join(j.unjudged)}: "
-                      f"exit {UNJUDGED}", markup=False, highlight=False)
+                      f"exit {UNJUDGED}", markup=False, highlight=False, soft_wrap=True)
         return UNJUDGED
     return 0

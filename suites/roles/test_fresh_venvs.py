@@ -46,6 +46,8 @@ INVOCATIONS = [
     ("history", "harness", ["history", "smoke"], "ok"),
     ("report", "harness", ["report", "night1", "--out", "report.html"], "ok"),
     ("sync", "harness", ["sync", "night1", "--mlflow-uri", "sqlite:///mlflow.db"], "ok"),
+    # night1 is a whole night, not a shard: merge refuses it in one line.
+    ("merge", "harness", ["merge", "night1", "--run-id", "merged"], "line"),
     # Not a git repository here, and no local MLflow store: each a one-line refusal.
     ("bisect", "harness", ["bisect", "--good", "HEAD~1", "--bad", "HEAD", "--config", "x", "--repo", "."], "line"),
     ("ui", "harness", ["ui"], "line"),

@@ -150,6 +150,7 @@ def test_only_a_role_package_counts_as_missing():
 # Arguments each command parses (what they name need not exist: the role check comes first).
 VALID_ARGS = {"run": [], "sweep": ["smoke"], "compare": ["r"], "baseline": ["r"], "history": ["smoke"],
               "report": ["r"], "bisect": ["--good", "a", "--bad", "b", "--config", "c"], "sync": ["r"], "ui": [],
+              "merge": ["a", "b", "--run-id", "m"],
               "replay": ["t.jsonl"], "conform": ["t.jsonl"], "bot": ["plan", "/rerun-test x"], "ci": ["lint"]}
 
 
