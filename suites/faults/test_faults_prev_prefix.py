@@ -10,19 +10,8 @@ import os
 
 import pytest
 
+from test_faults_trace_header import trace_lines  # noqa: F401 (the fixture: one traced run, shared)
 from test_faults_trust import cli
-
-RUN = ["run", "--num-requests", "4", "--input-len", "64", "--output-len", "16", "--min-len", "8",
-       "--shared-prefix", "32"]
-
-
-@pytest.fixture(scope="module")
-def trace_lines(tmp_path_factory) -> list[str]:
-    from harness.cli import main
-
-    path = tmp_path_factory.mktemp("trace") / "t.jsonl"
-    assert main([*RUN, "--trace", str(path)]) == 0
-    return path.read_text().splitlines()
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import pytest
 
 from harness.conform import SGLangMissing, load_sglang
 from harness.conform_swa_tree import sglang_swa
+from harness.reference import loader
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +43,18 @@ def sg_serving(sg):
         if required:
             pytest.fail(f"KVBENCH_REQUIRE_SGLANG={required} but SGLang's UnifiedRadixCache does not load: {err}")
         pytest.skip(f"SGLang's UnifiedRadixCache does not load on this machine: {err}")
+
+
+@pytest.fixture(scope="module")
+def reference(sg_serving):
+    """The reference engine's SGLang (harness/reference/loader.py): a skip where it cannot
+    drive the installed release, a failure under KVBENCH_REQUIRE_SGLANG."""
+    try:
+        return loader.load()
+    except loader.ReferenceUnavailable as err:
+        if os.environ.get("KVBENCH_REQUIRE_SGLANG"):
+            pytest.fail(f"KVBENCH_REQUIRE_SGLANG is set but {err}")
+        pytest.skip(str(err))
 
 
 @pytest.fixture(scope="session")

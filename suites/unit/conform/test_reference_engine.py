@@ -31,16 +31,6 @@ GROUPS = {"workload": "uniform", "num_requests": 32, "input_len": 256, "min_len"
           "shared_prefix": 256, "prefix_groups": 4, "pool_tokens": 65536}
 
 
-@pytest.fixture(scope="module")
-def reference(sg_serving):  # the serving stack, or a skip (a failure under KVBENCH_REQUIRE_SGLANG)
-    try:
-        return loader.load()
-    except loader.ReferenceUnavailable as err:
-        if os.environ.get("KVBENCH_REQUIRE_SGLANG"):
-            pytest.fail(f"KVBENCH_REQUIRE_SGLANG is set but {err}")
-        pytest.skip(str(err))
-
-
 @pytest.mark.parametrize("overlap", [False, True])
 def test_plain_decoding_equal_on_every_step(reference, overlap):
     c = compare({**SMALL, "overlap": overlap})

@@ -8,14 +8,11 @@ left out of a sweep, each with its reason. One SGLang import for the module.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from harness.grid.engines import skipped_line, unsupported, with_engine
 from harness.grid.execute import GridSession
 from harness.grid.suites import load_suite
-from harness.reference import loader
 from harness.store.results import RunDir, read_jsonl
 
 # Equal on every step on both engines (test_reference_engine.py: plain decoding, overlap off).
@@ -33,16 +30,6 @@ profile = ["sglang-0.5.23", "host-aligned"]
 """
 COUNTERS = ("steps", "prefill_steps", "decode_steps", "finished_requests", "output_tokens", "peak_pages_held",
             "peak_pages_used", "peak_running", "retractions", "prefix_hit_tokens", "tree_pages", "leaked_pages")
-
-
-@pytest.fixture(scope="module")
-def reference(sg_serving):  # the serving stack, or a skip (a failure under KVBENCH_REQUIRE_SGLANG)
-    try:
-        return loader.load()
-    except loader.ReferenceUnavailable as err:
-        if os.environ.get("KVBENCH_REQUIRE_SGLANG"):
-            pytest.fail(f"KVBENCH_REQUIRE_SGLANG is set but {err}")
-        pytest.skip(str(err))
 
 
 @pytest.fixture

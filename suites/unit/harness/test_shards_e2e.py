@@ -17,21 +17,7 @@ from pathlib import Path
 import pytest
 
 KVBENCH = Path(sys.executable).parent / "kvbench"
-TINY = """
-description = "tiny sharded suite"
-[defaults]
-workload = "uniform"
-num_requests = 4
-input_len = 48
-output_len = 24
-min_len = 8
-seed = 3
-pool_tokens = 4096
-[axes]
-algo = [ { spec = "dflash", block_size = 4 }, { spec = "eagle", topk = 1, steps = 2 } ]
-page_size = [1, 16]
-window = ["none", 32]
-"""
+from test_shards import TINY  # the unit tests' suite, here split and merged for real
 
 
 def kvbench(*args, root: Path) -> subprocess.CompletedProcess:
