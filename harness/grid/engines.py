@@ -33,8 +33,9 @@ def unsupported(suite: Suite) -> dict[str, str]:
     configs = [c for c in suite.configs if engine_of(c.config) == "sglang"]
     if not configs:
         return out
-    from harness.reference import loader  # the release the reference drives: no SGLang import here
-    from harness.reference.run import UnsupportedByReference, check_supported
+    # Only a sweep on engine sglang loads these (no SGLang import: the loader names its release).
+    from harness.reference import loader  # numpy, through the reference package
+    from harness.reference.run import UnsupportedByReference, check_supported  # numpy
 
     for c in configs:
         cfg, wl = split_config(c.config)
