@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             # A sweep that stopped before every config ran is not FINISHED (that says every
             # config ran as expected): KILLED until a --resume and a later sync close it again.
-            expected = meta.get("configs")
+            # A shard's share or the reference engine's configs ("planned") are what it set out to run.
+            expected = meta.get("planned", meta.get("configs"))
             short = isinstance(expected, int) and not meta.get("filter") and len(rows) < expected
             status = finish_parent(uri, meta["mlflow_parent"], rows, plots, status="KILLED" if short else None)
         except Exception as err:

@@ -4,8 +4,8 @@ A gate judges figures; damaged ones must not reach it. A row whose metrics are `
 (and that did not fail) reads as "every figure vanished", which compare once called
 "only improvements: bless it" and ``baseline`` blessed, after which every run passed
 against it. A negative or boolean count compares as a move, or as 0; an unknown status
-is blessed as a reference. So a row is refused when it is read (results.load_rows, the
-bot's artifact) if:
+is blessed as a reference. So a row is refused where a gate reads it (results.run_rows and
+check_figures: compare, baseline, the sweep's verdict; the bot's artifact) if:
 
 - its status is not one a run writes (``STATUSES``);
 - it did not fail yet holds no figure at all;

@@ -270,6 +270,9 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     if skipped:  # the configs the reference cannot run are left out, each reason counted in one line
         only = [c.id for c in suite.configs if c.id not in skipped and (only is None or c.id in only)]
         err_console.print(skipped_line(skipped, len(suite.configs)), markup=False, soft_wrap=True)
+    if only is not None and meta.get("planned") != len(only):
+        meta["planned"] = len(only)  # what this run sets out to measure: sync's check that every config ran
+        run_dir.write_meta(meta)
     controller = GridController(suite, run_dir, uri=meta.get("mlflow_uri"), parent=meta.get("mlflow_parent"),
                                 root=root, filter_expr=opts.filter, display=display, only=only, engine=engine)
     done_before = len(controller.done)

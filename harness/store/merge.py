@@ -77,8 +77,9 @@ def read_shard(path: Path) -> ShardRun:
         raise MergeError(f"{path / META}: not a JSON object")
     check_numbers(meta, str(path / META))
     shard = meta.get("shard")
-    if not (isinstance(shard, dict) and all(isinstance(shard.get(k), int) for k in ("index", "count"))
-            and isinstance(shard.get("configs"), list)):
+    if not (isinstance(shard, dict) and all(type(shard.get(k)) is int for k in ("index", "count"))
+            and 1 <= shard["index"] <= shard["count"] and isinstance(shard.get("configs"), list)
+            and all(isinstance(c, str) for c in shard["configs"])):
         raise MergeError(f"{path} is not a shard (its {META} has no shard block): kvbench merge joins the run "
                          "directories of kvbench sweep --shard I/N")
     return ShardRun(path, meta, latest_rows(read_jsonl(path / RESULTS), path))
@@ -120,11 +121,12 @@ def merged_meta(shards: list[ShardRun], run_id: str) -> dict[str, Any]:
     """The night's meta.json: the shards' common fields, the earliest start, the longest
     wall time (shards run side by side), and what each shard was."""
     first = shards[0]
-    meta = {k: v for k, v in first.meta.items() if k not in ("shard", "wall_s")}
+    meta = {k: v for k, v in first.meta.items() if k not in ("shard", "wall_s", "planned")}
     created = [s.meta["created"] for s in shards if isinstance(s.meta.get("created"), (int, float))]
     walls = [s.meta["wall_s"] for s in shards if isinstance(s.meta.get("wall_s"), (int, float))]
     meta.update(created=min(created) if created else None, wall_s=max(walls) if walls else 0.0,
-                jobs=sum(s.meta.get("jobs") or 0 for s in shards))
+                jobs=sum(s.meta.get("jobs") or 0 for s in shards),
+                planned=sum(len(s.shard["configs"]) for s in shards))
     for name in ("mlflow_uri", "mlflow_parent", "mlflow_experiment"):  # one store and parent, else sync anew
         values = {json.dumps(s.meta.get(name)) for s in shards}
         meta[name] = first.meta.get(name) if len(values) == 1 else None

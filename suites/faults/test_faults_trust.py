@@ -263,6 +263,25 @@ def test_sync_of_a_partial_sweep_does_not_close_it_finished(tmp_path, capsys, mo
     assert MlflowClient(tracking_uri=uri).get_run(parent).info.status == "KILLED"
 
 
+@pytest.mark.parametrize("planned, status", [(1, "FINISHED"), (2, "KILLED")])
+def test_sync_judges_a_shard_or_reference_sweep_by_what_it_set_out_to_run(tmp_path, capsys, monkeypatch,
+                                                                          planned, status):
+    """A shard (or an --engine sglang sweep) runs part of a suite's configs on purpose: its
+    meta.json's planned count, not the suite's, says whether every config it owed ran."""
+    from mlflow import MlflowClient
+
+    root = tmp_path / "results"
+    run = make_run(root, meta={"suite": "tiny", "hardware": {"profile": "cpu"}, "configs": 8, "filter": None,
+                               "planned": planned})
+    (run / "plots").mkdir()
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    monkeypatch.setenv("KVBENCH_RESULTS", str(root))
+    code, out, err = cli(["sync", "art", "--mlflow-uri", uri], capsys)
+    assert code == 0, err
+    parent = json.loads((run / "meta.json").read_text())["mlflow_parent"]
+    assert MlflowClient(tracking_uri=uri).get_run(parent).info.status == status
+
+
 def test_a_sweep_that_cannot_write_meta_leaves_its_id_free(tmp_path, capsys, monkeypatch):
     """N15: a full disk before meta.json said 'finish with --resume F', which then refused
     (no meta.json), as did --run-id F (it exists)."""

@@ -105,6 +105,24 @@ def test_a_run_that_is_not_a_shard_is_refused(tmp_path):
         merge([d], "n", tmp_path / "res")
 
 
+@pytest.mark.parametrize("shard", [{"index": 4, "count": 3}, {"index": 0, "count": 3}, {"index": True, "count": 3},
+                                   {"index": 1, "count": 3, "configs": [["a"], "b"]}])
+def test_a_shard_block_that_cannot_be_one_is_refused_in_one_line(tmp_path, shard):
+    """An index past the count, or a share holding no config ids (a list ended in a TypeError
+    traceback when the share was made a set)."""
+    d = _shard(tmp_path, 1)
+    meta = json.loads((d / "meta.json").read_text())
+    meta["shard"].update(shard)
+    (d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(MergeError, match="is not a shard"):
+        merge([d], "n", tmp_path / "res")
+
+
+def test_merged_night_plans_every_shards_share(shards, tmp_path):
+    run_dir, _ = merge(shards, "night-7", tmp_path / "res")
+    assert run_dir.meta()["planned"] == 5  # sync's check that every config the night owed ran
+
+
 def test_links_in_a_shard_are_not_followed(tmp_path):
     secret = tmp_path / "secret.jsonl"
     secret.write_text('{"key": "k-a", "test_id": "a"}\n')
