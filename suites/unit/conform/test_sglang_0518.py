@@ -75,7 +75,7 @@ def test_0518_plans_every_running_request(sg0518):
 
 class _Req:
     def __init__(self, rid: int, prompt: int, max_new: int):
-        self.rid, self.output_ids, self.max_new = rid, [0], max_new  # the prefill's token
+        self.rid, self.output_ids, self.max_new = rid, [], max_new  # the prefill's token is in flight
         self.committed = self.allocated = prompt
 
     def finished(self) -> bool:
@@ -84,9 +84,11 @@ class _Req:
 
 def plans_0518(nxt, prompts, max_news, accept):
     """(committed, extent) per planned request, per plan: 0.5.18's overlap loop. update_running_batch
-    drops finished requests only (filter_batch), so one its in-flight result finishes is planned."""
-    running = [r for r in (_Req(i, p, n) for i, (p, n) in enumerate(zip(prompts, max_news))) if not r.finished()]
-    queue, plans = deque(), []
+    drops finished requests only (filter_batch), so one its in-flight result finishes is planned.
+    The prefill's result (each request's first token) is in flight at the first plan too: the
+    loop forms the next batch before it processes the last one's, prefill or decode alike."""
+    running = [_Req(i, p, n) for i, (p, n) in enumerate(zip(prompts, max_news))]
+    queue, plans = deque([("prefill", list(running))]), []
     while running or queue:
         batch = [r for r in running if not r.finished()]
         for r in batch:
@@ -94,14 +96,18 @@ def plans_0518(nxt, prompts, max_news, accept):
         if batch:
             plans.append([(r.committed, r.allocated) for r in batch])
         if queue:  # process step N's result after step N+1 is planned
-            for r in queue.popleft():
+            kind, done = queue.popleft()
+            for r in done:
+                if kind == "prefill":
+                    r.output_ids.append(0)  # the first token (its KV is written by the next forward)
+                    continue
                 if r.finished():
                     continue  # finished in flight: its result is skipped
                 n = min(accept, r.max_new - len(r.output_ids))
                 r.committed += n
                 r.output_ids += [0] * n
         if batch:
-            queue.append(batch)
+            queue.append(("decode", batch))
         running = [r for r in running if not r.finished()]
     return plans
 
