@@ -108,11 +108,6 @@ class Judgement:
         return "\n".join(parts + self.notes) + "\n"
 
 
-def previous_run(run_dir: RunDir, meta: dict[str, Any], roots: list[Path]) -> RunDir | None:
-    """The newest run of the same suite and hardware profile that started before this one."""
-    return next(iter(earlier_runs(run_dir, meta, roots)), None)
-
-
 def earlier_runs(run_dir: RunDir, meta: dict[str, Any], roots: list[Path]) -> list[RunDir]:
     """The runs of the same suite and hardware profile that started before this one, newest first
     (a shard not yet merged is part of a night, not one)."""

@@ -44,6 +44,8 @@ class Entry(Model):
     counters: dict[str, Count]
     timings: dict[str, Timing]
     status: Optional[str] = None
+    test_id: Optional[str] = None
+    suite: Optional[str] = None
 
     @field_validator("counters")
     @classmethod
@@ -59,8 +61,6 @@ class Entry(Model):
         if value is not None and value not in STATUSES:
             raise ValueError(f"must be one of {', '.join(STATUSES)} (got {value!r})")
         return value
-    test_id: Optional[str] = None
-    suite: Optional[str] = None
 
 
 class BaselineFile(Model):

@@ -248,31 +248,17 @@ def test_baseline_refuses_a_run_a_sweep_still_writes(tmp_path, capsys, monkeypat
     assert code == 0 and out.is_file(), err
 
 
-def test_sync_of_a_partial_sweep_does_not_close_it_finished(tmp_path, capsys, monkeypatch):
-    """N15: FINISHED means every config ran as expected; 1 of 8 did."""
+@pytest.mark.parametrize("planned, status", [(None, "KILLED"), (1, "FINISHED"), (2, "KILLED")])
+def test_sync_closes_a_sweep_finished_only_when_every_config_it_owed_ran(tmp_path, capsys, monkeypatch,
+                                                                         planned, status):
+    """N15: FINISHED means every config ran as expected; 1 of the suite's 8 did (no plan).
+    A shard or an --engine sglang sweep runs part of the suite on purpose: its meta.json's
+    planned count, not the suite's, says whether every config it owed ran."""
     from mlflow import MlflowClient
 
     root = tmp_path / "results"
-    run = make_run(root, meta={"suite": "tiny", "hardware": {"profile": "cpu"}, "configs": 8, "filter": None})
-    (run / "plots").mkdir()
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
-    monkeypatch.setenv("KVBENCH_RESULTS", str(root))
-    code, out, err = cli(["sync", "art", "--mlflow-uri", uri], capsys)
-    assert code == 0, err
-    parent = json.loads((run / "meta.json").read_text())["mlflow_parent"]
-    assert MlflowClient(tracking_uri=uri).get_run(parent).info.status == "KILLED"
-
-
-@pytest.mark.parametrize("planned, status", [(1, "FINISHED"), (2, "KILLED")])
-def test_sync_judges_a_shard_or_reference_sweep_by_what_it_set_out_to_run(tmp_path, capsys, monkeypatch,
-                                                                          planned, status):
-    """A shard (or an --engine sglang sweep) runs part of a suite's configs on purpose: its
-    meta.json's planned count, not the suite's, says whether every config it owed ran."""
-    from mlflow import MlflowClient
-
-    root = tmp_path / "results"
-    run = make_run(root, meta={"suite": "tiny", "hardware": {"profile": "cpu"}, "configs": 8, "filter": None,
-                               "planned": planned})
+    plan = {} if planned is None else {"planned": planned}
+    run = make_run(root, meta={"suite": "tiny", "hardware": {"profile": "cpu"}, "configs": 8, "filter": None, **plan})
     (run / "plots").mkdir()
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     monkeypatch.setenv("KVBENCH_RESULTS", str(root))

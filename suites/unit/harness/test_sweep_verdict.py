@@ -95,8 +95,8 @@ def test_a_planted_reservation_change_turns_the_night_red_and_its_fix_is_improve
     assert parent_of(uri, "n3")[1].info.status == "FINISHED"
 
 
-def test_the_previous_run_is_the_newest_earlier_one_of_the_suite_and_profile(tmp_path):
-    from harness.grid.verdict import previous_run
+def test_earlier_runs_are_the_suite_and_profiles_newest_first(tmp_path):
+    from harness.grid.verdict import earlier_runs
 
     def night(name, suite, created, profile="cpu"):
         d = RunDir(tmp_path / name)
@@ -108,8 +108,8 @@ def test_the_previous_run_is_the_newest_earlier_one_of_the_suite_and_profile(tmp
     night("a", "s", 1.0), night("b", "s", 2.0), night("other", "t", 2.5), night("gpu", "s", 2.6, "h100")
     me = night("c", "s", 3.0)
     night("later", "s", 4.0)
-    assert previous_run(me, me.meta(), [tmp_path]).run_id == "b"
-    assert previous_run(me, me.meta(), [tmp_path / "absent"]) is None
+    assert [r.run_id for r in earlier_runs(me, me.meta(), [tmp_path])] == ["b", "a"]
+    assert earlier_runs(me, me.meta(), [tmp_path / "absent"]) == []
 
 
 def test_nights_must_be_a_directory(cli, capsys, results_root):
