@@ -103,7 +103,7 @@ def _engines(args: argparse.Namespace) -> int:
 
 def _traces(args: argparse.Namespace) -> int:
     # numpy (torch, SGLang): SGLang and torch take seconds to import; other commands never pay it.
-    from harness.conform import conform, describe, load_sglang
+    from harness.conform.check import conform, describe, load_sglang
 
     sg = load_sglang()
     status = 0

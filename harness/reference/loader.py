@@ -1,6 +1,6 @@
 """SGLang's scheduler module on a CPU, loaded once a process.
 
-It is conform's serving-stack load (harness/sglang_swa_radix.py: the same stand-ins,
+It is conform's serving-stack load (harness/conform/sglang_swa_radix.py: the same stand-ins,
 the same cached import) plus what ``sglang.srt.managers.scheduler`` itself imports and
 the reference loop never calls (SCHEDULER_STAND_INS). The server's configuration is
 published the way SGLang's own CPU tests publish it (``ServerArgs`` for a dummy model,
@@ -16,10 +16,10 @@ import importlib.metadata
 import warnings
 from types import SimpleNamespace
 
-from harness.conform_swa_tree import sglang_swa
+from harness.conform.swa_tree import sglang_swa
 from harness.core.causes import one_line
 from harness.core.errors import HarnessError
-from harness import sglang_swa_radix
+from harness.conform import sglang_swa_radix
 
 # What the scheduler module imports beyond the tree's chain, never called here.
 SCHEDULER_STAND_INS = (

@@ -5,7 +5,7 @@ of the prefix the request holds locked in the tree, the matched prefix at admiss
 then the path of the node each checkpoint's insert ended on (where its lock moves).
 The insert that splits a finished request's leaf at its prompt (0.5.23's second insert
 in cache_finished_req, kvbench's in PrefixCache.checkpoint) passes its own key's length
-instead, and moves no lock. Replay (tree_replay.py) and conform (harness/conform_tree.py)
+instead, and moves no lock. Replay (tree_replay.py) and conform (harness/conform/tree.py)
 feed this the lengths their own tree gives, so a tampered value is found either way.
 """
 

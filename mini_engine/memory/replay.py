@@ -5,7 +5,7 @@ planning records (prepare, swa_prealloc) are recomputed from the sizing formulas
 the prefix tree's records (trace version 2) run on a fresh tree (tree_replay.py), the
 SWA-aware tree's (``swa_`` records) on a fresh SWA tree (swa_tree_replay.py).
 A file that cannot be read as a trace is a TraceError (one line, exit 2 from the CLI).
-read_trace and pool_need_sort are shared with harness/conform.py, which replays the
+read_trace and pool_need_sort are shared with harness/conform/check.py, which replays the
 same records on SGLang's own allocator.
 """
 

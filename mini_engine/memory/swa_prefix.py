@@ -67,7 +67,7 @@ class SWAPrefixCache:
         self.lookup_tokens = self.hit_tokens = self.readmit_hit_tokens = 0  # as PrefixCache's (count_hit)
         self.evicted_pages = self.peak_pages = 0
         # The tree calls, one trace record each when the run writes a trace (kvbench conform
-        # runs them again on SGLang's UnifiedRadixCache: harness/conform_swa_tree.py).
+        # runs them again on SGLang's UnifiedRadixCache: harness/conform/swa_tree.py).
         self.log = swa_tree_trace(t.trace, self.tree, t.mem.window, bigram) if t.trace is not None else None
         self._state: ReqKVState | None = None  # the request whose checkpoint is under way
 

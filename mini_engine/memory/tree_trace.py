@@ -23,7 +23,7 @@ reader can take them for the full tree's, they share the ``tokens`` records, and
 carries the FULL and SWA evictable sizes after it instead of the full tree's two.
 
 The reading side is here too (TokenStore, insert_slots), shared by kvbench's replay
-(tree_replay.py) and ``kvbench conform`` (harness/conform_tree.py, conform_swa_tree.py).
+(tree_replay.py) and ``kvbench conform`` (harness/conform/tree.py, conform_swa_tree.py).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from test_faults_trust import cli
 def sg_serving():
     """SGLang's serving stack, as suites/unit/conform's fixture of that name: a skip where it
     does not load, a failure under KVBENCH_REQUIRE_SGLANG."""
-    from harness.conform import load_sglang
-    from harness.conform_swa_tree import sglang_swa
+    from harness.conform.check import load_sglang
+    from harness.conform.swa_tree import sglang_swa
 
     try:
         load_sglang()

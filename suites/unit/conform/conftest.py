@@ -15,8 +15,8 @@ import os
 
 import pytest
 
-from harness.conform import SGLangMissing, load_sglang
-from harness.conform_swa_tree import sglang_swa
+from harness.conform.check import SGLangMissing, load_sglang
+from harness.conform.swa_tree import sglang_swa
 from harness.reference import loader
 
 
@@ -33,7 +33,7 @@ def sg():
 
 @pytest.fixture(scope="session")
 def sg_serving(sg):
-    """SGLang's serving stack (UnifiedRadixCache and its kin: harness/sglang_swa_radix.py),
+    """SGLang's serving stack (UnifiedRadixCache and its kin: harness/conform/sglang_swa_radix.py),
     loaded once through conform's own cached loader; a skip where it does not import,
     a failure under any KVBENCH_REQUIRE_SGLANG (0.5.18's venv included)."""
     try:

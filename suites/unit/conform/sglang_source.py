@@ -13,7 +13,7 @@ import ast
 import importlib.util
 from pathlib import Path
 
-from harness.sglang_radix import compile_classes
+from harness.conform.sglang_radix import compile_classes
 
 
 def _compile(module: str, nodes: list, names: set[str], where: str, namespace: dict) -> dict:
@@ -41,7 +41,7 @@ def methods(module: str, cls: str, names: set[str], namespace: dict) -> dict:
     return _compile(module, klass.body, names, f"{module}.{cls}", namespace)
 
 
-# The named top-level classes of a module, compiled (harness/sglang_radix.py, where conform needs it too).
+# The named top-level classes of a module, compiled (harness/conform/sglang_radix.py, where conform needs it too).
 classes = compile_classes
 
 

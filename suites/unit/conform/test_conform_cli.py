@@ -59,7 +59,7 @@ def conform_cli(capsys, *paths) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_committed_examples_conform(sg, capsys, path):
-    from harness.conform_versions import trace_version
+    from harness.conform.versions import trace_version
 
     want = trace_version(str(path), json.loads(path.read_text().splitlines()[0]))
     if want not in (None, sg.version):  # conform refuses it here (test_conform_versions)
@@ -235,7 +235,7 @@ HEADER = '{"format": "kvbench-trace", "version": 1, "page_size": 16, "num_pages"
 ])
 def test_bad_trace_is_one_line_exit_2(monkeypatch, tmp_path, capsys, text, words):
     # The trace is refused before SGLang is used, so a stand-in keeps this test everywhere.
-    monkeypatch.setattr("harness.conform.load_sglang", lambda: _FakeSGLang())
+    monkeypatch.setattr("harness.conform.check.load_sglang", lambda: _FakeSGLang())
     path = tmp_path / "t.jsonl"
     if text is not None:
         path.write_text(text)

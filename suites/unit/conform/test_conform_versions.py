@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from harness.cli import main
-from harness.conform_versions import check_version, trace_version
+from harness.conform.versions import check_version, trace_version
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.errors import TraceError

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from harness.conform import conform, describe
+from harness.conform.check import conform, describe
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.profiles import SGLANG_VERSIONS

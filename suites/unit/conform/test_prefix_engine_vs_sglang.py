@@ -4,7 +4,7 @@ An engine run with shared prefixes, a pool small enough to evict, writes every c
 PrefixCache makes on the tree into the allocation trace (matches, inserts with their
 slots, locks, unlocks, evictions: memory/tree_trace.py). ``kvbench conform`` runs the
 same calls, in trace order between the allocator calls, on SGLang's own tree (compiled
-from the installed source, on a counter clock: harness/sglang_radix.py) and must get
+from the installed source, on a counter clock: harness/conform/sglang_radix.py) and must get
 the same matched lengths, the same length already cached per insert, the same lock
 deltas, the same evicted pages and the same evictable and protected sizes after every
 call; kvbench's own replay must too. A record changed after the run (a matched length,
@@ -23,8 +23,8 @@ from array import array
 import numpy as np
 import pytest
 
-from harness.conform import conform, describe
-from harness.sglang_radix import matched_len, radix_cache, radix_namespace
+from harness.conform.check import conform, describe
+from harness.conform.sglang_radix import matched_len, radix_cache, radix_namespace
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.algos import writers

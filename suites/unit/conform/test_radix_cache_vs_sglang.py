@@ -4,7 +4,7 @@
 
 radix_cache.py and base_prefix_cache.py import the GPU stack at load time, so their
 classes (``RadixKey``, ``TreeNode``, ``RadixCache``, the params and result dataclasses,
-the LRU strategy) are compiled from the installed source (harness/sglang_radix.py). SGLang's tree runs on SGLang's
+the LRU strategy) are compiled from the installed source (harness/conform/sglang_radix.py). SGLang's tree runs on SGLang's
 own allocator (``PagedTokenToKVPoolAllocator``, ``TokenToKVPoolAllocator`` at ps 1), on a
 CPU, with ``time.monotonic`` replaced by a counter: a strictly increasing clock, so LRU
 order has no ties (kvbench's tree ticks a logical clock at the same points). A hypothesis
@@ -19,7 +19,7 @@ walked (prefix.py frees them so under 0.5.23's rules, from the tree's ``overlap`
 RadixCache leaves them to its caller, who frees the range in one call (0.5.18). Each
 machine frees them its tree's way and the free lists must agree page for page, in order.
 SGLang's trees are called through the adapters ``kvbench conform`` replays traces with
-(harness/conform_tree.py: FullRadix, FullUnified), so those are tested here too.
+(harness/conform/tree.py: FullRadix, FullUnified), so those are tested here too.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from harness.conform_tree import FullRadix, FullUnified
+from harness.conform.tree import FullRadix, FullUnified
 from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.radix_cache import RadixCache
 
@@ -61,7 +61,7 @@ class Pair:
         self.our_alloc = PagedAllocator(NUM_PAGES, ps)
         self.our = RadixCache(ps, free=lambda slots: self.our_alloc.free_pages(slots[::ps] // ps))
         self.sg_alloc = _sglang_allocator(sgt, ps)
-        # SGLang's tree through kvbench conform's own adapter (harness/conform_tree.py), freeing into its allocator.
+        # SGLang's tree through kvbench conform's own adapter (harness/conform/tree.py), freeing into its allocator.
         self.sg = (FullUnified if unified else FullRadix)(sgt, ps, self.sg_alloc, bigram=False)
 
     def alloc(self, n: int):

@@ -30,7 +30,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.cli import main
-from harness.conform import _allocator, _check_call, _sglang_reserve
+from harness.conform.check import _allocator, _check_call, _sglang_reserve
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.memory import KVManager, MemoryConfig, TraceWriter

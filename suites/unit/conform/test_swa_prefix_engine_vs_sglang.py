@@ -1,7 +1,7 @@
 """An SWA engine run's tree calls (mini_engine/memory/swa_prefix.py), as its trace records them,
 replayed on SGLang 0.5.23's own UnifiedRadixCache with FULL and SWA components: the
-checker ``kvbench conform`` runs (harness/conform_swa_tree.py, over the CPU build of
-harness/sglang_swa_radix.py).
+checker ``kvbench conform`` runs (harness/conform/swa_tree.py, over the CPU build of
+harness/conform/sglang_swa_radix.py).
 
 A hybrid-SWA engine run with shared prompts and pools small enough to evict writes every
 call its SWAPrefixCache makes as an ``swa_`` trace record: matches, inserts (with the
@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.conform import conform
-from harness.conform_swa_tree import SWATreeConform
+from harness.conform.check import conform
+from harness.conform.swa_tree import SWATreeConform
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.memory.tree_trace import SWA_TREE_OPS, TokenStore

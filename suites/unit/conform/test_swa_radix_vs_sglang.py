@@ -1,5 +1,5 @@
 """kvbench's SWA-aware tree (mini_engine/memory/swa_radix.py) against the installed SGLang's own
-UnifiedRadixCache with the FULL and SWA components (harness/sglang_swa_radix.py builds it on a CPU).
+UnifiedRadixCache with the FULL and SWA components (harness/conform/sglang_swa_radix.py builds it on a CPU).
 
 Both trees get the same calls: requests that match, lock, allocate the rest of their key
 from SGLang's SWA allocator, free the SWA pages behind a cursor (the window rule), insert

@@ -25,7 +25,7 @@ import json
 import numpy as np
 import pytest
 
-from harness.conform import conform, describe
+from harness.conform.check import conform, describe
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.request import Request

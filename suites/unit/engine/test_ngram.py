@@ -78,7 +78,7 @@ def test_align_knob_without_eagle_leaves_it_unaligned(tmp_path):
     dict(page_size=16, window=32, layer_pattern="1:1", workload="pd"),
 ])
 def test_every_reservation_is_sglangs(tmp_path, options):
-    conform = pytest.importorskip("harness.conform")
+    conform = pytest.importorskip("harness.conform.check")
     try:
         sg = conform.load_sglang()
     except conform.SGLangMissing as err:

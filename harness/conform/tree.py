@@ -9,9 +9,9 @@ trace's ``tree`` record says so):
 
 * 0.5.23: ``UnifiedRadixCache`` with the FULL component only
   (registry.create_unified_radix_cache; the installed class, imported on a CPU by
-  harness/sglang_swa_radix.py, with the Python tree core);
+  harness/conform/sglang_swa_radix.py, with the Python tree core);
 * 0.5.18 (sglang-pre-35265 traces): ``RadixCache`` (registry.default_radix_cache_factory's
-  last resort there; compiled from the installed source, harness/sglang_radix.py).
+  last resort there; compiled from the installed source, harness/conform/sglang_radix.py).
 
 and compares:
 
@@ -47,10 +47,10 @@ from __future__ import annotations
 import functools
 from array import array
 
-from harness.conform_swa_tree import unified_tree
-from harness.conform_versions import full_tree_is_unified
+from harness.conform.swa_tree import unified_tree
+from harness.conform.versions import full_tree_is_unified
 from harness.core.causes import one_line
-from harness.sglang_radix import matched_len, radix_cache, radix_namespace
+from harness.conform.sglang_radix import matched_len, radix_cache, radix_namespace
 from mini_engine.memory.held_prefix import HeldPrefix
 from mini_engine.memory.tree_trace import TokenStore, insert_slots
 

@@ -8,7 +8,7 @@ Every record of a trace (DESIGN.md section 5) is re-run on the production object
   frees say. Checked: the slots of every output (so page membership and order), a
   refusal (None) where kvbench refused, and the free count (`available`) after the call.
 * the installed SGLang must be the release of the trace's profile (0.5.23, or 0.5.18
-  for sglang-pre-35265: harness.conform_versions); another is refused in one line.
+  for sglang-pre-35265: harness.conform.versions); another is refused in one line.
 * prepare: every request's `nxt` against SGLang's page_aligned_decode_alloc_lens when
   the record is aligned (0.5.18: its inline rule, reproduced); against max(cur,
   committed + reserve) when it is not (0.5.18's DFLASH rule, reproduced: it sits inside
@@ -23,8 +23,8 @@ Every record of a trace (DESIGN.md section 5) is re-run on the production object
   reproduced (its module needs the whole disaggregation stack to import).
 * the prefix tree's calls (match, insert, lock, unlock, evict; trace version 2) on
   SGLang's own RadixCache, in trace order between the allocator calls:
-  harness/conform_tree.py; the SWA-aware tree's (the ``swa_`` records) on SGLang's
-  UnifiedRadixCache with the FULL and SWA components: harness/conform_swa_tree.py.
+  harness/conform/tree.py; the SWA-aware tree's (the ``swa_`` records) on SGLang's
+  UnifiedRadixCache with the FULL and SWA components: harness/conform/swa_tree.py.
 
 The first divergence of a trace stops its replay: past it the two allocators hold
 different free lists, and every later call would diverge for the same reason.
@@ -38,9 +38,9 @@ import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from harness.conform_swa_tree import SWATreeConform
-from harness.conform_tree import TreeConform
-from harness.conform_versions import aligned_nxt, check_version, free_page_ids
+from harness.conform.swa_tree import SWATreeConform
+from harness.conform.tree import TreeConform
+from harness.conform.versions import aligned_nxt, check_version, free_page_ids
 from harness.core.causes import one_line
 from harness.core.errors import HarnessError
 from mini_engine import algos
@@ -75,7 +75,7 @@ class ConformReport:
     reservations: int = 0  # requests whose nxt was checked
     reserves: int = 0  # prepare records whose reserve was checked against SGLang's formula
     row_overflows: int = 0  # reservations cut at the row where SGLang's runs past it (K4)
-    tree_calls: int = 0  # prefix tree calls checked on SGLang's RadixCache (harness/conform_tree.py)
+    tree_calls: int = 0  # prefix tree calls checked on SGLang's RadixCache (harness/conform/tree.py)
     swa_tree_calls: int = 0  # SWA tree calls checked on SGLang's UnifiedRadixCache (conform_swa_tree.py)
     first_divergence: Divergence | None = None
 

@@ -4,7 +4,7 @@ A hybrid-SWA run with the radix prefix cache records every call its SWAPrefixCac
 makes on its tree as an ``swa_`` record (mini_engine/memory/tree_trace.py,
 ``swa_tree_trace``). conform.py hands each to SWATreeConform.check, in trace order
 between the allocator calls, and this runs the same call on the installed SGLang's
-UnifiedRadixCache with the FULL and SWA components (harness/sglang_swa_radix.py builds
+UnifiedRadixCache with the FULL and SWA components (harness/conform/sglang_swa_radix.py builds
 it on a CPU over SGLang's SWATokenToKVPoolAllocator; pools, page size and window from
 the trace) and compares:
 
@@ -33,7 +33,7 @@ reused would be a double free there).
 
 Under SGLang 0.5.18 (sglang-pre-35265 traces) the same check runs on 0.5.18's class:
 it instantiates the same UnifiedRadixCache for a hybrid SWA model and takes the same
-calls (harness/sglang_swa_radix.py adapts their spelling).
+calls (harness/conform/sglang_swa_radix.py adapts their spelling).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import functools
 from array import array
 
 from harness.core.causes import one_line
-from harness import sglang_swa_radix  # light: it imports SGLang only when load() runs
+from harness.conform import sglang_swa_radix  # light: it imports SGLang only when load() runs
 from harness.core.errors import HarnessError
 from mini_engine.memory.tree_trace import TokenStore, insert_slots
 

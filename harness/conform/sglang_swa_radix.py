@@ -1,7 +1,7 @@
 """SGLang's own UnifiedRadixCache, built on a CPU: with the FULL and SWA components
 (``build``) ``kvbench conform`` replays an SWA run's tree records on it
-(harness/conform_swa_tree.py); with the FULL component only (``build_full``, the tree
-0.5.23 builds for a full-attention model) a full-attention run's (harness/conform_tree.py).
+(harness/conform/swa_tree.py); with the FULL component only (``build_full``, the tree
+0.5.23 builds for a full-attention model) a full-attention run's (harness/conform/tree.py).
 The side-by-side tests (suites/unit/conform/) drive both call by call.
 
 unified_radix_cache.py imports the whole serving stack at load time (the scheduler's
