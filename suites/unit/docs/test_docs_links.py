@@ -37,3 +37,23 @@ def test_every_relative_link_reaches_a_file(page: Path):
 def test_the_readme_links_the_reference_pages():
     linked = {(ROOT / t).resolve() for t in relative_links((ROOT / "README.md").read_text(encoding="utf-8"))}
     assert {p.resolve() for p in (ROOT / "docs").glob("*.md")} <= linked, "a docs page the README does not reach"
+
+
+REPO_PATH = re.compile(r"(?<![\w/.-])((?:mini_engine|harness|suites|scripts|ci|docs|examples)/[\w/.-]*[\w/])")
+
+
+def repo_paths(text: str) -> set[str]:
+    """Paths into the checkout that prose names (`mini_engine/memory/sizing.py`), outside code blocks."""
+    return set(REPO_PATH.findall(FENCE.sub("", text)))
+
+
+def test_repo_paths_are_found_in_prose_only():
+    assert repo_paths("see `harness/core/metrics.py` and mini_engine/memory/\n```\nscripts/gone.py\n```\n") == {
+        "harness/core/metrics.py", "mini_engine/memory/"}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_module_or_folder_the_prose_names_exists(page: Path):
+    """A module moved without its docs: the page still sends a reader to the old place."""
+    missing = sorted(p for p in repo_paths(page.read_text(encoding="utf-8")) if not (ROOT / p).exists())
+    assert missing == [], f"{page.relative_to(ROOT)} names paths that are gone"
