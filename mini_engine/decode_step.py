@@ -302,7 +302,7 @@ class DecodeStep:
                 stats.spec_verifies += k
                 stats.accepted_tokens += out if n is lens else int(lens.sum())
             if cfg.draft_window is not None:
-                # K9 itself is an audit check (memory.invariants); this only counts the peak.
+                # K9 itself is an audit check (memory.audit.pool_checks); this only counts the peak.
                 stats.peak_compact_draft_len = max(stats.peak_compact_draft_len, *(
                     sizing.compact_draft_len(c, cfg.draft_window, cfg.page_size)
                     for c in self.manager.rows.committed[rows].tolist()))

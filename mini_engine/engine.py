@@ -26,7 +26,7 @@ from mini_engine.config import EngineConfig, require_cuda
 from mini_engine.decode_batch import DecodeBatch
 from mini_engine.decode_step import DecodeStep
 from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation, SGLangHalts
-from mini_engine.memory.invariants import Auditor
+from mini_engine.memory.audit.record import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace import TraceWriter
 from mini_engine.pd_budget import empty_pool_budget

@@ -6,7 +6,7 @@ from importlib import import_module
 # (rules, config) must import without numpy, so that the CLI can build its parser (which
 # lists the engine's choices) on an install without the engine role and say so in one line.
 _EXPORTS = {
-    "Auditor": "invariants", "Violation": "invariants", "KVManager": "manager",
+    "Auditor": "audit.record", "Violation": "audit.record", "KVManager": "manager",
     "MemoryConfig": "config", "PagedAllocator": "allocator", "ReqKVState": "kv_state",
     "ReqToTokenPool": "req_to_token", "TraceWriter": "trace",
 }

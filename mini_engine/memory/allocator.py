@@ -21,7 +21,7 @@ from mini_engine.errors import check_choice, check_positive
 from mini_engine.memory.free_list import FreeGroup, FreeList
 
 if TYPE_CHECKING:
-    from mini_engine.memory.invariants import Auditor
+    from mini_engine.memory.audit.record import Auditor
     from mini_engine.memory.trace import TraceWriter
 
 POOLS = ("full", "swa")

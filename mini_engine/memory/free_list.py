@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mini_engine.errors import InvariantViolation
-from mini_engine.memory.invariants import Violation
+from mini_engine.memory.audit.record import Violation
 
 if TYPE_CHECKING:
     from mini_engine.memory.allocator import PagedAllocator

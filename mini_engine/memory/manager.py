@@ -19,10 +19,11 @@ from __future__ import annotations
 import numpy as np
 
 from mini_engine.memory.allocator import PagedAllocator
+from mini_engine.memory.audit.check_all import check_all
+from mini_engine.memory.audit.record import Auditor, Violation
 from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.free_list import FreeGroupBlock
 from mini_engine.memory.growth import Growth
-from mini_engine.memory.invariants import Auditor, Violation, check_all
 from mini_engine.memory.kv_state import WRITER_KINDS, ReqKVState, state_rows
 from mini_engine.memory.prefix import BIGRAM_ALGOS, PrefixCache
 from mini_engine.memory.release import Release
@@ -297,7 +298,7 @@ class KVManager:
         return self.req_to_token.host[state.row, start:end]
 
     def check(self, step: int | None = None, batch=None, mirror=None) -> list[Violation]:
-        """Run the state checks K1-K10 and report each violation through the auditor.
+        """Run the state checks K1-K14 (audit/check_all.py), each violation reported through the auditor.
 
         batch: the engine's decode BatchArrays; mirror: the backend's device copy of
         the tables, when it keeps one (K10 reads both)."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mini_engine.memory.invariants import Violation
+from mini_engine.memory.audit.record import Violation
 from mini_engine.memory.kv_state import ReqKVState
 from mini_engine.memory.tables import KVTables
 

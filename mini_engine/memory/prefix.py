@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mini_engine.memory.invariants import Violation
+from mini_engine.memory.audit.record import Violation
 from mini_engine.memory.kv_state import ReqKVState
 from mini_engine.memory.radix_cache import RadixCache, RadixNode
 from mini_engine.memory.tables import KVTables, move_rows

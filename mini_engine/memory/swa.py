@@ -18,7 +18,7 @@ from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.changes import ChangeLog
 
 if TYPE_CHECKING:
-    from mini_engine.memory.invariants import Auditor
+    from mini_engine.memory.audit.record import Auditor
     from mini_engine.memory.trace import TraceWriter
 
 

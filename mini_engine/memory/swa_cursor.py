@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from mini_engine.errors import EvictFloorError, check_positive
-from mini_engine.memory.invariants import Violation
+from mini_engine.memory.audit.record import Violation
 from mini_engine.memory.kv_state import ReqKVState
 from mini_engine.memory.growth import Growth
 from mini_engine.memory.release_unique import free_swa

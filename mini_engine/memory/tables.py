@@ -14,9 +14,10 @@ import numpy as np
 
 from mini_engine.errors import InvariantViolation
 from mini_engine.memory.allocator import PagedAllocator
+from mini_engine.memory.audit.live import Seen
+from mini_engine.memory.audit.record import Auditor, Violation
 from mini_engine.memory.evict_amount import reclaim_swa
 from mini_engine.memory.config import MemoryConfig
-from mini_engine.memory.invariants import Auditor, Seen, Violation
 from mini_engine.memory.kv_state import WRITER_KINDS, KVRows, ReqKVState, state_rows
 from mini_engine.memory.ledger import PageLedger
 from mini_engine.memory.req_to_token import ReqToTokenPool

@@ -21,9 +21,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from mini_engine.memory.evict_amount import reclaim_swa
-from mini_engine.memory.invariants import Violation  # noqa: F401 (loads K1-K13 before tree_invariants)
 from mini_engine.memory.swa_radix import SWARadixCache
-from mini_engine.memory.tree_invariants import swa_tree_violations
+from mini_engine.memory.audit.tree_checks import swa_tree_violations
 from mini_engine.memory.tree_trace import tree_key
 
 FULL_PAGES, SWA_PAGES = 48, 24

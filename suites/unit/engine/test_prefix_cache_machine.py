@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
-from mini_engine.memory.tree_invariants import check_k12, check_k13
+from mini_engine.memory.audit.tree_checks import check_k12, check_k13
 from mini_engine.request import Request
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from mini_engine.errors import ConfigError, InvariantViolation
 from mini_engine.memory.allocator import PagedAllocator
-from mini_engine.memory.invariants import Auditor
+from mini_engine.memory.audit.record import Auditor
 
 
 def test_three_part_fill():

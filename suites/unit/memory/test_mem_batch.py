@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from mini_engine.memory import Auditor, KVManager, MemoryConfig, sizing
 from mini_engine.memory.batch import BatchArrays
-from mini_engine.memory.invariants import check_k10
+from mini_engine.memory.audit.pool_checks import check_k10
 from mini_engine.memory.rules import MemoryRules
 
 

@@ -25,7 +25,7 @@ from mini_engine.engine import Engine
 from mini_engine.memory import Auditor, KVManager, MemoryConfig
 from mini_engine.memory.batch import BatchArrays
 from mini_engine.memory.changes import ChangeLog
-from mini_engine.memory.invariants import check_k10
+from mini_engine.memory.audit.pool_checks import check_k10
 from mini_engine.model.attn_meta import build_meta, decode_meta
 from mini_engine.model.backend import ModelBackend
 from mini_engine.model.mirror import DeviceMirror

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mini_engine.memory import Auditor, KVManager, MemoryConfig
 from mini_engine.memory.batch import BatchArrays
-from mini_engine.memory.invariants import check_k1, check_k2, check_k3, check_k4, check_k6, check_k10
+from mini_engine.memory.audit.pool_checks import check_k1, check_k2, check_k3, check_k4, check_k6, check_k10
 
 PS = 16
 

@@ -13,9 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mini_engine.memory.invariants import Violation  # noqa: F401 (loads K1-K13 before tree_invariants)
 from mini_engine.memory.swa_radix import SWARadixCache
-from mini_engine.memory.tree_invariants import swa_tree_violations
+from mini_engine.memory.audit.tree_checks import swa_tree_violations
 
 PS, WINDOW = 4, 8
 TOKENS = list(range(1, 25))

@@ -1,28 +1,29 @@
-"""Invariants K1-K10 of DESIGN.md section 2, as named checks, and the Auditor.
+"""Invariants K1-K10 of DESIGN.md section 2, as state checks over a KVManager's pools,
+rows and requests.
 
-Two kinds of checks: event checks at the writers (K4 at prepare,
-K5 at frees, K6 at cursor writes) report through the auditor as they happen; the
-state checks below run over a KVManager after a step (KVManager.check). Audit
-reads (K7's mapping, K10's read of the model backend's device mirror) are allowed
-here: they are not on the scheduler's hot path. This module imports no torch: the
-mirror is handed in as an object with `rows` and `swa_of` methods.
+They run after a step (KVManager.check, through check_all.py); the writers' event
+checks report through the Auditor (record.py) as they happen. Audit reads (K7's
+mapping, K10's read of the model backend's device mirror) are allowed here: they are
+not on the scheduler's hot path. This module imports no torch: the mirror is handed
+in as an object with `rows` and `swa_of` methods.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from mini_engine.errors import InvariantViolation, check_choice
 from mini_engine.memory import sizing
-from mini_engine.memory.rules import AUDIT_MODES
+from mini_engine.memory.audit.live import Live
+from mini_engine.memory.audit.record import Violation
 
 if TYPE_CHECKING:
     from mini_engine.memory.batch import BatchArrays
     from mini_engine.memory.manager import KVManager
+
+_RID = attrgetter("rid")
 
 
 class Mirror(Protocol):
@@ -34,101 +35,6 @@ class Mirror(Protocol):
     def swa_of(self, full_slots: np.ndarray) -> np.ndarray | None:
         """The SWA slots the device map gives these full slots (None: no SWA map)."""
 
-
-MODES = AUDIT_MODES
-MAX_RECORDS = 100
-
-
-@dataclass
-class Violation:
-    id: str
-    rid: object
-    step: int
-    values: dict = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        vals = ", ".join(f"{k}={v}" for k, v in self.values.items())
-        who = "" if self.rid is None else f" request {self.rid}"
-        return f"{self.id} violated at step {self.step}{who}: {vals}"
-
-
-class Auditor:
-    def __init__(self, mode: str = "record"):
-        self.mode = check_choice("audit mode", mode, MODES)
-        self.counts: dict[str, int] = {}
-        self.records: list[Violation] = []
-        self.total = 0
-        self.step = -1  # stamped on event violations that do not know their step
-
-    def report(self, v: Violation) -> None:
-        """Count v; in raise mode stop at it."""
-        self.record(v)
-        if self.mode == "raise":
-            raise InvariantViolation(v)
-
-    def record(self, v: Violation) -> None:
-        """Count v without raising (the caller raises its own error, e.g. EvictFloorError)."""
-        if self.mode == "off":
-            return
-        if v.step < 0:
-            v.step = self.step
-        self.counts[v.id] = self.counts.get(v.id, 0) + 1
-        self.total += 1
-        if len(self.records) < MAX_RECORDS:
-            self.records.append(v)
-
-
-# -- state checks over a KVManager ------------------------------------------------
-
-_PROTECTED = attrgetter("protected")
-_RID = attrgetter("rid")
-
-
-class Live:
-    """The live requests of a KVManager in vector form, gathered once per check: their
-    states (in the manager's order, which orders the violations), rows, lengths, cursors
-    and identities. A live state is a view of its row in the manager's KVRows, so the
-    row arrays are its values."""
-
-    __slots__ = ("states", "rows", "alloc", "com", "swa", "aligned", "ids", "prot")
-
-    def __init__(self, m: KVManager):
-        self.states = list(m.states.values())
-        n = len(self.states)
-        self.rows = np.fromiter(m.states.keys(), dtype=np.int64, count=n)
-        kv = m.rows
-        self.alloc, self.com = kv.allocated[self.rows], kv.committed[self.rows]
-        self.swa, self.aligned = kv.swa_evicted[self.rows], kv.aligned[self.rows]
-        self.ids = np.fromiter(map(id, self.states), dtype=np.int64, count=n)
-        self.prot = np.fromiter(map(_PROTECTED, self.states), dtype=np.int64, count=n)  # a state's own field
-
-
-class Seen:
-    """What the last check saw, by row: which state (by identity; the states are kept
-    alive here, so an id is never reused while it is compared), its extent and its SWA
-    cursor. K2 and K6 compare a state with itself only."""
-
-    __slots__ = ("ids", "alloc", "swa", "_keep")
-
-    def __init__(self, n: int):
-        self.ids = np.zeros(n, dtype=np.int64)  # 0: nothing seen in the row
-        self.alloc = np.zeros(n, dtype=np.int64)
-        self.swa = np.zeros(n, dtype=np.int64)
-        self._keep: list = []
-
-    def take(self, live: Live) -> None:
-        self.ids[:] = 0
-        self.ids[live.rows] = live.ids
-        self.alloc[live.rows] = live.alloc
-        self.swa[live.rows] = live.swa
-        self._keep = live.states
-
-    def forget(self, row: int) -> None:
-        self.ids[row] = 0
-
-    def same(self, live: Live) -> np.ndarray:
-        """For each live state: whether the last check saw this very state in its row."""
-        return self.ids[live.rows] == live.ids
 
 
 def check_k1(m: KVManager, step: int, live: Live | None = None) -> list[Violation]:
@@ -374,17 +280,3 @@ def _k10_mirror(m: KVManager, step: int, batch: BatchArrays, mirror: Mirror) -> 
     return [Violation("K10", batch.rids[i], step, {"row": int(rows[i]), "reason": why})
             for i, why in sorted(bad.items())]
 
-
-def check_all(m: KVManager, step: int, batch: BatchArrays | None = None,
-              mirror: Mirror | None = None) -> list[Violation]:
-    live = Live(m)
-    found = (check_k1(m, step, live) + check_k2(m, step, live) + check_k3(m, step, live)
-             + check_k4(m, step, live) + check_k5(m, step) + check_k6(m, step, live) + check_k7(m, step)
-             + check_k8(m, step) + check_k9(m, step) + check_k10(m, step, batch, mirror)
-             + check_k12(m, step) + check_k13(m, step) + check_k14(m, step))
-    m.seen.take(live)
-    return found
-
-
-# The prefix tree's checks live in their own module (it reads the tree, not the pools).
-from mini_engine.memory.tree_invariants import check_k12, check_k13, check_k14  # noqa: E402
