@@ -9,7 +9,7 @@ step; they join the decode batch of that same step when no prefill runs.
 The engine holds its parts and runs the loop: the decode step is a DecodeStep
 (mini_engine.decode_step), the running decode batch's arrays a DecodeBatch
 (mini_engine.decode_batch), the result of a run mini_engine.run_result, the pool
-sizes a config asks for mini_engine.pool_sizing.
+sizes a config asks for mini_engine.config.pools.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from contextlib import nullcontext
 from typing import Callable
 
 from mini_engine.backend import Backend, checked_results, create_backend
-from mini_engine.config import EngineConfig, require_cuda
+from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import require_cuda
 from mini_engine.decode_batch import DecodeBatch
 from mini_engine.decode_step import DecodeStep
 from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation, SGLangHalts
@@ -32,7 +33,7 @@ from mini_engine.memory.trace import TraceWriter
 from mini_engine.pd_budget import empty_pool_budget
 from mini_engine.prefill_step import PrefillStep
 from mini_engine.prefix_admission import checkpoint_transfer
-from mini_engine.pool_sizing import (admission_pages, decode_reserve, memory_config, min_pool_pages, output_cap,
+from mini_engine.config.pools import (admission_pages, decode_reserve, memory_config, min_pool_pages, output_cap,
                                      request_pages)
 from mini_engine.request import Request, Status, Tally, check_context
 from mini_engine.run_result import RunResult, run_result, unfinished

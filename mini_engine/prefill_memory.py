@@ -47,10 +47,6 @@ from typing import Callable
 
 from mini_engine.request import Request
 
-# The admission knob's rules: SGLang 0.5.23's PrefillAdder memory side (this module), or
-# kvbench's own page estimate with its decaying new-token ratio (Scheduler._need).
-RULES = ("sglang", "estimate")
-
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default
 IGNORE_EOS_RESERVE_TOKENS = 1  # SGLANG_IGNORE_EOS_RESERVE_TOKENS's default
 MAX_PREFILL_TOKENS = 16384  # --max-prefill-tokens' default

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from mini_engine.request import Request
 
-RULES = ("sglang", "newest")
-
 SGLANG_INIT_RATIO = 0.7
 SGLANG_MIN_RATIO_FACTOR = 0.14
 SGLANG_DECAY_STEPS = 600

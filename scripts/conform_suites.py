@@ -6,7 +6,7 @@ command. Configs that run a real model are skipped: their allocator calls are th
 accounting's, which the same config with `--model none` already covers.
 
 Each profile is one SGLang release (sglang-pre-35265 is 0.5.18, the others 0.5.23:
-mini_engine.profiles.SGLANG_VERSIONS), and conform refuses a trace on another release.
+mini_engine.config.profiles.SGLANG_VERSIONS), and conform refuses a trace on another release.
 So the traces are conformed by release: by this interpreter's SGLang, or by the
 interpreter `--python VERSION=PATH` names for that release (CI's 0.5.18 venv).
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from harness.core.errors import HarnessError
 from mini_engine.errors import KVBenchError
-from mini_engine.profiles import DEFAULT_PROFILE, SGLANG_VERSIONS
+from mini_engine.config.profiles import DEFAULT_PROFILE, SGLANG_VERSIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 

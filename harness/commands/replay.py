@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mini_engine.algos import writers
-from mini_engine.profiles import SGLANG_VERSIONS  # each profile's release, which a header must agree with
+from mini_engine.config.profiles import SGLANG_VERSIONS  # each profile's release, which a header must agree with
 
 
 def register(subparsers) -> None:

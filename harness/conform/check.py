@@ -56,7 +56,7 @@ from mini_engine.memory.replay import (
     read_trace,
 )
 from mini_engine.memory.tree_trace import SWA_TREE_OPS, TREE_OPS
-from mini_engine.profiles import SGLANG_VERSIONS
+from mini_engine.config.profiles import SGLANG_VERSIONS
 
 SGLANG_VERSION = "0.5.23"
 INSTALL = (f"pip install --no-deps sglang=={SGLANG_VERSION} && pip install 'kvbench[conform]' "

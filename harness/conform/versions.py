@@ -1,7 +1,7 @@
 """Which SGLang a trace conforms against, and what differs in SGLang 0.5.18's API.
 
 A trace records its profile (the header's profile.name); each profile is one SGLang
-release (mini_engine.profiles.SGLANG_VERSIONS). kvbench conform replays on whichever
+release (mini_engine.config.profiles.SGLANG_VERSIONS). kvbench conform replays on whichever
 SGLang is installed, so it refuses a trace of another release in one line: its
 allocator and sizing rules are not the installed one's to judge. A trace without a
 profile name (a memory-only caller's) is checked on any version.
@@ -23,7 +23,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from mini_engine.errors import TraceError
-from mini_engine.profiles import SGLANG_VERSIONS
+from mini_engine.config.profiles import SGLANG_VERSIONS
 
 
 def trace_version(path: str, head: dict) -> str | None:

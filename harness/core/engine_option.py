@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from mini_engine.errors import ConfigError
-from mini_engine.option import Option
+from mini_engine.config.option import Option
 
 ENGINES = ("mini", "sglang")
 ENGINE = Option("engine", str, "mini", "mini: kvbench's engine; sglang: the installed SGLang's own scheduler loop "

@@ -3,7 +3,7 @@
 Bytes per slot = layers x KV heads x head dim x dtype bytes x 2 (K and V). With
 sliding-window attention the layers split between the two pools: the full pool
 holds the full layers' KV of a slot, the SWA pool the sliding layers'. The named
-shapes are the engine's one table (mini_engine/model/config.py SHAPES); a
+shapes are the engine's one table (mini_engine/config/shapes.py SHAPES); a
 checkpoint directory gives its config.json. Bytes are counted in the dtype the
 model is served in (the shape's declared dtype, a checkpoint's ``torch_dtype``),
 not the float32 a CPU run upcasts to, so a CPU night and a GPU night agree.
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mini_engine.config.hf_config import config_from_hf, read_hf_config
+from mini_engine.config.shapes import DTYPE_BYTES, SHAPES, ModelConfig, layer_types_for, named_shape
 from mini_engine.errors import KVBenchError
-
-DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,6 @@ class KVShape:
 
 def named(name: str, layer_pattern: str | None = None) -> KVShape:
     """A shape of the engine's table, its layers split by the layer pattern."""
-    from mini_engine.model.config import named_shape  # torch: optional, loaded only on this path
-
     return _of_model(named_shape(name), layer_pattern)
 
 
@@ -64,17 +62,12 @@ def shape_of(config: dict[str, Any], checkpoints: bool = True) -> KVShape | None
     model = config.get("model") or "none"
     if model == "none":
         return None
-    from mini_engine.model.config import SHAPES  # torch: optional, loaded only on this path
-
     if model in SHAPES:
         return named(model, config.get("layer_pattern"))
     return _of_checkpoint(str(model), config.get("layer_pattern")) if checkpoints else None
 
 
 def _of_checkpoint(path: str, layer_pattern: str | None) -> KVShape | None:
-    # torch: optional, loaded only on this path
-    from mini_engine.model.loader import config_from_hf, read_hf_config
-
     try:
         data = read_hf_config(Path(path))
         dtype = data.get("torch_dtype")
@@ -84,9 +77,7 @@ def _of_checkpoint(path: str, layer_pattern: str | None) -> KVShape | None:
     return _of_model(mcfg, layer_pattern)
 
 
-def _of_model(mcfg, layer_pattern: str | None) -> KVShape:
-    from mini_engine.model.config import layer_types_for  # torch: optional, loaded only on this path
-
+def _of_model(mcfg: ModelConfig, layer_pattern: str | None) -> KVShape:
     types = layer_types_for(layer_pattern or "all-global", mcfg.num_layers)
     sliding = sum(1 for t in types if t == "sliding")
     return KVShape(mcfg.name, mcfg.num_layers, mcfg.num_kv_heads, mcfg.head_dim, mcfg.dtype,

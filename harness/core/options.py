@@ -1,4 +1,4 @@
-"""The whole option schema: the engine's (mini_engine/options.py) plus the workload's.
+"""The whole option schema: the engine's (mini_engine/config/options.py) plus the workload's.
 
 One entry per option gives its CLI flag (``kvbench run``), its TOML key (a
 ``--config`` file, a suite's ``[defaults]``/``[axes]``), its short id and the
@@ -16,8 +16,8 @@ from harness.core.workload_options import WORKLOAD
 from harness.core.workloads import WorkloadConfig
 from mini_engine import algos
 from mini_engine.config import EngineConfig
-from mini_engine.option import Option
-from mini_engine.options import engine_options
+from mini_engine.config.option import Option
+from mini_engine.config.options import engine_options
 
 
 # Test ids spelt these options differently before the one schema; --filter still reads them.

@@ -1,5 +1,5 @@
 """The workload's options (``WORKLOAD``), declared as the engine declares its own
-(``mini_engine.option``), and the names of the synthetic workloads.
+(``mini_engine.config.option``), and the names of the synthetic workloads.
 
 Below both ``harness.core.workloads`` (whose ``WorkloadConfig`` is built from them) and
 ``harness.core.options`` (the whole schema, the engine's and these): neither has to
@@ -8,7 +8,7 @@ import the other to know a workload option.
 
 from __future__ import annotations
 
-from mini_engine.option import Option
+from mini_engine.config.option import Option
 
 WORKLOADS = ("fixed", "uniform", "lognormal", "pd")
 # Lengths and token ids stay int32-sized: far beyond any context, and numpy's draws

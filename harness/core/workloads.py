@@ -30,7 +30,7 @@ from harness.core.turns import later_turns
 from harness.core.workload_options import MOST, WORKLOAD, WORKLOADS
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.files import failure, read_document
-from mini_engine.option import Option, dataclass_from
+from mini_engine.config.option import Option, dataclass_from
 from mini_engine.request import Request, check_context
 
 if TYPE_CHECKING:  # annotations only: building the CLI parser imports no numpy (nor the engine)

@@ -23,8 +23,9 @@ from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, decode_reserve
 from mini_engine.model.attn_meta import build_meta
 from mini_engine.model.backend import ModelBackend
-from mini_engine.model.config import named_shape
-from mini_engine.pool_budget import footprint
+from mini_engine.config.shapes import named_shape
+from mini_engine.model.config import torch_dtype
+from mini_engine.config.pools import footprint
 from mini_engine.request import Request
 from mini_engine.step_batch import Phase
 
@@ -198,7 +199,7 @@ def kernel_bandwidth(shape: str, batch: int, ctx: int, device: str, peak_bw: flo
     from mini_engine.model.attention_triton import triton_paged_attention
 
     mcfg = named_shape(shape)
-    dtype = mcfg.torch_dtype if device == "cuda" else torch.float32
+    dtype = torch_dtype(mcfg) if device == "cuda" else torch.float32
     H, KVH, D, page = mcfg.num_heads, mcfg.num_kv_heads, mcfg.head_dim, 16
     slots = (batch * -(-ctx // page) + 1) * page
     meta, rows = _decode_batch(batch, ctx, page, slots, device, seed=batch)

@@ -22,7 +22,7 @@ from harness.reference.driver import Driver
 from harness.reference.scheduler import build
 from harness.reference.spec import SUPPORTED as SPECS, spec_of
 from harness.run.runner import config_key, run_config, split_config
-from mini_engine.pool_sizing import swa_pages
+from mini_engine.config.pools import swa_pages
 from mini_engine.spec.acceptance import Acceptance
 
 ENGINE = "sglang"

@@ -1,7 +1,7 @@
 """How many requests fit on a GPU, answered without one.
 
 For a model shape, a GPU's memory and ``mem_fraction``, the engine's own sizing
-formulas (mini_engine/pool_budget.py, pool_sizing.py) give the KV pool and what
+formulas (mini_engine/config/pools.py) give the KV pool and what
 one request needs at its peak, so the capacity is plain arithmetic:
 
     pool_tokens   = (floor(gpu_bytes * mem_fraction) - weight_bytes)
@@ -26,9 +26,9 @@ from harness.core.turns import nominal_length
 from harness.run.runner import resolved_config
 from mini_engine.config import EngineConfig
 from mini_engine.errors import ConfigError
-from mini_engine.option import Option
-from mini_engine.pool_budget import footprint, pool_tokens
-from mini_engine.pool_sizing import request_pages, swa_pages
+from mini_engine.config.option import Option
+from mini_engine.config.pools import footprint, pool_tokens
+from mini_engine.config.pools import request_pages, swa_pages
 
 GiB = 1 << 30
 GPUS = {"rtx5090": ("RTX 5090", 32 * GiB), "h100": ("H100", 80 * GiB), "h200": ("H200", 141 * GiB)}
@@ -81,7 +81,7 @@ def capacity(options: dict[str, Any], context: int, gpu: str, gpu_bytes: int | N
     fp = footprint(cfg)
     tokens = pool_tokens(gpu_bytes, cfg.mem_fraction, fp)
     pages = tokens // cfg.page_size
-    # pool_sizing.admission_pages for this GPU's pages (it reads the machine we run on)
+    # pools.admission_pages for this GPU's pages (it reads the machine we run on)
     admit = min(pages, swa_pages(pages, cfg.rules.swa_ratio)) if cfg.has_swa else pages
     return Capacity(gpu, gpu_bytes, cfg.page_size, fp.weight_bytes, fp.kv_bytes_per_token + fp.draft_kv_bytes_per_token,
                     tokens, pages, admit, request_pages(cfg, context, 0))

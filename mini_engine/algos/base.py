@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mini_engine.errors import ConfigError
-from mini_engine.option import Option
+from mini_engine.config.option import Option
 
 if TYPE_CHECKING:
     from mini_engine.config import EngineConfig

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from mini_engine.algos.speculative import Speculative
 from mini_engine.errors import check_positive
-from mini_engine.option import Option
+from mini_engine.config.option import Option
 
 if TYPE_CHECKING:
     from mini_engine.config import EngineConfig

@@ -282,7 +282,7 @@ def check_profile(path: str, head: dict, records: list[tuple[int, dict]],
                   releases: Mapping[str, str] | None = None) -> None:
     """The header's profile agrees with itself and with the records (R9): its release is
     one kvbench models, the one its named profile is (``releases``: profile name ->
-    release, ``mini_engine.profiles.SGLANG_VERSIONS``), and a trace without a prefix tree
+    release, ``mini_engine.config.profiles.SGLANG_VERSIONS``), and a trace without a prefix tree
     (prefix_cache chunk) holds no tree call. Each was read past: a 0.5.23 trace relabelled
     0.5.18, or "chunk" over tree calls, replayed clean and conformed."""
     profile = head.get("profile") or {}
@@ -305,7 +305,7 @@ def replay(path: str | os.PathLike, algorithms: Mapping[str, str],
            releases: Mapping[str, str] | None = None) -> ReplayReport:
     """Replay the trace at ``path`` on fresh allocators; ``algorithms``: the algorithms a
     trace may name (``mini_engine.algos.writers()``); ``releases``: each profile's SGLang
-    release (``mini_engine.profiles.SGLANG_VERSIONS``), which the header must agree with."""
+    release (``mini_engine.config.profiles.SGLANG_VERSIONS``), which the header must agree with."""
     path = os.fspath(path)
     head, records = read_trace(path)
     check_profile(path, head, records, releases)

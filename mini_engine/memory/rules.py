@@ -1,6 +1,6 @@
 """MemoryRules: the accounting knobs the memory layer reads, as plain values.
 
-The engine's profiles (mini_engine.profiles) name a production version and resolve
+The engine's profiles (mini_engine.config.profiles) name a production version and resolve
 its knobs; the memory layer reads only the few below, handed to it in MemoryConfig,
 so it imports nothing from the engine above it. A memory-only caller (a test, a
 replay) gets SGLang 0.5.23's rules, or the policy / free / prefix-cache shorthands.

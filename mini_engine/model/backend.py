@@ -15,9 +15,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mini_engine.config.shapes import DEFAULT_DRAFT_LAYERS
 from mini_engine.errors import ConfigError
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import build_meta, decode_meta
+from mini_engine.model.config import torch_dtype
 from mini_engine.model.draft import DraftModel
 from mini_engine.model.draft_io import ChainDrafts, DraftJob, DraftTree, rows_upto
 from mini_engine.model.extend_fused import SlotTable, can_fuse, paged_rows_meta
@@ -30,9 +32,6 @@ from mini_engine.model.verify_chains import verify_chains
 from mini_engine.spec import verify
 from mini_engine.step_batch import Layout, Phase, StepBatch
 
-# The drafter shares the target's lowest layers: all four of tiny's, four of a GPU shape
-# (its own KV costs a layer's worth of pool per shared layer).
-DEFAULT_DRAFT_LAYERS = 4
 SMALL_MODEL_PARAMS = 50_000_000
 DEFAULT_DRAFT_NOISE = 0.1  # with every target layer shared: EAGLE chain tau ~2.8 of 4 on tiny
 
@@ -234,7 +233,7 @@ class ModelBackend:
         # One slot table for every forward of the step (the drafter's and the verify), when
         # they go through the compiled decode layers (extend_fused.py).
         table = None
-        if b.swa_slots is None and can_fuse(self.model.model.layers, self.mcfg.torch_dtype, self.device,
+        if b.swa_slots is None and can_fuse(self.model.model.layers, torch_dtype(self.mcfg), self.device,
                                             self.attend is paged_attention):
             table = SlotTable(b.slots, self.layout.page_size, self.device)
         drafts = self.drafter.draft(jobs, table=table)
@@ -323,7 +322,7 @@ class ModelBackend:
     # -- internals -----------------------------------------------------------------
     def target_forward(self, ids, rows, swa_rows, lens, pos, masks, fuse: bool = False) -> torch.Tensor:
         meta = None
-        if fuse and swa_rows is None and can_fuse(self.model.model.layers, self.mcfg.torch_dtype, self.device,
+        if fuse and swa_rows is None and can_fuse(self.model.model.layers, torch_dtype(self.mcfg), self.device,
                                          self.attend is paged_attention):
             # A prefill chunk or a verify as one compiled call, one decode row per query
             # (extend_fused.py). Faster than the Python layer's SDPA for every chunk measured,
@@ -370,7 +369,7 @@ class ModelBackend:
     def _store(self, r) -> FeatureStore:
         st = self.feats.get(r.rid)
         if st is None:
-            st = self.feats[r.rid] = FeatureStore(self.mcfg.hidden_size, self.device, self.mcfg.torch_dtype)
+            st = self.feats[r.rid] = FeatureStore(self.mcfg.hidden_size, self.device, torch_dtype(self.mcfg))
         return st
 
     def check_ids(self, reqs, ids: np.ndarray) -> None:

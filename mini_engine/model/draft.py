@@ -25,6 +25,7 @@ from torch import nn
 from mini_engine.errors import ConfigError
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
+from mini_engine.model.config import torch_dtype
 from mini_engine.model.decode_fused import decode_layer_kernel, fused_decode
 from mini_engine.model.layers import (DecoderLayer, materialize, rope_cos_sin, rope_inv_freq, rope_tables,
                                      seeded_init)
@@ -51,7 +52,7 @@ class DraftModel(nn.Module):
             self.layer = DecoderLayer(own_cfg, sliding=False)
             # DFLASH's mask token: one learned embedding for every undrafted block position.
             self.mask_embed = nn.Parameter(torch.zeros(cfg.hidden_size))
-        materialize(self, cfg.torch_dtype, target.device)
+        materialize(self, torch_dtype(cfg), target.device)
         self.layer.fuse()
         seeded_init(self, seed, scale_out=noise)
         with torch.no_grad():

@@ -9,6 +9,7 @@ import torch
 
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import build_meta
+from mini_engine.model.config import torch_dtype
 from mini_engine.model.draft import DraftModel
 from mini_engine.model.extend_fused import SlotTable, can_fuse, paged_rows_meta
 from mini_engine.model.transformer import Attend, KVCache
@@ -99,7 +100,7 @@ def draft_forward(
     rows, q_lens, pos = [p.rows for p in pieces], [len(p.positions) for p in pieces], [p.positions for p in pieces]
     masks = [p.mask for p in pieces] if any(p.mask is not None for p in pieces) else None
     meta = None
-    if not context_window and can_fuse(model.layers, model.cfg.torch_dtype, dev, attend is paged_attention):
+    if not context_window and can_fuse(model.layers, torch_dtype(model.cfg), dev, attend is paged_attention):
         # Every draft layer in one compiled call, as plain decode (extend_fused.py).
         meta = paged_rows_meta(rows, q_lens, pos, masks, model.page_size, dev)
     if meta is None:
@@ -144,7 +145,7 @@ def slot_table(model: DraftModel, jobs: list[DraftJob], attend: Attend, context_
     layers (extend_fused.py), else None (the Python layer: build_meta). `table`: one the
     caller built over the same jobs' slots (the model backend shares it with the verify)."""
     dev = model.target.device
-    if context_window or not can_fuse(model.layers, model.cfg.torch_dtype, dev, attend is paged_attention):
+    if context_window or not can_fuse(model.layers, torch_dtype(model.cfg), dev, attend is paged_attention):
         return None
     return table if table is not None else SlotTable([j.slots for j in jobs], model.page_size, dev)
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mini_engine.model.config import ModelConfig
+from mini_engine.config.shapes import ModelConfig
 from mini_engine.model.cpu_kernels import ops
 
 

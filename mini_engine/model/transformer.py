@@ -17,7 +17,8 @@ from torch.nn import functional as F
 
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attn_meta import AttnMeta
-from mini_engine.model.config import ModelConfig
+from mini_engine.config.shapes import ModelConfig
+from mini_engine.model.config import torch_dtype
 from mini_engine.model.cpu_kernels import ops
 from mini_engine.model.decode_fused import (COPY_LIMIT_BYTES, COPY_MIN_ROWS, FUSED_DTYPES, decode_layer_kernel,
                                             fused_decode, prefill_weights)
@@ -42,8 +43,8 @@ class KVCache:
         for t in types:
             n = swa_slots if t == "sliding" else full_slots
             # Zeros, not empty: masked keys (dummy slot 0) must stay finite.
-            ks.append(torch.zeros(n, cfg.num_kv_heads, cfg.head_dim, dtype=cfg.torch_dtype, device=device))
-            vs.append(torch.zeros(n, cfg.num_kv_heads, cfg.head_dim, dtype=cfg.torch_dtype, device=device))
+            ks.append(torch.zeros(n, cfg.num_kv_heads, cfg.head_dim, dtype=torch_dtype(cfg), device=device))
+            vs.append(torch.zeros(n, cfg.num_kv_heads, cfg.head_dim, dtype=torch_dtype(cfg), device=device))
         return cls(ks, vs, [t == "sliding" for t in types])
 
     def move(self, src: torch.Tensor, dst: torch.Tensor, swa_src: torch.Tensor | None, swa_dst: torch.Tensor | None) -> None:
@@ -138,7 +139,7 @@ class Transformer(nn.Module):
         with torch.device("meta"):
             self.model = _Body(cfg)
             self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        materialize(self, cfg.torch_dtype, device)
+        materialize(self, torch_dtype(cfg), device)
         for layer in self.model.layers:
             layer.fuse()  # before any weight is written: init and the loader write through the views
         if init:

@@ -20,7 +20,7 @@ from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attention_triton import triton_paged_attention
 from mini_engine.model.attn_meta import build_meta
 from mini_engine.model.backend import ModelBackend
-from mini_engine.model.config import named_shape
+from mini_engine.config.shapes import named_shape
 from mini_engine.model.transformer import KVCache, Transformer
 from mini_engine.request import Request
 

@@ -14,7 +14,7 @@ from harness.conform.versions import check_version, trace_version
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.errors import TraceError
-from mini_engine.profiles import PROFILES, SGLANG_VERSIONS
+from mini_engine.config.profiles import PROFILES, SGLANG_VERSIONS
 from mini_engine.request import Request
 
 

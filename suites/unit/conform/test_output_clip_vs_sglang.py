@@ -1,4 +1,4 @@
-"""The clip of a request's output at arrival (mini_engine/pool_sizing.py ``output_cap``)
+"""The clip of a request's output at arrival (mini_engine/config/pools.py ``output_cap``)
 against the installed SGLang's own ``Scheduler.init_req_max_new_tokens``, compiled from its
 source: 0.5.23 asks the allocator (``BaseTokenToKVPoolAllocator.max_new_tokens_for_memory``,
 which the SWA allocator inherits), 0.5.18 writes the same bound inline. Release-neutral:
@@ -18,7 +18,7 @@ import pytest
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.errors import ConfigError
-from mini_engine.pool_sizing import output_cap
+from mini_engine.config.pools import output_cap
 from mini_engine.request import Request
 from sglang_source import methods
 

@@ -327,7 +327,7 @@ def test_the_pd_tail_with_the_decode_radix_cache_is_the_releases(queue_class):
 def test_the_decode_reservation_default_is_sglangs(sg):
     # --num-reserved-decode-tokens: 0.5.23 declares it in arg_groups/fields/disagg.py, 0.5.18
     # in server_args.py; the engine's reserved_decode_tokens default must be its value.
-    from mini_engine.options import CORE
+    from mini_engine.config.options import CORE
 
     module = "sglang.srt.server_args" if sg.version == "0.5.18" else "sglang.srt.arg_groups.fields.disagg"
     values = [ast.literal_eval(n.value) for n in ast.walk(source(module)) if isinstance(n, ast.AnnAssign)

@@ -29,7 +29,7 @@ from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.algos import writers
 from mini_engine.memory.replay import replay
-from mini_engine.profiles import SGLANG_VERSIONS
+from mini_engine.config.profiles import SGLANG_VERSIONS
 from mini_engine.request import Request
 
 TREE_CALLS = ("match", "insert", "lock", "unlock", "evict")

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from mini_engine.config import EngineConfig
 from mini_engine.memory.sizing import pd_swa_tail_len
-from mini_engine.profiles import PROFILES
+from mini_engine.config.profiles import PROFILES
 from mini_engine.retraction import Retraction
 
 

@@ -34,7 +34,7 @@ from harness.conform.check import _allocator, _check_call, _sglang_reserve
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.memory import KVManager, MemoryConfig, TraceWriter
-from mini_engine.profiles import PROFILES
+from mini_engine.config.profiles import PROFILES
 from mini_engine.request import Request
 from engine_plans import run_plans
 from sglang_source import assigned, functions, methods, source

@@ -1,4 +1,4 @@
-"""docs/profiles.md's knob table is the profiles' own values (mini_engine/profiles.py), and
+"""docs/profiles.md's knob table is the profiles' own values (mini_engine/config/profiles.py), and
 each flag it names is an option of the schema: the knob semantics live on that one page,
 so its numbers must not drift from the code."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from harness.core.options import options
-from mini_engine.profiles import PROFILES
+from mini_engine.config.profiles import PROFILES
 from scripts_loader import ROOT
 
 PAGE = (ROOT / "docs" / "profiles.md").read_text(encoding="utf-8")

@@ -19,7 +19,7 @@ from harness.run.runner import run_config
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.errors import ConfigError
-from mini_engine.profiles import PROFILES, resolve
+from mini_engine.config.profiles import PROFILES, resolve
 from mini_engine.request import Request
 
 PROMPT = list(range(1, 38))  # 37 tokens

@@ -11,7 +11,7 @@ import pytest
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.errors import ConfigError
-from mini_engine.profiles import PROFILES, resolve
+from mini_engine.config.profiles import PROFILES, resolve
 from mini_engine.request import Request
 
 

@@ -16,7 +16,7 @@ from mini_engine import algos
 from mini_engine.algos import Algorithm
 from mini_engine.config import EngineConfig
 from mini_engine.errors import ConfigError
-from mini_engine.option import Option
+from mini_engine.config.option import Option
 
 ROOT = Path(__file__).resolve().parents[3]
 PLUGIN = "suites.unit.engine.toy_algo"

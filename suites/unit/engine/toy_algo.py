@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from mini_engine.algos import Algorithm, register
 from mini_engine.errors import check_positive
-from mini_engine.option import Option
+from mini_engine.config.option import Option
 
 DEFAULT_CHAIN = 3
 

@@ -1,5 +1,5 @@
 """Every CLI flag, TOML key, config-id field and metric against the one declared schema
-(mini_engine/options.py with the algorithms' options, harness/core/options.py, harness/core/metrics.py).
+(mini_engine/config/options.py with the algorithms' options, harness/core/options.py, harness/core/metrics.py).
 
 A flag without a schema entry, or an entry without its flag, fails here; so does a
 TOML key, a short id or a metric that the schema does not declare.
@@ -24,8 +24,8 @@ from harness.view import facets
 from mini_engine import algos
 from mini_engine.config import EngineConfig, load_toml
 from mini_engine.errors import ConfigError, KVBenchError
-from mini_engine.options import CORE, engine_options
-from mini_engine.profiles import DEFAULT_PROFILE
+from mini_engine.config.options import CORE, engine_options
+from mini_engine.config.profiles import DEFAULT_PROFILE
 
 # kvbench run's flags that are not options of a configuration.
 # capacity: a table, not an engine option.

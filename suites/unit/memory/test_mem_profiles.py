@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from mini_engine.errors import ConfigError
 from mini_engine.memory import Auditor, KVManager, MemoryConfig
 from mini_engine.memory.sizing import pd_swa_tail_len, swa_evict_target
-from mini_engine.profiles import PROFILES, resolve
+from mini_engine.config.profiles import PROFILES, resolve
 
 
 def make(profile: str, ps: int = 16, window: int | None = None, num_pages: int = 256, **knobs):

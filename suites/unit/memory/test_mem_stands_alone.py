@@ -56,4 +56,4 @@ def test_the_error_root_is_a_leaf():
 
 def test_the_check_sees_an_engine_module():
     # The filter itself must not pass everything: the profiles sit above the layer.
-    assert "mini_engine.profiles" in outside_the_layer(loaded_by("import mini_engine.profiles"))
+    assert "mini_engine.config.profiles" in outside_the_layer(loaded_by("import mini_engine.config.profiles"))

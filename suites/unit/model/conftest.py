@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, settings
 
 from mini_engine.memory import Auditor, KVManager, MemoryConfig
-from mini_engine.model.config import named_shape
+from mini_engine.config.shapes import named_shape
 from mini_engine.model.transformer import Transformer
 from mini_engine.request import Request
 

@@ -14,8 +14,9 @@ from harness.cli import main
 from mini_engine.config import EngineConfig
 from mini_engine.errors import KVBenchError
 from mini_engine.model.backend import ModelBackend
-from mini_engine.model.config import named_shape
-from mini_engine.model.loader import CheckpointError, load_checkpoint, resolve_model, save_checkpoint
+from mini_engine.config.shapes import named_shape
+from mini_engine.config.hf_config import CheckpointError
+from mini_engine.model.loader import load_checkpoint, resolve_model, save_checkpoint
 from mini_engine.model.transformer import Transformer
 
 

@@ -1,6 +1,6 @@
 """EngineConfig: every knob of one engine run, validated up front.
 
-Its fields are the option schema (mini_engine/options.py, with the registered
+Its fields are the option schema (mini_engine/config/options.py, with the registered
 algorithms' own options), declared there once with type, default and bounds.
 Validation happens once, in ``__post_init__``, so the step loop can trust every
 field. Options that only make sense for one algorithm (``block_size`` for DFLASH,
@@ -18,25 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from mini_engine import algos
-from mini_engine.algos import SPECS
+from mini_engine.config.option import Option, check_float as _check_float, dataclass_from
+from mini_engine.config.options import by_name, engine_options
+from mini_engine.config.pools import footprint, pool_tokens
+from mini_engine.config.profiles import Profile, resolve
+from mini_engine.config.shapes import LAYER_PATTERNS, SHAPES
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.files import read_document
-from mini_engine.option import Option, check_float as _check_float, dataclass_from
-from mini_engine.options import by_name, engine_options
-from mini_engine.pool_budget import footprint, pool_tokens
-from mini_engine.profiles import FREE_RULES, POLICIES, PREFIX_CACHES, PROFILES, Profile, resolve
-PROFILE_NAMES = tuple(PROFILES)
-__all__ = ["FREE_RULES", "POLICIES", "PREFIX_CACHES", "PROFILE_NAMES", "SPECS", "EngineConfig", "load_toml"]
-DEVICES = ("cpu", "cuda")
-# local:global layer ratios; "all-global" means no SWA layer at all. Defined once here,
-# where a config is checked; the model builds its layer types from the same names.
-LAYER_PATTERNS = {
-    "all-local": (1, 0),
-    "1:1": (1, 1),
-    "3:1": (3, 1),
-    "5:1": (5, 1),
-    "all-global": (0, 1),
-}
 
 # KV shape used to turn mem_fraction into pool tokens when no real model is loaded:
 # Qwen3-0.6B's (28 layers, 8 KV heads of dim 128, bf16), a common small target.
@@ -52,7 +40,7 @@ _CHECKED_FIRST = ("page_size", "max_running", "max_context", "chunked_prefill", 
 
 @dataclass_from(engine_options)
 class EngineConfig:
-    """Every option of mini_engine.options.engine_options() is a field (page_size, spec, ...)."""
+    """Every option of mini_engine.config.options.engine_options() is a field (page_size, spec, ...)."""
 
     # Pages of the pool, computed on first use: sizing by mem_fraction reads the
     # device, which a config validated on another machine may not have.
@@ -202,11 +190,8 @@ class EngineConfig:
     @property
     def kv_bytes_per_token(self) -> int:
         # Both pools are sized in tokens alike, so every layer costs one token's KV.
-        if self.model != "none":
-            from mini_engine.model.config import SHAPES  # torch: only a named shape's KV size needs the model's config
-
-            if self.model in SHAPES:
-                return SHAPES[self.model].kv_bytes_per_token("all")
+        if self.model in SHAPES:
+            return SHAPES[self.model].kv_bytes_per_token("all")
         return NOMINAL_LAYERS * 2 * NOMINAL_KV_HEADS * NOMINAL_HEAD_DIM * NOMINAL_DTYPE_BYTES
 
     # -- (de)serialisation -------------------------------------------------
@@ -217,7 +202,7 @@ class EngineConfig:
 
     @classmethod
     def options(cls) -> tuple[Option, ...]:
-        """The schema of every field (mini_engine/options.py and the algorithms' options)."""
+        """The schema of every field (mini_engine/config/options.py and the algorithms' options)."""
         return engine_options()
 
     @classmethod

@@ -2,7 +2,7 @@
 group) and its single-value checks.
 
 It sits below everything that declares options: the algorithms declare theirs with it
-(``mini_engine.algos``), ``mini_engine.options`` lists the engine's and joins the
+(``mini_engine.algos``), ``mini_engine.config.options`` lists the engine's and joins the
 algorithms' to them, and the harness declares the workload's (``harness.core.options``).
 It imports nothing of the engine but its errors, so that no registry it describes has to
 be loaded to declare an option.

@@ -58,7 +58,7 @@ Knobs, with SGLang 0.5.23's values first:
                          mini_engine.prefill_memory_swa; PD arrivals: the
                          decode side's prealloc budget, mini_engine.pd_budget), and
                          each request's output clipped at arrival to what an
-                         empty pool holds (pool_sizing.output_cap), and DFLASH's
+                         empty pool holds (pools.output_cap), and DFLASH's
                          min-free-slots delay (mini_engine.admission_delay);
                          "estimate":
                          kvbench's whole-page estimate with the decaying new-token
@@ -98,8 +98,12 @@ from typing import Any
 from mini_engine.algos import ALGORITHMS, ROW_HEADROOM_RULES
 from mini_engine.errors import ConfigError, check_choice, check_positive
 from mini_engine.memory.rules import BASE_WRITERS, FREE_RULES, POLICIES, PREFIX_CACHES, RELEASES, MemoryRules
-from mini_engine.prefill_memory import RULES as ADMISSIONS
-from mini_engine.retraction import RULES as RETRACTIONS
+
+# The memory side of prefill admission (the scheduler's admission policies): SGLang's
+# PrefillAdder or kvbench's page estimate.
+ADMISSIONS = ("sglang", "estimate")
+# Who is retracted on a short pool: SGLang's fewest-outputs-first or the newest.
+RETRACTIONS = ("sglang", "newest")
 OVERLAP = ("on", "off")
 OVERLAP_PLANS = ("skip-finishing", "every-running")
 

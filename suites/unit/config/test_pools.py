@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mini_engine import config as engine_config
-from mini_engine.config import EngineConfig
+from mini_engine.config import EngineConfig, engine_config
 from mini_engine.errors import ConfigError
-from mini_engine.pool_budget import Footprint, footprint, pool_tokens
+from mini_engine.config.pools import Footprint, footprint, pool_tokens
 
 H200 = 140 << 30  # 150,323,855,360 bytes
 

@@ -1,11 +1,11 @@
-"""Model shapes and layer patterns."""
+"""Model shapes and layer patterns (plain data, no torch)."""
 
 from __future__ import annotations
 
 import pytest
 
 from mini_engine.errors import ConfigError
-from mini_engine.model.config import SHAPES, layer_types_for, named_shape
+from mini_engine.config.shapes import SHAPES, layer_types_for, named_shape
 
 
 @pytest.mark.parametrize("pattern, want", [
@@ -37,21 +37,3 @@ def test_kv_bytes_per_token_splits_by_pool():
     swa = cfg.with_pattern("3:1", 128)
     assert swa.kv_bytes_per_token("sliding") == 21 * 2 * 8 * 128 * 2
     assert swa.kv_bytes_per_token("full") + swa.kv_bytes_per_token("sliding") == swa.kv_bytes_per_token()
-
-
-def test_low_precision_lm_head_is_upcast_once():
-    """A bf16 head is upcast to float32 on first use and kept (not on every logits call);
-    float32 and float64 heads are used as they are."""
-    import torch
-
-    from .conftest import tiny
-
-    model = tiny("all-global", dtype="bfloat16")
-    h = torch.randn(3, model.cfg.hidden_size).to(torch.bfloat16)
-    first = model.logits(h)
-    assert model.head_weight_acc() is model.head_weight_acc()
-    assert model.head_weight_acc().dtype == torch.float32 and first.dtype == torch.float32
-    want = model.model.norm(h).float() @ model.head_weight().float().T
-    torch.testing.assert_close(model.logits(h), want, rtol=0, atol=0)
-    exact = tiny("all-global", dtype="float64")
-    assert exact.head_weight_acc() is exact.head_weight()

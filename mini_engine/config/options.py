@@ -7,7 +7,7 @@ assume are all read from here. An algorithm's own options (``block_size``,
 schema right after ``spec``; the harness adds the workload options
 (``harness.core.options``).
 
-Each option checks its own value (``Option.check`` in ``mini_engine.option``, the module
+Each option checks its own value (``Option.check`` in ``mini_engine.config.option``, the module
 below the algorithms that declares what an option is); rules that tie options together
 (an exclusive pair, a default that depends on another option) stay in ``EngineConfig``,
 which runs both once, when a config is built.
@@ -15,29 +15,22 @@ which runs both once, when a config is built.
 
 from __future__ import annotations
 
-import importlib
-from typing import Callable
-
-from mini_engine.algos import ALGORITHMS, SPECS
+from mini_engine.algos import ALGORITHMS, ROW_HEADROOM_RULES, SPECS
+from mini_engine.config.option import Option
+from mini_engine.config.profiles import ADMISSIONS, OVERLAP, PROFILES, RETRACTIONS
+from mini_engine.config.shapes import DEVICES, LAYER_PATTERNS
 from mini_engine.errors import ConfigError
-from mini_engine.option import Option
-from mini_engine.profiles import PROFILES
+from mini_engine.memory.rules import AUDIT_MODES, FREE_RULES, POLICIES, PREFIX_CACHES
 
 
+# The two registries are read when a value is checked: a plugin may register an
+# algorithm (and with it a profile writer) after this module loaded.
 def _specs() -> tuple[str, ...]:
     return tuple(SPECS)
 
 
 def _profiles() -> tuple[str, ...]:
     return tuple(PROFILES)
-
-
-def _choices(module: str, attr: str) -> Callable[[], tuple[str, ...]]:
-    # A registry read by name when a value is checked: mini_engine.config imports this
-    # module (so it cannot be imported here), and a plugin may add to a registry later.
-    def read() -> tuple[str, ...]:
-        return tuple(getattr(importlib.import_module(module), attr))
-    return read
 
 
 _KNOB = "knob of the profile: "
@@ -56,46 +49,46 @@ CORE = (
     Option("spec", str, "none", "speculative algorithm", choices=_specs),
     Option("window", int, None, "SWA window in positions (default: no SWA)", minimum=1, group="swa"),
     Option("layer_pattern", str, None, "local:global layer pattern (default all-global, 1:1 with a window)",
-           short="layers", choices=_choices("mini_engine.config", "LAYER_PATTERNS"), group="swa"),
+           short="layers", choices=tuple(LAYER_PATTERNS), group="swa"),
     Option("profile", str, "sglang-0.5.23",  # profiles.DEFAULT_PROFILE (a test keeps them equal)
            "accounting profile (floor-free is a what-if, no shipped version)", choices=_profiles, group="profile"),
     Option("policy", str, None, _KNOB + "shorthand: aligned = --align all, unaligned = --align none",
-           choices=_choices("mini_engine.profiles", "POLICIES"), group="profile"),
+           choices=POLICIES, group="profile"),
     Option("align", str, None, _KNOB + "writers that page-ceil their extent: all, none or a comma list of "
            "extend,decode,pd,eagle,dflash or a plugin algorithm's writer (ngram plans as eagle)", group="profile"),
     Option("free_policy", str, None, _KNOB + "how release frees pages (segment = SGLang 0.5.23's, "
            "unique-row = 0.5.18's)", short="free",
-           choices=_choices("mini_engine.profiles", "FREE_RULES"), group="profile", flag="--free"),
+           choices=FREE_RULES, group="profile", flag="--free"),
     Option("swa_eviction_interval", int, None, _KNOB + "SGLANG_SWA_EVICTION_INTERVAL, positions past the window "
            "before a decode step evicts (128)", minimum=1, group="profile"),
     Option("prefix_cache", str, None, _KNOB + "radix: SGLang's radix prefix tree (full attention: match at "
            "admission, pages kept in the tree after finish, evicted when an allocation is short) and its SWA "
            "eviction threshold; chunk: --disable-radix-cache (no tree, free at release; chunked prefill evicts "
-           "SWA too). SWA models run the SWA-aware tree under radix", choices=_choices("mini_engine.profiles", "PREFIX_CACHES"), group="profile"),
+           "SWA too). SWA models run the SWA-aware tree under radix", choices=PREFIX_CACHES, group="profile"),
     Option("swa_ratio", float, None, _KNOB + "SWA pool size as a share of the full pool (0.8)", minimum=0.0,
            group="profile"),
     Option("pd_radix", bool, None, _KNOB + "the decode side's radix cache "
            "(--disaggregation-decode-enable-radix-cache): without it a PD decode side runs no prefix tree; "
            "it sets the PD SWA tail", group="profile"),
     Option("row_headroom", str, None, _KNOB + "req_to_token row headroom, SGLang's (DFLASH at ps 1 can "
-           "overflow: K4) or generous", choices=_choices("mini_engine.algos", "ROW_HEADROOM_RULES"),
+           "overflow: K4) or generous", choices=ROW_HEADROOM_RULES,
            group="profile"),
     Option("retraction", str, None, _KNOB + "who is retracted on a short pool: SGLang's fewest-outputs-first "
-           "(its ratio constants) or the newest", choices=_choices("mini_engine.retraction", "RULES"),
+           "(its ratio constants) or the newest", choices=RETRACTIONS,
            group="profile"),
     Option("admission", str, None, _KNOB + "the memory side of prefill admission: sglang = SGLang 0.5.23's "
            "PrefillAdder (tokens, ignore_eos ratio 1.0, outputs capped at 4096, max_prefill_tokens); estimate = "
            "kvbench's page estimate with the decaying new-token ratio",
-           choices=_choices("mini_engine.prefill_memory", "RULES"), group="profile"),
+           choices=ADMISSIONS, group="profile"),
     Option("overlap", str, None, _KNOB + "SGLang's overlap scheduler (on in 0.5.23 for EAGLE and DFLASH; off = "
            "--disable-overlap-schedule; plain decode's reservation is not stale, but its frees land one plan late and its SWA eviction reads the lagging length, one step later; with --prefix-cache chunk it also moves "
-           "chunked-prefill eviction); a TOML bool is read as on/off", choices=_choices("mini_engine.profiles", "OVERLAP"),
+           "chunked-prefill eviction); a TOML bool is read as on/off", choices=OVERLAP,
            group="profile"),
     Option("audit", str, "record", "invariant checks after each step",
-           choices=_choices("mini_engine.memory.rules", "AUDIT_MODES")),
+           choices=AUDIT_MODES),
     Option("seed", int, 0, "seed of the workload and the simulated tokens", minimum=0),
     Option("model", str, "none", "'none' (accounting only), a built-in model, or a checkpoint dir", group="model"),
-    Option("device", str, "cpu", "where device tensors live", choices=_choices("mini_engine.config", "DEVICES")),
+    Option("device", str, "cpu", "where device tensors live", choices=DEVICES),
     Option("accept_len", int, None, "simulated accepted length, fixed (bonus included)", short="acc", minimum=1,
            group="acceptance"),
     Option("accept_mean", float, None, "simulated accepted length, mean of a seeded law", short="acc_mean",
