@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 from harness.ci.text import code
+from harness.core.errors import UsageError
 from harness.core.safe_write import open_regular
 from harness.run.runner import load_config_file
-from mini_engine.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,10 +45,10 @@ def config_of(ref: str, suite: str | None) -> tuple[dict, str]:
     found = [(name, gc) for name, gc in found if gc is not None]
     if not found:
         where = f"suite {suite}" if suite else f"any suite ({', '.join(names)})"
-        raise ConfigError(f"--config {ref!r} is not a test id of {where} nor a .toml file")
+        raise UsageError(f"--config {ref!r} is not a test id of {where} nor a .toml file")
     if len({str(sorted(gc.config.items())) for _, gc in found}) > 1:
-        raise ConfigError(f"--config {ref!r} is a test id of several suites ({', '.join(n for n, _ in found)}); "
-                          f"pass --suite")
+        raise UsageError(f"--config {ref!r} is a test id of several suites ({', '.join(n for n, _ in found)}); "
+                         f"pass --suite")
     return dict(found[0][1].config), f"{found[0][0]}::{ref}"
 
 
@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
     from harness.schemas.suite import MAX_REPEAT  # pydantic: only this command loads it, not the parser
 
     if not 1 <= args.repeat <= MAX_REPEAT:  # a suite's repeat bound: more is a typo, not a measurement
-        raise ConfigError(f"--repeat must be an integer from 1 to {MAX_REPEAT} (got {args.repeat})")
+        raise UsageError(f"--repeat must be an integer from 1 to {MAX_REPEAT} (got {args.repeat})")
     if not 1 <= args.timeout <= 86400:  # also refuses nan and inf
-        raise ConfigError(f"--timeout must be a number of seconds from 1 to 86400 (got {args.timeout})")
+        raise UsageError(f"--timeout must be a number of seconds from 1 to 86400 (got {args.timeout})")
     repo = Path(args.repo)
     good = bisect.resolve(repo, args.good, "--good")
     bad = bisect.resolve(repo, args.bad, "--bad")
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                       encoding="utf-8") as fh:
                 fh.write(summary(name, good, bad, result, line, why))
         except OSError as err:
-            raise ConfigError(f"--summary {args.summary!r} cannot be written: {err.strerror or err}") from None
+            raise UsageError(f"--summary {args.summary!r} cannot be written: {err.strerror or err}") from None
     return 0
 
 

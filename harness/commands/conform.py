@@ -7,7 +7,8 @@ import collections
 import sys
 
 from harness.commands.run import add_option_flags, options_from_args
-from mini_engine.errors import ConfigError, TraceError
+from harness.core.errors import UsageError
+from mini_engine.errors import TraceError
 
 DESCRIPTION = """\
 Replay kvbench allocation traces (kvbench run --trace FILE) on SGLang's own code and
@@ -63,13 +64,13 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.suite is not None and not args.engine:
-        raise ConfigError("--suite goes with --engine")
+        raise UsageError("--suite goes with --engine")
     if args.engine:
         if args.traces:
-            raise ConfigError("--engine compares a config on both engines; give it no TRACE")
+            raise UsageError("--engine compares a config on both engines; give it no TRACE")
         return _engines(args)
     if not args.traces:
-        raise ConfigError("give one or more TRACE files, or --engine with a config")
+        raise UsageError("give one or more TRACE files, or --engine with a config")
     return _traces(args)
 
 
@@ -85,7 +86,7 @@ def _engines(args: argparse.Namespace) -> int:
 
     options = options_from_args(args, skip=OWN)
     if options:
-        raise ConfigError("--suite takes its configs from the suite file; give it no --config or option flags")
+        raise UsageError("--suite takes its configs from the suite file; give it no --config or option flags")
     status, compared, skipped = 0, 0, collections.Counter()
     for cid, got in compare_suite([(c.id, c.config) for c in load_suite(args.suite).configs]):
         if isinstance(got, str):
@@ -97,7 +98,7 @@ def _engines(args: argparse.Namespace) -> int:
     for why, n in skipped.most_common():
         print(f"not run, {n} config{'s' * (n > 1)}: {why}")
     if not compared:
-        raise ConfigError(f"--suite {args.suite}: the reference engine supports none of its configs")
+        raise UsageError(f"--suite {args.suite}: the reference engine supports none of its configs")
     return status
 
 

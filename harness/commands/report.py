@@ -9,11 +9,11 @@ from pathlib import Path
 
 # From harness.core.metrics, not harness.view.report: --help lists them, and building the parser
 # must not import the report's modules (they need pydantic, which a bare install lacks).
+from harness.core.errors import UsageError
 from harness.core.metrics import TREND_METRICS, check_metric_option
 from harness.core.numbers import NumberError
 from harness.core.safe_write import UnsafeTarget, open_regular
 from harness.store.results import ResultsError, run_dir_of, run_rows
-from mini_engine.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,14 +50,14 @@ def run(args: argparse.Namespace) -> int:
         except (ResultsError, NumberError) as err:  # empty, crashed or damaged
             skipped.append(str(err))
     if not nights:  # every run is empty or unreadable: that is the error
-        raise ConfigError(f"report: no run can be charted ({skipped[0]})")
+        raise UsageError(f"report: no run can be charted ({skipped[0]})")
     for why in skipped:  # one crashed night among the kept ones must not cost the nightly its report
         print(f"kvbench: report: skipping {why}", file=sys.stderr)
     if len({n.path for n in nights}) != len(nights):
-        raise ConfigError("report: a run is given twice")
+        raise UsageError("report: a run is given twice")
     suites = {n.suite for n in nights}
     if len(suites) > 1:
-        raise ConfigError(f"report: the runs are of several suites ({', '.join(sorted(suites))}); give runs of one suite")
+        raise UsageError(f"report: the runs are of several suites ({', '.join(sorted(suites))}); give runs of one suite")
     nights.sort(key=lambda n: (n.created, n.name))
     hist = history.build(nights)
     baseline = load_baseline(args.baseline) if args.baseline else None
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report.write(out, html)
     except OSError as err:
-        raise ConfigError(f"--out {str(out)!r} cannot be written: {err.strerror or err}") from None
+        raise UsageError(f"--out {str(out)!r} cannot be written: {err.strerror or err}") from None
     print(f"report: {out} ({len(nights)} runs, {len(hist.moves)} figures moved"
           + (f"; newest: {cmp.summary()}" if cmp else "") + ")")
     if args.summary:
@@ -76,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
                       encoding="utf-8") as fh:
                 fh.write(report.summary(hist, cmp, out.name, args.mlflow_url))
         except UnsafeTarget as err:
-            raise ConfigError(f"{err} (the report {out} was written)") from None
+            raise UsageError(f"{err} (the report {out} was written)") from None
         except OSError as err:
-            raise ConfigError(f"--summary {args.summary!r} cannot be written: {err.strerror or err} "
-                              f"(the report {out} was written)") from None
+            raise UsageError(f"--summary {args.summary!r} cannot be written: {err.strerror or err} "
+                             f"(the report {out} was written)") from None
         print(f"summary: {args.summary}")
     return 0

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from harness.core.engine_option import engine_of
+from harness.core.errors import UsageError
 from harness.core.kv_units import derive
 from harness.core.options import options as schema_options
 from harness.core.safe_write import check_target, write_text
@@ -21,7 +22,6 @@ from harness.judge.expect import leak_verdict
 from harness.run.bounds import check_options
 from harness.run.capacity import GPU_MEM, for_run
 from harness.run.runner import load_config_file, run_config
-from mini_engine.errors import ConfigError
 
 
 def add_option_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
@@ -75,8 +75,8 @@ def _check_writable(path: str, what: str) -> None:
     check_target(path, what)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
-        raise ConfigError(f"{what} file {path!r} cannot be written (its directory {directory!r} "
-                          f"is missing or not writable)")
+        raise UsageError(f"{what} file {path!r} cannot be written (its directory {directory!r} "
+                         f"is missing or not writable)")
 
 
 def _check_applies(args: argparse.Namespace, options: dict[str, Any]) -> None:
@@ -85,22 +85,22 @@ def _check_applies(args: argparse.Namespace, options: dict[str, Any]) -> None:
     effective = options.get("workload", "uniform")
     for name, kinds in APPLIES.items():
         if getattr(args, name, None) is not None and effective not in kinds:
-            raise ConfigError(f"--{name.replace('_', '-')} applies to --workload {' or '.join(kinds)} only "
-                              f"(got --workload {effective})")
+            raise UsageError(f"--{name.replace('_', '-')} applies to --workload {' or '.join(kinds)} only "
+                             f"(got --workload {effective})")
     if getattr(args, "temperature", None) is not None and options.get("model", "none") == "none":
-        raise ConfigError("--temperature applies to a real model only (--model), not the simulated tokens of model none")
+        raise UsageError("--temperature applies to a real model only (--model), not the simulated tokens of model none")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.outputs and not args.json:
-        raise ConfigError("--outputs needs --json FILE to write them to")
+        raise UsageError("--outputs needs --json FILE to write them to")
     if args.json and args.trace and os.path.realpath(args.json) == os.path.realpath(args.trace):
-        raise ConfigError(f"--json and --trace name the same file {args.json!r}; give each its own")
+        raise UsageError(f"--json and --trace name the same file {args.json!r}; give each its own")
     options = options_from_args(args)
     _check_applies(args, options)
     check_options(options)  # lengths against the memory there is, before a prompt is drawn
     if args.gpu_mem is not None and args.capacity is None:
-        raise ConfigError("--gpu-mem goes with --capacity")
+        raise UsageError("--gpu-mem goes with --capacity")
     capacity = None
     if args.capacity is not None:  # bad input is found before the run
         capacity = for_run(options, args.capacity, args.gpu_mem)
@@ -122,7 +122,7 @@ def _run_on(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]
     if engine_of(options) == "mini":
         return run_config(options, trace=args.trace, outputs=args.outputs)
     if args.trace or args.outputs or args.capacity is not None:
-        raise ConfigError("--engine sglang writes no --trace, --outputs or --capacity (the mini engine's)")
+        raise UsageError("--engine sglang writes no --trace, --outputs or --capacity (the mini engine's)")
     # numpy (and SGLang, which the reference loads when it runs): only this engine needs them
     from harness.reference.run import run_reference
 

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 from harness.core.engine_option import ENGINES
+from harness.core.errors import UsageError
 from harness.run import hardware
 from harness.store.results import results_root
 from harness.view.mlflow_store import tracking_uri
-from mini_engine.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,10 +50,10 @@ def run(args: argparse.Namespace) -> int:
 
     # Contradictions and empty values found before anything runs: each picked a reading silently.
     if args.no_mlflow and args.mlflow_uri:
-        raise ConfigError("--no-mlflow and --mlflow-uri contradict each other; give one of them")
+        raise UsageError("--no-mlflow and --mlflow-uri contradict each other; give one of them")
     if args.run_id is not None and not args.run_id.strip():
-        raise ConfigError("--run-id must be 1-128 characters of letters, digits, '.', '_' or '-' (got an empty "
-                          "value); leave it out for a generated id")
+        raise UsageError("--run-id must be 1-128 characters of letters, digits, '.', '_' or '-' (got an empty "
+                         "value); leave it out for a generated id")
 
     if args.shard is not None:
         # before anything runs: one line, exit 2
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_mlflow:  # a store MLflow cannot open is refused before a config runs, not after
         tracking_uri(args.mlflow_uri, Path("."))
     if args.nights and not Path(args.nights).is_dir():
-        raise ConfigError(f"--nights {args.nights!r} is not a directory (the earlier runs of the suite)")
+        raise UsageError(f"--nights {args.nights!r} is not a directory (the earlier runs of the suite)")
 
     return run_sweep(SweepOptions(suite=args.suite, jobs=args.jobs, resume=args.resume, filter=args.filter,
                                   mlflow_uri=args.mlflow_uri, no_mlflow=args.no_mlflow, run_id=args.run_id,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mini_engine.errors import ConfigError
+from harness.core.errors import UsageError
 from mini_engine.config.option import Option
 
 ENGINES = ("mini", "sglang")
@@ -26,7 +26,7 @@ def engine_of(config: dict[str, Any]) -> str:
     if value is None:
         return ENGINE.default
     if value not in ENGINES:
-        raise ConfigError(f"engine must be one of {', '.join(ENGINES)} (got {value!r})")
+        raise UsageError(f"engine must be one of {', '.join(ENGINES)} (got {value!r})")
     return value
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mini_engine.errors import ConfigError
+from harness.core.errors import UsageError
 
 _STREAM = 0x9F1  # the prefixes' own draw, beside the workload's (harness/core/workloads.py)
 
@@ -26,19 +26,19 @@ _STREAM = 0x9F1  # the prefixes' own draw, beside the workload's (harness/core/w
 def check_sharing(wl: Any) -> None:
     """The rules that tie the prefix options to the others (each alone is checked by the schema)."""
     if wl.prefix_groups > 1 and wl.shared_prefix == 0:
-        raise ConfigError(f"prefix_groups={wl.prefix_groups} needs a shared_prefix >= 1 (the groups' prefixes "
-                          f"are shared_prefix tokens long)")
+        raise UsageError(f"prefix_groups={wl.prefix_groups} needs a shared_prefix >= 1 (the groups' prefixes "
+                         f"are shared_prefix tokens long)")
     if wl.prefix_groups > wl.prompt_vocab:
-        raise ConfigError(f"prefix_groups must be <= prompt_vocab={wl.prompt_vocab}, so the groups' prefixes start "
-                          f"with different tokens (got {wl.prefix_groups})")
+        raise UsageError(f"prefix_groups must be <= prompt_vocab={wl.prompt_vocab}, so the groups' prefixes start "
+                         f"with different tokens (got {wl.prefix_groups})")
 
 
 def check_fits(shared_prefix: int, max_context: int) -> None:
     """A request is its prefix, at least one own token and one output token."""
     if shared_prefix + 2 > max_context:
-        raise ConfigError(f"shared_prefix={shared_prefix} leaves no room in max_context={max_context} for a "
-                          f"request's own prompt token and output token; allowed: shared_prefix <= "
-                          f"{max(max_context - 2, 0)}, or raise max_context")
+        raise UsageError(f"shared_prefix={shared_prefix} leaves no room in max_context={max_context} for a "
+                         f"request's own prompt token and output token; allowed: shared_prefix <= "
+                         f"{max(max_context - 2, 0)}, or raise max_context")
 
 
 def prefixes(wl: Any, seed: int) -> list[list[int]]:

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harness.core.errors import UsageError
 from harness.core.lengths import draw_lengths
-from mini_engine.errors import ConfigError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -75,9 +75,9 @@ def later_turns(wl: Any, seed: int, ins: np.ndarray, outs: np.ndarray,
         if len(bad):
             i = int(bad[0])
             p, o = int(prompt[i]), int(later_outs[-1, i])
-            raise ConfigError(f"max_context={max_context} is below the last of turns={wl.turns} of session {i} "
-                              f"(request {(wl.turns - 1) * n + i}): prompt {p} (every turn's new tokens and the "
-                              f"outputs before it) + output {o} = {p + o} tokens; raise max_context or lower turns")
+            raise UsageError(f"max_context={max_context} is below the last of turns={wl.turns} of session {i} "
+                             f"(request {(wl.turns - 1) * n + i}): prompt {p} (every turn's new tokens and the "
+                             f"outputs before it) + output {o} = {p + o} tokens; raise max_context or lower turns")
     return LaterTurns(later_ins, later_outs, seed)
 
 

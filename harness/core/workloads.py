@@ -24,6 +24,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from harness.core.errors import UsageError
 from harness.core.lengths import draw_lengths
 from harness.core.prefixes import check_sharing, group_of, prefixes
 from harness.core.turns import later_turns
@@ -46,27 +47,33 @@ class WorkloadConfig:
     declared there once with its type, default, help and bounds."""
 
     def __post_init__(self) -> None:
+        try:
+            self._check()
+        except ConfigError as err:  # the engine's option checks, here on the harness's options
+            raise UsageError(str(err)) from None
+
+    def _check(self) -> None:
         check_choice("workload", self.workload, WORKLOADS)
         for name in ("num_requests", "input_len", "output_len", "min_len", "prompt_vocab"):
             value = check_positive(name, getattr(self, name), minimum=2 if name == "prompt_vocab" else 1)
             if value > MOST:
-                raise ConfigError(f"{name} must be an integer <= {MOST} (got {value})")
+                raise UsageError(f"{name} must be an integer <= {MOST} (got {value})")
         check_positive("arrival_gap", self.arrival_gap, minimum=0)
         for name, low in (("shared_prefix", 0), ("prefix_groups", 1), ("turns", 1)):
             if check_positive(name, getattr(self, name), minimum=low) > MOST:
-                raise ConfigError(f"{name} must be an integer <= {MOST} (got {getattr(self, name)})")
+                raise UsageError(f"{name} must be an integer <= {MOST} (got {getattr(self, name)})")
         if self.prompts is not None:
             if not isinstance(self.prompts, str):
-                raise ConfigError(f"prompts must be the path of a JSON-lines file (got {self.prompts!r})")
+                raise UsageError(f"prompts must be the path of a JSON-lines file (got {self.prompts!r})")
             # The file gives the requests; a synthetic shape set beside it would be ignored.
             for f in dataclasses.fields(self):
                 if f.name not in ("prompts", "output_len") and getattr(self, f.name) != f.default:
-                    raise ConfigError(f"{f.name} shapes a synthetic workload and does not apply with prompts; "
-                                      f"drop {f.name} or prompts")
+                    raise UsageError(f"{f.name} shapes a synthetic workload and does not apply with prompts; "
+                                     f"drop {f.name} or prompts")
         for name, low, high in (("sigma", 0.0, 10.0), ("pd_fraction", 0.0, 1.0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
-                raise ConfigError(f"{name} must be a number in [{low}, {high}] (got {v!r})")
+                raise UsageError(f"{name} must be a number in [{low}, {high}] (got {v!r})")
         check_sharing(self)
 
     @classmethod
@@ -119,15 +126,15 @@ def check_given(given: dict[str, Any], wl: WorkloadConfig, pd_radix: bool | None
     if "min_len" in given and wl.workload in ("uniform", "pd") and wl.min_len > wl.input_len:
         # (An output_len below it stays allowed: min_len = input_len with a shorter
         # output_len is how a config asks for prompts of one length and outputs of another.)
-        raise ConfigError(f"min_len must be at most input_len (got min_len {wl.min_len}, input_len {wl.input_len}): "
-                          f"it is the lower bound of the uniform prompt lengths")
+        raise UsageError(f"min_len must be at most input_len (got min_len {wl.min_len}, input_len {wl.input_len}): "
+                         f"it is the lower bound of the uniform prompt lengths")
     if pd_radix:
         if wl.workload != "pd" and wl.prompts is None:
-            raise ConfigError(f"pd_radix (the decode side's radix cache) applies to PD arrivals only: workload pd "
-                              f"or a prompts file (got workload {wl.workload})")
+            raise UsageError(f"pd_radix (the decode side's radix cache) applies to PD arrivals only: workload pd "
+                             f"or a prompts file (got workload {wl.workload})")
         if prefix_cache == "chunk":
-            raise ConfigError("pd_radix (the decode side's radix cache) contradicts prefix_cache chunk (no radix "
-                              "cache); drop one")
+            raise UsageError("pd_radix (the decode side's radix cache) contradicts prefix_cache chunk (no radix "
+                             "cache); drop one")
 
 
 def check_lengths(wl: WorkloadConfig, seed: int, max_context: int | None) -> None:
@@ -159,9 +166,9 @@ MAX_PROMPTS = 100_000
 
 def load_prompts(path: str, *, default_output_len: int) -> list[Request]:
     """JSON lines: a list of token ids, or {"prompt": [...], "max_new_tokens": n, "fill_len": f}."""
-    lines = read_document(path, "prompts file", ConfigError).splitlines()
+    lines = read_document(path, "prompts file", UsageError).splitlines()
     if len(lines) > MAX_PROMPTS and sum(1 for line in lines if line.strip()) > MAX_PROMPTS:
-        raise failure(ConfigError, "prompts file", path, f"holds more than {MAX_PROMPTS:,} prompts, the most a run "
+        raise failure(UsageError, "prompts file", path, f"holds more than {MAX_PROMPTS:,} prompts, the most a run "
                       f"reads (each is parsed and checked, ~0.2 ms); split it")
     reqs: list[Request] = []
     for lineno, line in enumerate(lines, 1):
@@ -171,22 +178,22 @@ def load_prompts(path: str, *, default_output_len: int) -> list[Request]:
         try:
             item = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ConfigError(f"{where}: not valid JSON ({err.msg})") from None
+            raise UsageError(f"{where}: not valid JSON ({err.msg})") from None
         out_len, fill = default_output_len, 0
         if isinstance(item, dict):
             unknown = set(item) - {"prompt", "max_new_tokens", "fill_len"}
             if unknown:
-                raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} (allowed: prompt, max_new_tokens, fill_len)")
+                raise UsageError(f"{where}: unknown key {sorted(unknown)[0]!r} (allowed: prompt, max_new_tokens, fill_len)")
             out_len = item.get("max_new_tokens", out_len)
             fill = item.get("fill_len", 0)
             item = item.get("prompt")
         if not isinstance(item, list) or not item or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in item):
-            raise ConfigError(f"{where}: a prompt must be a non-empty list of token ids >= 0")
+            raise UsageError(f"{where}: a prompt must be a non-empty list of token ids >= 0")
         if isinstance(out_len, bool) or not isinstance(out_len, int) or out_len < 1:
-            raise ConfigError(f"{where}: max_new_tokens must be an integer >= 1 (got {out_len!r})")
+            raise UsageError(f"{where}: max_new_tokens must be an integer >= 1 (got {out_len!r})")
         if isinstance(fill, bool) or fill not in (0, len(item)):
-            raise ConfigError(f"{where}: fill_len must be 0 or the prompt length {len(item)} (got {fill!r})")
+            raise UsageError(f"{where}: fill_len must be 0 or the prompt length {len(item)} (got {fill!r})")
         reqs.append(Request(rid=len(reqs), prompt=list(item), max_new_tokens=out_len, fill_len=fill))
     if not reqs:
-        raise failure(ConfigError, "prompts file", path, "holds no prompts")
+        raise failure(UsageError, "prompts file", path, "holds no prompts")
     return reqs

@@ -29,7 +29,6 @@ from typing import Any, Callable
 from harness.core.errors import HarnessError
 from harness.judge.compare import compare_rows, reference_of_run
 from harness.judge.repeats import merge_repeats
-from mini_engine.errors import ConfigError
 
 Row = dict[str, Any]
 _REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/^~@{}-]{0,199}$")
@@ -56,18 +55,18 @@ class Result:
 def git(repo: Path, *args: str) -> str:
     out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
-        raise ConfigError(f"git {' '.join(args)}: {(out.stderr.strip().splitlines() or ['failed'])[-1]}")
+        raise BisectError(f"git {' '.join(args)}: {(out.stderr.strip().splitlines() or ['failed'])[-1]}")
     return out.stdout.strip()
 
 
 def resolve(repo: Path, ref: str, option: str) -> str:
     """The full commit id of a ref; refuses what could be read as a git option."""
     if not _REF.match(ref):
-        raise ConfigError(f"{option} must be a commit id or ref name (got {ref!r})")
+        raise BisectError(f"{option} must be a commit id or ref name (got {ref!r})")
     out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
                          capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
-        raise ConfigError(f"{option} {ref!r} is not a commit of {repo}")
+        raise BisectError(f"{option} {ref!r} is not a commit of {repo}")
     return out.stdout.strip()
 
 
@@ -75,10 +74,10 @@ def candidates(repo: Path, good: str, bad: str) -> list[str]:
     """Commits after ``good`` up to and including ``bad``, oldest first."""
     if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", good, bad],
                       capture_output=True, timeout=60).returncode != 0:
-        raise ConfigError(f"--good {good[:12]} is not an ancestor of --bad {bad[:12]}")
+        raise BisectError(f"--good {good[:12]} is not an ancestor of --bad {bad[:12]}")
     commits = git(repo, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}").split()
     if not commits:
-        raise ConfigError("--good and --bad are the same commit: nothing to bisect")
+        raise BisectError("--good and --bad are the same commit: nothing to bisect")
     return commits
 
 
@@ -156,7 +155,7 @@ def to_toml(config: dict[str, Any]) -> str:
         elif isinstance(value, (int, float, str, list)):
             text = json.dumps(value)  # a JSON string, number or flat list is TOML too
         else:
-            raise ConfigError(f"config option {key!r} has a value TOML cannot hold here ({type(value).__name__})")
+            raise BisectError(f"config option {key!r} has a value TOML cannot hold here ({type(value).__name__})")
         lines.append(f"{key} = {text}")
     return "\n".join(lines) + "\n"
 

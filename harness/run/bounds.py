@@ -13,7 +13,6 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.run.runner import split_config
-from mini_engine.errors import ConfigError
 
 HEADROOM = 0.8  # of the memory available now: the rest is the interpreter, torch, the OS
 PY_INT_BYTES = 36  # a prompt token as a Python int in a list (object + pointer)
@@ -63,7 +62,7 @@ def check_memory(engine: Any, workload: dict[str, Any], *, available: int | None
     if need <= HEADROOM * have:
         return
     biggest = max(parts, key=parts.__getitem__)
-    raise ConfigError(f"this config does not fit in host memory: it needs about {_gib(need)}, most of it {biggest}, "
+    raise BoundsError(f"this config does not fit in host memory: it needs about {_gib(need)}, most of it {biggest}, "
                       f"and {_gib(have)} is available (allowed: up to {_gib(HEADROOM * have)}); "
                       f"lower max_context, max_running, input_len or num_requests")
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.core.errors import UsageError
 from harness.core.turns import nominal_length
 from harness.run.runner import resolved_config
 from mini_engine.config import EngineConfig
-from mini_engine.errors import ConfigError
 from mini_engine.config.option import Option
 from mini_engine.config.pools import footprint, pool_tokens
 from mini_engine.config.pools import request_pages, swa_pages
@@ -63,8 +63,8 @@ def engine_config(options: dict[str, Any]):
     opts = {k: v for k, v in options.items() if k in EngineConfig.option_names()}
     opts.update(device="cuda", pool_tokens=None, mem_fraction=opts.get("mem_fraction") or DEFAULT_FRACTION)
     if opts.get("model", "none") == "none":
-        raise ConfigError("capacity needs a model shape: --model qwen3-0.6b, llama-3.1-8b, tiny or a checkpoint "
-                          "directory (the accounting-only backend loads none)")
+        raise UsageError("capacity needs a model shape: --model qwen3-0.6b, llama-3.1-8b, tiny or a checkpoint "
+                         "directory (the accounting-only backend loads none)")
     return EngineConfig.from_dict(opts)
 
 
@@ -73,10 +73,10 @@ def capacity(options: dict[str, Any], context: int, gpu: str, gpu_bytes: int | N
 
     if gpu_bytes is None:
         if gpu not in GPUS:
-            raise ConfigError(f"gpu must be one of {', '.join(GPUS)} (got {gpu!r}); --gpu-mem GIB for another")
+            raise UsageError(f"gpu must be one of {', '.join(GPUS)} (got {gpu!r}); --gpu-mem GIB for another")
         gpu_bytes = GPUS[gpu][1]
     if context < 1:
-        raise ConfigError(f"context must be an integer >= 1 (got {context})")
+        raise UsageError(f"context must be an integer >= 1 (got {context})")
     cfg = engine_config(options)
     fp = footprint(cfg)
     tokens = pool_tokens(gpu_bytes, cfg.mem_fraction, fp)

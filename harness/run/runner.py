@@ -3,8 +3,9 @@
 ``kvbench run``, the sweeps and the pytest suites all call it. A configuration is
 a flat dict of engine options (EngineConfig) and workload options
 (WorkloadConfig); the result row is JSON-serialisable. Bad options raise
-ConfigError (bad input); anything that breaks inside the run becomes status
-'failed' with its error text, so a sweep records it and goes on.
+UsageError (the engine's ConfigError for an engine option); anything that breaks
+inside the run becomes status 'failed' with its error text, so a sweep records it
+and goes on.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ _TABLES = ("engine", "workload")  # the tables of a run's config file
 
 def _normalise(config: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(config, dict):
-        raise ConfigError(f"a configuration must be a table of options (got {type(config).__name__})")
+        raise UsageError(f"a configuration must be a table of options (got {type(config).__name__})")
     return {str(k).replace("-", "_"): v for k, v in config.items()}
 
 
@@ -56,7 +57,7 @@ def split_config(config: dict[str, Any]) -> tuple[EngineConfig, dict[str, Any]]:
             workload[key] = value
         else:
             allowed = ", ".join(sorted(engine_names | workload_names | {ENGINE.name}))
-            raise ConfigError(f"unknown option {key!r} (allowed: {allowed})")
+            raise UsageError(f"unknown option {key!r} (allowed: {allowed})")
     cfg = EngineConfig.from_dict(engine)
     if cfg.model != "none" and "prompt_vocab" not in workload and "prompts" not in workload:
         # Synthetic prompts must be token ids the model knows: draw from its vocabulary.
@@ -96,7 +97,7 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
     from mini_engine.sessions import engine_for  # numpy: optional, loaded only on this path
 
     if engine_of(_normalise(config)) != ENGINE.default:  # the reference's own path (harness/reference/run.py)
-        raise ConfigError(f"run_config runs the mini engine; engine={engine_of(_normalise(config))} is run by its own path")
+        raise UsageError(f"run_config runs the mini engine; engine={engine_of(_normalise(config))} is run by its own path")
     cfg, wl = split_config(config)
     full = {**cfg.to_dict(), **wl}
     row: dict[str, Any] = {

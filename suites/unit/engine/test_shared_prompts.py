@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.core.errors import UsageError
 from harness.core.workloads import WorkloadConfig, make_workload
 from harness.run.runner import run_config
 from mini_engine.config import EngineConfig
@@ -98,7 +99,7 @@ def test_every_turn_is_validated_before_the_first_step():
     cfg = EngineConfig(page_size=16, pool_tokens=256)  # the first turns fit, the third does not
     with pytest.raises(ConfigError, match="request 4 needs"):
         engine_for(cfg, work.next_turns).run(work.requests)
-    with pytest.raises(ConfigError, match="below the last of turns=3 of session 0 .request 4.: prompt 400"):
+    with pytest.raises(UsageError, match="below the last of turns=3 of session 0 .request 4.: prompt 400"):
         make_workload(wl, 0, max_context=420)
 
 
@@ -111,7 +112,7 @@ def test_every_turn_is_validated_before_the_first_step():
     ({"prompts": "p.jsonl", "shared_prefix": 4}, "shared_prefix shapes a synthetic workload"),
 ])
 def test_bad_sharing(options, words):
-    with pytest.raises(ConfigError, match=words):
+    with pytest.raises(UsageError, match=words):
         WorkloadConfig(**options)
 
 

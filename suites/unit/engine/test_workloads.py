@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from harness.core.errors import UsageError
 from harness.core.workloads import WorkloadConfig, load_prompts, make_requests
-from mini_engine.errors import ConfigError
 
 
 def test_uniform_is_nano_vllm_shape_and_seeded():
@@ -37,7 +37,7 @@ def test_fixed_lognormal_pd():
     ({"pd_fraction": 2}, "pd_fraction must be a number in [0.0, 1.0]"),
 ])
 def test_bad_workload(options, words):
-    with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(UsageError, match=words.replace("[", r"\[").replace("]", r"\]")):
         WorkloadConfig(**options)
 
 
@@ -51,7 +51,7 @@ def test_prompts_file(tmp_path):
                         ('{"prompt": [1], "max_new_tokens": 0}', "max_new_tokens must be"),
                         ('{"prompt": [1], "fill_len": true}', "fill_len must be 0 or the prompt length")]:
         p.write_text(text + "\n")
-        with pytest.raises(ConfigError, match=words):
+        with pytest.raises(UsageError, match=words):
             load_prompts(str(p), default_output_len=7)
-    with pytest.raises(ConfigError, match="prompts file '.*nope': not found"):
+    with pytest.raises(UsageError, match="prompts file '.*nope': not found"):
         load_prompts(str(tmp_path / "nope"), default_output_len=1)

@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.judge import bisect
-from mini_engine.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
 ROW = {"key": "k", "status": "ok", "violations": {},
@@ -184,5 +183,5 @@ def test_bad_input_is_one_line(throwaway, cli, capsys):
         assert cli("bisect", "--repo", repo, *argv) == 2, argv
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
-    with pytest.raises(ConfigError, match="same commit"):
+    with pytest.raises(bisect.BisectError, match="same commit"):
         bisect.candidates(repo, commits[0], commits[0])

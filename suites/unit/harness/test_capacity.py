@@ -16,6 +16,7 @@ import re
 
 import pytest
 
+from harness.core.errors import UsageError
 from harness.run.capacity import GiB, capacity, for_run, grid, gpus_of
 from mini_engine.errors import ConfigError
 
@@ -67,9 +68,9 @@ def test_capacity_moves_with_page_size_profile_window_and_block_size():
 
 def test_a_custom_gpu_and_bad_input_are_one_line():
     assert list(gpus_of(48)) == ["rtx5090", "h100", "h200", "48 GiB"] and gpus_of(48)["48 GiB"] == 48 * GiB
-    with pytest.raises(ConfigError, match="needs a model shape"):
+    with pytest.raises(UsageError, match="needs a model shape"):
         capacity({"model": "none"}, 4096, "h100")
-    with pytest.raises(ConfigError, match="gpu must be one of rtx5090, h100, h200"):
+    with pytest.raises(UsageError, match="gpu must be one of rtx5090, h100, h200"):
         capacity({"model": "tiny"}, 4096, "a100")
     with pytest.raises(ConfigError, match=r"--gpu-mem \(GiB\) must be a number in \[0.01, 16384.0\] \(got 0\)"):
         gpus_of(0)

@@ -16,7 +16,6 @@ from harness.judge.baseline import BaselineError, build
 from harness.judge.expect import leak_verdict
 from harness.run.bounds import BoundsError, check_jobs, check_memory, max_jobs
 from harness.store.locks import LockBusy, Lock, run_lock, sqlite_path, store_lock
-from mini_engine.errors import ConfigError
 
 
 def test_a_held_run_lock_refuses_with_its_owner(tmp_path):
@@ -68,7 +67,7 @@ def test_host_memory_bound_names_the_range():
     engine, workload = split_config({"max_context": 1_000_000, "input_len": 500_000, "output_len": 10,
                                      "num_requests": 1})
     check_memory(engine, workload, available=1 << 40)
-    with pytest.raises(ConfigError, match=r"does not fit in host memory: it needs about .* GiB, most of it req_to_token .* "
+    with pytest.raises(BoundsError, match=r"does not fit in host memory: it needs about .* GiB, most of it req_to_token .* "
                                           r"and 1.0 GiB is available \(allowed: up to 0.8 GiB\)"):
         check_memory(engine, workload, available=1 << 30)
 
