@@ -18,17 +18,13 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from harness.core.errors import HarnessError
+from harness.core.errors import UsageError
 from harness.core.options import ID_ALIASES, option_names, short_names
 from harness.core.workloads import WorkloadConfig
 from mini_engine.config import EngineConfig
 
 
 _ASSIGN = re.compile(r"(?<=\w)=(?=[\w.+\-/:])")
-
-
-class FilterError(HarnessError):
-    """A --filter expression pytest's grammar rejects."""
 
 
 def _option_names() -> dict[str, str]:
@@ -56,18 +52,18 @@ def id_options(test_id: str) -> dict[str, str]:
 
 
 def compile_filter(expr: str) -> Callable[[str, dict[str, Any]], bool]:
-    """(test id, config) -> selected. Raises FilterError for a malformed expression."""
+    """(test id, config) -> selected. Raises UsageError for a malformed expression."""
     from _pytest.mark.expression import Expression  # pytest: optional, loaded only on this path
 
     from harness.grid.suites import fmt_value  # pydantic: optional, loaded only on this path
 
     text = _ASSIGN.sub(":", expr.strip())
     if not text:
-        raise FilterError("--filter must not be empty (a pytest -k expression over the test ids, e.g. 'dflash and ps=16')")
+        raise UsageError("--filter must not be empty (a pytest -k expression over the test ids, e.g. 'dflash and ps=16')")
     try:
         compiled = Expression.compile(text)
     except Exception as err:  # ParseError (older pytest) or SyntaxError
-        raise FilterError(f"--filter {expr!r} is not a valid expression: {str(err).splitlines()[0]}") from None
+        raise UsageError(f"--filter {expr!r} is not a valid expression: {str(err).splitlines()[0]}") from None
     names = _option_names()
     defaults = _defaults()
 
@@ -78,7 +74,7 @@ def compile_filter(expr: str) -> Callable[[str, dict[str, Any]], bool]:
 
         def match(word: str, /, **kwargs: Any) -> bool:
             if kwargs:
-                raise FilterError(f"--filter {expr!r}: keyword arguments are not supported (write name:value)")
+                raise UsageError(f"--filter {expr!r}: keyword arguments are not supported (write name:value)")
             key, sep, want = word.partition(":")
             option = names.get(key.lower()) if sep else None
             want = want[:-1] if want.endswith("-") else want  # 'ps:1-', the old -k spelling of exact

@@ -36,10 +36,6 @@ MAX_SHARDS = 1000
 _SHARD_RE = re.compile(r"([0-9]{1,4})/([0-9]{1,4})\Z")
 
 
-class ShardError(UsageError):
-    """A --shard value that is not I/N with 1 <= I <= N."""
-
-
 @dataclass(frozen=True)
 class Shard:
     index: int  # 1..count
@@ -53,7 +49,7 @@ def parse_shard(text: str) -> Shard:
     m = _SHARD_RE.match(text.strip())
     index, count = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
     if not m or not 1 <= count <= MAX_SHARDS or not 1 <= index <= count:
-        raise ShardError(f"--shard takes I/N, shard I of N counted from 1 (1/4 .. 4/4), N from 1 to {MAX_SHARDS} "
+        raise UsageError(f"--shard takes I/N, shard I of N counted from 1 (1/4 .. 4/4), N from 1 to {MAX_SHARDS} "
                          f"(got {text!r})")
     return Shard(index, count)
 

@@ -42,10 +42,6 @@ SAME = (("suite", "suite"), ("suite_hash", "suite file"), ("git_commit", "commit
         ("night", "night (--run-id)"))
 
 
-class MergeError(UsageError):
-    """Shards that cannot be one night."""
-
-
 @dataclass
 class ShardRun:
     path: Path
@@ -69,18 +65,18 @@ class ShardRun:
 def read_shard(path: Path) -> ShardRun:
     # The shard's own directory is given by the user; a link there would be read elsewhere.
     if path.is_symlink() or not path.is_dir():
-        raise MergeError(f"{path}: not a run directory (a directory, not a link, is needed)")
-    meta = read_run_file(path, META, "shard meta", MergeError, fmt="json", limit=META_LIMIT, default=None)
+        raise UsageError(f"{path}: not a run directory (a directory, not a link, is needed)")
+    meta = read_run_file(path, META, "shard meta", UsageError, fmt="json", limit=META_LIMIT, default=None)
     if meta is None:
-        raise MergeError(f"{path} is not a run directory of kvbench sweep --shard (no {META})")
+        raise UsageError(f"{path} is not a run directory of kvbench sweep --shard (no {META})")
     if not isinstance(meta, dict):
-        raise MergeError(f"{path / META}: not a JSON object")
+        raise UsageError(f"{path / META}: not a JSON object")
     check_numbers(meta, str(path / META))
     shard = meta.get("shard")
     if not (isinstance(shard, dict) and all(type(shard.get(k)) is int for k in ("index", "count"))
             and 1 <= shard["index"] <= shard["count"] and isinstance(shard.get("configs"), list)
             and all(isinstance(c, str) for c in shard["configs"])):
-        raise MergeError(f"{path} is not a shard (its {META} has no shard block): kvbench merge joins the run "
+        raise UsageError(f"{path} is not a shard (its {META} has no shard block): kvbench merge joins the run "
                          "directories of kvbench sweep --shard I/N")
     return ShardRun(path, meta, latest_rows(read_jsonl(path / RESULTS), path))
 
@@ -91,28 +87,28 @@ def check_shards(shards: list[ShardRun]) -> None:
     for other in shards[1:]:
         for name, said in SAME:
             if other.field(name) != first.field(name):
-                raise MergeError(f"shards {first.path.name} ({first.label}) and {other.path.name} ({other.label}) "
+                raise UsageError(f"shards {first.path.name} ({first.label}) and {other.path.name} ({other.label}) "
                                  f"differ in {said} ({first.field(name)!r} vs {other.field(name)!r}): "
                                  "not shards of one night")
     count = first.shard["count"]
     seen: dict[int, ShardRun] = {}
     for s in shards:
         if s.shard["index"] in seen:
-            raise MergeError(f"shard {s.label} given twice ({seen[s.shard['index']].path} and {s.path})")
+            raise UsageError(f"shard {s.label} given twice ({seen[s.shard['index']].path} and {s.path})")
         seen[s.shard["index"]] = s
     missing = [f"{i}/{count}" for i in range(1, count + 1) if i not in seen]
     if missing:
-        raise MergeError(f"shard {', '.join(missing)} missing: give all {count} shards of night "
+        raise UsageError(f"shard {', '.join(missing)} missing: give all {count} shards of night "
                          f"{first.shard.get('night')}")
     owner: dict[str, str] = {}
     for s in shards:
         share = set(s.shard["configs"])
         for row in s.rows:
             if row.get("test_id") not in share:
-                raise MergeError(f"shard {s.label} ({s.path}) holds config {row.get('test_id') or row['key']!r}, "
+                raise UsageError(f"shard {s.label} ({s.path}) holds config {row.get('test_id') or row['key']!r}, "
                                  "which its plan gave to another shard")
             if row["key"] in owner:
-                raise MergeError(f"config {row.get('test_id') or row['key']!r} is in shards {owner[row['key']]} "
+                raise UsageError(f"config {row.get('test_id') or row['key']!r} is in shards {owner[row['key']]} "
                                  f"and {s.label}: overlapping shards")
             owner[row["key"]] = s.label
 
@@ -147,9 +143,9 @@ def merge(paths: list[Path], run_id: str, root: Path) -> tuple[RunDir, list[str]
     check_shards(shards)
     notes = [f"shard {s.label} measured {len(s.rows)} of its {len(s.shard['configs'])} configs: the others "
              "count as missing" for s in shards if len(s.rows) < len(s.shard["configs"])]
-    logs = [(s, read_run_file(s.path, LOG, "shard log", MergeError, limit=DEFAULT_LIMIT, default="")) for s in shards]
+    logs = [(s, read_run_file(s.path, LOG, "shard log", UsageError, limit=DEFAULT_LIMIT, default="")) for s in shards]
     if (root / "runs" / run_id).exists() or (root / "runs" / run_id).is_symlink():
-        raise MergeError(f"run {run_id!r} already exists in {root / 'runs'}: merge writes a new run, give another --run-id")
+        raise UsageError(f"run {run_id!r} already exists in {root / 'runs'}: merge writes a new run, give another --run-id")
     run_dir = create_run_dir(run_id, root=root)
     rows = [{**row, "run_id": run_id} for s in shards for row in s.rows]
     replace_text(run_dir.results, "".join(row_json(r) + "\n" for r in rows))
@@ -157,7 +153,7 @@ def merge(paths: list[Path], run_id: str, root: Path) -> tuple[RunDir, list[str]
                                              for s, text in logs))
     meta = merged_meta(shards, run_id)
     if meta.get("mlflow_uri"):  # the same store for every shard: what each logged is logged for the night
-        logged = [read_run_file(s.path, LOGGED, "upload log", MergeError, default="") for s in shards]
+        logged = [read_run_file(s.path, LOGGED, "upload log", UsageError, default="") for s in shards]
         replace_text(run_dir.logged, "".join(line + "\n" for text in logged for line in text.splitlines() if line))
     run_dir.write_meta(meta)  # last: a directory without it is no run (the reader's sign it did not finish)
     return run_dir, notes

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.core.errors import HarnessError
+from harness.core.errors import HarnessError, UsageError
 from harness.judge.history import find_nights
-from harness.store.merge import MergeError, merge
+from harness.store.merge import merge
 from harness.store.results import load_rows
 
 PLAN = [["a", "b"], ["c"], ["d", "e"]]
@@ -101,7 +101,7 @@ def test_a_run_that_is_not_a_shard_is_refused(tmp_path):
     meta = json.loads((d / "meta.json").read_text())
     del meta["shard"]
     (d / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(MergeError, match="is not a shard"):
+    with pytest.raises(UsageError, match="is not a shard"):
         merge([d], "n", tmp_path / "res")
 
 
@@ -114,7 +114,7 @@ def test_a_shard_block_that_cannot_be_one_is_refused_in_one_line(tmp_path, shard
     meta = json.loads((d / "meta.json").read_text())
     meta["shard"].update(shard)
     (d / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(MergeError, match="is not a shard"):
+    with pytest.raises(UsageError, match="is not a shard"):
         merge([d], "n", tmp_path / "res")
 
 
@@ -135,11 +135,11 @@ def test_links_in_a_shard_are_not_followed(tmp_path):
     (dirs[0] / "results.jsonl").write_text(secret.read_text())
     link = tmp_path / "linked"
     os.symlink(dirs[1], link)
-    with pytest.raises(MergeError, match="not a run directory"):
+    with pytest.raises(UsageError, match="not a run directory"):
         merge([dirs[0], link, dirs[2]], "n", tmp_path / "res")
 
 
 def test_an_existing_run_is_not_overwritten(shards, tmp_path):
     merge(shards, "n", tmp_path / "res")
-    with pytest.raises(MergeError, match="already exists"):
+    with pytest.raises(UsageError, match="already exists"):
         merge(shards, "n", tmp_path / "res")

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.cli import main
+from harness.core.errors import UsageError
 from harness.grid.cost import model_seconds
-from harness.grid.shards import ShardError, measured_seconds, parse_shard, partition, plan, selection
+from harness.grid.shards import measured_seconds, parse_shard, partition, plan, selection
 from harness.grid.suites import load_suite
 from harness.run.runner import config_key
 
@@ -45,7 +46,7 @@ def test_shards_count_from_one():
 
 @pytest.mark.parametrize("bad", ["0/4", "5/4", "a/b", "1/0", "", "4", "1/4/2", "-1/4", "1.0/4", "2/1001"])
 def test_bad_shard_is_refused(bad):
-    with pytest.raises(ShardError, match=r"--shard takes I/N, shard I of N counted from 1 \(1/4 \.\. 4/4\)"):
+    with pytest.raises(UsageError, match=r"--shard takes I/N, shard I of N counted from 1 \(1/4 \.\. 4/4\)"):
         parse_shard(bad)
 
 
