@@ -29,7 +29,7 @@ from mini_engine.decode_step import DecodeStep
 from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation, SGLangHalts
 from mini_engine.memory.audit.record import Auditor
 from mini_engine.memory.manager import KVManager
-from mini_engine.memory.trace import TraceWriter
+from mini_engine.memory.trace.writer import TraceWriter
 from mini_engine.pd_budget import empty_pool_budget
 from mini_engine.prefill_step import PrefillStep
 from mini_engine.prefix_admission import checkpoint_transfer

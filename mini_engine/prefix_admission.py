@@ -1,4 +1,4 @@
-"""The scheduler's side of the radix prefix cache (memory/prefix.py): what it looks up and when.
+"""The scheduler's side of the radix prefix cache (memory/tree/prefix.py): what it looks up and when.
 
 Admission looks up prompt + outputs so far (a retracted request matches what it had
 computed; SGLang's fill_ids), and a prefill result checkpoints what is committed

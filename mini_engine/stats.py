@@ -70,7 +70,7 @@ class Stats:
     def sample(self, manager, running: int) -> None:
         stranded = int(manager.stranded_slots)
         reserved = int(manager.reserved_unwritten_slots)
-        held = int(manager.pages_in_use)  # own pages + locked prefix pages (memory/prefix.py)
+        held = int(manager.pages_in_use)  # own pages + locked prefix pages (memory/tree/prefix.py)
         self.series["stranded"].append(stranded)
         self.series["reserved"].append(reserved)
         self.series["held"].append(held)

@@ -23,7 +23,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from mini_engine.memory.changes import EMPTY
+from mini_engine.memory.pool.changes import EMPTY
 
 
 class Phase(enum.Enum):

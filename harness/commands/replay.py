@@ -19,7 +19,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # numpy: here, not at the top: replay needs only the memory layer, and building the parser must not need numpy.
-    from mini_engine.memory.replay import replay
+    from mini_engine.memory.replay.run import replay
 
     report = replay(args.trace, writers(), SGLANG_VERSIONS)
     us = report.seconds_per_call * 1e6

@@ -45,17 +45,10 @@ from harness.core.causes import one_line
 from harness.core.errors import HarnessError
 from mini_engine import algos
 from mini_engine.errors import TraceError
-from mini_engine.memory.replay import (
-    Divergence,
-    _short,
-    check_algos,
-    header_pd_radix,
-    pool_need_sort,
-    prepare_aligned,
-    check_profile,
-    read_trace,
-)
-from mini_engine.memory.tree_trace import SWA_TREE_OPS, TREE_OPS
+from mini_engine.memory.replay.run import Divergence
+from mini_engine.memory.trace.reader import (_short, check_algos, header_pd_radix, pool_need_sort, prepare_aligned,
+                                             check_profile, read_trace)
+from mini_engine.memory.trace.tree_calls import SWA_TREE_OPS, TREE_OPS
 from mini_engine.config.profiles import SGLANG_VERSIONS
 
 SGLANG_VERSION = "0.5.23"

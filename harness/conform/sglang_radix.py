@@ -6,7 +6,7 @@ they load, so neither can be imported here. Their classes (``RadixKey``, ``TreeN
 installed files and compiled into one namespace that supplies what they would have
 imported: no KV events, no metrics, the LRU strategy, and ``time.monotonic`` replaced by
 a counter, so recency is strictly increasing (kvbench's tree ticks a logical clock at the
-same points, memory/radix_cache.py). ``kvbench conform`` (harness/conform/tree.py) and
+same points, memory/tree/radix_cache.py). ``kvbench conform`` (harness/conform/tree.py) and
 the side-by-side tests (suites/unit/conform/) build their trees from it.
 
 Both releases kvbench conforms against build here, each from its own source. Their trees

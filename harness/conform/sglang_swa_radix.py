@@ -25,7 +25,7 @@ matched slots (``device_indices``, 0.5.23: their count), it picks its tree core 
 environment variable (Python by default) and its import chain reaches two more modules a
 CPU install lacks. Its tree core also orders the SWA LRU otherwise after a split and
 passes over tombstones in its SWA lock: kvbench's tree models both by release
-(mini_engine/memory/swa_radix.py, swa_locks.py). The namespace ``load`` returns hides those differences (``insert_params``,
+(mini_engine/memory/tree/swa_radix.py, swa_locks.py). The namespace ``load`` returns hides those differences (``insert_params``,
 ``unlock_params``, ``matched_len``).
 """
 

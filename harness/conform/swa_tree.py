@@ -1,7 +1,7 @@
 """The SWA-aware tree's trace records replayed on SGLang's own UnifiedRadixCache (``kvbench conform``).
 
 A hybrid-SWA run with the radix prefix cache records every call its SWAPrefixCache
-makes on its tree as an ``swa_`` record (mini_engine/memory/tree_trace.py,
+makes on its tree as an ``swa_`` record (mini_engine/memory/trace/tree_calls.py,
 ``swa_tree_trace``). conform.py hands each to SWATreeConform.check, in trace order
 between the allocator calls, and this runs the same call on the installed SGLang's
 UnifiedRadixCache with the FULL and SWA components (harness/conform/sglang_swa_radix.py builds
@@ -44,7 +44,7 @@ from array import array
 from harness.core.causes import one_line
 from harness.conform import sglang_swa_radix  # light: it imports SGLang only when load() runs
 from harness.core.errors import HarnessError
-from mini_engine.memory.tree_trace import TokenStore, insert_slots
+from mini_engine.memory.trace.tree_calls import TokenStore, insert_slots
 
 
 class UnifiedTreeMissing(HarnessError):

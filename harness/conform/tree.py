@@ -1,7 +1,7 @@
 """The prefix tree's trace records replayed on SGLang's own tree (``kvbench conform``).
 
 A trace of a run with the radix prefix cache (trace version 2) records every call the
-engine's PrefixCache makes on its tree (mini_engine/memory/tree_trace.py). conform.py
+engine's PrefixCache makes on its tree (mini_engine/memory/trace/tree_calls.py). conform.py
 hands each of those records to TreeConform.check, in trace order between the
 allocator calls, and this runs the same call on the tree the installed SGLang builds
 for a full-attention model (page size from the header, EAGLE's bigram keys where the
@@ -18,7 +18,7 @@ and compares:
 * match: the matched length;
 * insert: the length already cached (``prefix_len``) and the record's
   ``prev_prefix_len``, which must be the request's locked prefix on SGLang's tree
-  (mini_engine/memory/held_prefix.py: its match, then the node each insert ended on;
+  (mini_engine/memory/replay/held_prefix.py: its match, then the node each insert ended on;
   the prompt split's own key length); on 0.5.23 also the duplicates
   the insert frees itself (the request's own copies of what the tree held, past the
   record's ``prev_prefix_len``: one free per node it walked), against kvbench's
@@ -38,7 +38,7 @@ with the pages SGLang's tree evicted, in its order (the free-list order every la
 allocation depends on).
 
 What is checked is the tree's answer to each recorded call, not the sequence of
-calls: that is kvbench's scheduler path (mini_engine/memory/prefix.py), which follows
+calls: that is kvbench's scheduler path (mini_engine/memory/tree/prefix.py), which follows
 0.5.23's under every profile (docs/conform.md says where 0.5.18's differs).
 """
 
@@ -51,8 +51,8 @@ from harness.conform.swa_tree import unified_tree
 from harness.conform.versions import full_tree_is_unified
 from harness.core.causes import one_line
 from harness.conform.sglang_radix import matched_len, radix_cache, radix_namespace
-from mini_engine.memory.held_prefix import HeldPrefix
-from mini_engine.memory.tree_trace import TokenStore, insert_slots
+from mini_engine.memory.replay.held_prefix import HeldPrefix
+from mini_engine.memory.trace.tree_calls import TokenStore, insert_slots
 
 _classes = functools.cache(radix_namespace)  # compiled once a process, as SGLang imports once
 

@@ -202,7 +202,7 @@ _DECLARED = [
        "overlap: reservations given to requests the in-flight result finishes"),
     _m("overlap_extra_slots", "counter", "slots", "memory",
        "overlap: slots those extra reservations allocated (freed when the result lands)"),
-    # the radix prefix cache (mini_engine/memory/prefix.py); 0 where no tree runs (chunk cache, SWA, PD decode)
+    # the radix prefix cache (mini_engine/memory/tree/prefix.py); 0 where no tree runs (chunk cache, SWA, PD decode)
     _m("peak_pages_used", "counter", "pages", "memory",
        "most full-pool pages off the free list at once: held by requests or by the prefix tree"),
     _m("peak_tree_pages", "counter", "pages", "memory", "most full-pool pages held by the prefix tree at once",

@@ -22,17 +22,17 @@ Knobs, with SGLang 0.5.23's values first:
                          unique free (a sync), the over-allocation by segment;
                          with SWA its SWAChunkCache's: both parts and the window
                          eviction through the SWA allocator's unique frees
-                         (mini_engine.memory.release_unique).
+                         (mini_engine.memory.extents.release_unique).
   swa_eviction_interval  SGLANG_SWA_EVICTION_INTERVAL: a decode step evicts only
                          once committed - window >= cursor + interval (128).
-  prefix_cache           "radix": SGLang's radix prefix tree (memory/prefix.py:
+  prefix_cache           "radix": SGLang's radix prefix tree (memory/tree/prefix.py:
                          match and lock at admission, insert after prefill and
                          at finish, LRU eviction before a short allocation) and
                          its SWA eviction threshold, pre_len - ceil_ps(max(window,
                          ps)); "chunk" (--disable-radix-cache): no tree, free at
                          release, threshold pre_len - window, and chunked prefill
                          evicts too. SWA models run the SWA-aware tree under
-                         "radix" (memory/swa_prefix.py, SGLang's UnifiedRadixCache
+                         "radix" (memory/tree/swa_prefix.py, SGLang's UnifiedRadixCache
                          with the FULL and SWA components).
   swa_ratio              SWA pool size as a share of the full pool (0.8).
   pd_radix               the decode side's radix cache (without it SGLang forces
@@ -45,7 +45,7 @@ Knobs, with SGLang 0.5.23's values first:
   row_overflow           whether a reservation past the row's end (row_headroom
                          "sglang" at ps 1) is allocated whole and written on into
                          the next row, leaking past-the-row slots at release, as
-                         SGLang's is (issue 33579, mini_engine.memory.overflow);
+                         SGLang's is (issue 33579, mini_engine.memory.extents.overflow);
                          false: cut at the row's end. K4 reports it either way.
   retraction             "sglang": fewest output tokens first, then the longest
                          prompt, with SGLang's new-token ratio constants; "newest":

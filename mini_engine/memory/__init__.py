@@ -7,8 +7,8 @@ from importlib import import_module
 # lists the engine's choices) on an install without the engine role and say so in one line.
 _EXPORTS = {
     "Auditor": "audit.record", "Violation": "audit.record", "KVManager": "manager",
-    "MemoryConfig": "config", "PagedAllocator": "allocator", "ReqKVState": "kv_state",
-    "ReqToTokenPool": "req_to_token", "TraceWriter": "trace",
+    "MemoryConfig": "config", "PagedAllocator": "pool.allocator", "ReqKVState": "kv_state",
+    "ReqToTokenPool": "pool.req_to_token", "TraceWriter": "trace.writer",
 }
 __all__ = sorted(_EXPORTS)
 

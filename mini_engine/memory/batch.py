@@ -58,7 +58,7 @@ class BatchArrays:
         reserve, rounded up to a page under the aligned policy, never below the
         current extent; a row too short for it is clamped to its width (K4 reports
         that), unless row_width is None: the profile writes past the row, as SGLang
-        does (mini_engine.memory.overflow). Computed here, not read from the manager, so K10 compares the
+        does (mini_engine.memory.extents.overflow). Computed here, not read from the manager, so K10 compares the
         batch's plan with the extents the manager recorded.
         """
         nxt = next_extents(self.allocated, self.committed, reserve, page_size, aligned)

@@ -7,7 +7,7 @@ detached: it keeps a private copy of its last values, since its row may belong
 to another request next.
 
 The extent (kv_allocated_len) has one writer, the KVManager's allocation (_grow,
-in growth.py), which only ever raises it to max(target, current): K2, it never
+in extents/growth.py), which only ever raises it to max(target, current): K2, it never
 decreases while the request lives. The state check K2 re-checks that after every step.
 """
 

@@ -7,8 +7,8 @@ counts its sync.
 
 KVManager is composed of parts, one object per concept, over the shared state in
 KVTables (tables.py: the pools, rows, ledger, live states and counters): Growth
-(growth.py: extents: extend, prepare, the *_fits queries), SWACursor
-(swa_cursor.py: SWA window eviction, PD prealloc) and Release (release.py: the
+(extents/growth.py: extents: extend, prepare, the *_fits queries), SWACursor
+(extents/swa_cursor.py: SWA window eviction, PD prealloc) and Release (extents/release.py: the
 free rules of a finished request). Their public calls are bound here as the
 manager's own, so a call costs no extra hop. This file holds admission, commits,
 the counters and the state checks.
@@ -18,20 +18,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.audit.check_all import check_all
 from mini_engine.memory.audit.record import Auditor, Violation
 from mini_engine.memory.config import MemoryConfig
-from mini_engine.memory.free_list import FreeGroupBlock
-from mini_engine.memory.growth import Growth
+from mini_engine.memory.extents.growth import Growth
+from mini_engine.memory.extents.release import Release
+from mini_engine.memory.extents.swa_cursor import SWACursor
 from mini_engine.memory.kv_state import WRITER_KINDS, ReqKVState, state_rows
-from mini_engine.memory.prefix import BIGRAM_ALGOS, PrefixCache
-from mini_engine.memory.release import Release
-from mini_engine.memory.swa import SWAPool
-from mini_engine.memory.swa_cursor import SWACursor
-from mini_engine.memory.swa_prefix import SWAPrefixCache
+from mini_engine.memory.pool.allocator import PagedAllocator
+from mini_engine.memory.pool.free_list import FreeGroupBlock
+from mini_engine.memory.pool.swa import SWAPool
 from mini_engine.memory.tables import KVTables
-from mini_engine.memory.trace import TraceWriter
+from mini_engine.memory.trace.writer import TraceWriter
+from mini_engine.memory.tree.prefix import BIGRAM_ALGOS, PrefixCache
+from mini_engine.memory.tree.swa_prefix import SWAPrefixCache
 
 __all__ = ["KVManager", "WRITER_KINDS"]
 
@@ -59,7 +59,7 @@ class KVManager:
         self.release = self.releaser.release
         self.make_room = t.make_room  # evict from the prefix tree until that many tokens are allocatable
         # SGLang's radix prefix cache: the SWA-aware tree for a model with an SWA pool
-        # (memory/swa_prefix.py), else the full one; prefix_cache = "chunk" is --disable-radix-cache.
+        # (memory/tree/swa_prefix.py), else the full one; prefix_cache = "chunk" is --disable-radix-cache.
         if mem.rules.prefix_cache == "radix":
             bigram = mem.algo in BIGRAM_ALGOS
             t.prefix = SWAPrefixCache(t, bigram=bigram) if swa is not None else PrefixCache(t, bigram=bigram)
@@ -122,7 +122,7 @@ class KVManager:
     @property
     def release_syncs(self) -> int:
         """The unique frees' syncs as SGLang pays them: one per free group holding one (with
-        0.5.18's SWA allocator, its free_swa's unique and mask too: release_unique.py)."""
+        0.5.18's SWA allocator, its free_swa's unique and mask too: extents/release_unique.py)."""
         return self.full.release_syncs + (self.swa.allocator.release_syncs if self.swa else 0)
 
     @property

@@ -42,7 +42,7 @@ class MemoryRules:
     # allocates the SWA pool past it in full.
     pd_radix_tail: bool = True
     # A reservation past the row's end is allocated whole and written on into the next
-    # row, as SGLang's is (issue 33579; mini_engine.memory.overflow); False: cut at the end.
+    # row, as SGLang's is (issue 33579; mini_engine.memory.extents.overflow); False: cut at the end.
     row_overflow: bool = True
     # The SWA-aware tree's branching point (0.5.23's swa_branching_seqlen): a match whose
     # FULL hit runs past its SWA-valid part cuts the request's next checkpoint insert
@@ -51,8 +51,8 @@ class MemoryRules:
     # Whose tree code, where the releases' differ: how a checkpoint frees the row's copies
     # of what the tree already held (0.5.23's UnifiedRadixCache inside the insert, one free
     # per tree node it walked; 0.5.18's RadixCache caller the whole range in one call:
-    # memory/prefix.py), and the SWA-aware tree core (0.5.18's orders the SWA LRU otherwise
-    # after a split, and its SWA lock passes over tombstones: memory/swa_radix.py).
+    # memory/tree/prefix.py), and the SWA-aware tree core (0.5.18's orders the SWA LRU otherwise
+    # after a split, and its SWA lock passes over tombstones: memory/tree/swa_radix.py).
     release: str = "0.5.23"
     # The whole profile's knobs for the trace header (None: these rules'), so a trace
     # replays on its own terms; not a rule the memory layer reads.

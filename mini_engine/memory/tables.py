@@ -13,16 +13,16 @@ from __future__ import annotations
 import numpy as np
 
 from mini_engine.errors import InvariantViolation
-from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.audit.live import Seen
 from mini_engine.memory.audit.record import Auditor, Violation
-from mini_engine.memory.evict_amount import reclaim_swa
 from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.kv_state import WRITER_KINDS, KVRows, ReqKVState, state_rows
-from mini_engine.memory.ledger import PageLedger
-from mini_engine.memory.req_to_token import ReqToTokenPool
-from mini_engine.memory.swa import SWAPool
-from mini_engine.memory.trace import TraceWriter
+from mini_engine.memory.pool.allocator import PagedAllocator
+from mini_engine.memory.pool.evict_amount import reclaim_swa
+from mini_engine.memory.pool.ledger import PageLedger
+from mini_engine.memory.pool.req_to_token import ReqToTokenPool
+from mini_engine.memory.pool.swa import SWAPool
+from mini_engine.memory.trace.writer import TraceWriter
 
 
 def move_rows(per_row: dict, old: list[int], new: list[int]) -> None:
@@ -52,7 +52,7 @@ class KVTables:
         self.sum_extent = 0
         self.sum_committed = 0
         self.sum_protected = 0  # positions of live rows that the prefix tree holds (cache_protected_len)
-        self.prefix = None  # the radix prefix cache (memory/prefix.py), when the profile runs one
+        self.prefix = None  # the radix prefix cache (memory/tree/prefix.py), when the profile runs one
         # Stranded slots (ceil_ps(extent) - extent) of live requests, by who wrote the extent.
         self.stranded_by_writer = {k: 0 for k in WRITER_KINDS}
         self.short_pool: str | None = None  # the pool that refused the last failed allocation
@@ -60,7 +60,7 @@ class KVTables:
         # The allocation a refused PD prealloc did not make, kept while tracing (trace_refused):
         # (allocator, prefix, seq, last).
         self.refused: tuple | None = None
-        # Row overflow (mini_engine.memory.overflow): distinct positions past a row that
+        # Row overflow (mini_engine.memory.extents.overflow): distinct positions past a row that
         # reservations reached, and positions of another row the writes past a row hit.
         self.row_overflow_slots = 0
         self.row_overwritten_slots = 0

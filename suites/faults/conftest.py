@@ -45,7 +45,7 @@ def bypass_evict_floor(monkeypatch: pytest.MonkeyPatch) -> None:
     tail starts, so it writes ``fill_len - window`` as the cursor (18 for fill_len 50,
     window 32, ps 16) and K6 must fire at that write. The fault is the formula the
     memory layer's PD prealloc reads; replay and the harness keep the real one."""
-    from mini_engine.memory import swa_cursor
+    from mini_engine.memory.extents import swa_cursor
 
     monkeypatch.setattr(swa_cursor, "pd_swa_tail_len",
                         lambda fill_len, window, page_size, radix=False: min(fill_len, window))

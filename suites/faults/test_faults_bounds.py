@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from mini_engine.memory import replay
+from mini_engine.memory.trace import reader
 from harness.core import workloads
 from test_faults_trust import cli
 
@@ -16,10 +16,10 @@ HEAD = {"format": "kvbench-trace", "version": 2, "page_size": 16, "num_pages": 6
 def test_a_trace_over_the_record_bound_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("KVBENCH_RESULTS", str(tmp_path / "results"))
     path = tmp_path / "t.jsonl"
-    path.write_text(json.dumps(HEAD) + "\n" + '{"op":"tree","bigram":false}\n' * (replay.MAX_RECORDS + 1))
+    path.write_text(json.dumps(HEAD) + "\n" + '{"op":"tree","bigram":false}\n' * (reader.MAX_RECORDS + 1))
     code, out, err = cli(["replay", path], capsys)
     assert code == 2 and len(err) == 1, (out, err)
-    assert f"holds more than {replay.MAX_RECORDS:,} records, the most replay and conform read" in err[0]
+    assert f"holds more than {reader.MAX_RECORDS:,} records, the most replay and conform read" in err[0]
 
 
 def test_a_prompts_file_over_the_bound_is_one_line(tmp_path, capsys, monkeypatch):

@@ -1,6 +1,6 @@
 """An insert's prev_prefix_len changed in a trace is a divergence, in replay and in
 conform (R9): it is the request's locked prefix (SGLang's cache_protected_len), which
-each tree gives (mini_engine/memory/held_prefix.py). Replay let a value raised by 16
+each tree gives (mini_engine/memory/replay/held_prefix.py). Replay let a value raised by 16
 through where the tree had cached as much, and any lowered one; conform checked none."""
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def test_an_unknown_algorithm_is_refused_alike(tmp_path, capsys, monkeypatch, co
 def test_replay_still_does_not_import_torch(tmp_path):
     # The check reads the algorithm registry; a trace replays where torch is not installed.
     trace = _trace(tmp_path, "header")
-    code = ("import sys\nfrom mini_engine.algos import writers\nfrom mini_engine.memory.replay import replay\nfrom mini_engine.errors import TraceError\n"
+    code = ("import sys\nfrom mini_engine.algos import writers\nfrom mini_engine.memory.replay.run import replay\nfrom mini_engine.errors import TraceError\n"
             f"try:\n    replay({str(trace)!r}, writers())\nexcept TraceError:\n    pass\nprint('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "False", out

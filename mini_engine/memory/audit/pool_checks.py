@@ -137,7 +137,7 @@ def check_k7(m: KVManager, step: int) -> list[Violation]:
         row = host[s.row]
         # The row's own positions: an extent written past the row (memory.overflow) maps
         # the rest in the next row's positions, which that row's own check reads.
-        # [0, protected): the SWA-aware tree's slots (memory/swa_prefix.py), checked by K14.
+        # [0, protected): the SWA-aware tree's slots (memory/tree/swa_prefix.py), checked by K14.
         prot = min(s.protected, m.mem.row_width)
         cur, ext = max(s.swa_evicted, prot), min(s.allocated, m.mem.row_width)
         below = m.swa.map_host[row[prot:min(cur, ext)]]

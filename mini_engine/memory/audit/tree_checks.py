@@ -1,5 +1,5 @@
-"""K12-K14: the radix prefix tree's locks (memory/prefix.py), and the SWA-aware tree's
-slots (memory/swa_radix.py), as state checks.
+"""K12-K14: the radix prefix tree's locks (memory/tree/prefix.py), and the SWA-aware tree's
+slots (memory/tree/swa_radix.py), as state checks.
 
 A request holds one lock, on the node its row's protected prefix ends on, and a
 lock counts on every node from there up to the root (SGLang's inc_lock_ref). So
@@ -25,7 +25,7 @@ from mini_engine.memory.audit.record import Violation
 
 if TYPE_CHECKING:
     from mini_engine.memory.manager import KVManager
-    from mini_engine.memory.swa_radix import SWARadixCache
+    from mini_engine.memory.tree.swa_radix import SWARadixCache
 
 
 def check_k12(m: KVManager, step: int) -> list[Violation]:
@@ -72,13 +72,13 @@ def check_k13(m: KVManager, step: int) -> list[Violation]:
 
 
 def check_k14(m: KVManager, step: int) -> list[Violation]:
-    """K14 on the manager's SWA-aware tree (memory/swa_prefix.py); nothing without one."""
+    """K14 on the manager's SWA-aware tree (memory/tree/swa_prefix.py); nothing without one."""
     tree = getattr(m.prefix, "tree", None)
     return swa_tree_violations(tree, step) if hasattr(tree, "swa_map") else []
 
 
 def swa_tree_violations(tree: SWARadixCache, step: int = 0) -> list[Violation]:
-    """K14, the SWA-aware tree (memory/swa_radix.py): a tombstone holds no SWA page (the
+    """K14, the SWA-aware tree (memory/tree/swa_radix.py): a tombstone holds no SWA page (the
     pool's map names none for its FULL slots), a live node's SWA slots are the ones the map
     names, the four sizes are the nodes' tokens split by their locks (SWA protected = the
     SWA-locked live nodes), and no eviction freed a node some request SWA-locked."""

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mini_engine.memory.allocator import PagedAllocator
+from mini_engine.memory.pool.allocator import PagedAllocator
 
 
 class Pair:

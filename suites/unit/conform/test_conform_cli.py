@@ -88,11 +88,11 @@ def test_pd_traces_with_need_sort_conform(sg, tmp_path, capsys, monkeypatch, ps)
     # engine's allocators that way and the staged order must match SGLang's too.
     import functools
 
-    from mini_engine.memory.allocator import PagedAllocator
+    from mini_engine.memory.pool.allocator import PagedAllocator
 
     staged = functools.partial(PagedAllocator, need_sort=True)
     monkeypatch.setattr("mini_engine.memory.manager.PagedAllocator", staged)
-    monkeypatch.setattr("mini_engine.memory.swa.PagedAllocator", staged)
+    monkeypatch.setattr("mini_engine.memory.pool.swa.PagedAllocator", staged)
     path = tmp_path / "pd.jsonl"
     main(["run", *SMALL, *PD, "--page-size", ps, "--trace", str(path)])
     capsys.readouterr()
@@ -305,7 +305,7 @@ def grouped_trace(path, ps: int, seed: int) -> None:
 @pytest.mark.parametrize("ps", [1, 16])
 def test_free_group_manager_trace_conforms(sg, tmp_path, capsys, ps):
     from mini_engine.algos import writers
-    from mini_engine.memory.replay import replay
+    from mini_engine.memory.replay.run import replay
 
     path = tmp_path / "grouped.jsonl"
     grouped_trace(path, ps, seed=ps)

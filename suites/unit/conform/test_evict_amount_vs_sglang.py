@@ -1,6 +1,6 @@
 """How much the prefix tree evicts before an allocation, against the installed SGLang's alloc paths.
 
-kvbench's amounts (mini_engine/memory/evict_amount.py, retraction.retract_demand) next to
+kvbench's amounts (mini_engine/memory/pool/evict_amount.py, retraction.retract_demand) next to
 SGLang's own code, compiled from the installed source (its modules need a GPU stack to
 import): alloc_paged_token_slots_extend, alloc_paged_token_slots_decode and
 alloc_token_slots are run with an allocator that records what they ask
@@ -27,8 +27,8 @@ from hypothesis import given, settings, strategies as st
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.memory import Auditor, KVManager, MemoryConfig
-from mini_engine.memory.evict_amount import alloc_demand
-from mini_engine.memory.tree_trace import TreeTrace
+from mini_engine.memory.pool.evict_amount import alloc_demand
+from mini_engine.memory.trace.tree_calls import TreeTrace
 from mini_engine.request import Request
 from mini_engine.retraction import retract_demand
 

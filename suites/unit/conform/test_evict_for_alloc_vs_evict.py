@@ -3,7 +3,7 @@
 An allocation short of room asks the tree through ``evict_for_alloc``
 (``evict_to_free_tokens``, the PD prealloc's ``reclaim_for_prealloc``): the shortfalls
 become targets on the pools' available sizes, so frees made along the way (a FULL leaf
-evicted frees its SWA slots too) count toward them. kvbench's tree (memory/swa_radix.py)
+evicted frees its SWA slots too) count toward them. kvbench's tree (memory/tree/swa_radix.py)
 and conform (harness/conform/swa_tree.py) run ``evict``, whose targets are the tokens
 evicted per component. This drives two copies of SGLang 0.5.23's own UnifiedRadixCache
 (FULL + SWA, harness/conform/sglang_swa_radix.py) with the same requests (match, lock, allocate,

@@ -5,7 +5,7 @@ SGLang's pop_preallocated admits an arrival on its budget, then:
 * 0.5.23 on the SWA tail path (ps > 1) reclaims the tail's SWA pages from the tree
   (reclaim_for_prealloc); where the pool is still short it aborts the request
   (prepare_abort, 503) and goes on to the next arrival. kvbench: status ABORTED,
-  ``aborted_requests``, the run goes on (worked in suites/unit/memory/test_pd_evict_amounts.py;
+  ``aborted_requests``, the run goes on (worked in suites/unit/memory/pool/test_pd_evict_amounts.py;
   no small workload here reaches it on a decode node's pools).
 * Everywhere else it calls _pre_alloc, whose allocation must succeed: ``assert kv_loc is
   not None`` ("KV cache is full! Bug in memory estimation"), and the scheduler stops.
@@ -80,7 +80,7 @@ def test_a_pass_that_prefills_here_keeps_kvbenchs_wait(sg, tmp_path):
     # queue, which kvbench does not model); its chunk takes the SWA pages request 3's tail
     # needs. A refusal caused by a pass no decode node runs is not SGLang's: no abort, no
     # assertion; request 3 waits and every request finishes. (The abort itself, where a
-    # decode node's reclaim falls short, is worked in suites/unit/memory/test_pd_evict_amounts.py.)
+    # decode node's reclaim falls short, is worked in suites/unit/memory/pool/test_pd_evict_amounts.py.)
     if sg.version == "0.5.18":
         pytest.skip("a 0.5.23 trace")
     engine, res, records, path = traced(tmp_path, "sglang-0.5.23", 16, 32, 768,

@@ -1,8 +1,8 @@
-"""The engine's tree calls (mini_engine/memory/prefix.py), as its trace records them, on SGLang's own RadixCache.
+"""The engine's tree calls (mini_engine/memory/tree/prefix.py), as its trace records them, on SGLang's own RadixCache.
 
 An engine run with shared prefixes, a pool small enough to evict, writes every call its
 PrefixCache makes on the tree into the allocation trace (matches, inserts with their
-slots, locks, unlocks, evictions: memory/tree_trace.py). ``kvbench conform`` runs the
+slots, locks, unlocks, evictions: memory/trace/tree_calls.py). ``kvbench conform`` runs the
 same calls, in trace order between the allocator calls, on SGLang's own tree (compiled
 from the installed source, on a counter clock: harness/conform/sglang_radix.py) and must get
 the same matched lengths, the same length already cached per insert, the same lock
@@ -28,7 +28,7 @@ from harness.conform.sglang_radix import matched_len, radix_cache, radix_namespa
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.algos import writers
-from mini_engine.memory.replay import replay
+from mini_engine.memory.replay.run import replay
 from mini_engine.config.profiles import SGLANG_VERSIONS
 from mini_engine.request import Request
 

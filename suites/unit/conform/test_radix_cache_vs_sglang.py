@@ -1,4 +1,4 @@
-"""kvbench's radix tree (mini_engine/memory/radix_cache.py) against SGLang's own ``RadixCache``
+"""kvbench's radix tree (mini_engine/memory/tree/radix_cache.py) against SGLang's own ``RadixCache``
 (0.5.18's full-attention tree, and 0.5.23's too where it is installed) and against the tree
 0.5.23 builds for full attention, ``UnifiedRadixCache`` with the FULL component only.
 
@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from harness.conform.tree import FullRadix, FullUnified
-from mini_engine.memory.allocator import PagedAllocator
-from mini_engine.memory.radix_cache import RadixCache
+from mini_engine.memory.pool.allocator import PagedAllocator
+from mini_engine.memory.tree.radix_cache import RadixCache
 
 NUM_PAGES = 40
 

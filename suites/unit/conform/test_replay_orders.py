@@ -9,16 +9,16 @@ import json
 import pytest
 
 from harness.cli import main
-from mini_engine.memory.allocator import PagedAllocator
+from mini_engine.memory.pool.allocator import PagedAllocator
 from mini_engine.algos import writers
-from mini_engine.memory.replay import replay
-from mini_engine.memory.trace import TraceWriter
+from mini_engine.memory.replay.run import replay
+from mini_engine.memory.trace.writer import TraceWriter
 
 
 def test_staged_engine_trace_replays_and_a_reorder_is_caught(tmp_path, capsys, monkeypatch):
     staged = functools.partial(PagedAllocator, need_sort=True)
     monkeypatch.setattr("mini_engine.memory.manager.PagedAllocator", staged)
-    monkeypatch.setattr("mini_engine.memory.swa.PagedAllocator", staged)
+    monkeypatch.setattr("mini_engine.memory.pool.swa.PagedAllocator", staged)
     path = tmp_path / "pd.jsonl"
     main(["run", "--workload", "pd", "--num-requests", "16", "--input-len", "120", "--output-len", "40",
           "--max-running", "6", "--spec", "dflash", "--pool-tokens", "1024", "--window", "32",

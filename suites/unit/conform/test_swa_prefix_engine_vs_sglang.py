@@ -1,4 +1,4 @@
-"""An SWA engine run's tree calls (mini_engine/memory/swa_prefix.py), as its trace records them,
+"""An SWA engine run's tree calls (mini_engine/memory/tree/swa_prefix.py), as its trace records them,
 replayed on SGLang 0.5.23's own UnifiedRadixCache with FULL and SWA components: the
 checker ``kvbench conform`` runs (harness/conform/swa_tree.py, over the CPU build of
 harness/conform/sglang_swa_radix.py).
@@ -27,10 +27,10 @@ from harness.conform.check import conform
 from harness.conform.swa_tree import SWATreeConform
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
-from mini_engine.memory.tree_trace import SWA_TREE_OPS, TokenStore
+from mini_engine.memory.trace.tree_calls import SWA_TREE_OPS, TokenStore
 from mini_engine.request import Request
 from suites.unit.conform.test_swa_radix_vs_sglang import our_nodes, sg_nodes, sgswa  # noqa: F401 (the fixture)
-from suites.unit.memory.test_swa_tree_edges import _engine as _released_engine
+from suites.unit.memory.tree.test_swa_tree_edges import _engine as _released_engine
 
 
 def _engine(ps: int, pages: int, window: int, stagger: int, overlap: bool, seed: int, spec: dict | None = None):

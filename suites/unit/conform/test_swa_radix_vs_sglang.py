@@ -1,4 +1,4 @@
-"""kvbench's SWA-aware tree (mini_engine/memory/swa_radix.py) against the installed SGLang's own
+"""kvbench's SWA-aware tree (mini_engine/memory/tree/swa_radix.py) against the installed SGLang's own
 UnifiedRadixCache with the FULL and SWA components (harness/conform/sglang_swa_radix.py builds it on a CPU).
 
 Both trees get the same calls: requests that match, lock, allocate the rest of their key
@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from mini_engine.memory.evict_amount import reclaim_swa
-from mini_engine.memory.swa_radix import SWARadixCache
+from mini_engine.memory.pool.evict_amount import reclaim_swa
+from mini_engine.memory.tree.swa_radix import SWARadixCache
 from mini_engine.memory.audit.tree_checks import swa_tree_violations
-from mini_engine.memory.tree_trace import tree_key
+from mini_engine.memory.trace.tree_calls import tree_key
 
 FULL_PAGES, SWA_PAGES = 48, 24
 
@@ -268,7 +268,7 @@ def _machine(sgswa, ps: int, window: int, seq: list[int]) -> SWATreeMachine:
 
 
 def test_the_worked_cases_on_the_installed_release(sgswa):
-    """The worked cases of suites/unit/memory/test_swa_radix.py, each run on the installed
+    """The worked cases of suites/unit/memory/tree/test_swa_radix.py, each run on the installed
     release's own tree beside kvbench's (the trees compared node by node, locks included):
     the split order (ps 1, window 1: 0.5.23 tombstones the middle node for one SWA token,
     0.5.18 evicts the leaf whole), and the window lock over a tombstone (ps 4, window 4:

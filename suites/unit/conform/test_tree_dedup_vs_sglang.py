@@ -4,7 +4,7 @@ When a request's insert finds part of its key already in the tree, the request's
 copies of that part go back to the pool. SGLang 0.5.23's full-attention tree
 (UnifiedRadixCache with the FULL component) frees them inside the insert, one free per
 node the insert walked; 0.5.18's RadixCache leaves them to its caller, which frees the
-range in one call (mini_engine/memory/prefix.py, ``MemoryRules.release``).
+range in one call (mini_engine/memory/tree/prefix.py, ``MemoryRules.release``).
 Outside a free group at page size > 1 each call goes in front of the free list, so the
 split decides which pages later allocations get.
 

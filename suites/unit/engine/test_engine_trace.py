@@ -12,7 +12,7 @@ from harness.run.runner import run_config
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.algos import writers
-from mini_engine.memory.replay import replay
+from mini_engine.memory.replay.run import replay
 from mini_engine.request import Request
 
 OPTIONS = dict(spec="dflash", page_size=16, block_size=4, workload="fixed", num_requests=3, input_len=40,

@@ -1,4 +1,4 @@
-"""The radix prefix cache in the engine (mini_engine/memory/prefix.py), on worked numbers.
+"""The radix prefix cache in the engine (mini_engine/memory/tree/prefix.py), on worked numbers.
 
 Issue 19's example: 16 requests x (512 shared + 64 own tokens), 128 outputs each, page
 size 16, full attention, a 4096-page pool. SGLang 0.5.23 with its default radix cache
@@ -22,7 +22,7 @@ import pytest
 
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
-from mini_engine.memory.swa_prefix import SWAPrefixCache
+from mini_engine.memory.tree.swa_prefix import SWAPrefixCache
 from mini_engine.request import Request
 
 PS = 16
@@ -106,7 +106,7 @@ def test_pd_decode_side_runs_without_a_tree_unless_pd_radix():
 def test_swa_models_run_the_swa_aware_tree():
     # SGLang 0.5.23 runs UnifiedRadixCache with the SWA component for a hybrid model:
     # the shared prompt is matched, and the finished requests' pages stay in the tree, in
-    # both pools (memory/swa_prefix.py); nothing leaks.
+    # both pools (memory/tree/swa_prefix.py); nothing leaks.
     cfg = EngineConfig(page_size=PS, pool_tokens=2048 * PS, max_context=1024, window=128, layer_pattern="1:1",
                        audit="raise")
     e = Engine(cfg)

@@ -51,7 +51,7 @@ def test_swa_worked_example_first_eviction_at_decode_step_16(overlap, step):
     assert all(cur == 0 for s, _, cur in cursors if s < step)
     assert max(held[:step + 2]) == 12
     # The prompt's 2 whole pages are the SWA-aware tree's after the prefill's checkpoint,
-    # so the request itself holds 10 of the 12 (memory/swa_prefix.py).
+    # so the request itself holds 10 of the 12 (memory/tree/swa_prefix.py).
     res = run_result(eng, eng.requests, "ok", 1.0)
     assert res.stats["peak_swa_pages_held"] == 10
 

@@ -26,7 +26,7 @@ def test_the_block_really_stops_torch():
 
 def test_memory_imports_without_torch():
     got = run_without_torch("""
-        import mini_engine.memory, mini_engine.memory.sizing, mini_engine.memory.batch, mini_engine.memory.replay
+        import mini_engine.memory.manager, mini_engine.memory.sizing, mini_engine.memory.batch, mini_engine.memory.replay.run
         print(mini_engine.memory.sizing.ceil_ps(37, 16))
     """)
     assert got.returncode == 0, got.stderr

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mini_engine.memory import Auditor, KVManager, MemoryConfig
-from mini_engine.memory.allocator import PagedAllocator
 from mini_engine.memory.kv_state import ReqKVState
+from mini_engine.memory.pool.allocator import PagedAllocator
 from mini_engine.request import Request, Tally
 
 
@@ -108,7 +108,7 @@ def test_moving_rows_equals_a_whole_row_move(writes, perm):
     """move_rows moves only the columns up to the last one the rows hold; the table equals a
     whole-row move, and the change log names every entry that differs afterwards (the mirror
     that follows it ends equal to the host)."""
-    from mini_engine.memory.req_to_token import ReqToTokenPool
+    from mini_engine.memory.pool.req_to_token import ReqToTokenPool
 
     pool = ReqToTokenPool(6, 24)
     for row, col, val in writes:  # rows 4 and 5 stay out of the move; a row may be all zero
@@ -128,7 +128,7 @@ def test_moving_rows_equals_a_whole_row_move(writes, perm):
 
 def test_moving_rows_refuses_a_new_order_that_is_not_a_permutation():
     """The column bound holds only for the same rows in another order (KVManager.batch_rows's)."""
-    from mini_engine.memory.req_to_token import ReqToTokenPool
+    from mini_engine.memory.pool.req_to_token import ReqToTokenPool
 
     pool = ReqToTokenPool(4, 8)
     pool.host[0, 3] = 7

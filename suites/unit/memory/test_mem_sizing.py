@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mini_engine.errors import ConfigError
-from mini_engine.memory.sizing import (ceil_ps, compact_draft_bound, compact_draft_len, dflash_reserve,
-                                       eagle_reserve, eagle_width, floor_ps, plan_extent, row_width,
-                                       swa_evict_due, swa_evict_target, swa_tail_len)
+from mini_engine.memory.sizing import (ceil_ps, compact_draft_bound, compact_draft_len, dflash_reserve, eagle_reserve,
+                                       eagle_width, floor_ps, plan_extent, row_width, swa_evict_due, swa_evict_target,
+                                       swa_tail_len)
 
 
 def test_ceil_floor():

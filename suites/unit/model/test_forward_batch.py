@@ -15,8 +15,8 @@ import torch
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.memory.manager import KVManager
-from mini_engine.memory.req_to_token import ReqToTokenPool
-from mini_engine.memory.swa import SWAPool
+from mini_engine.memory.pool.req_to_token import ReqToTokenPool
+from mini_engine.memory.pool.swa import SWAPool
 from mini_engine.model.backend import ModelBackend
 from mini_engine.step_batch import Layout, Phase
 
