@@ -105,18 +105,60 @@ def load() -> SimpleNamespace:
 
     stand_in(STAND_INS)
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    m = _modules()
+    init_fields = {f.name for f in dataclasses.fields(m.params.CacheInitParams)}
+    FULL, SWA = m.ct.ComponentType.FULL, m.ct.ComponentType.SWA
+    MapOnlyPool = _map_only_pool(m.pool)
 
+    def tree(allocator, ps: int, components: tuple, bigram: bool, req_to_token_pool=None, disable: bool = False,
+             **extra):
+        """bigram: EAGLE's keys (SGLang's is_eagle, which its tree core turns every key into);
+        req_to_token_pool: the rows a scheduler's tree reads (the reference engine's);
+        disable: SGLang's --disable-radix-cache (the chunk cache's tree)."""
+        # The Python tree core: 0.5.23 takes it as a parameter, 0.5.18 from its environment
+        # variable, whose default it is.
+        core = {"tree_core_backend": "python"} if "tree_core_backend" in init_fields else {}
+        p = m.params.CacheInitParams(disable=disable, req_to_token_pool=req_to_token_pool,
+                                     token_to_kv_pool_allocator=allocator,
+                                     page_size=ps, tree_components=components,
+                                     **({"is_eagle": True} if bigram else {}), **core, **extra)
+        return m.urc.UnifiedRadixCache(p)
+
+    def build(full_pages: int, swa_pages: int, ps: int, window: int, bigram: bool = False, **extra):
+        """The FULL + SWA tree, over SGLang's SWA allocator (returned with it); extra: tree()'s
+        req_to_token_pool and disable."""
+        alloc = m.swa_alloc.SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, ps, torch.int64, "cpu",
+                                                      MapOnlyPool(), False)
+        return alloc, tree(alloc, ps, (FULL, SWA), bigram, sliding_window_size=window, **extra)
+
+    def build_full(ps: int, allocator, bigram: bool = False):
+        """The FULL-only UnifiedRadixCache 0.5.23 builds for a full-attention model
+        (registry.create_unified_radix_cache), freeing into allocator (free_segment)."""
+        return tree(allocator, ps, (FULL,), bigram)
+
+    return SimpleNamespace(torch=torch, tree=tree, build=build, build_full=build_full, base=m.base, FULL=FULL,
+                           SWA=SWA, RadixKey=m.radix.RadixKey, **_version_adapters(m.base, SWA))
+
+
+def _modules() -> SimpleNamespace:
+    """SGLang's modules the tree needs, imported behind the stand-ins."""
     # The import chain's modules warn that a CPU has no AWQ, GGUF, ... kernels: noise before
     # any result (a conform run's one-line output), about code the tree never calls.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        base = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache")
-        urc = importlib.import_module("sglang.srt.mem_cache.unified_radix_cache")
-        swa_alloc = importlib.import_module("sglang.srt.mem_cache.allocator.swa")
-        pool = importlib.import_module("sglang.srt.mem_cache.base_swa_memory_pool")
-        params = importlib.import_module("sglang.srt.mem_cache.cache_init_params")
-        ct = importlib.import_module("sglang.srt.mem_cache.unified_cache.component_type")
-        radix = importlib.import_module("sglang.srt.mem_cache.radix_cache")
+        return SimpleNamespace(
+            base=importlib.import_module("sglang.srt.mem_cache.base_prefix_cache"),
+            urc=importlib.import_module("sglang.srt.mem_cache.unified_radix_cache"),
+            swa_alloc=importlib.import_module("sglang.srt.mem_cache.allocator.swa"),
+            pool=importlib.import_module("sglang.srt.mem_cache.base_swa_memory_pool"),
+            params=importlib.import_module("sglang.srt.mem_cache.cache_init_params"),
+            ct=importlib.import_module("sglang.srt.mem_cache.unified_cache.component_type"),
+            radix=importlib.import_module("sglang.srt.mem_cache.radix_cache"),
+        )
+
+
+def _map_only_pool(pool) -> type:
+    """The KV pool class the allocator talks to, over SGLang's BaseSWAKVPool."""
 
     class MapOnlyPool(pool.BaseSWAKVPool):
         """The KV pool the allocator talks to: only the full -> SWA map (no buffers on a CPU test)."""
@@ -137,35 +179,12 @@ def load() -> SimpleNamespace:
 
         get_kv_buffer = get_key_buffer = get_value_buffer = set_kv_buffer = get_state_buf_infos = _no_buffers
 
-    init_fields = {f.name for f in dataclasses.fields(params.CacheInitParams)}
+    return MapOnlyPool
+
+
+def _version_adapters(base, SWA) -> dict:
+    """The calls whose spelling differs between 0.5.18 and 0.5.23, each in one form."""
     insert_fields = {f.name for f in dataclasses.fields(base.InsertParams)}
-    SWA = ct.ComponentType.SWA
-
-    def tree(allocator, ps: int, components: tuple, bigram: bool, req_to_token_pool=None, disable: bool = False,
-             **extra):
-        """bigram: EAGLE's keys (SGLang's is_eagle, which its tree core turns every key into);
-        req_to_token_pool: the rows a scheduler's tree reads (the reference engine's);
-        disable: SGLang's --disable-radix-cache (the chunk cache's tree)."""
-        # The Python tree core: 0.5.23 takes it as a parameter, 0.5.18 from its environment
-        # variable, whose default it is.
-        core = {"tree_core_backend": "python"} if "tree_core_backend" in init_fields else {}
-        p = params.CacheInitParams(disable=disable, req_to_token_pool=req_to_token_pool,
-                                   token_to_kv_pool_allocator=allocator,
-                                   page_size=ps, tree_components=components,
-                                   **({"is_eagle": True} if bigram else {}), **core, **extra)
-        return urc.UnifiedRadixCache(p)
-
-    def build(full_pages: int, swa_pages: int, ps: int, window: int, bigram: bool = False, **extra):
-        """The FULL + SWA tree, over SGLang's SWA allocator (returned with it); extra: tree()'s
-        req_to_token_pool and disable."""
-        alloc = swa_alloc.SWATokenToKVPoolAllocator(full_pages * ps, swa_pages * ps, ps, torch.int64, "cpu",
-                                                    MapOnlyPool(), False)
-        return alloc, tree(alloc, ps, (ct.ComponentType.FULL, SWA), bigram, sliding_window_size=window, **extra)
-
-    def build_full(ps: int, allocator, bigram: bool = False):
-        """The FULL-only UnifiedRadixCache 0.5.23 builds for a full-attention model
-        (registry.create_unified_radix_cache), freeing into allocator (free_segment)."""
-        return tree(allocator, ps, (ct.ComponentType.FULL,), bigram)
 
     def insert_params(key, value, prev_prefix_len: int, swa_evicted_seqlen: int):
         if "component_evicted_seqlens" in insert_fields:  # 0.5.23
@@ -176,7 +195,7 @@ def load() -> SimpleNamespace:
 
     def unlock_params(node, receipt):
         """What dec_lock_ref takes back from the inc_lock_ref result it releases."""
-        if hasattr(receipt, "to_dec_params"):  # 0.5.23: its own conversion (conform_tree.FullUnified's too)
+        if hasattr(receipt, "to_dec_params"):  # 0.5.23: its own conversion (tree.FullUnified's too)
             return receipt.to_dec_params()
         return base.DecLockRefParams(swa_uuid_for_lock=receipt.swa_uuid_for_lock,
                                      skip_lock_node_ids=receipt.skip_lock_node_ids)
@@ -194,6 +213,5 @@ def load() -> SimpleNamespace:
         n = getattr(result, "device_prefix_len", None)
         return len(result.device_indices) if n is None else n
 
-    return SimpleNamespace(torch=torch, tree=tree, build=build, build_full=build_full, base=base, FULL=ct.ComponentType.FULL, SWA=SWA,
-                           RadixKey=radix.RadixKey, insert_params=insert_params, unlock_params=unlock_params,
-                           release_swa=release_swa, matched_len=matched_len)
+    return dict(insert_params=insert_params, unlock_params=unlock_params, release_swa=release_swa,
+                matched_len=matched_len)
