@@ -40,9 +40,8 @@ from types import SimpleNamespace
 
 from harness.conform.swa_tree import SWATreeConform
 from harness.conform.tree import TreeConform
-from harness.conform.versions import aligned_nxt, check_version, free_page_ids
+from harness.conform.versions import SGLangMissing, aligned_nxt, check_version, free_page_ids
 from harness.core.causes import one_line
-from harness.core.errors import HarnessError
 from mini_engine import algos
 from mini_engine.errors import TraceError
 from mini_engine.memory.replay.run import Divergence
@@ -54,10 +53,6 @@ from mini_engine.config.profiles import SGLANG_VERSIONS
 SGLANG_VERSION = "0.5.23"
 INSTALL = (f"pip install --no-deps sglang=={SGLANG_VERSION} && pip install 'kvbench[conform]' "
            "(docs/conform.md)")
-
-
-class SGLangMissing(HarnessError):
-    """SGLang (or one of the small packages its allocator imports) is not importable."""
 
 
 @dataclass

@@ -41,14 +41,10 @@ from __future__ import annotations
 import functools
 from array import array
 
-from harness.core.causes import one_line
 from harness.conform import sglang_swa_radix  # light: it imports SGLang only when load() runs
-from harness.core.errors import HarnessError
+from harness.conform.versions import SGLangMissing
+from harness.core.causes import one_line
 from mini_engine.memory.trace.tree_calls import TokenStore, insert_slots
-
-
-class UnifiedTreeMissing(HarnessError):
-    """SGLang's UnifiedRadixCache does not import here (one line, exit 2)."""
 
 
 @functools.cache
@@ -64,8 +60,8 @@ def unified_tree(records: str):
     try:
         return sglang_swa()
     except Exception as err:  # an ImportError, or a dependency failing at import time
-        raise UnifiedTreeMissing(f"the trace has {records} and SGLang's UnifiedRadixCache does not import "
-                                 f"here ({one_line(err)}); docs/conform.md") from None
+        raise SGLangMissing(f"the trace has {records} and SGLang's UnifiedRadixCache does not import "
+                            f"here ({one_line(err)}); docs/conform.md") from None
 
 
 class SWATreeConform:
@@ -82,7 +78,7 @@ class SWATreeConform:
     def check(self, rec: dict):
         """(field, kvbench's value, SGLang's value) of the first mismatch, or None. A record
         that cannot be run raises ValueError (conform calls the trace malformed); SGLang's
-        serving stack failing to import raises UnifiedTreeMissing."""
+        serving stack failing to import raises SGLangMissing."""
         op = rec["op"]
         if op == "swa_tree":
             self._build(rec)

@@ -22,8 +22,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from harness.core.errors import HarnessError
 from mini_engine.errors import TraceError
 from mini_engine.config.profiles import SGLANG_VERSIONS
+
+
+class SGLangMissing(HarnessError):
+    """SGLang's code a replay runs does not import here: its allocator and sizing modules,
+    UnifiedRadixCache's serving stack, or one of the small packages they import."""
 
 
 def trace_version(path: str, head: dict) -> str | None:

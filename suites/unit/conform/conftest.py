@@ -15,7 +15,8 @@ import os
 
 import pytest
 
-from harness.conform.check import SGLangMissing, load_sglang
+from harness.conform.check import load_sglang
+from harness.conform.versions import SGLangMissing
 from harness.conform.swa_tree import sglang_swa
 from harness.reference import loader
 

@@ -79,9 +79,11 @@ def test_align_knob_without_eagle_leaves_it_unaligned(tmp_path):
 ])
 def test_every_reservation_is_sglangs(tmp_path, options):
     conform = pytest.importorskip("harness.conform.check")
+    from harness.conform.versions import SGLangMissing
+
     try:
         sg = conform.load_sglang()
-    except conform.SGLangMissing as err:
+    except SGLangMissing as err:
         pytest.skip(str(err))
     trace = tmp_path / "t.jsonl"
     row = run_config(dict(spec="ngram", **{**SMALL, "pool_tokens": 2048}, **options), trace=str(trace))
