@@ -200,8 +200,18 @@ class Growth:
                 if keep:
                     self.t.refused = (self.swa.allocator, swa_prefix, swa_target, self._swa_last(swa_prefix, cur, last))
                 return False
+        self._take(rows, cur, targets, last, npages, whole and ps > 1, decode,
+                   (swa_prefix, swa_target) if self.swa is not None else None)
+        self._set_extents(rows, targets, delta, cur_mod, new_mod, writer, aligned)
+        return True
+
+    def _take(self, rows: np.ndarray, cur: np.ndarray, targets: np.ndarray, last: np.ndarray | None,
+              npages: np.ndarray, whole: bool, decode: bool, swa: tuple[np.ndarray, np.ndarray] | None) -> None:
+        """Allocate what grow checked fits: the full pool's slots into the rows (past a row's
+        end where the profile writes there), then the SWA pool's from the cursor (swa: its
+        prefix and target lengths), each page into the ledger."""
         got = self.full.traced_allocate(cur, targets, last, decode=decode, trusted=True, npages=npages,
-                                        whole=whole and ps > 1)
+                                        whole=whole)
         page_rows = np.repeat(rows, got.pages_per_req)  # the row of each new page
         past = int(targets.max()) > self.mem.row_width  # a reservation written past its row
         if got.page_starts is not None and not past:  # whole pages: a row's slots are written page by page
@@ -212,14 +222,13 @@ class Growth:
             if past:
                 self.overflow.written(slot_rows, got.positions)
         self.ledger.take("full", page_rows, got.pages)
-        if self.swa is not None:
+        if swa is not None:
+            swa_prefix, swa_target = swa
             sg = self.swa.allocator.traced_allocate(swa_prefix, swa_target, self._swa_last(swa_prefix, cur, last),
                                                     trusted=True,
                                                     decode=decode and bool((swa_target - swa_prefix == 1).all()))
             self.swa.set_map(self.req_to_token.read_flat(np.repeat(rows, sg.lens), sg.positions), sg.slots)
             self.ledger.take("swa", np.repeat(rows, sg.pages_per_req), sg.pages)
-        self._set_extents(rows, targets, delta, cur_mod, new_mod, writer, aligned)
-        return True
 
     def _swa_last(self, swa_prefix: np.ndarray, cur: np.ndarray, last: np.ndarray) -> np.ndarray:
         """The SWA copy of the last page to continue: only where growth continues the row."""

@@ -125,25 +125,11 @@ class PagedAllocator(FreeList):
         if trusted:
             prefix, seq, last = prefix_lens, seq_lens, last_locs
         else:
-            prefix = np.asarray(prefix_lens, dtype=np.int64).reshape(-1)
-            seq = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
-            last = np.asarray(last_locs, dtype=np.int64).reshape(-1)
-            if not (len(prefix) == len(seq) == len(last)):
-                raise ValueError("prefix_lens, seq_lens and last_locs must have one entry per request")
-            if len(prefix) and ((seq < prefix).any() or (prefix < 0).any()):
-                raise ValueError("alloc_extend needs 0 <= prefix_len <= seq_len for every request")
+            prefix, seq, last = self._outside_input(prefix_lens, seq_lens, last_locs)
         ps = self.page_size
         if npages is None or not trusted:
             npages = self.pages_needed(prefix, seq)
         total = int(npages.sum())
-        if ps > 1 and not trusted:
-            # Checked before any page is taken: a refused call must leave the pool as it was.
-            bad = (prefix % ps != 0) & (seq > prefix) & (last % ps != (prefix - 1) % ps)
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise ValueError(
-                    f"last_loc {int(last[i])} is not the slot of position {int(prefix[i]) - 1} "
-                    f"in a paged row (page_size {ps})")
         if self._released and self._may_run_short(int((seq - prefix).sum()), len(prefix), decode):
             self._merge_released()
         if total > len(self._free):
@@ -174,10 +160,40 @@ class PagedAllocator(FreeList):
                 starts = np.repeat(prefix - (np.cumsum(npages) - npages) * ps, npages) + self._page_offsets(total)
             return Allocation(slots=(pages[:, None] * ps + self._within).reshape(-1), lens=lens, pages=pages,
                               pages_per_req=npages, page_starts=starts, page_size=ps)
-        # Slots through a table of the pages each request touches, in position order: a
-        # continued last page (last_loc's page, when prefix is mid-page), then its new pages
-        # as they come off the free list. slot % ps == position % ps on every page, so a
-        # slot is its page * ps + position % ps: a few whole-array passes, no per-request work.
+        slots, pos = self._table_slots(prefix, lens, npages, pages, last)
+        return Allocation(slots=slots, lens=lens, pages=pages,
+                          pages_per_req=npages, positions_=pos)
+
+    def _outside_input(self, prefix_lens, seq_lens, last_locs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The lengths of an untrusted call (a replayed trace, a test) as int64 arrays, checked
+        before any page is taken: a refused call must leave the pool as it was."""
+        prefix = np.asarray(prefix_lens, dtype=np.int64).reshape(-1)
+        seq = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
+        last = np.asarray(last_locs, dtype=np.int64).reshape(-1)
+        if not (len(prefix) == len(seq) == len(last)):
+            raise ValueError("prefix_lens, seq_lens and last_locs must have one entry per request")
+        if len(prefix) and ((seq < prefix).any() or (prefix < 0).any()):
+            raise ValueError("alloc_extend needs 0 <= prefix_len <= seq_len for every request")
+        ps = self.page_size
+        if ps > 1:
+            bad = (prefix % ps != 0) & (seq > prefix) & (last % ps != (prefix - 1) % ps)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(
+                    f"last_loc {int(last[i])} is not the slot of position {int(prefix[i]) - 1} "
+                    f"in a paged row (page_size {ps})")
+        return prefix, seq, last
+
+    def _table_slots(self, prefix: np.ndarray, lens: np.ndarray, npages: np.ndarray, pages: np.ndarray,
+                     last: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The slots and positions of a general allocation (any prefix, any length).
+
+        Slots go through a table of the pages each request touches, in position order: a
+        continued last page (last_loc's page, when prefix is mid-page), then its new pages
+        as they come off the free list. slot % ps == position % ps on every page, so a
+        slot is its page * ps + position % ps: a few whole-array passes, no per-request work.
+        """
+        ps = self.page_size
         first_page = prefix // ps
         cont = (lens > 0) & (prefix % ps != 0)  # growth continues last_loc's page
         touched = npages + cont  # pages each request writes: its new ones and a continued one
@@ -198,8 +214,7 @@ class PagedAllocator(FreeList):
             slots = (table[(pos >> shift) + at] << shift) | (pos & (ps - 1))
         else:
             slots = table[pos // ps + at] * ps + pos % ps
-        return Allocation(slots=slots, lens=lens, pages=pages,
-                          pages_per_req=npages, positions_=pos)
+        return slots, pos
 
     def alloc_extend(self, prefix_lens, seq_lens, last_locs) -> list[np.ndarray] | None:
         """One slot array per request: rest of the last page, whole new pages, a new partial page."""
