@@ -1,21 +1,12 @@
-"""Host-side KV planning: allocator, req_to_token, request KV state, sizing, SWA, PD, invariants, trace."""
+"""Host-side KV planning, numpy only: KVManager (manager.py) over the shared KVTables, in parts.
 
-from importlib import import_module
+pool/ holds the slots (allocators, free order, SWA pool, req_to_token rows, page ledger);
+extents/ a request's extent and its writers (growth, overflow, SWA cursor, release);
+tree/ the radix prefix caches; audit/ the violation record and the checks K1-K14;
+trace/ the trace file's writer and reader; replay/ a trace run again.
 
-# The names below load on first use, not with the package: the vocabulary modules
-# (rules, config) must import without numpy, so that the CLI can build its parser (which
-# lists the engine's choices) on an install without the engine role and say so in one line.
-_EXPORTS = {
-    "Auditor": "audit.record", "Violation": "audit.record", "KVManager": "manager",
-    "MemoryConfig": "config", "PagedAllocator": "pool.allocator", "ReqKVState": "kv_state",
-    "ReqToTokenPool": "pool.req_to_token", "TraceWriter": "trace.writer",
-}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
+The package imports nothing itself: importers name the module (``from
+mini_engine.memory.manager import KVManager``), so the vocabulary modules (rules.py,
+config.py) load without numpy and the CLI can build its parser, which lists the
+engine's choices, on an install without the engine role.
+"""

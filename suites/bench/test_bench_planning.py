@@ -15,7 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mini_engine.memory import Auditor, KVManager, MemoryConfig
+from mini_engine.memory.audit.record import Auditor
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 from mini_engine.memory.sizing import dflash_reserve, plan_extent, row_width
 
 PS = 16

@@ -23,8 +23,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from mini_engine.memory import Auditor, KVManager, MemoryConfig
+from mini_engine.memory.audit.record import Auditor
 from mini_engine.memory.batch import BatchArrays
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 from mini_engine.memory.sizing import dflash_reserve, eagle_reserve, eagle_width, row_width
 
 LONG = os.environ.get("KVBENCH_HYPOTHESIS") == "long"

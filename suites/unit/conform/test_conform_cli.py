@@ -265,7 +265,10 @@ def grouped_trace(path, ps: int, seed: int) -> None:
     per pool, as SGLang's batch result processing does."""
     import random
 
-    from mini_engine.memory import Auditor, KVManager, MemoryConfig, TraceWriter
+    from mini_engine.memory.audit.record import Auditor
+    from mini_engine.memory.config import MemoryConfig
+    from mini_engine.memory.manager import KVManager
+    from mini_engine.memory.trace.writer import TraceWriter
 
     mem = MemoryConfig(ps, 48, 6, 600, policy="unaligned", free_policy="segment",
                        swa_num_pages=48, window=40)

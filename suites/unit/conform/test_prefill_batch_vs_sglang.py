@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 
 from harness.cli import main
-from mini_engine.memory import Auditor, KVManager, MemoryConfig, TraceWriter
+from mini_engine.memory.audit.record import Auditor
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
+from mini_engine.memory.trace.writer import TraceWriter
 
 
 def test_the_batch_call_conforms(sg, tmp_path, capsys):

@@ -33,7 +33,9 @@ from harness.cli import main
 from harness.conform.check import _allocator, _check_call, _sglang_reserve
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
-from mini_engine.memory import KVManager, MemoryConfig, TraceWriter
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
+from mini_engine.memory.trace.writer import TraceWriter
 from mini_engine.config.profiles import PROFILES
 from mini_engine.request import Request
 from engine_plans import run_plans

@@ -24,7 +24,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mini_engine.memory import KVManager, MemoryConfig
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 from sglang_source import classes, functions
 
 torch = pytest.importorskip("torch")  # SGLang's own dependency: without it no SGLang loads either

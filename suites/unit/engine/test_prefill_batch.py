@@ -21,7 +21,9 @@ import json
 
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, open_trace
-from mini_engine.memory import Auditor, KVManager, MemoryConfig
+from mini_engine.memory.audit.record import Auditor
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 from mini_engine.request import Request
 
 

@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
-from mini_engine.memory import Auditor, KVManager, MemoryConfig
+from mini_engine.memory.audit.record import Auditor
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 from mini_engine.request import Request
 from mini_engine.spec.simulated import SimulatedBackend
 from mini_engine.step_batch import BatchBuilder, Layout, MirrorFeed, Phase, StepBatch

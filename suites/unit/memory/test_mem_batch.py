@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from mini_engine.memory import Auditor, KVManager, MemoryConfig, sizing
-from mini_engine.memory.batch import BatchArrays
+from mini_engine.memory import sizing
 from mini_engine.memory.audit.pool_checks import check_k10
+from mini_engine.memory.audit.record import Auditor
+from mini_engine.memory.batch import BatchArrays
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 from mini_engine.memory.rules import MemoryRules
 
 

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from mini_engine.errors import ConfigError, InvariantViolation
-from mini_engine.memory import Auditor, KVManager, MemoryConfig
+from mini_engine.memory.audit.record import Auditor
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 from mini_engine.memory.rules import MemoryRules
 from mini_engine.memory.sizing import dflash_reserve, eagle_reserve, row_width
 

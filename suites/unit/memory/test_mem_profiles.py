@@ -15,7 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mini_engine.errors import ConfigError
-from mini_engine.memory import Auditor, KVManager, MemoryConfig
+from mini_engine.memory.audit.record import Auditor
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 from mini_engine.memory.sizing import pd_swa_tail_len, swa_evict_target
 from mini_engine.config.profiles import PROFILES, resolve
 

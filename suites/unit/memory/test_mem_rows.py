@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mini_engine.memory import Auditor, KVManager, MemoryConfig
+from mini_engine.memory.audit.record import Auditor
+from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.kv_state import ReqKVState
+from mini_engine.memory.manager import KVManager
 from mini_engine.memory.pool.allocator import PagedAllocator
 from mini_engine.request import Request, Tally
 

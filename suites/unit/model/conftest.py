@@ -10,7 +10,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from mini_engine.memory import Auditor, KVManager, MemoryConfig
+from mini_engine.memory.audit.record import Auditor
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 from mini_engine.config.shapes import named_shape
 from mini_engine.model.transformer import Transformer
 from mini_engine.request import Request

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from mini_engine.errors import ConfigError, InvariantViolation
-from mini_engine.memory import Auditor, KVManager, MemoryConfig, Violation
+from mini_engine.memory.audit.record import Auditor, Violation
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 
 
 def test_violation_reads_as_one_line():

@@ -22,9 +22,11 @@ from hypothesis import strategies as st
 
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
-from mini_engine.memory import Auditor, KVManager, MemoryConfig
 from mini_engine.memory.audit.pool_checks import check_k10
+from mini_engine.memory.audit.record import Auditor
 from mini_engine.memory.batch import BatchArrays
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 from mini_engine.memory.pool.changes import ChangeLog
 from mini_engine.model.attn_meta import build_meta, decode_meta
 from mini_engine.model.backend import ModelBackend

@@ -7,9 +7,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mini_engine.memory import Auditor, KVManager, MemoryConfig
-from mini_engine.memory.batch import BatchArrays
 from mini_engine.memory.audit.pool_checks import check_k1, check_k2, check_k3, check_k4, check_k6, check_k10
+from mini_engine.memory.audit.record import Auditor
+from mini_engine.memory.batch import BatchArrays
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 
 PS = 16
 

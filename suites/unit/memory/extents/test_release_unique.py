@@ -10,7 +10,8 @@ test_swa_chunk_0518.py.
 
 from __future__ import annotations
 
-from mini_engine.memory import KVManager, MemoryConfig
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 
 
 def _manager(ps: int, free: str = "unique-row") -> KVManager:

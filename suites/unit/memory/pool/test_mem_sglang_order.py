@@ -8,7 +8,10 @@ import io
 import json
 
 from harness.run.runner import run_config
-from mini_engine.memory import Auditor, KVManager, MemoryConfig, TraceWriter
+from mini_engine.memory.audit.record import Auditor
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
+from mini_engine.memory.trace.writer import TraceWriter
 
 SMALL = dict(workload="fixed", num_requests=3, input_len=40, output_len=12, seed=0, pool_tokens=4096)
 

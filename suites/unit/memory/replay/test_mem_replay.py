@@ -11,8 +11,11 @@ import pytest
 from harness.cli import main
 from mini_engine.algos import writers
 from mini_engine.errors import TraceError
-from mini_engine.memory import Auditor, KVManager, MemoryConfig, TraceWriter
+from mini_engine.memory.audit.record import Auditor
+from mini_engine.memory.config import MemoryConfig
+from mini_engine.memory.manager import KVManager
 from mini_engine.memory.replay.run import replay
+from mini_engine.memory.trace.writer import TraceWriter
 
 
 def record(path, seed=0, steps=150, ps=16, swa=True, free_policy="floor", policy="aligned"):
@@ -163,7 +166,7 @@ def test_there_are_example_traces():
 
 
 def test_unwritable_trace_path_is_one_line(tmp_path):
-    from mini_engine.memory import MemoryConfig
+    from mini_engine.memory.config import MemoryConfig
 
     with pytest.raises(TraceError, match="cannot write trace file"):
         TraceWriter.for_memory(tmp_path / "no" / "such" / "dir.jsonl", MemoryConfig(16, 8, 2, 64))
