@@ -7,8 +7,8 @@ preallocated (their KV counts as committed) and transferred at the start of any
 step; they join the decode batch of that same step when no prefill runs.
 
 The engine holds its parts and runs the loop: the decode step is a DecodeStep
-(mini_engine.decode_step), the running decode batch's arrays a DecodeBatch
-(mini_engine.decode_batch), the result of a run mini_engine.run_result, the pool
+(mini_engine.decode.step), the running decode batch's arrays a DecodeBatch
+(mini_engine.decode.batch), the result of a run mini_engine.run_result, the pool
 sizes a config asks for mini_engine.config.pools.
 """
 
@@ -21,25 +21,25 @@ import weakref
 from contextlib import nullcontext
 from typing import Callable
 
-from mini_engine.backend import Backend, checked_results, create_backend
+from mini_engine.forward.backend import Backend, checked_results, create_backend
 from mini_engine.config import EngineConfig
 from mini_engine.config.engine_config import require_cuda
-from mini_engine.decode_batch import DecodeBatch
-from mini_engine.decode_step import DecodeStep
+from mini_engine.decode.batch import DecodeBatch
+from mini_engine.decode.step import DecodeStep
 from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation, SGLangHalts
 from mini_engine.memory.audit.record import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace.writer import TraceWriter
-from mini_engine.pd_budget import empty_pool_budget
-from mini_engine.prefill_step import PrefillStep
-from mini_engine.prefix_admission import checkpoint_transfer
+from mini_engine.scheduler.pd_prealloc import empty_pool_budget
+from mini_engine.prefill.step import PrefillStep
+from mini_engine.scheduler.prefix_match import checkpoint_transfer
 from mini_engine.config.pools import (admission_pages, decode_reserve, memory_config, min_pool_pages, output_cap,
                                      request_pages)
 from mini_engine.request import Request, Status, Tally, check_context
 from mini_engine.run_result import RunResult, run_result, unfinished
-from mini_engine.scheduler import Scheduler
+from mini_engine.scheduler.scheduler import Scheduler
 from mini_engine.stats import Stats
-from mini_engine.step_batch import BatchBuilder, Layout
+from mini_engine.forward.step_batch import BatchBuilder, Layout
 
 
 class StepOutcome(enum.Enum):
@@ -65,7 +65,7 @@ class Engine:
     ``on_finish``, when given, is called with each request that finished with all its
     outputs, once its pages are released (a retracted request, or one a stopped run
     drains unfinished, is no finish). It may submit new requests: the session engine
-    (mini_engine/sessions.py) submits a finished turn's next turn from it.
+    (mini_engine/scheduler/sessions.py) submits a finished turn's next turn from it.
     """
 
     def __init__(self, cfg: EngineConfig, backend: Backend | None = None, *,
@@ -109,7 +109,7 @@ class Engine:
 
     @property
     def overlap(self) -> bool:
-        """Whether a decode step's result lands after the next plan (mini_engine.overlap)."""
+        """Whether a decode step's result lands after the next plan (mini_engine.scheduler.overlap)."""
         return self.decoder.overlap
 
     @property

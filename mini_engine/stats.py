@@ -49,7 +49,7 @@ class Stats:
     peak_compact_draft_len: int = 0
     # Reserved ahead of the true committed lengths (in-flight results counted), right after
     # each decode reservation; under overlap, the extra reservations of requests the
-    # in-flight result finishes (mini_engine.overlap).
+    # in-flight result finishes (mini_engine.scheduler.overlap).
     peak_reserved_ahead_slots: int = 0
     reserved_ahead_slots_sum: int = 0
     overlap_extra_reservations: int = 0

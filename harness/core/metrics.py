@@ -194,7 +194,7 @@ _DECLARED = [
        "positions of another req_to_token row written by a reservation past its own row (issue 33579)"),
     *(_m(f"peak_stranded_slots_{w}", "counter", "slots", "memory", f"most slots stranded by {w} writes at once")
       for w in WRITER_KINDS),
-    # overlap scheduling (mini_engine/overlap.py): the decode reservation against the true committed lengths
+    # overlap scheduling (mini_engine/scheduler/overlap.py): the decode reservation against the true committed lengths
     _m("peak_reserved_ahead_slots", "counter", "slots", "memory",
        "most slots a decode batch held reserved past its true committed lengths (in-flight results counted)"),
     _m("reserved_ahead_slots_sum", "counter", "slot-steps", "memory", "slots reserved ahead, summed over decode steps"),

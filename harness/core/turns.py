@@ -7,7 +7,7 @@ could be precomputed, but a turn that arrived early would also run beside its
 predecessor, where no prefix cache could reuse what that one still holds: the
 dependency is needed either way, so both backends take the one path.) A later turn is
 therefore no Request of the workload but a NextTurn (its rid, new tokens, output
-length), which the session engine (mini_engine/sessions.py) submits the step after
+length), which the session engine (mini_engine/scheduler/sessions.py) submits the step after
 its predecessor finishes.
 
 Lengths: a later turn's new tokens and its output are draws of the workload's shape,
@@ -27,7 +27,7 @@ from harness.core.lengths import draw_lengths
 if TYPE_CHECKING:
     import numpy as np
 
-    from mini_engine.sessions import NextTurn
+    from mini_engine.scheduler.sessions import NextTurn
 
 _STREAM = 0x7E2  # beside the workload's stream (harness/core/workloads.py) and the prefixes'
 
@@ -42,7 +42,7 @@ class LaterTurns:
         """predecessor rid -> its next turn, with the new tokens drawn."""
         import numpy as np  # numpy: optional, loaded only on this path
 
-        from mini_engine.sessions import NextTurn  # numpy: optional, loaded only on this path
+        from mini_engine.scheduler.sessions import NextTurn  # numpy: optional, loaded only on this path
 
         rng = np.random.default_rng([self.seed, _STREAM, 1])
         later, n = self.ins.shape

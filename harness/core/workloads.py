@@ -35,7 +35,7 @@ from mini_engine.config.option import Option, dataclass_from
 from mini_engine.request import Request, check_context
 
 if TYPE_CHECKING:  # annotations only: building the CLI parser imports no numpy (nor the engine)
-    from mini_engine.sessions import NextTurn
+    from mini_engine.scheduler.sessions import NextTurn
 
 def _workload_options() -> tuple[Option, ...]:
     return WORKLOAD

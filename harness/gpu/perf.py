@@ -27,7 +27,7 @@ from mini_engine.config.shapes import named_shape
 from mini_engine.model.config import torch_dtype
 from mini_engine.config.pools import footprint
 from mini_engine.request import Request
-from mini_engine.step_batch import Phase
+from mini_engine.forward.step_batch import Phase
 
 # Peak memory bandwidth (bytes/s) of known GPUs, matched in order against the device name
 # (torch's or NVML's, e.g. "NVIDIA H100 80GB HBM3"): vendor datasheet figures.

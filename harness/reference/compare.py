@@ -18,7 +18,7 @@ from harness.core.workloads import WorkloadConfig, make_workload
 from harness.reference import loader
 from harness.reference.run import UnsupportedByReference, check_supported, run_reference
 from harness.run.runner import config_key, split_config
-from mini_engine.sessions import engine_for
+from mini_engine.scheduler.sessions import engine_for
 
 # The totals compared (the metric names both rows carry).
 TOTALS = ("steps", "prefill_steps", "decode_steps", "prefill_tokens", "output_tokens", "finished_requests",

@@ -94,7 +94,7 @@ def run_config(config: dict[str, Any], *, trace: str | None = None, outputs: boo
     allocation trace to that file.
     """
     from mini_engine.engine import open_trace  # numpy: the memory layer loads only when a run starts
-    from mini_engine.sessions import engine_for  # numpy: optional, loaded only on this path
+    from mini_engine.scheduler.sessions import engine_for  # numpy: optional, loaded only on this path
 
     if engine_of(_normalise(config)) != ENGINE.default:  # the reference's own path (harness/reference/run.py)
         raise UsageError(f"run_config runs the mini engine; engine={engine_of(_normalise(config))} is run by its own path")

@@ -55,10 +55,10 @@ class Algorithm:
         return {o.name: o.default for o in self.options}
     # Under overlap scheduling, is the next step planned from a committed length one
     # step stale? Not for plain decode: SGLang's alloc_for_decode advances the length
-    # when it allocates (mini_engine.overlap).
+    # when it allocates (mini_engine.scheduler.overlap).
     stale_under_overlap = False
     # Does SGLang delay this algorithm's fresh admissions until a few running slots are free
-    # (MinFreeSlotsDelayer, on by itself for the DFLASH family)? mini_engine.admission_delay.
+    # (MinFreeSlotsDelayer, on by itself for the DFLASH family)? mini_engine.scheduler.admission_delay.
     delays_admission = False
 
     def resolve(self, cfg: EngineConfig) -> None:

@@ -49,17 +49,17 @@ Knobs, with SGLang 0.5.23's values first:
                          false: cut at the row's end. K4 reports it either way.
   retraction             "sglang": fewest output tokens first, then the longest
                          prompt, with SGLang's new-token ratio constants; "newest":
-                         the newest request (mini_engine.retraction).
+                         the newest request (mini_engine.scheduler.retraction).
   admission              the memory side of admitting a prefill batch. "sglang":
                          SGLang 0.5.23's PrefillAdder in tokens, ignore_eos requests
                          at ratio 1.0, each one's outputs capped at 4096, a strict
                          < against free plus evictable tokens, max_prefill_tokens
-                         (mini_engine.prefill_memory; SWA models: SWAPrefillBudget,
-                         mini_engine.prefill_memory_swa; PD arrivals: the
-                         decode side's prealloc budget, mini_engine.pd_budget), and
+                         (mini_engine.scheduler.prefill_adder; SWA models: SWAPrefillBudget,
+                         mini_engine.scheduler.prefill_adder_swa; PD arrivals: the
+                         decode side's prealloc budget, mini_engine.scheduler.pd_prealloc), and
                          each request's output clipped at arrival to what an
                          empty pool holds (pools.output_cap), and DFLASH's
-                         min-free-slots delay (mini_engine.admission_delay);
+                         min-free-slots delay (mini_engine.scheduler.admission_delay);
                          "estimate":
                          kvbench's whole-page estimate with the decaying new-token
                          ratio (the designs keep it).
@@ -68,7 +68,7 @@ Knobs, with SGLang 0.5.23's values first:
                          N+1 is planned before step N's result is processed, so
                          it reserves from committed lengths one step stale and a
                          request N finishes gets one more reservation unless it
-                         was exactly one token short (mini_engine.overlap). In
+                         was exactly one token short (mini_engine.scheduler.overlap). In
                          0.5.23 EAGLE and DFLASH both run the overlap-capable
                          spec-v2 workers (spec_info.create_worker), so it is on
                          for both; plain decode is not stale (alloc_for_decode

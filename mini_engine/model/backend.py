@@ -30,7 +30,7 @@ from mini_engine.model.threads import ThreadChoice, bucket
 from mini_engine.model.transformer import KVCache, Transformer
 from mini_engine.model.verify_chains import verify_chains
 from mini_engine.spec import verify
-from mini_engine.step_batch import Layout, Phase, StepBatch
+from mini_engine.forward.step_batch import Layout, Phase, StepBatch
 
 SMALL_MODEL_PARAMS = 50_000_000
 DEFAULT_DRAFT_NOISE = 0.1  # with every target layer shared: EAGLE chain tau ~2.8 of 4 on tiny

@@ -21,7 +21,7 @@ import torch
 from mini_engine.model.attention_triton import triton_paged_attention
 from mini_engine.model.attn_meta import AttnMeta, decode_meta
 from mini_engine.model.mirror import DeviceMirror
-from mini_engine.step_batch import Layout, StepBatch
+from mini_engine.forward.step_batch import Layout, StepBatch
 
 def _token_attention(*args, **kwargs):
     return triton_paged_attention(*args, kernel="token", **kwargs)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mini_engine.step_batch import Layout, MirrorUpdate
+from mini_engine.forward.step_batch import Layout, MirrorUpdate
 
 
 class DeviceMirror:

@@ -17,7 +17,7 @@ import torch
 from mini_engine.model.draft_io import ChainDrafts, DraftJob, rows_upto
 from mini_engine.model.extend_fused import SlotTable
 from mini_engine.spec import verify
-from mini_engine.step_batch import StepBatch
+from mini_engine.forward.step_batch import StepBatch
 
 if TYPE_CHECKING:  # the backend calls in here; importing it at run time would be a cycle
     from mini_engine.model.backend import ModelBackend

@@ -114,7 +114,7 @@ class FixedAcceptance:
         pass
 
     def forward(self, batch):
-        from mini_engine.step_batch import Phase
+        from mini_engine.forward.step_batch import Phase
 
         calls = {Phase.PREFILL: lambda: self.prefill(batch.reqs, batch.starts, batch.ends),
                  Phase.DECODE: lambda: self.decode(batch.reqs), Phase.VERIFY: lambda: self.spec_step(batch.reqs),

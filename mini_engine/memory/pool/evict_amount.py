@@ -19,7 +19,7 @@ is not the allocation's exact size on every path (mem_cache/allocation.py):
 
 The decode check (``check_decode_mem``) asks for the step's exact pages, as kvbench's
 did before; this module gives the alloc paths' amounts. (A retraction's eviction is
-the scheduler's: mini_engine.retraction.retract_demand.)
+the scheduler's: mini_engine.scheduler.retraction.retract_demand.)
 
 Example (ps 16, 3 free pages = 48 tokens): a prefill batch of two requests growing by
 20 and 10 tokens needs 3 new pages. SGLang wants 30 + 2 x 16 = 62 tokens, so it asks

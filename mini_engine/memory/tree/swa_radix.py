@@ -51,7 +51,7 @@ that list (``_split``) and the SWA lock's walk over tombstones (swa_locks.py).
 
 A match also leaves the FULL hit it walked (``full_hit``, SGLang's full_kv_hit_length),
 from which swa_prefix.py takes 0.5.23's branching point (``swa_branching_seqlen``; the
-shorter insert it picks is the checkpoint's, mini_engine/prefix_admission.py).
+shorter insert it picks is the checkpoint's, mini_engine/scheduler/prefix_match.py).
 
 Not reproduced: HiCache (host values), session refs, Mamba.
 """

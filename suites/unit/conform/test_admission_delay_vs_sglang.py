@@ -1,7 +1,7 @@
 """The min-free-slots admission delay against SGLang's own MinFreeSlotsDelayer, side by side.
 
 SGLang's managers/min_free_slots_delayer.py (the same in 0.5.23 and 0.5.18) is imported
-as it is: its resolve_min_free_slots against mini_engine.admission_delay.min_free_slots
+as it is: its resolve_min_free_slots against mini_engine.scheduler.admission_delay.min_free_slots
 over max_running and the algorithm, and, through a DFLASH engine run whose waiting
 requests outnumber its free slots, every pass's verdict against SGLang's
 MinFreeSlotsDelayer.should_delay given the same running batch size and allocatable count.
@@ -13,8 +13,8 @@ import importlib
 
 import pytest
 
-import mini_engine.scheduler as scheduler
-from mini_engine.admission_delay import delayed, min_free_slots
+import mini_engine.scheduler.scheduler as scheduler
+from mini_engine.scheduler.admission_delay import delayed, min_free_slots
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request

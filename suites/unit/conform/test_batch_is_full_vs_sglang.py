@@ -1,4 +1,4 @@
-"""SGLang's ``batch_is_full`` (mini_engine/admission_gate.py) against SGLang 0.5.23's own scheduler code.
+"""SGLang's ``batch_is_full`` (mini_engine/scheduler/batch_full.py) against SGLang 0.5.23's own scheduler code.
 
 ``Scheduler.get_next_batch_to_run``, ``get_new_batch_prefill``, ``_get_new_batch_prefill_raw``
 and ``get_num_allocatable_reqs`` are compiled from the installed source and run as a shadow
@@ -239,7 +239,7 @@ def _reqs(spec) -> list[Request]:
 
 
 def test_worked_example_waits_for_a_leave(adder_classes):  # noqa: F811
-    # ps 16, 256 tokens, no tree: A and B of 64 prompt + 100 outputs (test_admission_gate.py's
+    # ps 16, 256 tokens, no tree: A and B of 64 prompt + 100 outputs (test_batch_full.py's
     # example). Every pass from A's (step 0) to step 99, where A finishes, ends with B refused
     # and the flag up, in SGLang's scheduler as in kvbench; B joins at step 100 and finishes at
     # step 199.

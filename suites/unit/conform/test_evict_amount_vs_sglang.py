@@ -32,7 +32,7 @@ from mini_engine.memory.manager import KVManager
 from mini_engine.memory.pool.evict_amount import alloc_demand
 from mini_engine.memory.trace.tree_calls import TreeTrace
 from mini_engine.request import Request
-from mini_engine.retraction import retract_demand
+from mini_engine.scheduler.retraction import retract_demand
 
 from sglang_source import assigned, functions, methods
 

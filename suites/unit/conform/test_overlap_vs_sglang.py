@@ -147,7 +147,7 @@ def sglang_extend_evict(sg):
 
 @given(chunk=st.integers(0, 12), size=st.integers(1, 300), cps=st.integers(1, 300), overlap=st.booleans())
 def test_chunked_prefill_eviction_point_equals_sglangs(sglang_extend_evict, chunk, size, cps, overlap):
-    from mini_engine.scheduler import Scheduler
+    from mini_engine.scheduler.scheduler import Scheduler
 
     prefilled = chunk * min(size, cps)  # chunk k starts after k chunks of at most cps
     sched = SimpleNamespace(profile=SimpleNamespace(overlap=overlap),

@@ -1,4 +1,4 @@
-"""The PD decode side's prealloc budget (mini_engine/pd_budget.py) against the installed
+"""The PD decode side's prealloc budget (mini_engine/scheduler/pd_prealloc.py) against the installed
 SGLang's own ``DecodePreallocQueue`` methods, compiled from disaggregation/decode.py.
 
 An engine runs a PD workload (every request arrives by transfer) under admission "sglang"
@@ -23,12 +23,12 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-import mini_engine.pd_budget as pd_budget
+import mini_engine.scheduler.pd_prealloc as pd_budget
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.errors import ConfigError
 from mini_engine.request import Request
-from mini_engine.scheduler import Scheduler
+from mini_engine.scheduler.scheduler import Scheduler
 from sglang_source import methods, source
 
 _STATIC = {"_rebootstrap_prefill_len", "_pre_alloc_fill_len"}

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mini_engine.prefill_memory import PrefillMemory
+from mini_engine.scheduler.prefill_adder import PrefillMemory
 from mini_engine.request import Request
 from sglang_source import classes
 from suites.unit.conform.test_prefill_memory_vs_sglang import MAX_PREFILL_TOKENS, compared_batches, drive

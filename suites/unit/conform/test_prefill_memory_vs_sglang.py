@@ -1,4 +1,4 @@
-"""The memory side of admission (mini_engine/prefill_memory.py) against SGLang 0.5.23's PrefillAdder.
+"""The memory side of admission (mini_engine/scheduler/prefill_adder.py) against SGLang 0.5.23's PrefillAdder.
 
 An engine run under ``admission = "sglang"`` with a pool small enough for memory to bind;
 before every admission the engine's state is handed to SGLang's own adder (compiled from
@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
-from mini_engine.prefill_memory import PrefillMemory
+from mini_engine.scheduler.prefill_adder import PrefillMemory
 from mini_engine.request import Request
 from suites.unit.conform.test_prefill_adder_vs_sglang import _Req, adder_classes  # noqa: F401 (the fixture)
 

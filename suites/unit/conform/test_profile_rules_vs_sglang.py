@@ -5,7 +5,7 @@
   ``Algorithm.row_headroom(cfg, "sglang")``, and ``get_alloc_reserve_per_decode``
   against the step reserve;
 * retraction: ``NewTokenRatioTracker`` (imported) with SGLang's environment defaults, its
-  idle reset included, against ``mini_engine.retraction.Retraction("sglang")``;
+  idle reset included, against ``mini_engine.scheduler.retraction.Retraction("sglang")``;
 * the SWA pool ratio: the fallback of ``swa_full_tokens_ratio`` in SGLang's schedule
   arguments (read from the installed source) against the profile's 0.8;
 * the PD SWA tail: ``DecodePreallocQueue._swa_tail_len`` (its module is too heavy to
@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from mini_engine.config import EngineConfig
 from mini_engine.memory.sizing import pd_swa_tail_len
 from mini_engine.config.profiles import PROFILES
-from mini_engine.retraction import Retraction
+from mini_engine.scheduler.retraction import Retraction
 
 
 def _spec_args(cfg: EngineConfig) -> SimpleNamespace:

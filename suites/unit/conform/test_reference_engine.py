@@ -97,7 +97,7 @@ def test_dflash_waits_for_free_slots_in_sglang(reference):
                  "overlap": False})
     assert (c.theirs["prefill_steps"], c.theirs["steps"]) == (4, 28)
     _reported(c)
-    assert c.equal, describe(c)  # the mini engine waits too (mini_engine/admission_delay.py)
+    assert c.equal, describe(c)  # the mini engine waits too (mini_engine/scheduler/admission_delay.py)
 
 
 def test_a_next_turn_takes_what_the_client_received_not_the_verify_overshoot(reference):

@@ -1,4 +1,4 @@
-"""The SWA memory side of admission (mini_engine/prefill_memory_swa.py) against SGLang 0.5.23's own
+"""The SWA memory side of admission (mini_engine/scheduler/prefill_adder_swa.py) against SGLang 0.5.23's own
 ``PrefillAdder`` with its ``SWAPrefillBudget``.
 
 As test_prefill_memory_vs_sglang.py does for full-attention pools: an engine with SWA
@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
-from mini_engine.prefill_memory_swa import SWAPrefillMemory
-from mini_engine.prefix_admission import prefix_match
+from mini_engine.scheduler.prefill_adder_swa import SWAPrefillMemory
+from mini_engine.scheduler.prefix_match import prefix_match
 from mini_engine.request import Request
 from sglang_source import classes, functions
 from suites.unit.conform.test_prefill_memory_vs_sglang import run_adder
@@ -162,7 +162,7 @@ def test_swa_admissions_equal_sglangs(swa_adder, reqs, ps, chunk_pages, pool_pag
 
 
 def test_estimate_is_sglangs(swa_adder):
-    from mini_engine.prefill_memory_swa import estimate_swa_tokens
+    from mini_engine.scheduler.prefill_adder_swa import estimate_swa_tokens
 
     for extend in (0, 1, 100, 255, 256, 257, 1000, 5000):
         for max_new in (0, 1, 300):

@@ -39,7 +39,7 @@ def test_fixed_and_default():
 
 
 def test_vectorised_tokens_equal_the_scalar_ones():
-    from mini_engine.spec.simulated import SimulatedBackend
+    from mini_engine.forward.accounting import SimulatedBackend
 
     sim = SimulatedBackend(EngineConfig(seed=12345, vocab_size=1000))
     rids = [0, 1, 7, 2**40, 3]

@@ -20,7 +20,7 @@ from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine, StepOutcome, admission_pages, request_pages
 from mini_engine.errors import ConfigError
 from mini_engine.request import Request, Status
-from mini_engine.spec.simulated import SimulatedBackend
+from mini_engine.forward.accounting import SimulatedBackend
 
 # Modest by default (a shared 2-core machine); KVBENCH_EXAMPLES=400 for a deep run.
 EXAMPLES = int(os.environ.get("KVBENCH_EXAMPLES", "25"))

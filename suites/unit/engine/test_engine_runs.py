@@ -96,7 +96,7 @@ def test_bad_configs_raise(options, error, words):
 
 
 def test_backend_crash_is_a_failed_row(monkeypatch):
-    from mini_engine.spec import simulated
+    from mini_engine.forward import accounting as simulated
 
     def boom(self, reqs):
         raise RuntimeError("forward exploded")
@@ -122,7 +122,7 @@ def test_k9_counts_once_per_request_and_step(monkeypatch):
 
 @pytest.mark.parametrize("call", ["decode", "prefill", "transfer", "spec_step"])
 def test_backend_short_of_results_is_a_failed_row(monkeypatch, call):
-    from mini_engine.spec import simulated
+    from mini_engine.forward import accounting as simulated
 
     real = getattr(simulated.SimulatedBackend, call)
     monkeypatch.setattr(simulated.SimulatedBackend, call, lambda self, reqs, *a: real(self, reqs, *a)[:-1])

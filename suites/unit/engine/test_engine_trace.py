@@ -21,7 +21,7 @@ OPTIONS = dict(spec="dflash", page_size=16, block_size=4, workload="fixed", num_
 
 def crash_at_decode(monkeypatch, n: int) -> list[int]:
     """The simulated backend raises at its n-th decode step (after n - 1 good ones)."""
-    from mini_engine.spec import simulated
+    from mini_engine.forward import accounting as simulated
 
     real = simulated.SimulatedBackend.spec_step
     calls = [0]

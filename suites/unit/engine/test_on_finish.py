@@ -1,5 +1,5 @@
 """The engine's public on_finish hook: called once per request that finished with all its
-outputs, after its release; never for a retraction. Sessions (mini_engine/sessions.py)
+outputs, after its release; never for a retraction. Sessions (mini_engine/scheduler/sessions.py)
 submit a next turn from it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from harness.core.workloads import WorkloadConfig, make_requests
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request
-from mini_engine.sessions import NextTurn, SessionEngine
+from mini_engine.scheduler.sessions import NextTurn, SessionEngine
 
 # Long outputs on a pool of ~1.3 requests under kvbench's optimistic admission estimate
 # (SGLang's own budget counts a fixed-length request's outputs whole, so it would not retract).

@@ -1,4 +1,4 @@
-"""Overlap scheduling (mini_engine/overlap.py), worked numbers read from SGLang 0.5.23's rules.
+"""Overlap scheduling (mini_engine/scheduler/overlap.py), worked numbers read from SGLang 0.5.23's rules.
 
 Under overlap the plan of decode step k sees the committed lengths of step k - 2's
 result (step k - 1 is still in flight): the reservation is

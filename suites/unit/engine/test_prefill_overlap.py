@@ -1,4 +1,4 @@
-"""A prefill batch's result lands one iteration late under overlap (mini_engine/prefill_step.py).
+"""A prefill batch's result lands one iteration late under overlap (mini_engine/prefill/step.py).
 
 SGLang's event_loop_overlap forms and launches the next batch (get_next_batch_to_run:
 admission and prefix matching included) before it processes the previous batch's result

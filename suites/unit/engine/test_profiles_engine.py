@@ -136,7 +136,7 @@ def test_swa_ratio_sizes_the_swa_pool_and_admission_sees_the_smaller():
 def test_sglang_retraction_order_and_ratio():
     """SGLang retracts the request with the fewest outputs (longest prompt on a tie) and
     re-estimates the ratio as (decoded + 20 n) / (max_new + 1) over the batch that stays."""
-    from mini_engine.retraction import Retraction
+    from mini_engine.scheduler.retraction import Retraction
 
     rules = Retraction("sglang")
     a, b, c = Request(0, [1] * 10, 50), Request(1, [1] * 30, 50), Request(2, [1] * 20, 50)

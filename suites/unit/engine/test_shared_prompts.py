@@ -1,5 +1,5 @@
 """Shared prompts: prefix groups (harness/core/prefixes.py) and multi-turn sessions (harness/core/turns.py,
-mini_engine/sessions.py)."""
+mini_engine/scheduler/sessions.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from harness.run.runner import run_config
 from mini_engine.config import EngineConfig
 from mini_engine.errors import ConfigError
 from mini_engine.request import Status
-from mini_engine.sessions import SessionEngine, engine_for
+from mini_engine.scheduler.sessions import SessionEngine, engine_for
 
 SHAPE = dict(num_requests=10, input_len=40, output_len=12, min_len=5)
 

@@ -18,7 +18,7 @@ from mini_engine.memory.manager import KVManager
 from mini_engine.memory.pool.req_to_token import ReqToTokenPool
 from mini_engine.memory.pool.swa import SWAPool
 from mini_engine.model.backend import ModelBackend
-from mini_engine.step_batch import Layout, Phase
+from mini_engine.forward.step_batch import Layout, Phase
 
 from .conftest import requests
 

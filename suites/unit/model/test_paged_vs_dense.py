@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from mini_engine.model.attn_meta import build_meta, decode_meta
 from mini_engine.model.mirror import DeviceMirror
-from mini_engine.step_batch import Layout, MirrorFeed
+from mini_engine.forward.step_batch import Layout, MirrorFeed
 from mini_engine.model.transformer import KVCache
 
 from .conftest import MACHINE_SETTINGS, manager, tiny

@@ -32,7 +32,7 @@ from mini_engine.model.attn_meta import build_meta, decode_meta
 from mini_engine.model.backend import ModelBackend
 from mini_engine.model.mirror import DeviceMirror
 from mini_engine.request import Request
-from mini_engine.step_batch import Layout, MirrorFeed
+from mini_engine.forward.step_batch import Layout, MirrorFeed
 
 
 class HostFollower:

@@ -5,7 +5,7 @@ order: whether the batch fits (retracting until it does), the SWA window evictio
 the reservation (``prepare`` with the algorithm's reserve, or 1 slot for plain
 decode), the batch arrays (filter/merge as requests leave and join); after the
 verify, the commit. Under overlap scheduling the previous step's result lands
-between the plan and the forward (mini_engine.overlap). The batch arrays evolve by
+between the plan and the forward (mini_engine.scheduler.overlap). The batch arrays evolve by
 those steps alone (filter, merge, the planned extents, the accepted counts), so
 K10 checks the engine's bookkeeping against the request states.
 
@@ -25,16 +25,16 @@ import numpy as np
 # loading it with the engine keeps that one-off import out of the host planning time.
 import numpy.ma  # noqa: F401
 
-from mini_engine.backend import Backend, checked_results
+from mini_engine.forward.backend import Backend, checked_results
 from mini_engine.config import EngineConfig
-from mini_engine.decode_batch import DecodeBatch, rows_of
+from mini_engine.decode.batch import DecodeBatch, rows_of
 from mini_engine.memory import sizing
 from mini_engine.memory.manager import KVManager
-from mini_engine.overlap import InFlight, finishing_in_flight, reserved_ahead
+from mini_engine.scheduler.overlap import InFlight, finishing_in_flight, reserved_ahead
 from mini_engine.request import Request, Status, Tally
-from mini_engine.scheduler import Scheduler
+from mini_engine.scheduler.scheduler import Scheduler
 from mini_engine.stats import Stats
-from mini_engine.step_batch import BatchBuilder
+from mini_engine.forward.step_batch import BatchBuilder
 
 # The outputs column of a batch of requests, one C-level pass.
 _OUTPUTS = attrgetter("outputs")
@@ -51,12 +51,12 @@ class DecodeStep:
         self.stats = stats
         self.batch = batch
         self._tally = tally  # decoding requests' step counters, by row
-        # The prefill step (mini_engine.prefill_step), whose result in flight lands where a decode
+        # The prefill step (mini_engine.prefill.step), whose result in flight lands where a decode
         # result would: after this step's plan (overlap; at most one of the two is in flight).
         self.prefill = prefill
         # What every decode step asks of the config (its properties look the algorithm up each time).
         self._spec, self._most = cfg.speculative, cfg.max_accept
-        # Overlap scheduling (mini_engine.overlap): a decode step's result lands after the
+        # Overlap scheduling (mini_engine.scheduler.overlap): a decode step's result lands after the
         # next step is planned. Plain decode counts its token committed when it allocates
         # (SGLang's alloc_for_decode), so that part of its result is taken before the plan.
         self.overlap = cfg.rules.overlap

@@ -30,11 +30,11 @@ the requests its in-flight result finishes leave it). All but the chunk come dow
 request left the running set since the last pass" here (Scheduler._leave). Under
 overlap the decode result that finishes a request lands after the next pass was planned
 (event_loop_overlap), in SGLang and in kvbench alike, so the pass after that one is the
-first to see the leave in both; so does a prefill result's (mini_engine.prefill_step),
+first to see the leave in both; so does a prefill result's (mini_engine.prefill.step),
 which finishes a request whose first output is its last.
 
 SGLang also clears the flag at every pass for hybrid SWA models and under priority
-preemption; kvbench's SWA pools take SGLang's SWA budget (mini_engine.prefill_memory_swa)
+preemption; kvbench's SWA pools take SGLang's SWA budget (mini_engine.scheduler.prefill_adder_swa)
 and the gate is off for them, which is what a flag cleared at every pass amounts to. The
 decode side of disaggregation (kvbench's PD arrivals) has its own queue without the flag.
 """

@@ -17,17 +17,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mini_engine.admission_delay import delayed, min_free_slots
-from mini_engine.admission_gate import AdmissionGate
-from mini_engine.chunk_budget import ChunkBudget
+from mini_engine.scheduler.admission_delay import delayed, min_free_slots
+from mini_engine.scheduler.batch_full import AdmissionGate
+from mini_engine.scheduler.prefill_tokens import ChunkBudget
 from mini_engine.config import EngineConfig
-from mini_engine.decode_window import evict_window
-from mini_engine.overlap import chunk_final_len
-from mini_engine.pd_budget import decode_prealloc_budget, refused_prealloc, waits_for_ever
-from mini_engine.prefill_memory import PrefillMemory
-from mini_engine.prefill_memory_swa import admission_memory
-from mini_engine.prefix_admission import match_pins, pd_match_pins, pd_prefix_match, pd_releases_swa, prefix_match
-from mini_engine.retraction import Retraction, retract_demand
+from mini_engine.scheduler.swa_window import evict_window
+from mini_engine.scheduler.overlap import chunk_final_len
+from mini_engine.scheduler.pd_prealloc import decode_prealloc_budget, refused_prealloc, waits_for_ever
+from mini_engine.scheduler.prefill_adder import PrefillMemory
+from mini_engine.scheduler.prefill_adder_swa import admission_memory
+from mini_engine.scheduler.prefix_match import match_pins, pd_match_pins, pd_prefix_match, pd_releases_swa, prefix_match
+from mini_engine.scheduler.retraction import Retraction, retract_demand
 from mini_engine.request import Request, Status
 
 
@@ -61,7 +61,7 @@ class Scheduler:
         self._planned: list[tuple[Request, int]] = []  # admit's chunks (request, end), allocated at its end
         self.last_memory: PrefillMemory | None = None  # the last batch's memory budget (SGLang's admission rule)
         self.gate = AdmissionGate(self.profile.admission == "sglang" and manager.swa is None)
-        # SGLang's min-free-slots delay (mini_engine.admission_delay), part of its admission.
+        # SGLang's min-free-slots delay (mini_engine.scheduler.admission_delay), part of its admission.
         self.min_free_slots = (min_free_slots(cfg.max_running, cfg.algo.delays_admission)
                                if self.profile.admission == "sglang" else None)
 

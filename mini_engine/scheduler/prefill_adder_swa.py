@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from mini_engine.prefill_memory import PrefillMemory, clip_new_tokens
+from mini_engine.scheduler.prefill_adder import PrefillMemory, clip_new_tokens
 from mini_engine.request import Request
 
 

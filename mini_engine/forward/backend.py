@@ -2,7 +2,7 @@
 
 The engine has already planned and reserved every slot through the memory layer
 before it calls a backend, and hands it one typed ``StepBatch`` per forward
-(mini_engine.step_batch): the positions to write, the host slots to read, their SWA
+(mini_engine.forward.step_batch): the positions to write, the host slots to read, their SWA
 copies, the table writes a device mirror needs. A backend reads the batch alone; it
 never holds the KV manager, never allocates and never frees.
 """
@@ -14,8 +14,8 @@ from typing import Protocol, runtime_checkable
 
 from mini_engine.config import EngineConfig
 from mini_engine.request import Request
-from mini_engine.spec.simulated import SimulatedBackend
-from mini_engine.step_batch import Layout, StepBatch
+from mini_engine.forward.accounting import SimulatedBackend
+from mini_engine.forward.step_batch import Layout, StepBatch
 
 
 @runtime_checkable

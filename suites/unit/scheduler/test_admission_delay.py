@@ -1,4 +1,4 @@
-"""SGLang's min-free-slots admission delay (mini_engine/admission_delay.py) on worked numbers.
+"""SGLang's min-free-slots admission delay (mini_engine/scheduler/admission_delay.py) on worked numbers.
 
 SGLang resolves the threshold from max_running_requests for the DFLASH family
 (resolve_min_free_slots without a user value): none below 8, else
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from mini_engine.admission_delay import delayed, min_free_slots
+from mini_engine.scheduler.admission_delay import delayed, min_free_slots
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request

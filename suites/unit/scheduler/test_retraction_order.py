@@ -14,7 +14,7 @@ from __future__ import annotations
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request
-from mini_engine.retraction import Retraction
+from mini_engine.scheduler.retraction import Retraction
 
 
 def test_the_kept_batch_is_re_sorted():

@@ -24,8 +24,8 @@ from mini_engine.memory.audit.record import Auditor
 from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.manager import KVManager
 from mini_engine.request import Request
-from mini_engine.spec.simulated import SimulatedBackend
-from mini_engine.step_batch import BatchBuilder, Layout, MirrorFeed, Phase, StepBatch
+from mini_engine.forward.accounting import SimulatedBackend
+from mini_engine.forward.step_batch import BatchBuilder, Layout, MirrorFeed, Phase, StepBatch
 
 
 
@@ -57,7 +57,7 @@ def decoding(m: KVManager, n: int = 3) -> list[Request]:
 
 
 def test_import_needs_no_torch():
-    got = run_without_torch("import mini_engine.step_batch as sb\n"
+    got = run_without_torch("import mini_engine.forward.step_batch as sb\n"
                             "print(sb.Phase.VERIFY.value, sb.Layout(4, 10, 0, 64, 2).full_slots)")
     assert got.returncode == 0, got.stderr
     assert got.stdout.split() == ["verify", "44"]

@@ -1,4 +1,4 @@
-"""SGLang's batch_is_full in kvbench's admission (mini_engine/admission_gate.py): worked
+"""SGLang's batch_is_full in kvbench's admission (mini_engine/scheduler/batch_full.py): worked
 examples on small pools, the rule's clearing conditions, and a run-to-completion property.
 suites/unit/conform/test_batch_is_full_vs_sglang.py runs SGLang's own scheduler code beside it."""
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mini_engine.admission_gate import AdmissionGate
+from mini_engine.scheduler.batch_full import AdmissionGate
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request

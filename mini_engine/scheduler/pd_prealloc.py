@@ -50,7 +50,7 @@ from typing import Callable
 from mini_engine.errors import SGLangHalts
 from mini_engine.memory.sizing import pd_swa_tail_len
 from mini_engine.config.pools import swa_pages
-from mini_engine.prefill_memory import clip_new_tokens
+from mini_engine.scheduler.prefill_adder import clip_new_tokens
 from mini_engine.request import Request
 
 

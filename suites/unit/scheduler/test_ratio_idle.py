@@ -3,7 +3,7 @@
 SGLang's Scheduler.on_idle calls NewTokenRatioTracker.reset() when its loop finds no
 batch to run and nothing waits, runs or is in flight (is_fully_idle; both 0.5.18 and
 0.5.23); 0.5.18's adder counts the decoding
-requests' outputs at that ratio (mini_engine/prefill_memory.py). Worked case: one request
+requests' outputs at that ratio (mini_engine/scheduler/prefill_adder.py). Worked case: one request
 of 8 prompt and 10 output tokens decodes 9 steps (the ratio decays from 0.7 by
 0.7 x 0.86 / 600 per step); the next arrives at step 100, after a gap: it is admitted at 0.7.
 """

@@ -1,9 +1,9 @@
-"""The chunked-prefill budget (mini_engine.chunk_budget): SGLang's page charge and page cut,
+"""The chunked-prefill budget (mini_engine.scheduler.prefill_tokens): SGLang's page charge and page cut,
 the raw-length fit of the chunk cache's fixed-length path, and the what-if profiles' raw rule."""
 
 from __future__ import annotations
 
-from mini_engine.chunk_budget import ChunkBudget
+from mini_engine.scheduler.prefill_tokens import ChunkBudget
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request

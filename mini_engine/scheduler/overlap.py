@@ -32,7 +32,7 @@ lack the in-flight token, so one decode step later (decode_window.evict_window).
 overlapped all the same: a request step N finishes is one output short when N+1 is
 planned, so it sits N+1 out, and its frees (process_batch_result_decode's free group)
 come after N+1's allocation; on a short pool N+1 waits for them. A prefill batch's result lands late the same way, for every algorithm
-(mini_engine.prefill_step): the next batch is formed, admission and prefix matching
+(mini_engine.prefill.step): the next batch is formed, admission and prefix matching
 included, before the first output tokens, the finishes and the checkpoints into the
 prefix tree land. The synchronous loop (--disable-overlap-schedule) processes each
 result before the next plan. One prefill rule moves too, for every algorithm: with

@@ -1,10 +1,10 @@
-"""SGLang's SWA admission budget (mini_engine/prefill_memory_swa.py), worked with numbers."""
+"""SGLang's SWA admission budget (mini_engine/scheduler/prefill_adder_swa.py), worked with numbers."""
 
 from __future__ import annotations
 
 from mini_engine.config import EngineConfig
 from mini_engine.engine import Engine
-from mini_engine.prefill_memory_swa import SWAPrefillMemory, estimate_swa_tokens
+from mini_engine.scheduler.prefill_adder_swa import SWAPrefillMemory, estimate_swa_tokens
 from mini_engine.request import Request
 
 
