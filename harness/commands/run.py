@@ -12,14 +12,14 @@ import json
 import os
 from typing import Any
 
-from harness.core.engine_option import engine_of
 from harness.core.errors import UsageError
 from harness.core.kv_units import derive
 from harness.core.options import options as schema_options
+from harness.core.run_spec import RunSpec
 from harness.core.safe_write import check_target, write_text
 from harness.core.workload_options import APPLIES
 from harness.judge.expect import leak_verdict
-from harness.run.bounds import check_options
+from harness.run.bounds import check_spec
 from harness.run.capacity import GPU_MEM, for_run
 from harness.run.runner import load_config_file, run_config
 
@@ -98,18 +98,19 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--json and --trace name the same file {args.json!r}; give each its own")
     options = options_from_args(args)
     _check_applies(args, options)
-    check_options(options)  # lengths against the memory there is, before a prompt is drawn
+    spec = RunSpec.parse(options)  # the one parse: every step below takes the spec
+    check_spec(spec)  # lengths against the memory there is, before a prompt is drawn
     if args.gpu_mem is not None and args.capacity is None:
         raise UsageError("--gpu-mem goes with --capacity")
     capacity = None
     if args.capacity is not None:  # bad input is found before the run
-        capacity = for_run(options, args.capacity, args.gpu_mem)
+        capacity = for_run(spec, args.capacity, args.gpu_mem)
     # Found before the run, so a long run never ends with nowhere to put its results.
     for path, what in ((args.json, "--json"), (args.trace, "--trace")):
         if path:
             _check_writable(path, what)
     # Bad input found in the run leaves no result files: each appears whole at its end.
-    row = leak_verdict(_run_on(args, options))
+    row = leak_verdict(_run_on(args, spec))
     if args.json:
         write_text(args.json, json.dumps(row, indent=1) + "\n", "--json")
     print_summary(row, shape_bytes(row, args.capacity) if capacity is not None else None)
@@ -118,15 +119,15 @@ def run(args: argparse.Namespace) -> int:
     return 0 if row["status"] == "ok" else 1
 
 
-def _run_on(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
-    if engine_of(options) == "mini":
-        return run_config(options, trace=args.trace, outputs=args.outputs)
+def _run_on(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
+    if spec.runs_on == "mini":
+        return run_config(spec, trace=args.trace, outputs=args.outputs)
     if args.trace or args.outputs or args.capacity is not None:
         raise UsageError("--engine sglang writes no --trace, --outputs or --capacity (the mini engine's)")
     # numpy (and SGLang, which the reference loads when it runs): only this engine needs them
     from harness.reference.run import run_reference
 
-    return run_reference(options)
+    return run_reference(spec)
 
 
 def print_capacity(title: str, heads: list[str], rows: list[list[str]]) -> None:

@@ -13,15 +13,15 @@ import time
 import traceback
 from typing import Any
 
-from harness.core.engine_option import without_engine
 from harness.core.errors import HarnessError
 from harness.core.kv_units import derive
-from harness.core.workloads import WorkloadConfig, make_workload
+from harness.core.run_spec import RunSpec
+from harness.core.workloads import make_workload
 from harness.reference import loader
 from harness.reference.driver import Driver
 from harness.reference.scheduler import build
 from harness.reference.spec import SUPPORTED as SPECS, spec_of
-from harness.run.runner import config_key, run_config, split_config
+from harness.run.runner import as_spec, run_config
 from mini_engine.config.pools import swa_pages
 from mini_engine.spec.acceptance import Acceptance
 
@@ -55,21 +55,22 @@ def check_supported(cfg, wl: dict, version: str) -> None:
         raise UnsupportedByReference(f"--engine {ENGINE} does not support {why}; run it on the mini engine")
 
 
-def run_reference(config: dict[str, Any]) -> dict[str, Any]:
-    """The result row of ``config`` on SGLang's own scheduler loop."""
-    cfg, wl = split_config(config)
-    check_supported(cfg, wl, loader.SUPPORTED[0])  # before the import: load() refuses any other release
+def run_reference(config: RunSpec | dict[str, Any]) -> dict[str, Any]:
+    """The result row of ``config`` (a spec, or a dict parsed once here) on SGLang's own scheduler loop."""
+    run = as_spec(config)
+    cfg = run.engine
+    check_supported(cfg, run.workload.to_dict(), loader.SUPPORTED[0])  # before the import: load() refuses others
     sg = loader.load()
-    mini = run_config(without_engine(config), outputs=True)  # the output ids the stand-in forward returns
+    mini = run_config(run.on("mini"), outputs=True)  # the output ids the stand-in forward returns
     if mini["status"] == "failed":
         raise UnsupportedByReference(f"the mini engine's run of this config failed, so there are no output ids "
                                      f"to replay: {mini['error']}")
     outputs = {o["rid"]: o["output"] for o in mini["outputs"]}
-    work = make_workload(WorkloadConfig(**wl), cfg.seed, max_context=cfg.max_context)
+    work = make_workload(run.workload, cfg.seed, max_context=cfg.max_context)
     overlap, radix = cfg.rules.overlap, cfg.rules.prefix_cache == "radix"
     # engine=sglang in the key and the config: a reference row is never keyed, compared or
     # baselined as the mini engine's row of the same options.
-    row: dict[str, Any] = {"key": config_key({**config, "engine": ENGINE}),
+    row: dict[str, Any] = {"key": run.on(ENGINE).key,
                            "config": {**mini["config"], "engine": ENGINE}, "engine": ENGINE,
                            "sglang_version": sg.version, "metrics": {}, "series": {}, "violations": {},
                            "violation_samples": [], "status": "failed", "error": None}

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.run.runner import split_config
+from harness.core.run_spec import RunSpec
 
 HEADROOM = 0.8  # of the memory available now: the rest is the interpreter, torch, the OS
 PY_INT_BYTES = 36  # a prompt token as a Python int in a list (object + pointer)
@@ -67,11 +67,10 @@ def check_memory(engine: Any, workload: dict[str, Any], *, available: int | None
                       f"lower max_context, max_running, input_len or num_requests")
 
 
-def check_options(options: dict[str, Any]) -> None:
-    """check_memory for a flat dict of options (kvbench run), before anything is allocated."""
+def check_spec(spec: RunSpec) -> None:
+    """check_memory for a parsed config (kvbench run, a suite's configs), before anything is allocated."""
 
-    engine, workload = split_config(options)
-    check_memory(engine, workload)
+    check_memory(spec.engine, spec.workload.to_dict())
 
 
 def max_jobs(gpus: int) -> int:

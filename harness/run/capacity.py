@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core.errors import UsageError
+from harness.core.run_spec import RunSpec
 from harness.core.turns import nominal_length
-from harness.run.runner import resolved_config
 from mini_engine.config import EngineConfig
 from mini_engine.config.option import Option
 from mini_engine.config.pools import footprint, pool_tokens
@@ -116,11 +116,11 @@ def table_rows(caps: list[Capacity]) -> tuple[list[str], list[list[str]]]:
     return ["requests that fit", *gpus], rows
 
 
-def for_run(options: dict[str, Any], shape: str, gpu_mem: float | None) -> tuple[str, list[str], list[list[str]]]:
+def for_run(spec: RunSpec, shape: str, gpu_mem: float | None) -> tuple[str, list[str], list[list[str]]]:
     """``kvbench run --capacity [SHAPE]``: the run's options (its model, or SHAPE) across
     the GPU profiles and page sizes, for its longest request. (title, heads, rows)."""
 
-    full = resolved_config(options)  # the workload's lengths with their defaults
+    full = spec.resolved()  # the workload's lengths with their defaults
     model = shape or full.get("model") or "none"
     context = nominal_length(full)  # input + output, after any shared prefix and earlier turns
     caps = grid({**full, "model": model}, context, gpus_of(gpu_mem))

@@ -17,6 +17,7 @@ import re
 import pytest
 
 from harness.core.errors import UsageError
+from harness.core.run_spec import RunSpec
 from harness.run.capacity import GiB, capacity, for_run, grid, gpus_of
 from mini_engine.errors import ConfigError
 
@@ -77,7 +78,8 @@ def test_a_custom_gpu_and_bad_input_are_one_line():
 
 
 def test_kvbench_run_prints_the_table_for_its_own_lengths(cli, capsys):
-    title, heads, rows = for_run({"num_requests": 2, "input_len": 3000, "output_len": 1096}, "qwen3-0.6b", None)
+    title, heads, rows = for_run(RunSpec.parse({"num_requests": 2, "input_len": 3000, "output_len": 1096}),
+                                 "qwen3-0.6b", None)
     assert "requests of 4096 tokens" in title and heads == ["requests that fit", "rtx5090", "h100", "h200"]
     assert rows[0] == ["KV pool, tokens", "259,240", "663,691", "1,177,680"]
     assert rows[2] == ["ps 16: 257 pages/req", "63", "161", "286"]
