@@ -37,10 +37,11 @@ def summary(path: Path) -> str:
 
 
 def packages(root: Path = ROOT) -> list[Path]:
-    """Every package (a folder with __init__.py) under the mapped roots, parents first."""
+    """Every package (a folder with __init__.py) under the mapped roots: the engine first
+    (the harness is built on it), then each root's packages parents first."""
     found = [p.parent for top in PACKAGES for p in (root / top).rglob("__init__.py")
              if "__pycache__" not in p.parts]
-    return sorted(found, key=lambda p: p.relative_to(root).parts)
+    return sorted(found, key=lambda p: (PACKAGES.index(p.relative_to(root).parts[0]), p.relative_to(root).parts))
 
 
 def modules(root: Path = ROOT) -> list[Path]:
