@@ -22,15 +22,10 @@ A part of PagedAllocator (allocator.py), which owns the list these methods keep.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from mini_engine.errors import InvariantViolation
 from mini_engine.memory.audit.record import Violation
-
-if TYPE_CHECKING:
-    from mini_engine.memory.pool.allocator import PagedAllocator
 
 
 class FreeList:
@@ -234,7 +229,7 @@ class FreeGroupBlock:
 
     __slots__ = ("pools",)
 
-    def __init__(self, pools: list[PagedAllocator]):
+    def __init__(self, pools: list[FreeList]):  # the pools' PagedAllocators
         self.pools = pools
 
     def __enter__(self) -> None:
