@@ -1,14 +1,16 @@
 """Continuous batching: admission, chunked prefill, decode reservation, retraction.
 
 The scheduler decides who runs and asks the memory layer for the slots; it never touches
-token ids or the backend. Under the admission rule "sglang" admission's memory side is
-SGLang's: the PrefillAdder (prefill_memory, prefill_memory_swa), batch_is_full
-(admission_gate) and, for PD arrivals, the decode side's prealloc budget (pd_budget); else
-an estimate in whole pages against the free list. A decode reservation that fails retracts
-a request (freed and requeued to recompute later) by the profile's rule (retraction):
-SGLang's fewest-outputs-first, or the newest. Either way the request furthest along keeps
+token ids or the backend. Admission is one pass over the waiting queue that asks an
+admission policy (admission.py) whether each request fits: under the admission rule
+"sglang" SGLang's PrefillAdder (prefill_adder, prefill_adder_swa) and, for PD arrivals,
+the decode side's prealloc budget (pd_prealloc); else kvbench's estimate in whole pages
+against the free list. SGLang's batch_is_full (batch_full) and admission delay close the
+pass too. A decode reservation that fails retracts a request (freed and requeued to
+recompute later) by the profile's rule (retraction): SGLang's fewest-outputs-first, or
+the newest. Either way the request furthest along keeps
 progressing, so a pool that holds any single request finishes every request. The decode
-step's SWA window eviction is decode_window.py's.
+step's SWA window eviction is swa_window.py's.
 """
 from __future__ import annotations
 
@@ -17,19 +19,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mini_engine.config import EngineConfig
+from mini_engine.request import Request, Status
+from mini_engine.scheduler.admission import Admission, Estimate, PDPrealloc, PrefillAdder
 from mini_engine.scheduler.admission_delay import delayed, min_free_slots
 from mini_engine.scheduler.batch_full import AdmissionGate
-from mini_engine.scheduler.prefill_tokens import ChunkBudget
-from mini_engine.config import EngineConfig
-from mini_engine.scheduler.swa_window import evict_window
 from mini_engine.scheduler.overlap import chunk_final_len
-from mini_engine.scheduler.pd_prealloc import decode_prealloc_budget, refused_prealloc, waits_for_ever
+from mini_engine.scheduler.pd_prealloc import decode_prealloc_budget, refused_prealloc
 from mini_engine.scheduler.prefill_adder import PrefillMemory
 from mini_engine.scheduler.prefill_adder_swa import admission_memory
-from mini_engine.scheduler.prefix_match import match_pins, pd_match_pins, pd_prefix_match, pd_releases_swa, prefix_match
+from mini_engine.scheduler.prefill_tokens import ChunkBudget
+from mini_engine.scheduler.prefix_match import pd_prefix_match, pd_releases_swa, prefix_match
 from mini_engine.scheduler.retraction import Retraction, retract_demand
-from mini_engine.request import Request, Status
-
+from mini_engine.scheduler.swa_window import evict_window
 
 @dataclass
 class PrefillChunk:
@@ -137,40 +139,55 @@ class Scheduler:
             return [], []
         budget = self.chunk_budget()
         mem = self.last_memory = self.prefill_memory(budget)
-        gate, dec = self.gate, self.decode_batch()
-        gate.begin(bool(dec))  # SGLang's running batch: the requests done prefilling
+        dec = self.decode_batch()
+        self.gate.begin(bool(dec))  # SGLang's running batch: the requests done prefilling
+        if mem is None:
+            policy = Estimate(lambda: self._free_pages() - self._headroom() - self._planned_pages(), self._need)
+            pd_policy = policy
+        else:
+            policy = PrefillAdder(mem, self.manager)
+            pd_policy = PDPrealloc(lambda: decode_prealloc_budget(self.manager, self.cfg, dec, self._planned_pages),
+                                   self.manager)
+        chunks = self._continue_prefills(budget, policy)
+        pd = self._admit_waiting(budget, policy, pd_policy, dec, chunks) if self.waiting else []
+        return chunks, pd
+
+    def _continue_prefills(self, budget: ChunkBudget, policy: Admission) -> list[PrefillChunk]:
+        """The next chunk of each running request still prefilling, oldest first."""
         chunks: list[PrefillChunk] = []
         for r in self.running:
             if not budget.open:
                 break
             if r.prefilling:
                 left = r.prefill_target - r.prefilled
-                n = budget.continuation(left) if mem is None else mem.continuation(max(budget.left, 0))
+                n = policy.continuation(left, budget)
                 if n is None:
                     continue  # SWA too short: parked this pass, the queue is still tried (add_chunked_req)
                 chunk = self._chunk(r, r.prefilled + min(left, n))
                 if chunk is None:
                     break  # pool short: admitting more would only make it worse
                 chunks.append(chunk)
-                if mem is not None:  # before the chunk budget: SWA's reserve reads it as it was
-                    mem.charge(r, chunk.end - chunk.start, chunk.end == r.prefill_target)
+                # Before the chunk budget: SWA's reserve reads it as it was.
+                policy.charge(r, chunk.end - chunk.start, chunk.end == r.prefill_target)
                 budget.charge(chunk.end - chunk.start)
-        pd: list[Request] = []
-        if not self.waiting:
-            return chunks, pd
+        return chunks
+
+    def _admit_waiting(self, budget: ChunkBudget, policy: Admission, pd_policy: Admission,
+                       dec: list[Request], chunks: list[PrefillChunk]) -> list[Request]:
+        """One pass over the waiting queue, in order, until a request does not join.
+        policy: the admission of prompts; pd_policy: of PD arrivals (what they need at
+        prealloc). Returns the PD arrivals preallocated; the prompts' chunks join ``chunks``."""
+        gate = self.gate
         # No chunked request (one continuing, or parked) and too few slots: only PD arrivals join.
         wait = len(dec) == len(self.running) and delayed(
             self.min_free_slots, len(dec), min(self.cfg.max_running - len(dec), self.manager.num_free_rows))
         if len(self.running) >= self.cfg.max_running and len(dec) == len(self.running) and not wait:
             gate.close()  # get_num_allocatable_reqs <= 0 before the pass
-        free = self._free_pages() - self._headroom() - self._planned_pages()
+        policy.begin()
+        pd: list[Request] = []
         fresh = []  # the batch's new requests' states, in batch order (their rows: batch_rows)
-        pdb = None  # the PD prealloc budget, built at the pass's first PD arrival
         early = False  # a PD arrival had the planned chunks allocated before the pass's end
-        while self.waiting:
-            # A spent compute budget stops the pass (OTHER) unless memory is spent too (NO_TOKEN).
-            if not (budget.open and (mem is None or mem.rem_input > 0)) and (mem is None or mem.has_room):
-                break
+        while self.waiting and not policy.stops(budget):
             if len(self.running) >= self.cfg.max_running:
                 gate.close()  # the batch reaches get_num_allocatable_reqs
                 break
@@ -178,40 +195,24 @@ class Scheduler:
             fresh_pd = r.is_pd and not r.outputs
             if (gate.shut or wait) and not fresh_pd:
                 break  # batch_is_full or the delay: only the chunked request went on (_get_new_batch_prefill_raw)
+            pol = pd_policy if fresh_pd else policy
             # The prefix tree's match (SGLang's init_next_round_input before add_one_req; a PD
             # arrival's: the decode side's, under pd_radix).
             match = pd_prefix_match(self.manager, r) if fresh_pd else prefix_match(self.manager, r)
             matched = 0 if match is None else len(match[0])
-            if fresh_pd and mem is not None:  # SGLang's decode side: pop_preallocated's budget
-                pdb = pdb or decode_prealloc_budget(self.manager, self.cfg, dec, self._planned_pages)
-                need, fits = 0, pdb.fits(r, prefix=matched, pinned=pd_match_pins(self.manager, match))
-            elif mem is None:
-                need = self._need(r, matched)
-                fits = need <= free
-            else:
-                need = 0
-                fits = mem.fits(r, r.seq_len - matched, *match_pins(self.manager, match)) \
-                    if self.manager.prefix is not None else mem.fits_ignore_eos(r, r.seq_len - matched)
+            fits = pol.fits(r, match, matched)
             if not fits and not fresh_pd:  # NO_TOKEN: batch_is_full if a request is held
                 gate.refused(bool(chunks or pd or dec))
             if not fits and (self.running or chunks or pd):
                 break
-            if not fits and fresh_pd and mem is not None and self.manager.mem.rules.pd_radix:
-                # Nothing runs and the decode side's budget refuses its head arrival: only a
-                # 0.5.18 decode tree's SWA pages, which that budget does not count, do that, and
-                # nothing will free them. SGLang idles for ever; the run stops here.
-                raise waits_for_ever(r, self.manager.step)
-            # Else an empty engine tries its head request anyway. Under admission "sglang" the
-            # clip at arrival (Engine.submit) makes a prompt fit, except at the edge of
-            # add_one_req_ignore_eos' reserve, where SGLang would wait for ever; a PD arrival
-            # without pd_radix is refused only by pages of the prompts' tree (an engine that
-            # mixes the two), which its prealloc evicts. Under the estimate a request that
-            # cannot complete ends the run pool_exhausted rather than wait for ever.
+            if not fits:
+                pol.refused_idle(r, self.manager.step)
+            # Else an empty engine tries its head request anyway (each policy's refused_idle says why).
             first = 0
             if not fresh_pd:
                 # Where SGLang's cut would be empty the request does not join (AddReqResult.OTHER).
                 first = budget.first_chunk(r.seq_len - matched, prefix=matched, alone=not (chunks or pd),
-                                           limit=getattr(mem, "cap", None))
+                                           limit=pol.cap)
                 if first == 0:
                     break
             state = self.manager.admit(r.rid)
@@ -222,12 +223,12 @@ class Scheduler:
                 fresh.append(state)
             if match is not None:
                 # The matched prefix is written into the row and locked: no longer evictable.
-                free += self.manager.prefix.adopt(state, *match, r.seq_len, first=not r.retractions)
+                pol.adopted(self.manager.prefix.adopt(state, *match, r.seq_len, first=not r.retractions))
                 if fresh_pd and pd_releases_swa(self.manager, matched):
                     self.manager.prefix.release_swa(state.row, any_lock=True)
             if fresh_pd:
                 early |= bool(self._planned)
-                joined = self._preallocate(r, pdb, sglang=pdb is not None and fits and self._decode_node(chunks))
+                joined = self._join_pd(r, pol, fits, chunks)
                 if joined is None:  # aborted: SGLang's pass goes on to the next arrival
                     self.waiting.popleft()
                     self.aborted += 1
@@ -235,25 +236,11 @@ class Scheduler:
                 if not joined:
                     break
                 pd.append(r)
-            else:
-                self._start(r)
-                r.prefill_target = r.seq_len
-                r.prefilled = matched
-                chunk = self._chunk(r, matched + first)
-                if chunk is None:
-                    self.running.pop()
-                    self.manager.release(state)
-                    fresh.pop()
-                    r.kv = None
-                    r.status = Status.WAITING
-                    break
-                chunks.append(chunk)
-                if mem is not None:
-                    mem.charge(r, first, matched + first == r.seq_len)
-                budget.charge(first)
+            elif not self._join_prompt(r, matched, first, budget, pol, chunks, fresh):
+                break
             self.waiting.popleft()
-            free -= need
-            if mem is not None and not fresh_pd and not mem.has_room:
+            pol.joined()
+            if not fresh_pd and pol.full:
                 gate.close()  # add_one_req's own verdict after it: budget_state() NO_TOKEN
                 break
         if len(fresh) > 1 and not pd and not early:
@@ -261,7 +248,33 @@ class Scheduler:
             # call (ReqToTokenPool.alloc); a PD arrival takes its own (the prealloc queue's),
             # and a batch allocated early for one (even one that then failed) keeps its rows.
             self.manager.batch_rows(fresh)
-        return chunks, pd
+        return pd
+
+    def _join_pd(self, r: Request, policy: Admission, fits: bool, chunks: list[PrefillChunk]) -> bool | None:
+        """A PD arrival's prealloc (see _preallocate); under SGLang's budget, whether it admitted
+        r on a decode node's pools."""
+        pdb = policy.budget if isinstance(policy, PDPrealloc) else None
+        return self._preallocate(r, pdb, sglang=pdb is not None and fits and self._decode_node(chunks))
+
+    def _join_prompt(self, r: Request, matched: int, first: int, budget: ChunkBudget, policy: Admission,
+                     chunks: list[PrefillChunk], fresh: list) -> bool:
+        """A waiting prompt starts running with its first chunk; False (and undone) when the
+        pool cannot take the chunk."""
+        self._start(r)
+        r.prefill_target = r.seq_len
+        r.prefilled = matched
+        chunk = self._chunk(r, matched + first)
+        if chunk is None:
+            self.running.pop()
+            self.manager.release(r.kv)
+            fresh.pop()
+            r.kv = None
+            r.status = Status.WAITING
+            return False
+        chunks.append(chunk)
+        policy.charge(r, first, matched + first == r.seq_len)
+        budget.charge(first)
+        return True
 
     def _decode_node(self, chunks: list[PrefillChunk]) -> bool:
         """Whether the pools are as a decode node's would be: no prompt chunk allocated this
