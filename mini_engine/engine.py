@@ -228,7 +228,7 @@ class Engine:
     def tick(self) -> StepOutcome:
         """Let arrivals in and run one step (see ``step``); idle time jumps to the next arrival."""
         self.sched.arrive(self.step_no)
-        if not (self.sched.waiting or self.sched.running):
+        if not (self.sched.waiting or self.sched.running or self.decoder.inflight):
             nxt = self.sched.next_arrival()
             if nxt is None:
                 return StepOutcome.IDLE
@@ -245,7 +245,8 @@ class Engine:
         stall = 0
         t0 = time.perf_counter()
         try:
-            while self.sched.has_work():
+            # A decode result in flight is work too: under launch_finished it may be all that is left.
+            while self.sched.has_work() or self.decoder.inflight is not None:
                 outcome = self.tick()
                 if outcome is StepOutcome.EXHAUSTED:
                     verdict = "pool_exhausted"

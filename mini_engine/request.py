@@ -60,6 +60,9 @@ class Request:
     # Engine step at which the request becomes visible to the scheduler.
     arrival_step: int = 0
     outputs: list[int] = field(default_factory=list)
+    # Ids a verify accepted past max_new_tokens: never outputs (no client sees them), but
+    # 0.5.18's release keys the tree on them (mini_engine/decode/verify_commit.py, "whole").
+    beyond: list[int] = field(default_factory=list)
     status: Status = Status.WAITING
     kv: Any = None  # ReqKVState while RUNNING
     # Positions [0, prefill_target) must have KV before decoding; prefilled of them are done.

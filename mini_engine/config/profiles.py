@@ -104,6 +104,9 @@ from mini_engine.memory.rules import BASE_WRITERS, FREE_RULES, POLICIES, PREFIX_
 ADMISSIONS = ("sglang", "estimate")
 # Who is retracted on a short pool: SGLang's fewest-outputs-first or the newest.
 RETRACTIONS = ("sglang", "newest")
+# What a verify past the output limit commits (mini_engine/decode/verify_commit.py): the run cut
+# at the limit, up to SGLang 0.5.23's owned length (one slot past it), or 0.5.18's whole run.
+VERIFY_COMMITS = ("cut", "owned", "whole")
 OVERLAP = ("on", "off")
 OVERLAP_PLANS = ("skip-finishing", "every-running")
 
@@ -137,6 +140,17 @@ class Profile:
     # The SWA-aware tree's branching point (memory.rules.MemoryRules.swa_branching): what
     # the release has, not a knob a user sets, so it is not in knobs().
     swa_branching: bool = True
+    # Two rules of SGLang's spec-v2 result processing under its default loop, not knobs
+    # either (the designs keep kvbench's rules). verify_commit, what a verify that accepts
+    # past max_new_tokens commits and leaves to the tree (mini_engine/decode/verify_commit.py):
+    # "owned" (0.5.23: the whole run, the tree keyed on min(committed, prompt +
+    # finished_len), one slot more than a verify that ends on the limit), "whole" (0.5.18:
+    # the whole run, the tree keyed on all of it), "cut" (the commit stops at the limit).
+    # launch_finished: under overlap a batch is launched for requests the result in flight
+    # then finishes (0.5.23: those not exactly one output short; 0.5.18: all), so its
+    # result is processed one loop iteration later even when it finished every request of it.
+    verify_commit: str = "cut"
+    launch_finished: bool = False
     # The SGLang release whose rules the profile follows where the releases differ (the PD
     # decode side's budget, tail, match and eviction; 0.5.18's unrounded SWA window, its
     # tree cores) and whose code its traces conform against (SGLANG_VERSIONS); the designs
@@ -165,6 +179,7 @@ class Profile:
         if not isinstance(self.overlap, bool):
             raise ConfigError(f"overlap must be on or off (got {self.overlap!r})")
         check_choice("overlap_plan", self.overlap_plan, OVERLAP_PLANS)
+        check_choice("verify_commit", self.verify_commit, VERIFY_COMMITS)
         if not isinstance(self.row_overflow, bool):
             raise ConfigError(f"row_overflow must be true or false (got {self.row_overflow!r})")
         if not isinstance(self.pd_radix, bool):
@@ -196,7 +211,8 @@ class Profile:
     def knobs(self) -> dict[str, Any]:
         """The knobs as plain JSON values (the trace header, a result row)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about", "align_all",
-                                                                                  "swa_branching")}
+                                                                                  "swa_branching", "verify_commit",
+                                                                                  "launch_finished")}
         out["align"] = self.aligned_writers()
         out["pd_radix_tail"] = self.pd_radix_tail  # what the trace needs of the release
         return out
@@ -221,10 +237,12 @@ _SGLANG = dict(free="segment", swa_eviction_interval=128, prefix_cache="radix", 
                overlap=True)
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile("sglang-0.5.23", align=frozenset({"eagle", "dflash"}), **_SGLANG,
+    Profile("sglang-0.5.23", align=frozenset({"eagle", "dflash"}), **_SGLANG, verify_commit="owned",
+            launch_finished=True,
             about="SGLang 0.5.23: only the speculative reservation is page-aligned; segment free"),
     Profile("sglang-pre-35265", align=frozenset({"eagle"}), **{**_SGLANG, "overlap_plan": "every-running", "free": "unique-row",
-                                                    "swa_branching": False, "release": "0.5.18"},
+                                                    "swa_branching": False, "release": "0.5.18",
+                                                    "verify_commit": "whole", "launch_finished": True},
             about="SGLang 0.5.18, the last release before PR 35265: the DFLASH reservation is unaligned "
                   "(EAGLE stays aligned), every running request is planned under overlap"),
     Profile("host-aligned", align=frozenset(), align_all=True, **{**_SGLANG, "free": "floor", "row_headroom": "generous", "row_overflow": False,

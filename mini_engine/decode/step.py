@@ -34,6 +34,7 @@ from mini_engine.scheduler.overlap import InFlight, finishing_in_flight, reserve
 from mini_engine.request import Request, Status, Tally
 from mini_engine.scheduler.scheduler import Scheduler
 from mini_engine.stats import Stats
+from mini_engine.decode.verify_commit import committed
 from mini_engine.forward.step_batch import BatchBuilder
 
 # The outputs column of a batch of requests, one C-level pass.
@@ -64,6 +65,13 @@ class DecodeStep:
         # 0.5.23 leaves the requests its in-flight result finishes out of the plan (and waits
         # for their frees on a short pool); 0.5.18 plans every running request (overlap_plan).
         self.skip_finishing = cfg.rules.overlap_plan == "skip-finishing"
+        # 0.5.23 launches a batch whose requests the landing result then finishes, and processes
+        # its (skipped) result one step later (profiles.Profile.launch_finished).
+        self.launch_finished = cfg.rules.launch_finished
+        self.verify_commit = cfg.rules.verify_commit
+        # 0.5.18's plain decode plans a request its in-flight result finishes and commits the
+        # slot it allocates for it (alloc_for_decode); its release keys that committed length.
+        self.commit_planned_finish = self.commit_at_alloc and self.overlap and self.verify_commit == "whole"
         self.inflight: InFlight | None = None
         # By row: tokens committed before their output landed (_commit_in_flight), which
         # SGLang's SWA eviction does not count yet (its pre_len is seqlen - 1, output_ids lag).
@@ -103,7 +111,10 @@ class DecodeStep:
         # K10's rid check at the end of the step), else read from the requests.
         rows = self.batch.arrays.rows if batch == self.batch.reqs else rows_of(batch)
         self._count_ahead(batch, rows, before)
+        if self.commit_planned_finish and self.inflight is not None and self.inflight.committed:
+            self._commit_planned_finish(batch, rows)
         landed_s = 0.0
+        launched = bool(batch)
         if self.overlap:
             # SGLang's event_loop_overlap: step N's result is processed after step N+1 is planned.
             # A request it finishes drops out of step N+1 (that result would be skipped).
@@ -119,7 +130,9 @@ class DecodeStep:
         t2 = time.perf_counter()
         lens = np.fromiter(map(len, results), dtype=np.int64, count=len(results))
         if self.overlap:
-            self.inflight = InFlight(batch, results) if batch else None
+            # A batch the landing result emptied still ran in SGLang (launch_finished): its
+            # result, holding no request that still runs, is processed next step.
+            self.inflight = InFlight(batch, results) if batch or (launched and self.launch_finished) else None
             self._launch = (self.batch.releases, rows, lens)
         else:
             self._process(batch, results, lens, rows)
@@ -154,6 +167,8 @@ class DecodeStep:
                 return []
             ids = {id(r) for r in pending.finishing()}
             return [r for r in batch if id(r) in ids] if ids else []
+        if not inflight.batch:  # a batch that ran for requests already finished (launch_finished)
+            return []
         if not self._all_live():
             return finishing_in_flight(batch, inflight)
         left = self.batch.left_rows[self._launch[1]]
@@ -231,6 +246,21 @@ class DecodeStep:
         self._lag[:] = 0
         self._lag[rows] = n
 
+    def _commit_planned_finish(self, batch: list[Request], rows: np.ndarray) -> None:
+        """Plain decode under 0.5.18 (every running request planned): a request that the
+        result in flight finishes is planned and allocated a slot all the same, and
+        alloc_for_decode commits that slot; 0.5.18's release hands the tree the committed
+        length uncapped (verify_commit "whole"), so the slot reaches the tree."""
+        inflight = self.inflight
+        ran = self._launch[1] if self._all_live() else rows_of([inflight.batch[i] for i in inflight.live()])
+        hit = np.flatnonzero((self.batch.left_rows[rows] <= 1) & np.isin(rows, ran))
+        if not len(hit):
+            return
+        reqs = [batch[i] for i in hit.tolist()]
+        ones = np.ones(len(reqs), dtype=np.int64)
+        self.manager.commit_batch(reqs, ones, rows[hit])
+        self.batch.commit(reqs, ones, in_order=False)
+
     def _lag_now(self) -> np.ndarray | None:
         """The rows' committed tokens whose outputs are still in flight (None: none lag)."""
         if self._lag is None or self.inflight is None or not self.inflight.committed:
@@ -279,18 +309,22 @@ class DecodeStep:
         if ends:
             n = np.minimum(lens, left)
             room = left - n
+            # What the verify commits: its overshoot past the limit too under "owned" (verify_commit).
+            kept = committed(lens, left, self.verify_commit) if self._spec else n
             if (lens > left).any():
                 results = list(results)
                 for i in np.flatnonzero(lens > left).tolist():
+                    if self.verify_commit == "whole":  # 0.5.18 keys the tree on them (verify_commit)
+                        batch[i].beyond = results[i][int(left[i]):]
                     results[i] = results[i][: int(left[i])]
         else:
-            n = lens
+            n = kept = lens
         out = int(n.sum())  # output tokens
         in_order = batch == self.batch.reqs  # the batch arrays hold this batch, in its order
         # SGLang's decode result processing: the finished requests' frees form one group.
         with self.manager.free_group():
             if commit:
-                self.manager.commit_batch(batch, n, rows)
+                self.manager.commit_batch(batch, kept, rows)
             self.batch.left_rows[rows] = room
             deque(map(list.extend, self.batch.outs if in_order else map(_OUTPUTS, batch), results), maxlen=0)
             if self._spec:
@@ -310,5 +344,5 @@ class DecodeStep:
                 for i in np.flatnonzero(room == 0).tolist():
                     self.sched.finish(batch[i])
         if commit:
-            self.batch.commit(batch, n, in_order)
+            self.batch.commit(batch, kept, in_order)
         stats.output_tokens += out

@@ -444,8 +444,8 @@ class Scheduler:
         self.on_release(r, retracted)
         if self.manager.prefix is None or retracted:  # a retraction inserts nothing into the tree
             self.manager.release(r.kv)
-        else:  # a finish inserts prompt + outputs into the prefix tree
-            self.manager.release(r.kv, r.tokens(0, r.seq_len), len(r.prompt))
+        else:  # a finish inserts prompt + outputs (+ a verify's ids past the limit, 0.5.18) into the prefix tree
+            self.manager.release(r.kv, r.tokens(0, r.seq_len) + r.beyond, len(r.prompt))
         self.running.remove(r)
         r.kv = None
 

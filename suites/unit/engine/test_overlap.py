@@ -52,7 +52,9 @@ def test_one_dflash_request_one_more_reservation():
          of step 4 sees outputs 17 (17 + 1 < 20): not left out, so it reserves one more
          page (80 -> 96) for a request the landing result of step 3 finishes; that
          page is freed in the same step. Reserved past the true committed length:
-         43, 80 - 45 = 35, 80 - 53 = 27, 96 - 56 = 40.
+         43, 80 - 45 = 35, 80 - 53 = 27, 96 - 56 = 40. SGLang launches that step-4 verify
+         (the request still runs when it is launched) and processes its skipped result in
+         a sixth iteration, which holds nothing (Profile.launch_finished).
     """
     off, plans = run_one("off", 20)
     assert plans == [[(37, 80)], [(45, 80)], [(53, 96)]]
@@ -64,10 +66,10 @@ def test_one_dflash_request_one_more_reservation():
     on, plans = run_one("on", 20)
     assert plans == [[(37, 80)], [(37, 80)], [(45, 80)], [(53, 96)]]
     m = on.stats
-    assert (m["steps"], m["decode_steps"]) == (5, 4)
+    assert (m["steps"], m["decode_steps"]) == (6, 4)
     assert m["overlap_extra_reservations"] == 1 and m["overlap_extra_slots"] == 16
     assert m["peak_reserved_ahead_slots"] == 43 and m["reserved_ahead_slots_sum"] == 43 + 35 + 27 + 40
-    assert on.series["held"] == [3, 5, 5, 5, 0]
+    assert on.series["held"] == [3, 5, 5, 5, 0, 0]
     assert on.outputs == off.outputs and on.verdict == off.verdict == "ok"
     assert m["leaked_pages"] == 0 and on.violations == {}
 
@@ -90,14 +92,15 @@ def test_pre_35265_worked_example_under_overlap():
     """test_accounting's DESIGN.md example (4 x prompt 37, 11 outputs, 5 accepted, unaligned
     DFLASH reservation), overlapped: plans from 37, 37, 42: extents 69, 69, 74. The last
     plan gives each request 5 more slots (69 -> 74) that the landing result (their last 5
-    tokens) makes useless; release frees [0, ceil16(74)) and nothing leaks."""
+    tokens) makes useless; release frees [0, ceil16(74)) and nothing leaks. 0.5.18 launches
+    that last batch and processes its skipped result in a fifth iteration (launch_finished)."""
     base = dict(spec="dflash", page_size=16, block_size=16, accept_len=5, workload="fixed", num_requests=4,
                 input_len=37, output_len=11, pool_tokens=4096, profile="sglang-pre-35265")
     on = run_config(dict(base, overlap="on"))
     off = run_config(dict(base, overlap="off"))
     m = on["metrics"]
-    assert on["series"]["stranded"] == [44, 44, 44, 0]  # 80 - 69 = 11 per request until they leave
-    assert m["steps"] == 4 and m["output_tokens"] == 44 == off["metrics"]["output_tokens"]
+    assert on["series"]["stranded"] == [44, 44, 44, 0, 0]  # 80 - 69 = 11 per request until they leave
+    assert m["steps"] == 5 and m["output_tokens"] == 44 == off["metrics"]["output_tokens"]
     assert m["overlap_extra_reservations"] == 4 and m["overlap_extra_slots"] == 4 * 5
     # ahead of the true committed lengths: 4 x (69 - 37), 4 x (69 - 42), 4 x (74 - 47)
     assert m["peak_reserved_ahead_slots"] == 128 and m["reserved_ahead_slots_sum"] == 4 * (32 + 27 + 27)
