@@ -20,11 +20,16 @@ POLICIES = ("aligned", "unaligned")  # shorthand for align: every writer or none
 # The SGLang releases whose memory-layer code differs where MemoryRules.release says.
 RELEASES = ("0.5.23", "0.5.18")
 AUDIT_MODES = ("record", "raise", "off")  # the auditor's: off, record violations, or raise on the first
-# Writers every engine has; each speculative algorithm adds its own (the registry's).
-BASE_WRITERS = ("extend", "decode", "pd")
 # Who wrote an extent last, as the stranded-slot counters name them (kv_state stores an
 # index into this tuple; the harness declares one metric per kind).
 WRITER_KINDS = ("prefill", "decode", "spec", "pd")
+# The align knob names the same writers as SGLang's allocation paths: the prefill chunk's
+# alloc_extend is "extend". Declared here once, kind -> knob name; "spec" has none, as
+# each speculative algorithm aligns by its own name (the registry's). Both names are
+# read back from configs, traces and results, so neither is renamed into the other.
+ALIGN_NAMES = {"prefill": "extend", "decode": "decode", "pd": "pd"}
+# Writers every engine has, as the align knob names them; each algorithm adds its own.
+BASE_WRITERS = tuple(ALIGN_NAMES.values())
 
 
 @dataclass(frozen=True)

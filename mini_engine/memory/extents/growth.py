@@ -15,9 +15,12 @@ from mini_engine.errors import ConfigError, check_positive
 from mini_engine.memory.extents.overflow import RowOverflow
 from mini_engine.memory.kv_state import WRITER_CODE, WRITER_KINDS, ReqKVState, state_rows
 from mini_engine.memory.pool.evict_amount import alloc_demand
+from mini_engine.memory.rules import ALIGN_NAMES
 from mini_engine.memory.sizing import next_extents
 from mini_engine.memory.tables import KVTables
 
+
+PREFILL_ALIGN = ALIGN_NAMES["prefill"]  # the prefill writer as the align knob names it ("extend")
 
 class Growth:
     def __init__(self, t: KVTables):
@@ -35,11 +38,11 @@ class Growth:
     def extend(self, state: ReqKVState, new_len: int) -> bool:
         """Cover positions < new_len (a prefill chunk or a plain decode token)."""
         new_len = check_positive("new_len", new_len, minimum=0)
-        target = self.extent_for(state, new_len, "extend")
+        target = self.extent_for(state, new_len, PREFILL_ALIGN)
         if target <= state.allocated:
             return True
         return self.grow([state], np.array([target], dtype=np.int64), writer="prefill",
-                          aligned=self.rules.aligns("extend"))
+                          aligned=self.rules.aligns(PREFILL_ALIGN))
 
     def prepare(self, states: list[ReqKVState], reserve: int, *, algo: str | None = None,
                 after_fits: bool = False) -> bool:
@@ -107,10 +110,10 @@ class Growth:
         cur = self.rows.allocated[state_rows(states)]
         # extent_for over the batch in one pass: the scheduler asks again at every chunk it plans.
         n = np.fromiter(new_lens, dtype=np.int64, count=len(new_lens))
-        targets = -(-n // self.ps) * self.ps if self.rules.aligns("extend") else n
+        targets = -(-n // self.ps) * self.ps if self.rules.aligns(PREFILL_ALIGN) else n
         over = np.flatnonzero(targets > self.mem.row_width)
         if len(over):
-            self.extent_for(states[over[0]], int(n[over[0]]), "extend")  # its one-line error
+            self.extent_for(states[over[0]], int(n[over[0]]), PREFILL_ALIGN)  # its one-line error
         # SGLang's PrefillAdder evicts nothing; the batch's alloc_for_extend does (its own amount).
         return self._fits(states, cur, np.maximum(targets, cur), evict=False)
 
@@ -120,9 +123,9 @@ class Growth:
         for the whole batch, so under need_sort its merge test sees the batch's total)."""
         if not states:
             return True
-        targets = np.array([self.extent_for(s, check_positive("new_len", n, minimum=0), "extend")
+        targets = np.array([self.extent_for(s, check_positive("new_len", n, minimum=0), PREFILL_ALIGN)
                             for s, n in zip(states, new_lens)], dtype=np.int64)
-        return self.grow(states, targets, writer="prefill", aligned=self.rules.aligns("extend"))
+        return self.grow(states, targets, writer="prefill", aligned=self.rules.aligns(PREFILL_ALIGN))
 
     # -- internals ----------------------------------------------------------------
     def extent_for(self, state: ReqKVState, n: int, writer: str) -> int:

@@ -18,6 +18,7 @@ from mini_engine.errors import ConfigError
 from mini_engine.memory.audit.record import Auditor
 from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.manager import KVManager
+from mini_engine.memory.rules import ALIGN_NAMES, BASE_WRITERS, WRITER_KINDS
 from mini_engine.memory.sizing import pd_swa_tail_len, swa_evict_target
 from mini_engine.config.profiles import PROFILES, resolve
 
@@ -197,3 +198,10 @@ def test_aligned_reservation_equals_sglang_side_by_side(ps, reqs, reserve):
     assert m.prepare(states, reserve, algo="dflash")
     assert [s.allocated for s in states] == nxt
     assert sum(n - c for n, c in zip(nxt, cur)) == need
+
+
+def test_the_align_knob_and_the_counters_name_one_set_of_writers():
+    # "extend" (the knob, SGLang's alloc_extend) and "prefill" (the counters) are one
+    # writer: every kind but "spec" (aligned per algorithm) has exactly one knob name.
+    assert set(ALIGN_NAMES) == set(WRITER_KINDS) - {"spec"}
+    assert BASE_WRITERS == tuple(ALIGN_NAMES[k] for k in WRITER_KINDS if k != "spec") == ("extend", "decode", "pd")
