@@ -14,8 +14,7 @@ import collections
 import dataclasses
 
 from harness.core.engine_option import engine_of
-from harness.grid.suites import GridConfig, Suite
-from harness.run.runner import split_config
+from harness.grid.suites import Suite
 
 
 def with_engine(suite: Suite, engine: str | None) -> Suite:
@@ -23,8 +22,7 @@ def with_engine(suite: Suite, engine: str | None) -> Suite:
     if engine is None:
         return suite
     engine_of({"engine": engine})  # one line naming the choices
-    return dataclasses.replace(suite, configs=[GridConfig(c.id, {**c.config, "engine": engine})
-                                               for c in suite.configs])
+    return dataclasses.replace(suite, configs=[c.on(engine) for c in suite.configs])
 
 
 def unsupported(suite: Suite) -> dict[str, str]:
@@ -38,9 +36,8 @@ def unsupported(suite: Suite) -> dict[str, str]:
     from harness.reference.run import UnsupportedByReference, check_supported  # numpy
 
     for c in configs:
-        cfg, wl = split_config(c.config)
         try:
-            check_supported(cfg, wl, loader.SUPPORTED[0])
+            check_supported(c.spec.engine, c.spec.workload.to_dict(), loader.SUPPORTED[0])
         except UnsupportedByReference as err:
             out[c.id] = str(err)
     return out

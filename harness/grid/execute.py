@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core.causes import one_line
-from harness.core.engine_option import engine_of
 from harness.core.errors import HarnessError
+from harness.core.run_spec import RunSpec
 from harness.grid.suites import GridConfig, Suite
 from harness.judge.expect import expectation, judge, leak_verdict
 from harness.judge.repeats import merge_repeats
 from harness.run.hardware import MemoryProbe
-from harness.run.runner import config_key, resolved_config, run_config
+from harness.run.runner import run_config
 from harness.store.results import RunDir, append_row
 from harness.view.mlflow_log import Logger
 
@@ -44,10 +44,17 @@ class GridSession:
         # A warmup run first: the first run of a config pays first touches (pool
         # arrays, caches) that are no property of the config; its counters still
         # join the determinism check, its timings are dropped.
-        warmup = run_once(gc.config)
-        runs = [warmup] if warmup.get("status") == "failed" else [run_once(gc.config) for _ in range(self.suite.repeat)]
+        try:
+            spec = gc.spec  # parsed once (at the suite's load, or here) for the warmup, every repeat, the rules
+        except Exception as err:  # a config that does not parse is a failed row, as a crash is
+            spec, warmup = None, failed_row(gc.config, err, None)
+        else:
+            warmup = run_once(gc.config, spec)
+        runs = [warmup] if warmup.get("status") == "failed" else [run_once(gc.config, spec)
+                                                                   for _ in range(self.suite.repeat)]
         row = merge_repeats(runs, warmup)
-        exp = expectation(resolved(gc.config), self.suite.rules)
+        # Rules match on effective values: a config that leaves free_policy out uses host_pages.
+        exp = expectation(spec.resolved() if spec is not None else dict(gc.config), self.suite.rules)
         verdict, reasons = judge(row, exp)
         if row.get("nondeterministic") and verdict != "failed":
             verdict = "unexpected"
@@ -76,39 +83,34 @@ class GridSession:
         return row
 
 
-def resolved(config: dict[str, Any]) -> dict[str, Any]:
-    # Rules match on effective values: a config that leaves free_policy out uses host_pages.
-
-    try:
-        return resolved_config(dict(config))
-    except Exception:
-        return dict(config)
-
-
-def run_config_on(config: dict[str, Any]) -> dict[str, Any]:
+def run_config_on(spec: RunSpec) -> dict[str, Any]:
     """The config's row on its engine: the mini engine, or SGLang's own loop (engine=sglang)."""
-    if engine_of(config) == "sglang":
+    if spec.runs_on == "sglang":
         from harness.reference.run import run_reference  # numpy and SGLang: only the reference loads them
 
-        return run_reference(config)  # SGLang's import: once a process (loader.load is cached)
-    return run_config(config)
+        return run_reference(spec)  # SGLang's import: once a process (loader.load is cached)
+    return run_config(spec)
 
 
-def run_once(config: dict[str, Any]) -> dict[str, Any]:
+def run_once(config: dict[str, Any], spec: RunSpec | None = None) -> dict[str, Any]:
+    """One run of ``config`` (``spec``: it parsed already; None: parsed here); anything it
+    raises is a failed row, so a sweep records it and goes on."""
     try:
+        spec = spec if spec is not None else RunSpec.parse(config)
         with MemoryProbe() as probe:
-            row = run_config_on(dict(config))
+            row = run_config_on(spec)
         mem = probe.figures()
     except Exception as err:  # the runner records crashes itself; this is the backstop
-        try:
-            key = config_key(dict(config))
-        except Exception:
-            key = repr(sorted(config.items()))
-        return {"key": key, "config": dict(config), "metrics": {}, "series": {}, "violations": {},
-                "violation_samples": [], "status": "failed",
-                "error": one_line(err),
-                "traceback": traceback.format_exc(limit=8)}
+        return failed_row(config, err, spec)
     metrics = row.setdefault("metrics", {})
     for name, value in mem.items():
         metrics.setdefault(name, value)
     return leak_verdict(row)
+
+
+def failed_row(config: dict[str, Any], err: Exception, spec: RunSpec | None) -> dict[str, Any]:
+    """The row of a run that raised (called inside its ``except``); keyed by the options
+    when they parsed (``spec``), else by the config as given."""
+    return {"key": spec.key if spec is not None else repr(sorted(config.items())), "config": dict(config),
+            "metrics": {}, "series": {}, "violations": {}, "violation_samples": [], "status": "failed",
+            "error": one_line(err), "traceback": traceback.format_exc(limit=8)}

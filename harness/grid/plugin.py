@@ -44,7 +44,6 @@ from harness.grid import sigint
 from harness.grid.filter import compile_filter
 from harness.grid.lifecycle import finish_mlflow, prepare_run, write_run_plots
 from harness.grid.suites import SUITES_DIR, load_suite
-from harness.run.runner import config_key
 from harness.store.locks import hold_run
 from harness.store.results import RunDir, load_rows, results_root, row_json
 from harness.view.mlflow_log import Logger, experiment_for
@@ -153,7 +152,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _is_grid(item):
             gc = item.callspec.params["grid_config"]
-            if ((selects is not None and not selects(gc.id, gc.config)) or config_key(gc.config) in view.done
+            if ((selects is not None and not selects(gc.id, gc.config)) or gc.spec.key in view.done
                     or (view.only is not None and gc.id not in view.only)):
                 drop.append(item)
                 continue
@@ -325,7 +324,7 @@ class GridController:
         gc = self.suite.by_id().get(cid)
         if gc is None or self.interrupted:
             return
-        self.record({"key": config_key(gc.config), "config": gc.config, "metrics": {}, "series": {},
+        self.record({"key": gc.spec.key, "config": gc.config, "metrics": {}, "series": {},
                      "violations": {}, "violation_samples": [], "status": "failed", "verdict": "failed",
                      "test_id": cid, "error": error, "reasons": ["worker died"],
                      "suite": self.suite.name, "run_id": self.run_dir.run_id})

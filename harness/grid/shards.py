@@ -29,7 +29,6 @@ from harness.core.options import resolved_defaults
 from harness.grid.cost import model_seconds
 from harness.grid.filter import compile_filter
 from harness.grid.suites import Suite
-from harness.run.runner import config_key
 from harness.store.results import RESULTS, RunDir, load_rows
 
 MAX_SHARDS = 1000
@@ -94,7 +93,7 @@ def plan(suite: Suite, count: int, nights: list[Path], profile: str, filter_expr
     modelled, seconds = {}, {}
     for gc in configs:
         modelled[gc.id] = model_seconds(gc.config, suite.repeat, defaults)
-        key = config_key(gc.config)
+        key = gc.spec.key
         if key in measured:
             seconds[gc.id] = measured[key]
     # The model in the night's units: scaled by measured over modelled where both exist.

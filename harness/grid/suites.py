@@ -26,6 +26,7 @@ import hashlib
 import itertools
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,10 @@ from harness import ROOT
 from harness.core.errors import HarnessError
 from harness.core.numbers import check_numbers
 from harness.core.options import option_names, short_names
+from harness.core.run_spec import RunSpec
 from harness.core.workloads import WorkloadConfig, check_lengths, load_prompts
 from harness.judge.expect import ExpectRule, known_metrics, rule_of
-from harness.run.bounds import check_memory
-from harness.run.runner import split_config
+from harness.run.bounds import check_spec
 from harness.schemas import parse
 from harness.schemas.suite import SuiteFile
 from mini_engine.config import EngineConfig
@@ -59,6 +60,19 @@ class SuiteError(HarnessError):
 class GridConfig:
     id: str
     config: dict[str, Any]
+
+    @cached_property
+    def spec(self) -> RunSpec:
+        """The config parsed once: at the suite's load where it is validated, else at first
+        use (a pytest worker's suite is loaded unvalidated), then kept for every repeat."""
+        return RunSpec.parse(self.config)
+
+    def on(self, engine: str) -> GridConfig:
+        """The config on ``engine`` (kvbench sweep --engine); a spec parsed already is kept."""
+        out = GridConfig(self.id, {**self.config, "engine": engine})
+        if "spec" in self.__dict__:  # the suite was validated: its spec changes engine, not parsed again
+            out.__dict__["spec"] = self.spec.on(engine)  # as cached_property stores it
+        return out
 
 
 @dataclass
@@ -130,7 +144,7 @@ def load_suite(name_or_path: str | os.PathLike[str], *, validate: bool = True) -
                   marks=tuple(marks), configs=grid, rules=rules, description=model.description)
     if validate:
         for gc in grid:
-            validate_config(gc.config, f"{where}, config {gc.id}")
+            validate_config(gc, f"{where}, config {gc.id}")
     return suite
 
 
@@ -150,15 +164,17 @@ def expand(defaults: dict[str, Any], axes: dict[str, Any], includes: list[dict[s
     return _ids(configs, defaults, _axis_keys(axes)), configs
 
 
-def validate_config(config: dict[str, Any], where: str) -> None:
-    """Build the engine and workload configs the run would build; a KVBenchError -> SuiteError."""
+def validate_config(gc: GridConfig, where: str) -> None:
+    """Parse the config into the spec its runs take (gc.spec), and check what the run would
+    refuse before its first step; a KVBenchError -> SuiteError."""
 
     try:
-        engine, workload = split_config(config)
-        check_memory(engine, workload)
-        if workload.get("prompts") is not None:  # a missing or bad file is bad input too, not a failed run
-            load_prompts(workload["prompts"], default_output_len=workload["output_len"])
-        check_lengths(WorkloadConfig(**workload), engine.seed, engine.max_context)  # as the run draws them
+        spec = gc.spec
+        check_spec(spec)
+        wl = spec.workload
+        if wl.prompts is not None:  # a missing or bad file is bad input too, not a failed run
+            load_prompts(wl.prompts, default_output_len=wl.output_len)
+        check_lengths(wl, spec.engine.seed, spec.engine.max_context)  # as the run draws them
     except (KVBenchError, HarnessError, TypeError) as err:  # TypeError: a workload option of the wrong shape
         raise SuiteError(f"{where}: {err}") from None
 

@@ -51,12 +51,12 @@ def test_nightly_gpu_covers_the_axes():
 
 
 def test_nightly_gpu_options_validate_apart_from_the_device():
-    from harness.grid.suites import validate_config
+    from harness.grid.suites import GridConfig, validate_config
 
     # Only device=cuda and mem_fraction need a GPU to check; every other option is checked here.
     for gc in load_suite("nightly-gpu", validate=False).configs:
         cfg = {k: v for k, v in gc.config.items() if k != "mem_fraction"}
-        validate_config({**cfg, "device": "cpu", "pool_tokens": 1 << 20}, gc.id)
+        validate_config(GridConfig(gc.id, {**cfg, "device": "cpu", "pool_tokens": 1 << 20}), gc.id)
 
 
 def test_product_table_axes_include_exclude(tmp_path):
