@@ -93,6 +93,25 @@ def cli():
     return lambda *argv: main([str(a) for a in argv])
 
 
+@pytest.fixture
+def parses():
+    """The RunSpec.parse calls made while the fixture is active (a list of the configs
+    parsed): a config is parsed once where it enters, and tests count that here."""
+    from unittest import mock
+
+    from harness.core.run_spec import RunSpec  # the engine's config: not every suite's install has it
+
+    calls: list[dict] = []
+    real = RunSpec.parse.__func__
+
+    def counted(cls, config):
+        calls.append(dict(config))
+        return real(cls, config)
+
+    with mock.patch.object(RunSpec, "parse", classmethod(counted)):
+        yield calls
+
+
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
     """kvbench's wheel, built once a session (the install test and the per-role venvs

@@ -88,7 +88,7 @@ def _engines(args: argparse.Namespace) -> int:
     if options:
         raise UsageError("--suite takes its configs from the suite file; give it no --config or option flags")
     status, compared, skipped = 0, 0, collections.Counter()
-    for cid, got in compare_suite([(c.id, c.config) for c in load_suite(args.suite).configs]):
+    for cid, got in compare_suite([(c.id, c.spec) for c in load_suite(args.suite).configs]):
         if isinstance(got, str):
             skipped[got] += 1
             continue

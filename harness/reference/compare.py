@@ -14,10 +14,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from harness.core.workloads import WorkloadConfig, make_workload
+from harness.core.run_spec import RunSpec
+from harness.core.workloads import make_workload
 from harness.reference import loader
 from harness.reference.run import UnsupportedByReference, check_supported, run_reference
-from harness.run.runner import config_key, split_config
+from harness.run.runner import as_spec
 from mini_engine.scheduler.sessions import engine_for
 
 # The totals compared (the metric names both rows carry).
@@ -44,10 +45,10 @@ class Comparison:
         return self.error is None and not self.totals and self.first_step is None and self.steps[0] == self.steps[1]
 
 
-def mini_steps(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[int]]]:
-    """The mini engine's totals and its per-step STEP_SERIES for ``config``."""
-    cfg, wl = split_config(config)
-    work = make_workload(WorkloadConfig(**wl), cfg.seed, max_context=cfg.max_context)
+def mini_steps(spec: RunSpec) -> tuple[dict[str, Any], dict[str, list[int]]]:
+    """The mini engine's totals and its per-step STEP_SERIES for ``spec``."""
+    cfg = spec.engine
+    work = make_workload(spec.workload, cfg.seed, max_context=cfg.max_context)
     engine = engine_for(cfg, work.next_turns)
     engine.validate(work.requests)
     series: dict[str, list[int]] = {k: [] for k in STEP_SERIES}
@@ -69,13 +70,15 @@ def mini_steps(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[i
     return result.stats, series
 
 
-def compare(config: dict[str, Any]) -> Comparison:
-    """``config`` on the mini engine and on SGLang's loop: what differs, and where first."""
+def compare(config: RunSpec | dict[str, Any]) -> Comparison:
+    """``config`` (a spec, or a dict parsed once here) on the mini engine and on SGLang's
+    loop: what differs, and where first."""
+    spec = as_spec(config)
     loader.load()  # SGLang's import (once a process) is not the config's time
     t0 = time.perf_counter()
-    ref = run_reference(config)
-    mini, steps = mini_steps(config)
-    out = Comparison(key=config_key(config), seconds=time.perf_counter() - t0)  # the options, on both engines
+    ref = run_reference(spec)
+    mini, steps = mini_steps(spec)
+    out = Comparison(key=spec.key, seconds=time.perf_counter() - t0)  # the options, on both engines
     if ref["status"] == "failed":
         out.error = ref["error"].splitlines()[0]
         return out
@@ -91,17 +94,16 @@ def compare(config: dict[str, Any]) -> Comparison:
     return out
 
 
-def compare_suite(configs: list[tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, Comparison | str]]:
+def compare_suite(configs: list[tuple[str, RunSpec]]) -> Iterator[tuple[str, Comparison | str]]:
     """(id, Comparison) for each config the reference supports, (id, why not) for the others."""
-    for cid, config in configs:
-        cfg, wl = split_config(config)
+    for cid, spec in configs:
         try:
-            check_supported(cfg, wl, loader.SUPPORTED[0])
+            check_supported(spec.engine, spec.workload.to_dict(), loader.SUPPORTED[0])
         except UnsupportedByReference as err:
             yield cid, str(err)
             continue
         try:
-            yield cid, compare(config)
+            yield cid, compare(spec)
         except UnsupportedByReference as err:  # the mini engine's run failed: no output ids to replay
             yield cid, str(err)
 

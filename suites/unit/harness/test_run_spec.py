@@ -1,6 +1,6 @@
 """A run's config is parsed once where it enters: `kvbench run`, a suite's load.
 
-The counter is RunSpec.parse itself, wrapped: every layer below the boundary takes the
+The counter is RunSpec.parse itself, wrapped (the ``parses`` fixture, suites/conftest.py): every layer below the boundary takes the
 spec, so a second parse anywhere (the bounds, the capacity table, the runner, a sweep's
 warmup and repeats, its rules, its result key) shows as one more call. A sweep's runs are
 in pytest workers that load the suite unvalidated: there a config's first run parses it
@@ -8,8 +8,6 @@ and its repeats reuse the spec.
 """
 
 from __future__ import annotations
-
-from unittest import mock
 
 import pytest
 
@@ -20,20 +18,6 @@ from harness.grid.suites import load_suite
 from harness.store.results import RunDir
 
 SMALL = ["--workload", "fixed", "--num-requests", "2", "--input-len", "32", "--output-len", "4"]
-
-
-@pytest.fixture
-def parses():
-    """The RunSpec.parse calls made while the fixture is active (a list of the configs)."""
-    calls: list[dict] = []
-    real = RunSpec.parse.__func__
-
-    def counted(cls, config):
-        calls.append(dict(config))
-        return real(cls, config)
-
-    with mock.patch.object(RunSpec, "parse", classmethod(counted)):
-        yield calls
 
 
 def _suite(tmp_path, repeat: int, axes: str = "page_size = [1, 16]"):
