@@ -21,26 +21,26 @@ import weakref
 from contextlib import nullcontext
 from typing import Callable
 
-from mini_engine.forward.backend import Backend, checked_results, create_backend
 from mini_engine.config import EngineConfig
 from mini_engine.config.engine_config import require_cuda
-from mini_engine.decode.batch import DecodeBatch
-from mini_engine.decode.step import DecodeStep
+from mini_engine.config.pools import (admission_pages, decode_reserve, memory_config, min_pool_pages, output_cap,
+                                     request_pages)
 from mini_engine.errors import ConfigError, EvictFloorError, InvariantViolation, SGLangHalts
 from mini_engine.memory.audit.record import Auditor
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.trace.writer import TraceWriter
-from mini_engine.scheduler.pd_prealloc import empty_pool_budget
-from mini_engine.prefill.step import PrefillStep
-from mini_engine.scheduler.prefix_match import checkpoint_transfer
-from mini_engine.config.pools import (admission_pages, decode_reserve, memory_config, min_pool_pages, output_cap,
-                                     request_pages)
 from mini_engine.request import Request, Status, Tally, check_context
-from mini_engine.run_result import RunResult, run_result, unfinished
+# The step's parts, in the order a step runs them: admit, prefill, decode, forward.
+from mini_engine.scheduler.pd_prealloc import empty_pool_budget
 from mini_engine.scheduler.scheduler import Scheduler
-from mini_engine.stats import Stats
+from mini_engine.prefill.checkpoint import checkpoint_transfer
+from mini_engine.prefill.step import PrefillStep
+from mini_engine.decode.batch import DecodeBatch
+from mini_engine.decode.step import DecodeStep
+from mini_engine.forward.backend import Backend, checked_results, create_backend
 from mini_engine.forward.step_batch import BatchBuilder, Layout
-
+from mini_engine.run_result import RunResult, run_result, unfinished
+from mini_engine.stats import Stats
 
 class StepOutcome(enum.Enum):
     """What one ``step`` (or ``tick``) did."""

@@ -13,8 +13,8 @@ from operator import attrgetter
 
 import numpy as np
 
-from mini_engine.memory.batch import BatchArrays
 from mini_engine.memory.audit.record import Auditor, Violation
+from mini_engine.memory.batch import BatchArrays
 from mini_engine.memory.manager import KVManager
 from mini_engine.request import Request
 

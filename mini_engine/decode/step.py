@@ -25,17 +25,17 @@ import numpy as np
 # loading it with the engine keeps that one-off import out of the host planning time.
 import numpy.ma  # noqa: F401
 
-from mini_engine.forward.backend import Backend, checked_results
 from mini_engine.config import EngineConfig
-from mini_engine.decode.batch import DecodeBatch, rows_of
 from mini_engine.memory import sizing
 from mini_engine.memory.manager import KVManager
-from mini_engine.scheduler.overlap import InFlight, finishing_in_flight, reserved_ahead
 from mini_engine.request import Request, Status, Tally
+from mini_engine.scheduler.overlap import InFlight, finishing_in_flight, reserved_ahead
 from mini_engine.scheduler.scheduler import Scheduler
-from mini_engine.stats import Stats
+from mini_engine.decode.batch import DecodeBatch, rows_of
 from mini_engine.decode.verify_commit import committed
+from mini_engine.forward.backend import Backend, checked_results
 from mini_engine.forward.step_batch import BatchBuilder
+from mini_engine.stats import Stats
 
 # The outputs column of a batch of requests, one C-level pass.
 _OUTPUTS = attrgetter("outputs")

@@ -30,15 +30,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mini_engine.forward.backend import Backend, checked_results
 from mini_engine.config import EngineConfig
-from mini_engine.decode.batch import DecodeBatch
 from mini_engine.memory.manager import KVManager
-from mini_engine.scheduler.prefix_match import checkpoint_prefill
 from mini_engine.request import Request, Status
 from mini_engine.scheduler.scheduler import PrefillChunk, Scheduler
-from mini_engine.stats import Stats
+from mini_engine.prefill.checkpoint import checkpoint_prefill
+from mini_engine.decode.batch import DecodeBatch
+from mini_engine.forward.backend import Backend, checked_results
 from mini_engine.forward.step_batch import BatchBuilder
+from mini_engine.stats import Stats
 
 
 @dataclass

@@ -22,15 +22,15 @@ from typing import Callable, Protocol
 from mini_engine.request import Request
 from mini_engine.scheduler.pd_prealloc import PDPreallocBudget, waits_for_ever
 from mini_engine.scheduler.prefill_adder import PrefillMemory
-from mini_engine.scheduler.prefill_tokens import ChunkBudget
+from mini_engine.scheduler.prefill_tokens import PrefillTokens
 from mini_engine.scheduler.prefix_match import match_pins, pd_match_pins
 
 
 class Admission(Protocol):
-    def continuation(self, left: int, chunks: ChunkBudget) -> int | None:
+    def continuation(self, left: int, chunks: PrefillTokens) -> int | None:
         """Tokens a continuing chunked request may run now (None: parked this pass)."""
 
-    def stops(self, chunks: ChunkBudget) -> bool:
+    def stops(self, chunks: PrefillTokens) -> bool:
         """The pass stops before its next candidate."""
 
     def fits(self, r: Request, match, matched: int) -> bool:
@@ -75,10 +75,10 @@ class Estimate:
     def begin(self) -> None:
         self.free = self._free_pages()
 
-    def continuation(self, left: int, chunks: ChunkBudget) -> int:
+    def continuation(self, left: int, chunks: PrefillTokens) -> int:
         return chunks.continuation(left)
 
-    def stops(self, chunks: ChunkBudget) -> bool:
+    def stops(self, chunks: PrefillTokens) -> bool:
         return not chunks.open
 
     def fits(self, r: Request, match, matched: int) -> bool:
@@ -105,10 +105,10 @@ class PrefillAdder:
         self.mem = mem
         self.manager = manager
 
-    def continuation(self, left: int, chunks: ChunkBudget) -> int | None:
+    def continuation(self, left: int, chunks: PrefillTokens) -> int | None:
         return self.mem.continuation(max(chunks.left, 0))
 
-    def stops(self, chunks: ChunkBudget) -> bool:
+    def stops(self, chunks: PrefillTokens) -> bool:
         # A spent compute budget stops the pass (OTHER) unless memory is spent too (NO_TOKEN).
         return not (chunks.open and self.mem.rem_input > 0) and self.mem.has_room
 

@@ -1,4 +1,4 @@
-"""The chunked-prefill budget of one prefill batch: what each request costs, where a chunk ends.
+"""The prefill tokens one prefill batch may run (SGLang's chunked-prefill budget): what each request costs, where a chunk ends.
 
 SGLang 0.5.23's ``PrefillAdder`` (managers/schedule_policy.py) works in whole pages:
 
@@ -30,10 +30,10 @@ from __future__ import annotations
 RULES = ("pages", "tokens")
 
 
-class ChunkBudget:
+class PrefillTokens:
     def __init__(self, size: int, page_size: int, rule: str = "pages", *, raw_fit: bool = False):
         if rule not in RULES:
-            raise ValueError(f"chunk budget rule must be one of {', '.join(RULES)} (got {rule!r})")
+            raise ValueError(f"prefill tokens rule must be one of {', '.join(RULES)} (got {rule!r})")
         self.left = size
         self.ps = page_size
         self.rule = rule

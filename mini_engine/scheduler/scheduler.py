@@ -28,7 +28,7 @@ from mini_engine.scheduler.overlap import chunk_final_len
 from mini_engine.scheduler.pd_prealloc import decode_prealloc_budget, refused_prealloc
 from mini_engine.scheduler.prefill_adder import PrefillMemory
 from mini_engine.scheduler.prefill_adder_swa import admission_memory
-from mini_engine.scheduler.prefill_tokens import ChunkBudget
+from mini_engine.scheduler.prefill_tokens import PrefillTokens
 from mini_engine.scheduler.prefix_match import pd_prefix_match, pd_releases_swa, prefix_match
 from mini_engine.scheduler.retraction import Retraction, retract_demand
 from mini_engine.scheduler.swa_window import evict_window
@@ -115,15 +115,15 @@ class Scheduler:
         self.gate.end(chunks)
         return chunks, pd
 
-    def chunk_budget(self) -> ChunkBudget:
+    def prefill_tokens(self) -> PrefillTokens:
         """This batch's chunk budget: SGLang's page-charged PrefillAdder rule, except under a
         what-if profile (no shipped version), which keeps kvbench's raw-token rule."""
         profile = self.profile
-        return ChunkBudget(self.cfg.chunked_prefill, self.cfg.page_size,
+        return PrefillTokens(self.cfg.chunked_prefill, self.cfg.page_size,
                            "tokens" if profile.what_if else "pages",
                            raw_fit=profile.prefix_cache == "chunk")
 
-    def prefill_memory(self, budget: ChunkBudget) -> PrefillMemory | None:
+    def prefill_memory(self, budget: PrefillTokens) -> PrefillMemory | None:
         """This batch's memory budget under the profile's admission rule "sglang" (SGLang's
         PrefillAdder: PrefillBudget, or SWAPrefillBudget with SWA), else None: kvbench's estimate."""
         if self.profile.admission != "sglang":
@@ -137,7 +137,7 @@ class Scheduler:
             self.last_memory = None
             self.gate.begin(bool(self.running))
             return [], []
-        budget = self.chunk_budget()
+        budget = self.prefill_tokens()
         mem = self.last_memory = self.prefill_memory(budget)
         dec = self.decode_batch()
         self.gate.begin(bool(dec))  # SGLang's running batch: the requests done prefilling
@@ -152,7 +152,7 @@ class Scheduler:
         pd = self._admit_waiting(budget, policy, pd_policy, dec, chunks) if self.waiting else []
         return chunks, pd
 
-    def _continue_prefills(self, budget: ChunkBudget, policy: Admission) -> list[PrefillChunk]:
+    def _continue_prefills(self, budget: PrefillTokens, policy: Admission) -> list[PrefillChunk]:
         """The next chunk of each running request still prefilling, oldest first."""
         chunks: list[PrefillChunk] = []
         for r in self.running:
@@ -172,7 +172,7 @@ class Scheduler:
                 budget.charge(chunk.end - chunk.start)
         return chunks
 
-    def _admit_waiting(self, budget: ChunkBudget, policy: Admission, pd_policy: Admission,
+    def _admit_waiting(self, budget: PrefillTokens, policy: Admission, pd_policy: Admission,
                        dec: list[Request], chunks: list[PrefillChunk]) -> list[Request]:
         """One pass over the waiting queue, in order, until a request does not join.
         policy: the admission of prompts; pd_policy: of PD arrivals (what they need at
@@ -256,7 +256,7 @@ class Scheduler:
         pdb = policy.budget if isinstance(policy, PDPrealloc) else None
         return self._preallocate(r, pdb, sglang=pdb is not None and fits and self._decode_node(chunks))
 
-    def _join_prompt(self, r: Request, matched: int, first: int, budget: ChunkBudget, policy: Admission,
+    def _join_prompt(self, r: Request, matched: int, first: int, budget: PrefillTokens, policy: Admission,
                      chunks: list[PrefillChunk], fresh: list) -> bool:
         """A waiting prompt starts running with its first chunk; False (and undone) when the
         pool cannot take the chunk."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from mini_engine.scheduler.admission import Estimate, PDPrealloc, PrefillAdder
-from mini_engine.scheduler.prefill_tokens import ChunkBudget
+from mini_engine.scheduler.prefill_tokens import PrefillTokens
 
 
 def test_estimate_reads_the_free_pages_once_per_pass_and_keeps_its_own_count():
@@ -26,7 +26,7 @@ def test_estimate_reads_the_free_pages_once_per_pass_and_keeps_its_own_count():
 
 
 def test_estimate_continues_by_the_chunk_budget_alone():
-    chunks = ChunkBudget(64, 16)
+    chunks = PrefillTokens(64, 16)
     est = Estimate(lambda: 0, lambda r, m: 0)
     assert est.continuation(100, chunks) == chunks.continuation(100)
     assert est.cap is None and not est.full and not est.stops(chunks)
@@ -53,7 +53,7 @@ def test_pd_prealloc_builds_its_budget_at_the_first_arrival_only():
 def test_a_spent_compute_budget_stops_the_adder_unless_memory_is_spent_too():
     mem = SimpleNamespace(rem_input=0, has_room=True)
     adder = PrefillAdder(mem, SimpleNamespace(prefix=None))
-    chunks = ChunkBudget(64, 16)
+    chunks = PrefillTokens(64, 16)
     assert adder.stops(chunks)  # max_prefill_tokens spent (OTHER)
     mem.has_room = False
     assert not adder.stops(chunks) and adder.full  # NO_TOKEN: the pass goes on to close the gate
