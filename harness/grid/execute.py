@@ -24,6 +24,7 @@ from harness.run.hardware import MemoryProbe
 from harness.run.runner import run_config
 from harness.store.results import RunDir, append_row
 from harness.view.mlflow_log import Logger
+from harness.view.mlflow_queue import UploadQueue
 
 
 class ResultWriteError(HarnessError):
@@ -37,6 +38,10 @@ class GridSession:
     run_dir: RunDir
     logger: Logger | None = None
     worker: str = "main"
+    # The controller's uploads go through one background thread (mlflow_queue.py); without
+    # it (tests, one-process callers) a row is uploaded in line.
+    background: bool = False
+    uploads: UploadQueue | None = None
 
     def measure(self, gc: GridConfig) -> dict[str, Any]:
         """Run and judge one config: its row, written nowhere yet."""
@@ -70,11 +75,29 @@ class GridSession:
             append_row(self.run_dir.results, row)  # whole line or nothing (append_line)
         except OSError as err:
             raise ResultWriteError(f"{self.run_dir.results}: {err.strerror or err}") from None
-        if self.logger is not None and self.logger.log(row, row.get("test_id") or row["key"]):
-            try:
-                self.run_dir.mark_logged(row["key"])
-            except OSError:
-                pass  # sync finds the child run by its tags and does not log it twice
+        if self.logger is None:
+            return
+        if not self.background:
+            self.upload(row)
+            return
+        if self.uploads is None:
+            self.uploads = UploadQueue(self.upload)
+        self.uploads.submit(row)  # on disk already: a row the thread never uploads stays pending for sync
+
+    def upload(self, row: dict[str, Any]) -> bool:
+        """Log a written row to MLflow and note it logged; False leaves it pending for sync."""
+        if not self.logger.log(row, row.get("test_id") or row["key"]):
+            return False
+        try:
+            self.run_dir.mark_logged(row["key"])
+        except OSError:
+            pass  # sync finds the child run by its tags and does not log it twice
+        return True
+
+    def finish_uploads(self, drain: bool = True) -> None:
+        """Wait for the background uploads (all of them, or after a Ctrl-C the one in flight)."""
+        if self.uploads is not None:
+            self.uploads.close(drain)
 
     def run(self, gc: GridConfig) -> dict[str, Any]:
         """Both halves in one process (tests, benchmarks, bisect-like callers)."""

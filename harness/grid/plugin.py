@@ -213,7 +213,7 @@ class GridController:
         root = root or results_root()
         experiment = experiment_for({"suite": suite.name, **run_dir.meta()})  # a PR rerun's has its own
         logger = Logger(uri, suite.name, run_dir.run_id, parent, root, experiment) if uri and parent else None
-        self.writer = GridSession(suite, run_dir, logger)
+        self.writer = GridSession(suite, run_dir, logger, background=True)
         self.done = sorted(run_dir.done_keys())  # read once, before any row of this run
         self.collected: list[str] | None = None
         self.started: set[str] = set()
@@ -350,6 +350,13 @@ class GridController:
         self.stop_reason = str(excinfo.value).strip() or excinfo.typename
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        try:
+            self._sessionfinish(session)
+        finally:
+            # Every row is on disk; an interrupted sweep leaves the uploads not yet made to --resume or sync.
+            self.writer.finish_uploads(drain=not self.interrupted)
+
+    def _sessionfinish(self, session: pytest.Session) -> None:
         if self.write_error is not None:
             session.exitstatus = WRITE_FAILED
             return
@@ -361,6 +368,7 @@ class GridController:
                     session.exitstatus = WRITE_FAILED
                     return
         if self.owns_parent:
+            self.writer.finish_uploads()  # before the parent closes: its children are all in
             # A pytest run that created its own parent run closes it, as kvbench sweep does:
             # upload what could not be logged, then mark the parent finished.
             rows = load_rows(self.run_dir.path)
@@ -369,6 +377,7 @@ class GridController:
             print(f"\nkvbench: {note}")
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.writer.finish_uploads(drain=not self.interrupted)  # pytest stopped before sessionfinish
         if self.lock is not None:
             self.lock.release()
         if self.tmp is not None and not self.owns_parent:

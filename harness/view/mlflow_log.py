@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from harness.store.locks import store_lock
 from harness.store.results import load_rows
 from harness.view import mlflow_layout as layout
 from harness.view.mlflow_views import install_view, view_tags
+from harness.view.series_svg import series_svg
 from harness.view.mlflow_store import (MlflowUnavailable, artifact_location, check_local_store, quiet_client_env,
                                        tracking_uri, unreachable)
 from mini_engine.errors import KVBenchError
@@ -221,23 +221,16 @@ def log_row(cl, exp_id: str, parent_id: str, run_id: str, row: dict[str, Any], n
     params = [Param(k, ("none" if v is None else str(v))[:PARAM_CHARS]) for k, v in sorted(given.items())]
     metrics = [Metric(k, v, end, 0) for k, v in layout.scalar_metrics(row).items()]
     metrics += [Metric(k, v, end, step) for k, step, v in layout.series_metrics(row)]
-    for i in range(0, max(len(params), 1), 100):
-        cl.log_batch(cid, params=params[i:i + 100])
-    for i in range(0, len(metrics), 1000):
-        cl.log_batch(cid, metrics=metrics[i:i + 1000])
+    # As few calls as MLflow's batch limits allow (100 params, 1000 metrics a call): each
+    # is a store transaction, and a config's upload was a dozen of them.
+    for i in range(max(-(-len(params) // 100), -(-len(metrics) // 1000), 1)):
+        cl.log_batch(cid, params=params[100 * i:100 * (i + 1)], metrics=metrics[1000 * i:1000 * (i + 1)])
     cl.log_dict(cid, row, "row.json")
-    _log_series_plot(cl, cid, row)
+    chart = series_svg(row)
+    if chart is not None:
+        cl.log_text(cid, chart, "series.svg")  # MLflow previews it as an image
     cl.set_terminated(cid, RunStatus.to_string(RunStatus.FINISHED), end_time=end)
     return True
-
-
-def _log_series_plot(cl, run_id: str, row: dict[str, Any]) -> None:
-    from harness.view.plots import series_plot  # numpy: optional, loaded only on this path
-
-    with tempfile.TemporaryDirectory(prefix="kvbench-plot-") as tmp:
-        path = series_plot(row, Path(tmp) / "series.png")
-        if path is not None:
-            cl.log_artifact(run_id, str(path))
 
 
 class Logger:

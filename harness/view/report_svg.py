@@ -46,10 +46,11 @@ def fmt(v: float) -> str:
 
 def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str, chart_id: str,
                size: tuple[int, int] = (W, H), legend: bool = True, cls: str = "trend",
-               marks: list[tuple[int, int, str]] = ()) -> str:
+               marks: list[tuple[int, int, str]] = (), points: bool = True) -> str:
     """``series``: dicts with ``label``, ``values`` (one per x, None where absent) and
     optionally ``spread`` (per x, (low, high) or None): drawn as error bars. ``marks``:
-    steps (x before, x after, label), a dashed line between the two runs, as asv marks them."""
+    steps (x before, x after, label), a dashed line between the two runs, as asv marks them.
+    ``points=False``: lines alone (a per-step series of hundreds of points)."""
     ys = [v for s in series for v in s["values"] if v is not None]
     ys += [b for s in series for sp in s.get("spread") or [] if sp for b in sp]
     if not ys:
@@ -74,7 +75,7 @@ def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str,
                    f'<text x="{LEFT - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{fmt(t)}</text>')
     every = max(1, math.ceil(n / 12))  # at most a dozen x labels
     for i, label in enumerate(xlabels):
-        if i % every == 0 or i == n - 1:
+        if (i % every == 0 and n - 1 - i >= every / 2) or i == n - 1:  # the last label never overdrawn
             out.append(f'<text x="{x(i):.1f}" y="{h - BOTTOM + 16}" text-anchor="middle" class="mono">'
                        f'{escape(label)}</text>')
     out.append(f'<text x="14" y="{TOP + ph / 2:.1f}" transform="rotate(-90 14 {TOP + ph / 2:.1f})" '
@@ -96,7 +97,7 @@ def line_chart(title: str, xlabels: list[str], series: list[dict], y_label: str,
         if len(pts) > 1:
             path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in pts)
             out.append(f'<polyline points="{path}" stroke="{color}" class="line"/>')
-        for px, py, v, i in pts:
+        for px, py, v, i in pts if points or len(pts) == 1 else ():
             out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{color}">'
                        f'<title>{escape(s["label"])}\n{escape(xlabels[i])}: {fmt(v)}</title></circle>')
     out.append("</svg>")

@@ -127,7 +127,7 @@ def test_sync_is_idempotent_and_replaces_half_logged_children(tmp_path):
     two = cl.get_run(kids[key_hash(rows[1]["key"])][0].info.run_id)
     assert two.data.metrics["invariants/K1"] == 1 and two.data.tags["kvbench.status"] == "violated"
     assert run.logged_keys() == {r["key"] for r in rows}
-    assert {a.path for a in cl.list_artifacts(one.info.run_id)} == {"row.json", "series.png"}
+    assert {a.path for a in cl.list_artifacts(one.info.run_id)} == {"row.json", "series.svg"}
 
 
 def test_ui_without_a_store_is_one_line(results_root, cli, capsys):
