@@ -65,6 +65,14 @@ class Facets:
     line_keys: tuple[str, ...]  # the line options that vary (the legend names only these)
     panels: list[Panel]
     dropped: int = 0  # panels past MAX_PANELS
+    single: int = 0  # panels left out because no line in them has two x values (points, not a line)
+
+    @property
+    def common(self) -> tuple[tuple[str, Any], ...]:
+        """The panel options every drawn panel shares: said once, not in each panel's title."""
+        if len(self.panels) < 2:
+            return self.panels[0].values if self.panels else ()
+        return tuple(v for v in self.panels[0].values if all(v in p.values for p in self.panels[1:]))
 
     def xs(self, panel: Panel) -> list[tuple]:
         return _sort_tuples({x for line in panel.lines.values() for x in line})
@@ -91,7 +99,16 @@ def facet(rows: list[dict[str, Any]], x: tuple[str, ...], lines: tuple[str, ...]
         # A later row of the same config (a resumed run) replaces the earlier one.
         panel.lines[tuple(opt(r, k) for k in line_keys)][tuple(opt(r, k) for k in x)] = r
     ordered = sorted(panels.values(), key=lambda p: [(v is None, str(v)) for _, v in p.values])
-    return Facets(x, line_keys, ordered[:MAX_PANELS], max(0, len(ordered) - MAX_PANELS))
+    # A panel whose every line is one point (a workload run at one page size) draws no
+    # trend: it only shrank the panels that do (20 in the smoke figure, unreadable in MLflow).
+    lines_drawn = [p for p in ordered if any(len(line) > 1 for line in p.lines.values())] if len(x_values(rows, x)) > 1 \
+        else ordered
+    return Facets(x, line_keys, lines_drawn[:MAX_PANELS], max(0, len(lines_drawn) - MAX_PANELS),
+                  len(ordered) - len(lines_drawn))
+
+
+def x_values(rows: list[dict[str, Any]], x: tuple[str, ...]) -> set[tuple]:
+    return {tuple(opt(r, k) for k in x) for r in rows}
 
 
 # Legend spelling: a value alone where it names itself (dflash, aligned), else short=value
@@ -104,5 +121,7 @@ def label(values: tuple, keys: tuple[str, ...]) -> str:
     return " ".join(parts) or "all"
 
 
-def panel_title(panel: Panel) -> str:
-    return ", ".join(f"{k}={'none' if v is None else v}" for k, v in panel.values) or "every config"
+def panel_title(panel: Panel, common: tuple[tuple[str, Any], ...] = ()) -> str:
+    """What sets the panel apart: its options less those every panel of the figure shares."""
+    own = [(k, v) for k, v in panel.values if (k, v) not in common]
+    return ", ".join(f"{k}={'none' if v is None else v}" for k, v in own) or "every config"

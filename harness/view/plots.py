@@ -223,7 +223,9 @@ def _grid(rows: list[dict[str, Any]], metrics: tuple[str, ...], x: tuple[str, ..
         return None  # one x value is a point, not a figure
     facets = facet(rows, x, lines)
     cols = len(facets.panels)
-    fig, axes = plt.subplots(len(shown), cols, figsize=(4.6 * cols, 3.3 * len(shown)), squeeze=False)
+    if not cols:
+        return None
+    fig, axes = plt.subplots(len(shown), cols, figsize=(PANEL_W * cols, PANEL_H * len(shown)), squeeze=False)
     timed = False
     colours: dict[tuple, Any] = {}  # one colour per line across panels, one legend for the figure
     handles: dict[str, Any] = {}
@@ -251,6 +253,12 @@ def _grid(rows: list[dict[str, Any]], metrics: tuple[str, ...], x: tuple[str, ..
             if not drawn:
                 ax.set_axis_off()
                 continue
+            if all(v == 0 for ln in ax.get_lines() for v in ln.get_ydata()):
+                ax.clear()  # an axes of zero lines (SWA figures of a model without SWA) says it in words
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, f"{metric.replace('_', ' ')}:\n0 in every config of this panel",
+                        ha="center", va="center", fontsize=8, transform=ax.transAxes)
+                continue
             positive = [v for ln in ax.get_lines() for v in ln.get_ydata() if v > 0]
             if positive and max(positive) > 50 * min(positive):
                 ax.set_yscale("symlog", linthresh=1.0)  # pages at ps 1 and ps 64 differ 60-fold
@@ -259,24 +267,51 @@ def _grid(rows: list[dict[str, Any]], metrics: tuple[str, ...], x: tuple[str, ..
             ax.set_xlabel(" / ".join(x))
             unit = " (MiB)" if scale > 1 else ""
             ax.set_ylabel(metric_label(metric, panel.rows).replace("(bytes)", unit.strip()), fontsize=8)
-            title = panel_title(panel)
+            title = panel_title(panel, facets.common)
             if lookup(metric).is_rate and all(opt(r, "model") == "none" for r in panel.rows):
                 title += "\n" + BOOKKEEPING
             ax.set_title(textwrap.fill(title, 60), fontsize=7)
     what = ("counters: one run per config, exact" if not any(lookup(m).kind in ("timing", "memory") for m in shown)
             else "median and IQR of the warm repeats" if timed else "one warm run per config (suite repeat 1): no spread")
     more = f"; first {cols} of {cols + facets.dropped} panels" if facets.dropped else ""
-    _suptitle(fig, f"{', '.join(m.replace('_', ' ') for m in shown)} against {' / '.join(x)} "
-                   f"(a panel per option that changes the figure; {what}{more})")
+    if facets.single:
+        more += f"; {facets.single} workload(s) run at one {' / '.join(x)} only are left out"
+    shared = ", ".join(f"{k}={'none' if v is None else v}" for k, v in facets.common)
+    title = _suptitle(fig, f"{', '.join(m.replace('_', ' ') for m in shown)} against {' / '.join(x)} "
+                                    f"(a panel per option that changes the figure; {what}{more})"
+                                    + (f"; every panel: {shared}" if shared else ""))
     legend_rows = -(-len(handles) // 3)
     fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=3, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, min(0.4, 0.3 * legend_rows / fig.get_figheight()), 1, 1))
+    _fixed_layout(fig, len(shown), title, legend_rows)
     return _save(fig, path)
 
 
-def _suptitle(fig, text: str) -> None:
+# A line figure's panel, in inches, and its margins. The layout is computed, not
+# searched: tight_layout measured every text of every panel, a third of the sweep's
+# plotting time (seconds a figure on two cores).
+PANEL_W, PANEL_H = 4.6, 3.3
+LEFT_IN, RIGHT_IN, GAP_W_IN, GAP_H_IN = 0.8, 0.2, 0.85, 0.95
+
+
+def _fixed_layout(fig, rows: int, title, legend_rows: int) -> None:
+    """Grow the figure by its title and legend, then place the panels with room for
+    their labels (two-line y labels, three-line titles, the x label)."""
+    top_in = 0.55 + 0.2 * (title.get_text().count("\n") + 1)  # the title, then the first row's panel titles
+    bottom_in = 0.3 + 0.16 * legend_rows + 0.35
+    w, h = fig.get_figwidth(), fig.get_figheight() + top_in + bottom_in
+    fig.set_figheight(h)
+    title.set_y(1 - 0.08 / h)
+    cols = len(fig.axes) // max(1, rows)
+    axes_w = (w - LEFT_IN - RIGHT_IN - GAP_W_IN * (cols - 1)) / max(1, cols)
+    axes_h = (h - top_in - bottom_in - GAP_H_IN * (rows - 1)) / max(1, rows)
+    fig.subplots_adjust(left=LEFT_IN / w, right=1 - RIGHT_IN / w, top=1 - top_in / h, bottom=bottom_in / h,
+                        wspace=GAP_W_IN / axes_w, hspace=GAP_H_IN / axes_h)
+
+
+def _suptitle(fig, text: str):
+    """The figure's title, wrapped to its width."""
     # A long list of folded options ran off both edges of a narrow figure: wrap it.
-    fig.suptitle(textwrap.fill(text, width=int(fig.get_figwidth() * 13)), fontsize=10)
+    return fig.suptitle(textwrap.fill(text, width=int(fig.get_figwidth() * 13)), fontsize=10)
 
 
 def _save(fig, path: Path) -> Path:
@@ -294,38 +329,3 @@ def _write_png(fig, path: Path, dpi: int) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     write_bytes(path, buf.getvalue(), "plot")
-
-
-def series_plot(row: dict[str, Any], path: Path) -> Path | None:
-    """One config's per-step stranded and reserved-but-unwritten slots, and pages held.
-
-    Drawn for every config of a sweep, so it is kept cheap: one axes, a twin for
-    pages, no layout pass."""
-    series = {k: v for k, v in (row.get("series") or {}).items() if isinstance(v, list) and v}
-    if not series:
-        return None
-    import matplotlib  # matplotlib: optional, loaded only on this path
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure  # matplotlib: optional, loaded only on this path
-
-    fig = Figure(figsize=(6, 3))
-    slots = fig.add_axes((0.1, 0.15, 0.78, 0.72))
-    for name, colour in (("stranded", "tab:red"), ("reserved", "tab:blue")):
-        if name in series:
-            slots.plot(series[name], label=f"{name} slots", lw=1, color=colour)
-    slots.set_xlabel("step")
-    slots.set_ylabel("slots")
-    lines = slots.get_lines()
-    if "held" in series or "swa_held" in series:
-        pages = slots.twinx()
-        for name, colour, text in (("held", "tab:green", "pages held"), ("swa_held", "tab:purple", "SWA pages held")):
-            if name in series:
-                lines += pages.plot(series[name], color=colour, lw=1, label=f"{text} (right axis)")
-        pages.set_ylabel("pages held")
-    # One legend for both axes: the green line had none, only the right-hand label.
-    slots.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="upper right")
-    slots.set_title(str(row.get("test_id") or row.get("key"))[:90], fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_png(fig, path, 72)
-    return path

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.view.facets import POLICIES, SHAPE, facet, label, spread
+from harness.view.facets import POLICIES, SHAPE, facet, label, panel_title, spread
 from harness.view.plots import metric_label, write_plots
 
 
@@ -85,3 +85,17 @@ def test_block_size_gets_its_figure_when_it_varies(tmp_path):
     rows.append(row(16, spec="eagle"))  # no block size: not on that figure
     names = {p.name for p in write_plots(rows, tmp_path)}
     assert "memory_vs_block_size.png" in names
+
+
+def test_a_workload_run_at_one_page_size_is_counted_not_drawn_as_a_panel():
+    # The smoke figure drew 5 panels a metric, two of them single points (a shared-prefix
+    # workload at ps 64 only, the real-model config): 20 panels too small to read in MLflow.
+    rows = [row(ps, window=w) for ps in (1, 16) for w in (None, 64)]
+    lone = row(64, model="tiny")
+    f = facet(rows + [lone], ("page_size",), SHAPE + POLICIES)
+    assert len(f.panels) == 2 and f.single == 1
+    assert all(lone not in p.rows for p in f.panels)
+    # Each title names only what sets its panel apart; what every panel shares is said once.
+    assert dict(f.common)["model"] == "none"
+    assert sorted(panel_title(p, f.common) for p in f.panels) == [
+        "layer_pattern=1:1, window=64", "layer_pattern=all-global, window=none"]
