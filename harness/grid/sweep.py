@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+from contextlib import nullcontext
 import sys
 import time
 from dataclasses import dataclass
@@ -23,8 +24,10 @@ from harness.core.errors import HarnessError
 from harness.core.safe_write import UnsafeTarget, open_regular
 from harness.grid import sigint
 from harness.grid.engines import skipped_line, unsupported, with_engine
+from harness.grid.cost import model_seconds
 from harness.grid.filter import compile_filter
 from harness.grid.lifecycle import PROJECT, finish_mlflow, prepare_run, write_run_plots
+from harness.grid.phases import build_cpu_kernels, needs_cpu_kernels, phase
 from harness.grid.shards import parse_shard, shard_meta
 from harness.grid.suites import SUITES_DIR, Suite, SuiteError, load_suite
 from harness.grid.verdict import judge_sweep
@@ -264,7 +267,7 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
         meta["engine"] = engine  # before any row: --resume goes on with it
         run_dir.write_meta(meta)
     start_system_metrics(meta.get("mlflow_uri"), meta.get("mlflow_parent"))
-    display = Display(console)
+    display = Display(console, {gc.id: model_seconds(gc.config, suite.repeat) for gc in suite.configs})
     # No parent run: the controller leaves every row for sync (finish_mlflow below).
     only = list(part["configs"]) if part is not None else None
     if skipped:  # the configs the reference cannot run are left out, each reason counted in one line
@@ -284,6 +287,8 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
                   f"run {run_dir.run_id}" + (f" (resuming, {done_before} done)" if opts.resume else ""))
     if order := devices.check_order():  # before the live progress, which would overdraw it
         err_console.print(order, markup=False, soft_wrap=True)
+    if engine in (None, "mini") and needs_cpu_kernels(suite, hw.profile):
+        console.print(build_cpu_kernels(console), markup=False)  # before the grid: no config waits on the compiler
     started = time.time()
     log = _Log(run_dir.path / "pytest.log")
     streams = sys.stdout, sys.stderr
@@ -327,11 +332,15 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     meta = run_dir.meta()
     meta["wall_s"] = meta.get("wall_s", 0.0) + wall
     run_dir.write_meta(meta)
-    plots = write_run_plots(rows, run_dir, err_console.print)
-    mlflow_note = finish_mlflow(run_dir, meta, rows, plots, root, err_console.print)
+    with phase(console, "plots of the run"):
+        plots = write_run_plots(rows, run_dir, err_console.print)
+    with (phase(console, "MLflow: the last uploads, the parent run's figures and plots, then closed")
+          if meta.get("mlflow_uri") else nullcontext()):
+        mlflow_note = finish_mlflow(run_dir, meta, rows, plots, root, err_console.print)
     print_summary(console, rows, run_dir, wall, mlflow_note, ran=len(rows) - done_before)
 
-    gate = judge_sweep(run_dir, rows, root, opts, console, err_console.print)  # 0 without --fail-on-regression
+    with phase(console, "compare against the baseline and the previous run, and the report"):
+        gate = judge_sweep(run_dir, rows, root, opts, console, err_console.print)  # 0 without --fail-on-regression
     if gate:
         return gate
     return 0 if completed and all(r.get("verdict") in PASSING for r in rows) else 1
@@ -342,7 +351,7 @@ class Display:
     bar on a terminal, a line per finished config in a log (CI), where a live display
     would print nothing."""
 
-    def __init__(self, console):
+    def __init__(self, console, weights: dict[str, float] | None = None):
         # rich: optional, loaded only on this path
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -357,18 +366,27 @@ class Display:
         self.done = 0
         self.running: list[str] = []
         self.counts = {"violated": 0, "unexpected": 0, "failed": 0}
-        self.started_at = time.monotonic()
+        # The ETA weighs what is left by each config's modelled cost (harness/grid/cost.py: a
+        # real-model config costs dozens of accounting ones) and runs its clock from the first
+        # config's start: the workers' start-up (imports, collection) is no config's pace, and
+        # counted in made the first ETA of a 3-minute sweep 1:17:01.
+        self.weights = weights or {}
+        self.ids: list[str] = []
+        self.finished: set[str] = set()
+        self.first_start: float | None = None
 
     def start(self) -> None:
-        self.started_at = time.monotonic()
         self.progress.start()
 
     def collected(self, ids: list[str]) -> None:
         # Only this attempt's configs count: a resumed run's earlier rows are deselected.
         self.total = len(ids)
+        self.ids = list(ids)
         self._update()
 
     def started(self, cid: str) -> None:
+        if self.first_start is None:
+            self.first_start = time.monotonic()
         self.running.append(cid)
         self._update()
 
@@ -382,6 +400,7 @@ class Display:
         if cid in self.running:  # a crashed worker's config never stops
             self.running.remove(cid)
         self.done += 1
+        self.finished.add(cid)
         if any(v for v in (row.get("violations") or {}).values() if isinstance(v, (int, float))):
             self.counts["violated"] += 1
         if row.get("verdict") == "failed":
@@ -394,7 +413,12 @@ class Display:
         self._update()
 
     def _eta(self) -> str:
-        return eta(self.done, self.total, time.monotonic() - self.started_at)
+        if self.first_start is None:
+            return "-"
+        cost = lambda ids: sum(self.weights.get(i, 1.0) for i in ids)  # noqa: E731
+        done = cost(self.finished)
+        left = cost(i for i in self.ids if i not in self.finished) if self.ids else None
+        return eta(done, left, time.monotonic() - self.first_start)
 
     def _summary(self) -> str:
         c = self.counts
@@ -412,11 +436,12 @@ class Display:
             self.console.print(f"{self.done} configs run, {self._summary()}")
 
 
-def eta(done: int, total: int | None, elapsed: float) -> str:
-    """Time left at the mean pace so far ('-' until a config has finished)."""
-    if not total or not done:
+def eta(done: float, left: float | None, elapsed: float) -> str:
+    """Time left at the pace so far: ``done`` and ``left`` in the same unit of work
+    ('-' until some work is done)."""
+    if left is None or not done:
         return "-"
-    left = max(0.0, elapsed / done * (total - done))
+    left = max(0.0, elapsed / done * left)
     minutes, seconds = divmod(int(round(left)), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"

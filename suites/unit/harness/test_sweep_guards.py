@@ -74,8 +74,30 @@ def test_host_memory_bound_names_the_range():
 
 def test_eta_at_the_pace_so_far():
     assert eta(0, 10, 5.0) == "-" and eta(3, None, 5.0) == "-"
-    assert eta(1, 4, 10.0) == "0:30" and eta(4, 4, 10.0) == "0:00"
-    assert eta(1, 1000, 10.0) == "2:46:30"
+    assert eta(1, 3, 10.0) == "0:30" and eta(4, 0, 10.0) == "0:00"
+    assert eta(1, 999, 10.0) == "2:46:30"
+
+
+def test_the_eta_runs_from_the_first_config_and_weighs_what_is_left(monkeypatch):
+    # The workers' start-up was counted as the first config's pace (a first ETA of 1:17:01
+    # for a sweep of minutes), and a real-model config counted as one accounting config.
+    import io
+
+    from rich.console import Console
+
+    from harness.grid import sweep
+
+    now = [100.0]
+    monkeypatch.setattr(sweep.time, "monotonic", lambda: now[0])
+    display = sweep.Display(Console(file=io.StringIO(), width=200), {"a": 1.0, "b": 1.0, "model": 8.0})
+    display.start()
+    display.collected(["a", "b", "model"])
+    now[0] = 160.0  # a minute of imports and collection before any config starts
+    display.started("a")
+    assert display._eta() == "-"
+    now[0] = 170.0
+    display.row({"test_id": "a", "status": "ok", "verdict": "ok"})
+    assert display._eta() == "1:30"  # 10 s for a weight of 1, 9 left; not (70 s / 1 done) x 2 configs
 
 
 @pytest.mark.parametrize("audit", ["off", "record"])
