@@ -70,7 +70,11 @@ def _build_name(flags_used: list[str]) -> str:
     # The sources' and headers' text names the build too: torch rebuilds a cached build in
     # place when a source changes (and never for a header), so two checkouts with different
     # kernels sharing one cache directory would rebuild over each other (or load the other's).
-    flags += " ".join(flags_used) + "".join(f.read_text() for f in sorted(CSRC.glob("*.h")) + SOURCES)
+    # So does where the sources are: torch's build file names them by path, and two checkouts
+    # of the same kernels took turns rebuilding one cached build (minutes each, inside a
+    # config that had been built for before the grid started).
+    flags += " ".join(flags_used) + str(CSRC.resolve())
+    flags += "".join(f.read_text() for f in sorted(CSRC.glob("*.h")) + SOURCES)
     return f"{NAME}_{hashlib.sha1(flags.encode()).hexdigest()[:10]}"
 
 

@@ -201,3 +201,17 @@ def test_norm_and_silu_loops_match_torch(dtype):
     gate, up = gate_up.chunk(2, dim=-1)
     torch.testing.assert_close(cpu_kernels.ops().silu_mul(gate_up), torch.nn.functional.silu(gate) * up,
                                atol=tol * 10, rtol=tol)
+
+
+def test_two_checkouts_of_the_same_kernels_build_apart(tmp_path, monkeypatch):
+    # torch's build file names the sources by path: two checkouts sharing one cached build
+    # took turns rebuilding it, inside the configs the sweep had built the kernels for.
+    import shutil
+
+    here = cpu_kernels._build_name(cpu_kernels.FLAGS)
+    assert cpu_kernels._build_name(cpu_kernels.FLAGS) == here  # stable for one checkout
+    other = tmp_path / "csrc"
+    shutil.copytree(cpu_kernels.CSRC, other)
+    monkeypatch.setattr(cpu_kernels, "CSRC", other)
+    monkeypatch.setattr(cpu_kernels, "SOURCES", [other / s.name for s in cpu_kernels.SOURCES])
+    assert cpu_kernels._build_name(cpu_kernels.FLAGS) != here
