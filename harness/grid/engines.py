@@ -37,7 +37,7 @@ def unsupported(suite: Suite) -> dict[str, str]:
 
     for c in configs:
         try:
-            check_supported(c.spec.engine, c.spec.workload.to_dict(), loader.SUPPORTED[0])
+            check_supported(c.spec.engine, c.spec.workload.to_dict(), loader.target())
         except UnsupportedByReference as err:
             out[c.id] = str(err)
     return out

@@ -98,7 +98,7 @@ def compare_suite(configs: list[tuple[str, RunSpec]]) -> Iterator[tuple[str, Com
     """(id, Comparison) for each config the reference supports, (id, why not) for the others."""
     for cid, spec in configs:
         try:
-            check_supported(spec.engine, spec.workload.to_dict(), loader.SUPPORTED[0])
+            check_supported(spec.engine, spec.workload.to_dict(), loader.target())
         except UnsupportedByReference as err:
             yield cid, str(err)
             continue

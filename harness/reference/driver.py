@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from array import array
 
+from harness.reference.req_fields import extend_len
 from harness.reference.sampler import Sampler
 from harness.reference.spec import draft_input
 from mini_engine.request import Request
@@ -96,7 +97,7 @@ class Driver:
         if self.spec is not None:
             self._relay(s, batch)
         return result(next_token_ids=torch.tensor(ids, dtype=torch.int64),
-                      extend_input_len_per_req=[r.extend_len for r in batch.reqs] if extend else None)
+                      extend_input_len_per_req=[extend_len(r) for r in batch.reqs] if extend else None)
 
     def _next(self, req, n: int) -> list[int]:
         """The request's next n recorded outputs (0 past the end: tokens SGLang never keeps)."""

@@ -26,12 +26,25 @@ SCHEDULER_STAND_INS = (
     "setproctitle",  # names the scheduler process
     "einops",  # the linear-attention kernels' tensor reshapes
 )
-# The releases whose loop this reference drives (its stand-ins and the attributes scheduler.py sets).
-SUPPORTED = ("0.5.23",)
+# The releases whose loop this reference drives (its stand-ins and the attributes
+# scheduler.py sets), each beside the profile that follows it, the newest first.
+PROFILE_OF = {"0.5.23": "sglang-0.5.23", "0.5.18": "sglang-pre-35265"}
+SUPPORTED = tuple(PROFILE_OF)
 
 
 class ReferenceUnavailable(HarnessError):
     """SGLang missing, unimportable or a release the reference cannot drive (one line, exit 2)."""
+
+
+def target() -> str:
+    """The release the reference runs as: the installed one where it drives it, else the
+    newest it drives (load() then refuses the installed release). Read from the metadata:
+    no import."""
+    try:
+        version = installed_version()
+    except Exception:  # not installed: load() says what to install
+        return SUPPORTED[0]
+    return version if version in PROFILE_OF else SUPPORTED[0]
 
 
 def installed_version() -> str:
@@ -50,7 +63,7 @@ def load() -> SimpleNamespace:
                                    f"(pip install --no-deps sglang=={SUPPORTED[0]}; docs/conform.md): "
                                    f"{one_line(err)}") from None
     if version not in SUPPORTED:
-        raise ReferenceUnavailable(f"--engine sglang drives SGLang {', '.join(SUPPORTED)}'s loop; "
+        raise ReferenceUnavailable(f"--engine sglang drives SGLang {' and '.join(SUPPORTED)}'s loops; "
                                    f"SGLang {version} is installed")
     try:
         serving = sglang_swa()

@@ -41,8 +41,9 @@ def check_supported(cfg, wl: dict, version: str) -> None:
     """UnsupportedByReference naming the first option the reference does not drive."""
     why = None
     knob = next((k for k in WHAT_IFS if getattr(cfg, k) is not None), None)
-    if cfg.profile != f"sglang-{version}":
-        why = f"--profile {cfg.profile} (the reference is SGLang {version}'s own loop: --profile sglang-{version})"
+    profile = loader.PROFILE_OF[version]
+    if cfg.profile != profile:
+        why = f"--profile {cfg.profile} (the reference is SGLang {version}'s own loop: --profile {profile})"
     elif knob is not None:
         why = f"--{knob.replace('_', '-')} (a what-if of SGLang's rules; the reference runs SGLang's own)"
     elif cfg.spec not in SPECS:
@@ -59,12 +60,18 @@ def run_reference(config: RunSpec | dict[str, Any]) -> dict[str, Any]:
     """The result row of ``config`` (a spec, or a dict parsed once here) on SGLang's own scheduler loop."""
     run = as_spec(config)
     cfg = run.engine
-    check_supported(cfg, run.workload.to_dict(), loader.SUPPORTED[0])  # before the import: load() refuses others
+    check_supported(cfg, run.workload.to_dict(), loader.target())  # before the import: load() refuses others
     sg = loader.load()
     mini = run_config(run.on("mini"), outputs=True)  # the output ids the stand-in forward returns
     if mini["status"] == "failed":
         raise UnsupportedByReference(f"the mini engine's run of this config failed, so there are no output ids "
                                      f"to replay: {mini['error']}")
+    if mini["violations"].get("K4"):
+        # SGLang's reservation runs past the request's req_to_token row (issue 33579) and
+        # writes into the next row's memory: on a CPU tensor its loop crashed the process.
+        raise UnsupportedByReference(f"--engine {ENGINE} does not support a reservation past the request's row "
+                                     f"(K4 in the mini engine's run, issue 33579: SGLang writes past the row); "
+                                     f"run it on the mini engine")
     outputs = {o["rid"]: o["output"] for o in mini["outputs"]}
     work = make_workload(run.workload, cfg.seed, max_context=cfg.max_context)
     overlap, radix = cfg.rules.overlap, cfg.rules.prefix_cache == "radix"

@@ -16,6 +16,8 @@ read SGLang's way:
 
 from __future__ import annotations
 
+from harness.reference.req_fields import committed, extend_len, pool_idx
+
 SERIES = ("stranded", "reserved", "held", "swa_held", "used", "running", "hits", "retractions", "evictable")
 
 
@@ -28,7 +30,7 @@ class Sampler:
     def launched(self, batch, extend: bool) -> None:
         if extend:
             self.prefill_steps += 1
-            self.prefill_tokens += sum(r.extend_len for r in batch.reqs)
+            self.prefill_tokens += sum(map(extend_len, batch.reqs))
         else:
             self.decode_steps += 1
 
@@ -41,8 +43,8 @@ class Sampler:
         evictable = (tree.evictable_size() if swa is None else tree.full_evictable_size()) // ps
         swa_tree = 0 if swa is None else tree.swa_evictable_size() + tree.swa_protected_size()
         swa_held = 0 if swa is None else (swa.size - swa.available_size() - swa_tree) // ps
-        live = [r for r in reqs if r.kv.req_pool_idx is not None]
-        reserved = sum(r.kv.kv_allocated_len - r.kv.kv_committed_len for r in live)
+        live = [r for r in reqs if pool_idx(r) is not None]
+        reserved = sum(r.kv.kv_allocated_len - committed(r) for r in live)
         stranded = sum(-(-r.kv.kv_allocated_len // ps) * ps - r.kv.kv_allocated_len for r in live)
         values = {"stranded": stranded, "reserved": reserved, "held": used - evictable, "swa_held": swa_held, "used": used,
                   "running": s.req_to_token_pool.size - s.req_to_token_pool.available_size(),

@@ -49,7 +49,7 @@ class _Metrics(_Inert):
 def scheduler_class(sg):
     """A class holding SGLang's REAL Scheduler methods and the loop's four edges."""
     Scheduler = sg.scheduler.Scheduler
-    body = {name: inspect.unwrap(getattr(Scheduler, name)) for name in REAL}
+    body = {name: inspect.unwrap(getattr(Scheduler, name)) for name in REAL if hasattr(Scheduler, name)}
 
     def ingest_requests(self, stop_at_pause: bool = False):
         self.driver.arrive(self)
@@ -82,6 +82,10 @@ def scheduler_class(sg):
         _add_request_to_queue=_add_request_to_queue,
         gracefully_exit=property(lambda self: self.driver.done(self)),
         last_batch=property(lambda self: self.__dict__.get("last_batch"), last_batch_set),
+        # 0.5.18's loop receives through a request receiver, then processes what it got.
+        process_input_requests=lambda self, reqs: None,
+        # 0.5.18's batch forming aborts requests past their timeouts; none is set here.
+        _abort_on_waiting_timeout=lambda self: None, _abort_on_running_timeout=lambda self, batch: None,
         on_idle=lambda self: None, _apply_war_barrier=lambda self: None,
         launch_batch_sample_if_needed=lambda self, result, batch: None,
         send_abort_output=lambda self, *a, **k: None,
@@ -102,7 +106,8 @@ def _inert() -> dict:
         hisparse_coordinator=None, decode_offload_manager=None, processed_tokens_counter=None,
         dynamic_chunk_sizer=None, prefill_delayer=None, dllm_config=None, truncation_align_size=None,
         _pending_chunked_abort_req=None, _engine_paused=False, _prefill_decode_interval_remaining=0,
-        prefill_decode_interval=0, prefill_decode_interval_min_bs=0)
+        prefill_decode_interval=0, prefill_decode_interval_min_bs=0,
+        enable_fpm=False)  # 0.5.18: the forward-pass metrics timer
 
 
 def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context: int, chunk: int,
@@ -136,7 +141,8 @@ def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context:
         tree = sg.serving.tree(alloc, ps, (sg.serving.FULL,), bigram, req_to_token_pool=rows, disable=not radix)
     model_config = SimpleNamespace(vocab_size=vocab_size, num_key_value_heads=1, is_encoder_decoder=False,
                                    is_multimodal=False, hf_eos_token_id=None,
-                                   self_opened_think_start_ids=None, think_end_id=None)
+                                   self_opened_think_start_ids=None, think_end_id=None,
+                                   think_end_ids=None)  # 0.5.18's name
     s = scheduler_class(sg)()
     s.__dict__.update(_inert())
     s.__dict__.update(
@@ -155,15 +161,23 @@ def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context:
         disaggregation_mode=sg.scheduler.DisaggregationMode.NULL,
         policy=sg.policy.SchedulePolicy("fcfs", tree, False, False, False),
         new_token_ratio_tracker=sg.ratio.NewTokenRatioTracker.from_config())
+    s.request_receiver = SimpleNamespace(recv_requests=s.ingest_requests)  # 0.5.18's arrivals
     # Scheduler.__init__'s admission delay: DFLASH waits for a few free request slots.
     slots = sg.scheduler.resolve_min_free_slots(sg.context.get_schedule().min_free_slots_delay, max_running,
                                                 is_dflash_family=s.spec_algorithm.is_dflash_family())
     s.min_free_slots_delayer = None if slots is None else sg.scheduler.MinFreeSlotsDelayer(min_free_slots=slots)
-    s.batch_result_processor = sg.processor.SchedulerBatchResultProcessor(
-        is_generation=True, disaggregation_mode=s.disaggregation_mode, enable_overlap=overlap,
+    s.batch_result_processor = _made(
+        sg.processor.SchedulerBatchResultProcessor, server_args=args, is_generation=True, disaggregation_mode=s.disaggregation_mode, enable_overlap=overlap,
         enable_overlap_mlx=False, model_config=model_config, token_to_kv_pool_allocator=alloc, tree_cache=tree,
         hisparse_coordinator=None, req_to_token_pool=rows, decode_offload_manager=None,
         metrics_collector=_Inert(), metrics_reporter=s.metrics_reporter, draft_worker=None, model_worker=_Inert(),
         logprob_result_processor=_Inert(), output_streamer=_Inert(), beam_coordinator=s.beam_coordinator,
         abort_request=lambda *a, **k: None)
     return s
+
+
+def _made(cls, **kwargs):
+    """cls(**kwargs) with the arguments this release's cls takes (0.5.18's result processor
+    takes the server args and no beam coordinator)."""
+    taken = inspect.signature(cls).parameters
+    return cls(**{k: v for k, v in kwargs.items() if k in taken})

@@ -21,7 +21,7 @@ from harness import ROOT
 from harness.cli import main
 from harness.reference import loader
 from harness.reference.compare import Comparison, compare, describe
-from harness.reference.run import UnsupportedByReference, check_supported
+from harness.reference.run import UnsupportedByReference, check_supported, run_reference
 from harness.run.runner import split_config
 
 SMALL = {"workload": "uniform", "num_requests": 8, "input_len": 64, "min_len": 16, "output_len": 16,
@@ -182,6 +182,15 @@ def _import_as(monkeypatch, version=None, error=None):
     loader.load.cache_clear()
 
 
+def test_a_reservation_past_the_row_is_refused(reference):
+    """DFLASH block 16 at ps 1 with max_context 160: SGLang's reservation runs past the row
+    (K4, issue 33579) and its loop wrote into the next row's memory, which killed the
+    process (the invariants suite's config); refused after the mini engine's run."""
+    with pytest.raises(UnsupportedByReference, match="past the request's row"):
+        run_reference({"spec": "dflash", "block_size": 16, "page_size": 1, "accept_len": 8, "workload": "fixed",
+                       "num_requests": 4, "input_len": 60, "output_len": 100, "max_context": 160})
+
+
 def test_sglang_missing_names_what_to_install(monkeypatch):
     _import_as(monkeypatch, error=loader.importlib.metadata.PackageNotFoundError("sglang"))
     try:
@@ -192,9 +201,9 @@ def test_sglang_missing_names_what_to_install(monkeypatch):
 
 
 def test_another_release_is_refused(monkeypatch):
-    _import_as(monkeypatch, version="0.5.18")
+    _import_as(monkeypatch, version="0.5.20")
     try:
-        with pytest.raises(loader.ReferenceUnavailable, match="SGLang 0.5.18 is installed"):
+        with pytest.raises(loader.ReferenceUnavailable, match="SGLang 0.5.20 is installed"):
             loader.load()
     finally:
         loader.load.cache_clear()

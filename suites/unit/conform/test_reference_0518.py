@@ -1,0 +1,46 @@
+"""The reference engine on SGLang 0.5.18's own loop, beside the sglang-pre-35265 profile.
+
+Skipped unless SGLang 0.5.18 is the installed release (CI's 0.5.18 venv runs it, with
+KVBENCH_REQUIRE_SGLANG=0.5.18 turning the skip into a failure). The hooks that differ
+from 0.5.23 are the loop's: arrivals through a request receiver, no
+_reqs_finishing_inflight, the result processor's arguments, the Req's field names
+(harness/reference/req_fields.py). Before the mini engine followed 0.5.18's last-verify
+rules (docs/reference.md) the first config gave steps 94 against 95, the third tree 117
+against 120, the fourth 1960 against 2004.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.reference import loader
+from harness.reference.compare import compare, describe
+from harness.reference.run import UnsupportedByReference, check_supported
+from harness.run.runner import split_config
+
+BASE = {"profile": "sglang-pre-35265", "workload": "uniform", "num_requests": 12, "input_len": 160, "min_len": 40,
+        "output_len": 96, "seed": 7, "pool_tokens": 8192}
+
+
+@pytest.fixture(scope="module")
+def reference0518(sg0518, sg_serving):
+    return loader.load()
+
+
+@pytest.mark.parametrize("extra", [
+    {},  # plain decoding, overlap on: every running request planned, the last batch processed a step later
+    {"overlap": False},
+    {"spec": "dflash", "block_size": 16, "overlap": False},  # the whole run keyed into the tree
+    {"spec": "dflash", "block_size": 16, "page_size": 1, "window": 64},
+    {"spec": "eagle", "topk": 1, "steps": 3},
+])
+def test_pre_35265_equal_on_every_step(reference0518, extra):
+    assert reference0518.version == "0.5.18"
+    c = compare({**BASE, **extra})
+    assert c.equal, describe(c)
+
+
+def test_the_0523_profile_is_refused_on_0518(reference0518):
+    cfg, wl = split_config({**BASE, "profile": "sglang-0.5.23"})
+    with pytest.raises(UnsupportedByReference, match=r"SGLang 0\.5\.18's own loop: --profile sglang-pre-35265"):
+        check_supported(cfg, wl, loader.target())
