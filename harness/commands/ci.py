@@ -9,7 +9,9 @@ import json
 import sys
 from pathlib import Path
 
+from harness.ci import reference_triage as rt
 from harness.ci.recording import client_for
+from harness.ci.sglang_ref import requirement
 from harness.commands import build_parser
 from harness.core.errors import UsageError
 from harness.core.urls import check_web_url
@@ -54,6 +56,24 @@ def cmd_triage(args: argparse.Namespace) -> int:
     words = [w for w, _, _ in tp.moved]
     print(f"triage: {len(tp.track)} tracked, {len(tp.blips)} one-night, {len(tp.recovered)} recovered, "
           f"{words.count('improved')} improved, {words.count('changed')} changed over {len(nights)} night(s)")
+    return 0
+
+
+def cmd_reference_triage(args: argparse.Namespace) -> int:
+    run_url = check_web_url(args.run_url or "", "--run-url")
+    docs = [rt.load(Path(p)) for p in args.reports]
+    plan = rt.plan(docs, run_url)
+    for line in rt.apply(plan, client_for(args.github)):
+        print(line)
+    if not args.github:
+        for f in plan.file:
+            print(f"\n--- would file: {f.title}\n{f.body}")
+    print(f"reference-triage: {len(plan.file)} differing, {len(plan.equal)} equal over {len(docs)} report(s)")
+    return 0
+
+
+def cmd_sglang_requirement(args: argparse.Namespace) -> int:
+    print(requirement(args.ref))
     return 0
 
 
@@ -153,6 +173,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--min-nights", type=int, default=2, metavar="N", help="consecutive nights before filing (>= 2)")
     t.add_argument("--root", default=".", help="repository root (ci/runners.toml, for --runner)")
     t.set_defaults(func=cmd_triage)
+
+    rt = sub.add_parser("reference-triage",
+                        help="open/update an issue for each config where SGLang's own loop and the mini engine differ")
+    rt.add_argument("reports", nargs="+", metavar="REPORT", help="kvbench conform --engine --suite S --report FILE")
+    rwhere = rt.add_mutually_exclusive_group()
+    rwhere.add_argument("--github", metavar="OWNER/REPO", help="file issues there (token from GITHUB_TOKEN)")
+    rwhere.add_argument("--dry-run", action="store_true", help="print what would be filed (the default)")
+    rt.add_argument("--run-url", default="", metavar="URL", help="the job's page, linked from each issue")
+    rt.set_defaults(func=cmd_reference_triage)
+
+    sr = sub.add_parser("sglang-requirement", help="the pip requirement of an SGLang release or git ref (checked)")
+    sr.add_argument("ref", nargs="?", default="", help="a release, a commit, a branch or tag; empty: the newest release")
+    sr.set_defaults(func=cmd_sglang_requirement)
 
     r = sub.add_parser("rerun-args", help="validate rerun-test inputs and print the argv to run, as JSON")
     r.add_argument("--runner", required=True, metavar="LABEL")

@@ -8,6 +8,7 @@ import sys
 
 from harness.commands.run import add_option_flags, options_from_args
 from harness.core.errors import UsageError
+from harness.core.safe_write import check_target
 from mini_engine.errors import TraceError
 
 DESCRIPTION = """\
@@ -58,6 +59,8 @@ def register(subparsers) -> None:
     p.add_argument("--suite", metavar="NAME",
                    help="with --engine: every config of this suite the reference supports (the others are listed "
                         "with the reason)")
+    p.add_argument("--report", metavar="FILE",
+                   help="with --engine --suite: also write every comparison as JSON (kvbench ci reference-triage reads it)")
     add_option_flags(p, skip=OWN)
     p.set_defaults(func=run)
 
@@ -65,6 +68,8 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.suite is not None and not args.engine:
         raise UsageError("--suite goes with --engine")
+    if args.report is not None and args.suite is None:
+        raise UsageError("--report goes with --engine --suite")
     if args.engine:
         if args.traces:
             raise UsageError("--engine compares a config on both engines; give it no TRACE")
@@ -77,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
 def _engines(args: argparse.Namespace) -> int:
     # numpy (and SGLang, which the reference loads when it runs): only this path needs them
     from harness.reference.compare import compare, compare_suite, describe
+    from harness.reference import loader, report  # numpy: the reference's modules, as above
 
     if args.suite is None:
         c = compare(options_from_args(args, skip=OWN))
@@ -87,18 +93,22 @@ def _engines(args: argparse.Namespace) -> int:
     options = options_from_args(args, skip=OWN)
     if options:
         raise UsageError("--suite takes its configs from the suite file; give it no --config or option flags")
-    status, compared, skipped = 0, 0, collections.Counter()
+    if args.report is not None:
+        check_target(args.report, "--report")  # before the runs: a bad path is refused at once
+    status, findings, skipped = 0, [], collections.Counter()
     for cid, got in compare_suite([(c.id, c.spec) for c in load_suite(args.suite).configs]):
         if isinstance(got, str):
             skipped[got] += 1
             continue
-        compared += 1
+        findings.append(report.finding(cid, got))
         print(describe(got), flush=True)
         status = max(status, 0 if got.equal else 1)
     for why, n in skipped.most_common():
         print(f"not run, {n} config{'s' * (n > 1)}: {why}")
-    if not compared:
+    if not findings:
         raise UsageError(f"--suite {args.suite}: the reference engine supports none of its configs")
+    if args.report is not None:
+        report.write(args.report, args.suite, loader.load().version, findings, dict(skipped.most_common()))
     return status
 
 

@@ -209,15 +209,30 @@ def test_another_release_is_refused(monkeypatch):
         loader.load.cache_clear()
 
 
+def test_an_untested_release_is_driven_when_asked(reference, monkeypatch):
+    """The nightly SGLang-regression job drives the newest release with 0.5.23's hooks."""
+    _import_as(monkeypatch, version="0.5.99")
+    monkeypatch.setenv(loader.UNTESTED_ENV, "1")
+    try:
+        assert loader.load().version == "0.5.99"
+    finally:
+        loader.load.cache_clear()
+
+
 def test_cli_conform_engine_runs_a_suites_supported_configs(reference, tmp_path, capsys):
     suite = tmp_path / "two.toml"
     suite.write_text('description = "one plain config, one the reference refuses"\n[defaults]\n'
                      'workload = "uniform"\nnum_requests = 4\ninput_len = 64\nmin_len = 16\noutput_len = 8\n'
                      'overlap = false\n[axes]\nspec = ["none", "ngram"]\n')
-    assert main(["conform", "--engine", "--suite", str(suite)]) == 0
+    report = tmp_path / "report.json"
+    assert main(["conform", "--engine", "--suite", str(suite), "--report", str(report)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "equal on every total and every step" in out[0]
     assert out[1].startswith("not run, 1 config: --engine sglang does not support --spec ngram")
+    doc = json.loads(report.read_text())  # what kvbench ci reference-triage reads
+    assert (doc["suite"], doc["sglang_version"], len(doc["configs"])) == (str(suite), "0.5.23", 1)
+    assert doc["configs"][0]["equal"] and doc["configs"][0]["first_step"] is None
+    assert list(doc["not_run"].values()) == [1]
 
 
 def test_reading_the_version_loads_neither_sglang_nor_triton():
