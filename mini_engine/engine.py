@@ -21,7 +21,7 @@ import weakref
 from contextlib import nullcontext
 from typing import Callable
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.config.engine_config import require_cuda
 from mini_engine.config.pools import (admission_pages, decode_reserve, memory_config, min_pool_pages, output_cap,
                                      request_pages)

@@ -15,7 +15,7 @@ from harness.core.engine_option import ENGINE
 from harness.core.workload_options import WORKLOAD
 from harness.core.workloads import WorkloadConfig
 from mini_engine import algos
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.config.option import Option
 from mini_engine.config.options import engine_options
 

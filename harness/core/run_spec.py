@@ -23,7 +23,7 @@ from harness.core.errors import UsageError
 from harness.core.options import config_key
 from harness.core.prefixes import check_fits
 from harness.core.workloads import WorkloadConfig, check_given
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from harness import ROOT
 from harness.core import roles
 from harness.run import hardware
 from harness.store.results import read_jsonl
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.request import Request
 
 STEPS = ("pytest", "nightly", "k11", "decode", "kernel")

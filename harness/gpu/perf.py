@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, decode_reserve
 from mini_engine.model.attn_meta import build_meta
 from mini_engine.model.backend import ModelBackend

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from harness.core.errors import UsageError
 from harness.core.options import ID_ALIASES, option_names, short_names
 from harness.core.workloads import WorkloadConfig
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 
 
 _ASSIGN = re.compile(r"(?<=\w)=(?=[\w.+\-/:])")

@@ -40,7 +40,7 @@ from harness.judge.expect import ExpectRule, known_metrics, rule_of
 from harness.run.bounds import check_spec
 from harness.schemas import parse
 from harness.schemas.suite import SuiteFile
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.errors import KVBenchError
 from mini_engine.files import failure, parse_document, read_document
 

@@ -25,7 +25,7 @@ from typing import Any
 from harness.core.errors import UsageError
 from harness.core.run_spec import RunSpec
 from harness.core.turns import nominal_length
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.config.option import Option
 from mini_engine.config.pools import footprint, pool_tokens
 from mini_engine.config.pools import request_pages, swa_pages

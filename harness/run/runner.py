@@ -23,7 +23,7 @@ from harness.core.run_spec import RunSpec
 from harness.core.safe_write import replacing
 from harness.core.workloads import make_workload
 from harness.run.hardware import RssPeak
-from mini_engine.config import EngineConfig, read_tables
+from mini_engine.config.engine_config import EngineConfig, read_tables
 from mini_engine.errors import ConfigError, KVBenchError
 
 

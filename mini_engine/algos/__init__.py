@@ -3,7 +3,7 @@
 Adding an algorithm is one module with an ``Algorithm`` subclass that calls
 ``register(MyAlgorithm())`` (docs/algorithms.md). A module outside this package is
 loaded by naming it in ``KVBENCH_PLUGINS`` (comma-separated import paths), which is
-read here, before ``mini_engine.config`` builds ``EngineConfig`` from the schema,
+read here, before ``mini_engine.config.engine_config`` builds ``EngineConfig`` from the schema,
 so the plugin's own options become engine options, CLI flags and TOML keys.
 """
 
@@ -31,13 +31,13 @@ def register(algo: Algorithm) -> Algorithm:
         raise ConfigError(f"register() takes an Algorithm instance (got {type(algo).__name__})")
     if algo.name in ALGORITHMS:
         raise ConfigError(f"an algorithm named {algo.name!r} is already registered")
-    built = getattr(sys.modules.get("mini_engine.config"), "EngineConfig", None)
+    built = getattr(sys.modules.get("mini_engine.config.engine_config"), "EngineConfig", None)
     if built is not None:  # EngineConfig is built: a new option has no field to live in
         fields = set(built.option_names())
         late = [o.name for o in algo.options if o.name not in fields]
         if late:
             raise ConfigError(f"algorithm {algo.name!r} declares new options ({', '.join(late)}) after "
-                              f"mini_engine.config was imported; load it through {PLUGINS_ENV}")
+                              f"mini_engine.config.engine_config was imported; load it through {PLUGINS_ENV}")
     ALGORITHMS[algo.name] = algo
     SPECS.append(algo.name)
     return algo

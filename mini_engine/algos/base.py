@@ -15,7 +15,7 @@ from mini_engine.errors import ConfigError
 from mini_engine.config.option import Option
 
 if TYPE_CHECKING:
-    from mini_engine.config import EngineConfig
+    from mini_engine.config.engine_config import EngineConfig
 
 # Row headroom rules (a profile knob): "generous" always leaves room for the
 # reservation plus the page round-up; "sglang" is SGLang 0.5.23's

@@ -9,7 +9,7 @@ from mini_engine.errors import check_positive
 from mini_engine.config.option import Option
 
 if TYPE_CHECKING:
-    from mini_engine.config import EngineConfig
+    from mini_engine.config.engine_config import EngineConfig
 
 DEFAULT_BLOCK_SIZE = 16
 

@@ -27,7 +27,7 @@ from mini_engine.algos.speculative import Speculative
 from mini_engine.errors import ConfigError, check_positive
 
 if TYPE_CHECKING:
-    from mini_engine.config import EngineConfig
+    from mini_engine.config.engine_config import EngineConfig
 
 DEFAULT_BREADTH = 10  # SGLang's speculative_ngram_max_bfs_breadth
 DEFAULT_DRAFT_TOKENS = 12

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from mini_engine.algos.base import Algorithm
 
 if TYPE_CHECKING:
-    from mini_engine.config import EngineConfig
+    from mini_engine.config.engine_config import EngineConfig
 
 
 class Speculative(Algorithm):

@@ -25,7 +25,7 @@ import numpy as np
 # loading it with the engine keeps that one-off import out of the host planning time.
 import numpy.ma  # noqa: F401
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.memory import sizing
 from mini_engine.memory.manager import KVManager
 from mini_engine.request import Request, Status, Tally

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.request import Request
 from mini_engine.spec.acceptance import Acceptance, mix64, mix64_array
 from mini_engine.forward.step_batch import Layout, Phase, StepBatch

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Protocol, runtime_checkable
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.request import Request
 from mini_engine.forward.accounting import SimulatedBackend
 from mini_engine.forward.step_batch import Layout, StepBatch

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.memory.manager import KVManager
 from mini_engine.request import Request, Status
 from mini_engine.scheduler.scheduler import PrefillChunk, Scheduler

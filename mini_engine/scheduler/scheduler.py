@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.request import Request, Status
 from mini_engine.scheduler.admission import Admission, Estimate, PDPrealloc, PrefillAdder
 from mini_engine.scheduler.admission_delay import delayed, min_free_slots

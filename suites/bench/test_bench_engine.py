@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from harness.core.workloads import WorkloadConfig, make_requests
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, StepOutcome
 
 pytestmark = [pytest.mark.bench, pytest.mark.slow, pytest.mark.benchmark(group="engine")]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.model.backend import ModelBackend
 from mini_engine.request import Request

@@ -142,7 +142,7 @@ class EngineSide:
     """An Engine with N_RUNNING requests in decode; one call = one decode step."""
 
     def __init__(self):
-        from mini_engine.config import EngineConfig
+        from mini_engine.config.engine_config import EngineConfig
         from mini_engine.request import Request
 
         self.cfg = EngineConfig(page_size=PS, spec="dflash", block_size=BLOCK, audit="off",

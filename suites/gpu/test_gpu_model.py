@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.model.attention_torch import paged_attention
 from mini_engine.model.attention_triton import triton_paged_attention

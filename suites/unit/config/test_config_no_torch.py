@@ -33,7 +33,7 @@ def test_sizing_a_named_model_and_a_checkpoint_needs_no_torch(tmp_path):
         "architectures": ["LlamaForCausalLM"], "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128}))
     got = run_without_torch(f"""
-        from mini_engine.config import EngineConfig
+        from mini_engine.config.engine_config import EngineConfig
         from mini_engine.config.pools import footprint
         named = footprint(EngineConfig(model="qwen3-0.6b", mem_fraction=0.3))
         ckpt = footprint(EngineConfig(model={str(ckpt)!r}, mem_fraction=0.3))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mini_engine.config import EngineConfig, load_toml
+from mini_engine.config.engine_config import EngineConfig, load_toml
 from mini_engine.errors import ConfigError
 
 

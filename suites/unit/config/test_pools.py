@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mini_engine.config import EngineConfig, engine_config
+from mini_engine.config import engine_config
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.errors import ConfigError
 from mini_engine.config.pools import Footprint, footprint, pool_tokens
 

@@ -4,7 +4,7 @@ time the memory layer prepares a decode batch, for the overlap tests against SGL
 
 from __future__ import annotations
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request
 

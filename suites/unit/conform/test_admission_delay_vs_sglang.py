@@ -15,7 +15,7 @@ import pytest
 
 import mini_engine.scheduler.scheduler as scheduler
 from mini_engine.scheduler.admission_delay import delayed, min_free_slots
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request
 

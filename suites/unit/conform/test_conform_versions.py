@@ -11,7 +11,7 @@ import pytest
 
 from harness.cli import main
 from harness.conform.versions import check_version, trace_version
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.errors import TraceError
 from mini_engine.config.profiles import PROFILES, SGLANG_VERSIONS

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request
 from sglang_source import methods

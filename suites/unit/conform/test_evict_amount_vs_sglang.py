@@ -24,7 +24,7 @@ from typing import Any, Optional
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.memory.audit.record import Auditor
 from mini_engine.memory.config import MemoryConfig

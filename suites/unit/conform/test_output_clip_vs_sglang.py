@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.errors import ConfigError
 from mini_engine.config.pools import output_cap

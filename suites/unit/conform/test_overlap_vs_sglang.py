@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from engine_plans import run_plans
 from sglang_source import methods
 

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from harness.conform.check import conform, describe
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.errors import ConfigError
 from mini_engine.config.profiles import SGLANG_VERSIONS

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from harness.conform.check import conform, describe
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.config.profiles import SGLANG_VERSIONS
 from mini_engine.request import Request

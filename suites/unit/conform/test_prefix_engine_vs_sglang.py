@@ -25,7 +25,7 @@ import pytest
 
 from harness.conform.check import conform, describe
 from harness.conform.sglang_radix import matched_len, radix_cache, radix_namespace
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.algos import writers
 from mini_engine.memory.replay.run import replay

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.memory.sizing import pd_swa_tail_len
 from mini_engine.config.profiles import PROFILES
 from mini_engine.scheduler.retraction import Retraction

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from harness.cli import main
 from harness.conform.check import _allocator, _check_call, _sglang_reserve
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.memory.config import MemoryConfig
 from mini_engine.memory.manager import KVManager

@@ -29,7 +29,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.scheduler.prefill_adder_swa import SWAPrefillMemory
 from mini_engine.scheduler.prefix_match import prefix_match

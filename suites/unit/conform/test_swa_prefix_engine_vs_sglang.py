@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from harness.conform.check import conform
 from harness.conform.swa_tree import SWATreeConform
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.memory.trace.tree_calls import SWA_TREE_OPS, TokenStore
 from mini_engine.request import Request

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import example, given, settings, strategies as st
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.spec.acceptance import Acceptance, solve_alpha, truncated_geometric_mean
 
 

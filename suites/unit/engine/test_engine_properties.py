@@ -16,7 +16,7 @@ import os
 from hypothesis import HealthCheck, assume, event, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, StepOutcome, admission_pages, request_pages
 from mini_engine.errors import ConfigError
 from mini_engine.request import Request, Status

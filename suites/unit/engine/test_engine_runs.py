@@ -7,7 +7,7 @@ import pytest
 from harness.core.errors import UsageError
 from harness.core.workloads import WorkloadConfig, make_requests
 from harness.run.runner import run_config
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.errors import ConfigError
 from mini_engine.request import Request

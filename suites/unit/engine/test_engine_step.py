@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, StepOutcome
 from mini_engine.request import Request
 

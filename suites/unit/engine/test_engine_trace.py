@@ -9,7 +9,7 @@ import json
 import pytest
 
 from harness.run.runner import run_config
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.algos import writers
 from mini_engine.memory.replay.run import replay

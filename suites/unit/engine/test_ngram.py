@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.run.runner import run_config
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.errors import ConfigError
 from mini_engine.memory import sizing
 

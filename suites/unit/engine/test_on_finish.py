@@ -8,7 +8,7 @@ import gc
 import weakref
 
 from harness.core.workloads import WorkloadConfig, make_requests
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request
 from mini_engine.scheduler.sessions import NextTurn, SessionEngine

@@ -16,7 +16,7 @@ import json
 import pytest
 
 from harness.run.runner import run_config
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.errors import ConfigError
 from mini_engine.config.profiles import PROFILES, resolve

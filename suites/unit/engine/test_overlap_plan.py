@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.errors import ConfigError
 from mini_engine.config.profiles import PROFILES, resolve

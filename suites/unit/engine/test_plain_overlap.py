@@ -27,7 +27,7 @@ import json
 import pytest
 
 from harness.run.runner import run_config
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.request import Request
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import io
 import json
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.memory.audit.record import Auditor
 from mini_engine.memory.config import MemoryConfig

@@ -26,7 +26,7 @@ import pytest
 
 from harness.core.workloads import WorkloadConfig, make_workload
 from harness.run.runner import split_config
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.memory.tree.swa_prefix import SWAPrefixCache
 from mini_engine.request import Request

@@ -14,7 +14,7 @@ tokens (prompt and outputs), matches the 80 the tree holds, and SGLang counts no
 
 from __future__ import annotations
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request, Status
 

@@ -8,7 +8,7 @@ import pytest
 from harness.core.errors import UsageError
 from harness.core.workloads import WorkloadConfig, make_workload
 from harness.run.runner import run_config
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.errors import ConfigError
 from mini_engine.request import Status
 from mini_engine.scheduler.sessions import SessionEngine, engine_for

@@ -14,7 +14,7 @@ import pytest
 
 from mini_engine import algos
 from mini_engine.algos import Algorithm
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.errors import ConfigError
 from mini_engine.config.option import Option
 
@@ -122,7 +122,7 @@ def test_a_late_registration_with_new_options_is_refused_in_one_line():
         options = (Option("late_width", int, None, "width", minimum=1),)
 
     assert "late_width" not in EngineConfig.option_names()  # EngineConfig is built: no field for it
-    with pytest.raises(ConfigError, match="declares new options .late_width. after mini_engine.config was imported; "
+    with pytest.raises(ConfigError, match="declares new options .late_width. after mini_engine.config.engine_config was imported; "
                                           "load it through KVBENCH_PLUGINS"):
         algos.register(Late())
     assert "late" not in algos.ALGORITHMS

@@ -47,7 +47,7 @@ def test_rss_peak_counts_the_engines_pools():
 
 
 def test_the_engine_reports_no_process_figure():
-    from mini_engine.config import EngineConfig
+    from mini_engine.config.engine_config import EngineConfig
     from mini_engine.engine import Engine
     from mini_engine.request import Request
 

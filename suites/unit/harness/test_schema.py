@@ -23,7 +23,7 @@ from harness.grid.suites import SHORT, available, load_suite
 from harness.run.runner import load_config_file, resolved_config, run_config
 from harness.view import facets
 from mini_engine import algos
-from mini_engine.config import EngineConfig, load_toml
+from mini_engine.config.engine_config import EngineConfig, load_toml
 from mini_engine.errors import ConfigError, KVBenchError
 from mini_engine.config.options import CORE, engine_options
 from mini_engine.config.profiles import DEFAULT_PROFILE

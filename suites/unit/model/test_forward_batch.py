@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.memory.manager import KVManager
 from mini_engine.memory.pool.req_to_token import ReqToTokenPool

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.model.backend import ModelBackend
 

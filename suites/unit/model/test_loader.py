@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness.cli import main
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.errors import KVBenchError
 from mini_engine.model.backend import ModelBackend
 from mini_engine.config.shapes import named_shape

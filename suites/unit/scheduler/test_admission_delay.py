@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from mini_engine.scheduler.admission_delay import delayed, min_free_slots
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request
 

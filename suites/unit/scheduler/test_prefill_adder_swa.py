@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.scheduler.prefill_adder_swa import SWAPrefillMemory, estimate_swa_tokens
 from mini_engine.request import Request

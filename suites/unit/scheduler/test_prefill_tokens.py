@@ -4,7 +4,7 @@ the raw-length fit of the chunk cache's fixed-length path, and the what-if profi
 from __future__ import annotations
 
 from mini_engine.scheduler.prefill_tokens import PrefillTokens
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request
 

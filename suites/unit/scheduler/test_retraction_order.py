@@ -11,7 +11,7 @@ SWA window 8; prompts 25, 12, 18 with 15, 15, 13 outputs after 16 steps. Request
 
 from __future__ import annotations
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request
 from mini_engine.scheduler.retraction import Retraction

@@ -4,7 +4,7 @@ eviction follows the window on every decode step."""
 
 from __future__ import annotations
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, StepOutcome
 from mini_engine.request import Request
 

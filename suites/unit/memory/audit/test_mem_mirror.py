@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.memory.audit.pool_checks import check_k10
 from mini_engine.memory.audit.record import Auditor

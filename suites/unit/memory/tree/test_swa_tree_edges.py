@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from mini_engine.algos import writers
-from mini_engine.config import EngineConfig
+from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine, open_trace
 from mini_engine.errors import TraceError
 from mini_engine.memory.replay.run import replay
