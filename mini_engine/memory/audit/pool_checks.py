@@ -132,39 +132,86 @@ def check_k7(m: KVManager, step: int) -> list[Violation]:
     """K7: the SWA map is 0 below the cursor; above it, each page maps into one live SWA page."""
     if m.swa is None:
         return []
-    out, ps, host, owner = [], m.ps, m.req_to_token.host, m.ledger.owner["swa"]
-    for s in m.states.values():
-        row = host[s.row]
-        # The row's own positions: an extent written past the row (memory.overflow) maps
-        # the rest in the next row's positions, which that row's own check reads.
-        # [0, protected): the SWA-aware tree's slots (memory/tree/swa_prefix.py), checked by K14.
-        prot = min(s.protected, m.mem.row_width)
-        cur, ext = max(s.swa_evicted, prot), min(s.allocated, m.mem.row_width)
-        below = m.swa.map_host[row[prot:min(cur, ext)]]
-        above = m.swa.map_host[row[cur:ext]] if ext > cur else np.empty(0, dtype=np.int64)
-        pos = np.arange(cur, max(cur, ext))
-        live = -(-ext // ps) - cur // ps if ext > cur else 0  # pages of positions above the cursor
-        pages = above // ps
-        # Positions of one page share its first position's SWA page (cursor is page aligned).
-        first = pages[((pos // ps) * ps - cur).clip(0)] if len(pages) else pages
-        problems = []
-        if below.any():
-            problems.append("SWA copy below the cursor")
-        if (above == 0).any():
-            problems.append("no SWA copy above the cursor")
-        elif len(above) and ((above % ps != pos % ps).any() or (pages != first).any()):
-            problems.append("positions of one page map to different SWA pages")
-        elif len(above) and (owner[pages] != s.row + 1).any():
-            problems.append("SWA page not held by the request")
-        elif len(np.unique(pages[::ps])) != live:
-            problems.append("two pages of positions share one SWA page")
-        # The request holds no SWA page beyond those (one kept below the cursor is wasted).
-        if m.ledger.held["swa"][s.row] != live:
-            problems.append(f"SWA pages held {int(m.ledger.held['swa'][s.row])} != {live} live pages")
-        if problems:
-            out.append(Violation("K7", s.rid, step, {"cursor": cur, "allocated": ext,
-                                                     "reason": "; ".join(problems)}))
+    states = list(m.states.values())
+    # Every step reads every live position: one vector pass over all rows says which rows
+    # can be in breach, and only those are read again row by row (_k7_row), which words the
+    # report. A row the pass clears passes every test of _k7_row.
+    out = []
+    for i in np.flatnonzero(_k7_suspects(m, states)).tolist():
+        v = _k7_row(m, step, states[i])
+        if v is not None:
+            out.append(v)
     return out
+
+
+def _spans(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(which span, position) of every position of spans [starts, ends), spans in order."""
+    lens = np.maximum(ends - starts, 0)
+    which = np.repeat(np.arange(len(lens)), lens)
+    first = np.cumsum(lens) - lens  # each span's first flat index
+    return which, np.arange(len(which)) - first[which] + starts[which]
+
+
+def _k7_suspects(m: KVManager, states: list) -> np.ndarray:
+    """Per live state: whether _k7_row may find a problem in its row (False: it finds none)."""
+    n, ps, w = len(states), m.ps, m.mem.row_width
+    rows = np.fromiter(map(attrgetter("row"), states), dtype=np.int64, count=n)
+    prot = np.minimum(np.fromiter(map(attrgetter("protected"), states), dtype=np.int64, count=n), w)
+    kv = m.rows
+    cur, ext = np.maximum(kv.swa_evicted[rows], prot), np.minimum(kv.allocated[rows], w)
+    live = np.where(ext > cur, -(-ext // ps) - cur // ps, 0)
+    bad = (m.ledger.held["swa"][rows] != live) | (cur % ps != 0)  # an unaligned cursor: row by row
+    host, swa_map = m.req_to_token.host, m.swa.map_host
+    which, pos = _spans(prot, np.minimum(cur, ext))  # below the cursor: no SWA copy
+    np.logical_or.at(bad, which[swa_map[host[rows[which], pos]] != 0], True)
+    which, pos = _spans(cur, ext)  # above it
+    above = swa_map[host[rows[which], pos]]
+    pages = above // ps
+    idx = np.arange(len(pos))
+    head = idx - (pos - np.maximum((pos // ps) * ps, cur[which]))  # flat index of its page's first position
+    owner = m.ledger.owner["swa"]
+    inside = (pages >= 0) & (pages < len(owner))
+    wrong = ((above == 0) | (above % ps != pos % ps) | (pages != pages[head]) | ~inside
+             | (owner[np.where(inside, pages, 0)] != rows[which] + 1))
+    np.logical_or.at(bad, which[wrong], True)
+    heads = pages[head == idx]
+    if len(np.unique(heads)) != len(heads):  # a page held by one row is no other row's: row by row
+        bad[:] = True
+    return bad
+
+
+def _k7_row(m: KVManager, step: int, s) -> Violation | None:
+    ps, host, owner = m.ps, m.req_to_token.host, m.ledger.owner["swa"]
+    row = host[s.row]
+    # The row's own positions: an extent written past the row (memory.overflow) maps
+    # the rest in the next row's positions, which that row's own check reads.
+    # [0, protected): the SWA-aware tree's slots (memory/tree/swa_prefix.py), checked by K14.
+    prot = min(s.protected, m.mem.row_width)
+    cur, ext = max(s.swa_evicted, prot), min(s.allocated, m.mem.row_width)
+    below = m.swa.map_host[row[prot:min(cur, ext)]]
+    above = m.swa.map_host[row[cur:ext]] if ext > cur else np.empty(0, dtype=np.int64)
+    pos = np.arange(cur, max(cur, ext))
+    live = -(-ext // ps) - cur // ps if ext > cur else 0  # pages of positions above the cursor
+    pages = above // ps
+    # Positions of one page share its first position's SWA page (cursor is page aligned).
+    first = pages[((pos // ps) * ps - cur).clip(0)] if len(pages) else pages
+    problems = []
+    if below.any():
+        problems.append("SWA copy below the cursor")
+    if (above == 0).any():
+        problems.append("no SWA copy above the cursor")
+    elif len(above) and ((above % ps != pos % ps).any() or (pages != first).any()):
+        problems.append("positions of one page map to different SWA pages")
+    elif len(above) and (owner[pages] != s.row + 1).any():
+        problems.append("SWA page not held by the request")
+    elif len(np.unique(pages[::ps])) != live:
+        problems.append("two pages of positions share one SWA page")
+    # The request holds no SWA page beyond those (one kept below the cursor is wasted).
+    if m.ledger.held["swa"][s.row] != live:
+        problems.append(f"SWA pages held {int(m.ledger.held['swa'][s.row])} != {live} live pages")
+    if not problems:
+        return None
+    return Violation("K7", s.rid, step, {"cursor": cur, "allocated": ext, "reason": "; ".join(problems)})
 
 
 def check_k8(m: KVManager, step: int) -> list[Violation]:
