@@ -19,7 +19,7 @@ def check_all(m: KVManager, step: int, batch: BatchArrays | None = None,
               mirror: Mirror | None = None) -> list[Violation]:
     live = Live(m)
     found = (check_k1(m, step, live) + check_k2(m, step, live) + check_k3(m, step, live)
-             + check_k4(m, step, live) + check_k5(m, step) + check_k6(m, step, live) + check_k7(m, step)
+             + check_k4(m, step, live) + check_k5(m, step) + check_k6(m, step, live) + check_k7(m, step, live)
              + check_k8(m, step) + check_k9(m, step) + check_k10(m, step, batch, mirror)
              + check_k12(m, step) + check_k13(m, step) + check_k14(m, step))
     m.seen.take(live)

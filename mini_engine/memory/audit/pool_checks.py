@@ -128,16 +128,17 @@ def check_k6(m: KVManager, step: int, live: Live | None = None) -> list[Violatio
         for i in np.flatnonzero(bad).tolist()]
 
 
-def check_k7(m: KVManager, step: int) -> list[Violation]:
+def check_k7(m: KVManager, step: int, live: Live | None = None) -> list[Violation]:
     """K7: the SWA map is 0 below the cursor; above it, each page maps into one live SWA page."""
     if m.swa is None:
         return []
-    states = list(m.states.values())
+    live = live or Live(m)
+    states = live.states
     # Every step reads every live position: one vector pass over all rows says which rows
     # can be in breach, and only those are read again row by row (_k7_row), which words the
     # report. A row the pass clears passes every test of _k7_row.
     out = []
-    for i in np.flatnonzero(_k7_suspects(m, states)).tolist():
+    for i in np.flatnonzero(_k7_suspects(m, live)).tolist():
         v = _k7_row(m, step, states[i])
         if v is not None:
             out.append(v)
@@ -152,18 +153,16 @@ def _spans(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return which, np.arange(len(which)) - first[which] + starts[which]
 
 
-def _k7_suspects(m: KVManager, states: list) -> np.ndarray:
+def _k7_suspects(m: KVManager, live: Live) -> np.ndarray:
     """Per live state: whether _k7_row may find a problem in its row (False: it finds none)."""
-    n, ps, w = len(states), m.ps, m.mem.row_width
-    rows = np.fromiter(map(attrgetter("row"), states), dtype=np.int64, count=n)
-    prot = np.minimum(np.fromiter(map(attrgetter("protected"), states), dtype=np.int64, count=n), w)
-    kv = m.rows
-    cur, ext = np.maximum(kv.swa_evicted[rows], prot), np.minimum(kv.allocated[rows], w)
+    n, ps, w, rows = len(live.states), m.ps, m.mem.row_width, live.rows  # a state's row is its key
+    prot = np.minimum(live.prot, w)
+    cur, ext = np.maximum(live.swa, prot), np.minimum(live.alloc, w)
     live = np.where(ext > cur, -(-ext // ps) - cur // ps, 0)
     bad = (m.ledger.held["swa"][rows] != live) | (cur % ps != 0)  # an unaligned cursor: row by row
     host, swa_map = m.req_to_token.host, m.swa.map_host
     which, pos = _spans(prot, np.minimum(cur, ext))  # below the cursor: no SWA copy
-    np.logical_or.at(bad, which[swa_map[host[rows[which], pos]] != 0], True)
+    bad |= np.bincount(which[swa_map[host[rows[which], pos]] != 0], minlength=n) > 0
     which, pos = _spans(cur, ext)  # above it
     above = swa_map[host[rows[which], pos]]
     pages = above // ps
@@ -171,11 +170,16 @@ def _k7_suspects(m: KVManager, states: list) -> np.ndarray:
     head = idx - (pos - np.maximum((pos // ps) * ps, cur[which]))  # flat index of its page's first position
     owner = m.ledger.owner["swa"]
     inside = (pages >= 0) & (pages < len(owner))
+    pages = np.where(inside, pages, 0)  # a page outside the pool: its row is flagged below
     wrong = ((above == 0) | (above % ps != pos % ps) | (pages != pages[head]) | ~inside
-             | (owner[np.where(inside, pages, 0)] != rows[which] + 1))
-    np.logical_or.at(bad, which[wrong], True)
+             | (owner[pages] != rows[which] + 1))
+    bad |= np.bincount(which[wrong], minlength=n) > 0
+    # Two pages of positions on one SWA page: one mark per page (no sort) marks fewer
+    # pages than there are heads; then every row is read row by row.
     heads = pages[head == idx]
-    if len(np.unique(heads)) != len(heads):  # a page held by one row is no other row's: row by row
+    marked = np.zeros(len(owner), dtype=bool)
+    marked[heads] = True
+    if np.count_nonzero(marked) != len(heads):
         bad[:] = True
     return bad
 
