@@ -25,9 +25,8 @@ from harness.judge.baseline import write_baseline
 def suite_ids(name: str) -> dict[str, str]:
     """result key -> test id for every config of a suite."""
     from harness.grid.suites import load_suite
-    from harness.run.runner import config_key
 
-    return {config_key(gc.config): gc.id for gc in load_suite(name, validate=False).configs}
+    return {gc.spec.key: gc.id for gc in load_suite(name, validate=False).configs}
 
 
 def renamed(test_id: str) -> str:

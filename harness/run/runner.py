@@ -23,7 +23,7 @@ from harness.core.run_spec import RunSpec
 from harness.core.safe_write import replacing
 from harness.core.workloads import make_workload
 from harness.run.hardware import RssPeak
-from mini_engine.config.engine_config import EngineConfig, read_tables
+from mini_engine.config.engine_config import read_tables
 from mini_engine.errors import ConfigError, KVBenchError
 
 
@@ -38,25 +38,8 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def as_spec(config: RunSpec | dict[str, Any]) -> RunSpec:
-    """The spec itself, or a config dict from outside parsed once (tests, scripts, bisect)."""
+    """The spec itself, or a config dict from outside parsed once (tests, scripts)."""
     return config if isinstance(config, RunSpec) else RunSpec.parse(config)
-
-
-def split_config(config: dict[str, Any]) -> tuple[EngineConfig, dict[str, Any]]:
-    """(validated EngineConfig, validated workload options with defaults filled in): a
-    config dict from outside parsed once (RunSpec.parse), for callers that hold no spec."""
-    spec = RunSpec.parse(config)
-    return spec.engine, spec.workload.to_dict()
-
-
-def resolved_config(config: dict[str, Any]) -> dict[str, Any]:
-    """Every option's value, the engine that runs it included (RunSpec.resolved of the dict)."""
-    return RunSpec.parse(config).resolved()
-
-
-def config_key(config: dict[str, Any]) -> str:
-    """A stable, readable key: the main axes always, any other option when not default."""
-    return RunSpec.parse(config).key
 
 
 def run_config(config: RunSpec | dict[str, Any], *, trace: str | None = None,

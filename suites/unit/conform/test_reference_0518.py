@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pytest
 
+from harness.core.run_spec import RunSpec
 from harness.reference import loader
 from harness.reference.compare import compare, describe
 from harness.reference.run import UnsupportedByReference, check_supported
-from harness.run.runner import split_config
 
 BASE = {"profile": "sglang-pre-35265", "workload": "uniform", "num_requests": 12, "input_len": 160, "min_len": 40,
         "output_len": 96, "seed": 7, "pool_tokens": 8192}
@@ -41,6 +41,6 @@ def test_pre_35265_equal_on_every_step(reference0518, extra):
 
 
 def test_the_0523_profile_is_refused_on_0518(reference0518):
-    cfg, wl = split_config({**BASE, "profile": "sglang-0.5.23"})
+    spec = RunSpec.parse({**BASE, "profile": "sglang-0.5.23"})
     with pytest.raises(UnsupportedByReference, match=r"SGLang 0\.5\.18's own loop: --profile sglang-pre-35265"):
-        check_supported(cfg, wl, loader.target())
+        check_supported(spec.engine, spec.workload.to_dict(), loader.target())

@@ -19,10 +19,10 @@ import pytest
 
 from harness import ROOT
 from harness.cli import main
+from harness.core.run_spec import RunSpec
 from harness.reference import loader
 from harness.reference.compare import Comparison, compare, describe
 from harness.reference.run import UnsupportedByReference, check_supported, run_reference
-from harness.run.runner import split_config
 
 SMALL = {"workload": "uniform", "num_requests": 8, "input_len": 64, "min_len": 16, "output_len": 16,
          "pool_tokens": 8192}
@@ -152,9 +152,9 @@ def test_unsupported_features_are_refused_in_one_line():
     for extra, what in (({"spec": "ngram"}, "--spec ngram"), ({"model": "tiny"}, "--model tiny"),
                         ({"profile": "host-aligned"}, "--profile host-aligned"), ({"align": "none"}, "--align"),
                         ({"workload": "pd"}, "--workload pd")):
-        cfg, wl = split_config({**SMALL, **extra})
+        spec = RunSpec.parse({**SMALL, **extra})
         with pytest.raises(UnsupportedByReference, match=what):
-            check_supported(cfg, wl, "0.5.23")
+            check_supported(spec.engine, spec.workload.to_dict(), "0.5.23")
 
 
 def test_cli_refuses_with_exit_2(reference, capsys):
@@ -255,7 +255,7 @@ def test_a_step_count_difference_is_listed_once():
 
 
 def test_run_writes_a_row_of_the_mini_engines_format(reference, tmp_path, capsys):
-    from harness.run.runner import config_key, run_config
+    from harness.run.runner import run_config
 
     out = tmp_path / "row.json"
     args = ["run", "--engine", "sglang", "--workload", "uniform", "--num-requests", "4", "--input-len", "64",
@@ -266,7 +266,7 @@ def test_run_writes_a_row_of_the_mini_engines_format(reference, tmp_path, capsys
     mini = run_config(given)
     # engine=sglang in its key: never the mini engine's row (or baseline) of the same options
     assert (row["engine"], row["sglang_version"]) == ("sglang", reference.version)
-    assert row["key"] == config_key({**given, "engine": "sglang"}) != mini["key"]
+    assert row["key"] == RunSpec.parse({**given, "engine": "sglang"}).key != mini["key"]
     assert set(mini["series"]) <= set(row["series"])
     assert {len(v) for v in row["series"].values()} == {row["metrics"]["steps"]}
     missing = {"steps", "peak_pages_held", "peak_pages_used", "prefix_hit_tokens", "peak_tokens_held"} - set(row["metrics"])

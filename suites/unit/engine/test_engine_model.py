@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core.workloads import WorkloadConfig, make_requests
-from harness.run.runner import run_config, split_config
+from harness.core.workloads import make_requests
+from harness.core.run_spec import RunSpec
+from harness.run.runner import run_config
 from mini_engine.engine import Engine
 
 pytestmark = pytest.mark.slow
@@ -23,8 +24,9 @@ def _outputs(**extra) -> list[list[int]]:
 
 def _retracted_midway(**extra) -> tuple[list[list[int]], int]:
     """Run, retract every other decoding request after a few steps, run to the end."""
-    cfg, wl = split_config(dict(BASE, **extra))
-    reqs = make_requests(WorkloadConfig(**wl), cfg.seed)
+    spec = RunSpec.parse(dict(BASE, **extra))
+    cfg = spec.engine
+    reqs = make_requests(spec.workload, cfg.seed)
     engine = Engine(cfg)
     engine.submit(reqs)
     for _ in range(4):

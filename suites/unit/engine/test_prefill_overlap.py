@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core.workloads import WorkloadConfig, make_workload
-from harness.run.runner import split_config
+from harness.core.run_spec import RunSpec
+from harness.core.workloads import make_workload
 from mini_engine.config.engine_config import EngineConfig
 from mini_engine.engine import Engine
 from mini_engine.request import Request
@@ -65,8 +65,9 @@ def test_under_overlap_the_second_request_is_admitted_before_the_first_result_la
 
 
 def _figures(args: dict) -> dict:
-    cfg, wl = split_config(args)
-    work = make_workload(WorkloadConfig(**wl), cfg.seed, max_context=cfg.max_context)
+    spec = RunSpec.parse(args)
+    cfg = spec.engine
+    work = make_workload(spec.workload, cfg.seed, max_context=cfg.max_context)
     res = Engine(cfg).run(work.requests)
     assert res.verdict == "ok", res.error
     return res.stats

@@ -72,10 +72,9 @@ def test_exactly_once_under_kills_outages_resumes_and_syncs(store):
 
         def pending_configs(self):
             # What a resumed sweep would run: configs whose key is not in results.jsonl.
-            from harness.run.runner import config_key
 
             done = self.run.done_keys()
-            return [gc for gc in suite.configs if config_key(gc.config) not in done]
+            return [gc for gc in suite.configs if gc.spec.key not in done]
 
         def session(self, logger):
             return GridSession(suite, self.run, logger)

@@ -228,16 +228,15 @@ def test_a_config_whose_worker_died_is_recorded_failed(tmp_path):
     from types import SimpleNamespace
 
     from harness.grid.plugin import GridController
-    from harness.run.runner import config_key
     from harness.store.results import load_rows
 
     suite = load_suite("smoke", validate=False)
     run = RunDir(tmp_path)
     first, second, third = suite.configs[:3]
     node = lambda gc: f"suites/grid/test_grid.py::test_config[{gc.id}]"  # noqa: E731
-    append_row(run.results, {"key": config_key(first.config), "status": "ok", "verdict": "ok"})
+    append_row(run.results, {"key": first.spec.key, "status": "ok", "verdict": "ok"})
     controller = GridController(suite, run)
-    assert controller.worker_input()["done"] == [config_key(first.config)]  # what workers deselect
+    assert controller.worker_input()["done"] == [first.spec.key]  # what workers deselect
     # xdist's report of a worker killed (OOM, segfault) while it ran the second config
     controller.pytest_runtest_logstart(node(second), None)
     controller.pytest_handlecrashitem(node(second), None, None)
@@ -246,7 +245,7 @@ def test_a_config_whose_worker_died_is_recorded_failed(tmp_path):
     controller.pytest_runtest_logstart(node(third), None)
     controller.pytest_sessionfinish(SimpleNamespace(exitstatus=1))
     rows = load_rows(tmp_path)
-    assert [(r["key"], r["verdict"]) for r in rows] == [(config_key(gc.config), v) for gc, v in
+    assert [(r["key"], r["verdict"]) for r in rows] == [(gc.spec.key, v) for gc, v in
                                                       ((first, "ok"), (second, "failed"), (third, "failed"))]
     assert all("worker" in r["error"] and r["reasons"] == ["worker died"] for r in rows[1:])
     controller.pytest_sessionfinish(SimpleNamespace(exitstatus=1))  # once only

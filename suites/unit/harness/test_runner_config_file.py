@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from harness.core.errors import HarnessError
-from harness.run.runner import load_config_file, split_config
+from harness.core.run_spec import RunSpec
+from harness.run.runner import load_config_file
 from mini_engine.errors import KVBenchError
 
 
@@ -15,8 +16,8 @@ def test_tables_and_top_level_keys_merge_flat(tmp_path):
     p.write_text('spec = "eagle"\n[engine]\npage_size = 1\n[workload]\nnum_requests = 4\n')
     options = load_config_file(p)
     assert options == {"spec": "eagle", "page_size": 1, "num_requests": 4}
-    cfg, wl = split_config(options)
-    assert (cfg.spec, cfg.page_size, wl["num_requests"]) == ("eagle", 1, 4)
+    spec = RunSpec.parse(options)
+    assert (spec.engine.spec, spec.engine.page_size, spec.workload.num_requests) == ("eagle", 1, 4)
 
 
 @pytest.mark.parametrize("text, words", [

@@ -20,7 +20,8 @@ from harness.core.options import ID_ALIASES, WORKLOAD, by_name, config_key, opti
 from harness.core.options import option_names
 from harness.core.workloads import WorkloadConfig
 from harness.grid.suites import SHORT, available, load_suite
-from harness.run.runner import load_config_file, resolved_config, run_config
+from harness.core.run_spec import RunSpec
+from harness.run.runner import load_config_file, run_config
 from harness.view import facets
 from mini_engine import algos
 from mini_engine.config.engine_config import EngineConfig, load_toml
@@ -91,14 +92,14 @@ def test_toml_keys_are_the_schema(tmp_path):
         read = load_config_file(f)
         assert list(read) == [o.name]
         try:  # the run knows the key (its value may still be refused, in one line naming it)
-            resolved_config(read)
+            RunSpec.parse(read)
         except (KVBenchError, HarnessError) as err:
             assert "unknown option" not in str(err), (o.name, str(err))
     bad = tmp_path / "bad.toml"
     bad.write_text("page_sise = 16\n")
     with pytest.raises(UsageError, match="unknown option 'page_sise'"):
-        resolved_config(load_toml(bad))
-    assert set(resolved_config({})) == set(schema)
+        RunSpec.parse(load_toml(bad))
+    assert set(RunSpec.parse({}).resolved()) == set(schema)
 
 
 def test_short_ids_are_unique_and_the_ids_and_keys_use_them():
@@ -123,7 +124,7 @@ def test_short_ids_are_unique_and_the_ids_and_keys_use_them():
      "workload": "pd", "num_requests": 3, "input_len": 40, "output_len": 8, "min_len": 4, "seed": 5},
 ])
 def test_every_result_key_field_is_a_schema_short_id(config):
-    full = resolved_config(config)
+    full = RunSpec.parse(config).resolved()
     key = config_key(full)
     defaults = resolved_defaults()
     by_short = {s: n for n, s in short_names().items()}

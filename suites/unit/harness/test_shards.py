@@ -14,7 +14,6 @@ from harness.core.errors import UsageError
 from harness.grid.cost import model_seconds
 from harness.grid.shards import measured_seconds, parse_shard, partition, plan, selection
 from harness.grid.suites import load_suite
-from harness.run.runner import config_key
 
 TINY = """
 description = "tiny"
@@ -110,7 +109,7 @@ def _night(root: Path, name: str, suite: str, took: dict[str, float], *, created
 
 
 def test_the_last_nights_durations_lead_and_scale_the_model(tiny, tmp_path):
-    keys = {gc.id: config_key(gc.config) for gc in tiny.configs}
+    keys = {gc.id: gc.spec.key for gc in tiny.configs}
     first, second = tiny.configs[0].id, tiny.configs[1].id
     model = {gc.id: model_seconds(gc.config, tiny.repeat) for gc in tiny.configs}
     _night(tmp_path, "old", "tiny", {keys[first]: 1.0, keys[second]: 99.0}, created=1.0)

@@ -62,10 +62,10 @@ def test_jobs_are_bounded_by_the_machine():
 
 
 def test_host_memory_bound_names_the_range():
-    from harness.run.runner import split_config
+    from harness.core.run_spec import RunSpec
 
-    engine, workload = split_config({"max_context": 1_000_000, "input_len": 500_000, "output_len": 10,
-                                     "num_requests": 1})
+    spec = RunSpec.parse({"max_context": 1_000_000, "input_len": 500_000, "output_len": 10, "num_requests": 1})
+    engine, workload = spec.engine, spec.workload.to_dict()
     check_memory(engine, workload, available=1 << 40)
     with pytest.raises(BoundsError, match=r"does not fit in host memory: it needs about .* GiB, most of it req_to_token .* "
                                           r"and 1.0 GiB is available \(allowed: up to 0.8 GiB\)"):

@@ -258,12 +258,12 @@ def test_cli_runs_a_checkpoint(tiny_checkpoint, capsys):
 
 
 def test_synthetic_prompts_draw_from_the_checkpoint_vocabulary(tiny_checkpoint, capsys):
-    from harness.run.runner import split_config
+    from harness.core.run_spec import RunSpec
 
-    _, wl = split_config({"model": str(tiny_checkpoint)})
-    assert wl["prompt_vocab"] == 512  # the checkpoint's, not the accounting default of 1024
-    _, wl = split_config({"model": str(tiny_checkpoint), "prompt_vocab": 100})
-    assert wl["prompt_vocab"] == 100  # an explicit choice stands
+    wl = RunSpec.parse({"model": str(tiny_checkpoint)}).workload
+    assert wl.prompt_vocab == 512  # the checkpoint's, not the accounting default of 1024
+    wl = RunSpec.parse({"model": str(tiny_checkpoint), "prompt_vocab": 100}).workload
+    assert wl.prompt_vocab == 100  # an explicit choice stands
     code = main(["run", "--model", str(tiny_checkpoint), "--num-requests", "3", "--input-len", "24",
                  "--output-len", "4", "--pool-tokens", "1024"])
     assert code == 0, capsys.readouterr().err
