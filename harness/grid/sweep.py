@@ -28,6 +28,7 @@ from harness.grid.cost import model_seconds
 from harness.grid.filter import compile_filter
 from harness.grid.lifecycle import PROJECT, finish_mlflow, prepare_run, write_run_plots
 from harness.grid.phases import build_cpu_kernels, needs_cpu_kernels, phase
+from harness.grid.progress import Display
 from harness.grid.shards import parse_shard, shard_meta
 from harness.grid.suites import SUITES_DIR, Suite, SuiteError, load_suite
 from harness.grid.verdict import judge_sweep
@@ -249,16 +250,41 @@ def check_resumable(run_dir: RunDir, suite: Suite, shard=None) -> None:
 
 def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardware, plan: devices.WorkerPlan,
            selected: int | None, root: Path, console, err_console, part: dict | None = None) -> int:
-    import pytest  # pytest: optional, loaded only on this path
+    from harness.grid.plugin import GridController  # pytest: optional, loaded only on this path
 
-    from harness.grid.plugin import WRITE_FAILED, GridController  # pytest: optional, loaded only on this path
-
-    jobs = plan.jobs
     # A resumed run goes on with the engine it started on.
     engine = opts.engine or (run_dir.meta().get("engine") if opts.resume else None)
     suite = with_engine(suite, engine)
+    meta, only = _prepare(opts, suite, run_dir, hw, plan, root, err_console, engine, part)
+    display = Display(console, {gc.id: model_seconds(gc.config, suite.repeat) for gc in suite.configs})
+    # No parent run: the controller leaves every row for sync (finish_mlflow below).
+    controller = GridController(suite, run_dir, uri=meta.get("mlflow_uri"), parent=meta.get("mlflow_parent"),
+                                root=root, filter_expr=opts.filter, display=display, only=only, engine=engine)
+    done_before = len(controller.done)
+    chosen = f" ({selected} selected by --filter)" if selected is not None else ""
+    if part is not None:
+        chosen += (f", shard {part['index']}/{part['count']}: {len(only)} configs, expected {part['expected_s']:.1f} s "
+                   f"by {part['source']}")
+    console.print(f"kvbench sweep {suite.name}: {len(suite.configs)} configs{chosen}, {plan.jobs} worker(s), "
+                  f"hardware {hw.profile}, run {run_dir.run_id}"
+                  + (f" (resuming, {done_before} done)" if opts.resume else ""))
+    if order := devices.check_order():  # before the live progress, which would overdraw it
+        err_console.print(order, markup=False, soft_wrap=True)
+    if engine in (None, "mini") and needs_cpu_kernels(suite, hw.profile):
+        console.print(build_cpu_kernels(console), markup=False)  # before the grid: no config waits on the compiler
+    started = time.time()
+    rc = _run_grid(opts, run_dir, plan, controller, display, err_console)
+    completed = _completed(opts, run_dir, controller, rc, err_console)
+    return _finish(opts, run_dir, rows=load_rows(run_dir.path), wall=time.time() - started, root=root,
+                   console=console, err_console=err_console, ran_before=done_before, completed=completed)
+
+
+def _prepare(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardware, plan: devices.WorkerPlan,
+             root: Path, err_console, engine: str | None, part: dict | None) -> tuple[dict, list[str] | None]:
+    """The run's meta.json before any row (its share, its engine, what it plans to run), the
+    system metrics started, and which configs this run takes (None: all of the suite)."""
     skipped = unsupported(suite)
-    meta = prepare_run(suite, run_dir, opts.mlflow_uri, jobs=jobs, filter_expr=opts.filter,
+    meta = prepare_run(suite, run_dir, opts.mlflow_uri, jobs=plan.jobs, filter_expr=opts.filter,
                        no_mlflow=opts.no_mlflow, root=root, hw=hw, warn=lambda m: err_console.print(m))
     if part is not None and meta.get("shard") != part:
         meta["shard"] = part  # before any row: a shard's meta.json names its share (kvbench merge checks it)
@@ -267,8 +293,6 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
         meta["engine"] = engine  # before any row: --resume goes on with it
         run_dir.write_meta(meta)
     start_system_metrics(meta.get("mlflow_uri"), meta.get("mlflow_parent"))
-    display = Display(console, {gc.id: model_seconds(gc.config, suite.repeat) for gc in suite.configs})
-    # No parent run: the controller leaves every row for sync (finish_mlflow below).
     only = list(part["configs"]) if part is not None else None
     if skipped:  # the configs the reference cannot run are left out, each reason counted in one line
         only = [c.id for c in suite.configs if c.id not in skipped and (only is None or c.id in only)]
@@ -276,20 +300,14 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     if only is not None and meta.get("planned") != len(only):
         meta["planned"] = len(only)  # what this run sets out to measure: sync's check that every config ran
         run_dir.write_meta(meta)
-    controller = GridController(suite, run_dir, uri=meta.get("mlflow_uri"), parent=meta.get("mlflow_parent"),
-                                root=root, filter_expr=opts.filter, display=display, only=only, engine=engine)
-    done_before = len(controller.done)
-    chosen = f" ({selected} selected by --filter)" if selected is not None else ""
-    if part is not None:
-        chosen += (f", shard {part['index']}/{part['count']}: {len(only)} configs, expected {part['expected_s']:.1f} s "
-                   f"by {part['source']}")
-    console.print(f"kvbench sweep {suite.name}: {len(suite.configs)} configs{chosen}, {jobs} worker(s), hardware {hw.profile}, "
-                  f"run {run_dir.run_id}" + (f" (resuming, {done_before} done)" if opts.resume else ""))
-    if order := devices.check_order():  # before the live progress, which would overdraw it
-        err_console.print(order, markup=False, soft_wrap=True)
-    if engine in (None, "mini") and needs_cpu_kernels(suite, hw.profile):
-        console.print(build_cpu_kernels(console), markup=False)  # before the grid: no config waits on the compiler
-    started = time.time()
+    return meta, only
+
+
+def _run_grid(opts: SweepOptions, run_dir: RunDir, plan: devices.WorkerPlan, controller, display, err_console) -> int:
+    """pytest in this process with the controller as its plugin; its report goes to pytest.log
+    while the console shows the progress. A Ctrl-C comes back as KeyboardInterrupt."""
+    import pytest  # pytest: optional, loaded only on this path
+
     log = _Log(run_dir.path / "pytest.log")
     streams = sys.stdout, sys.stderr
     display.start()
@@ -298,7 +316,7 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
         sys.stdout = sys.stderr = log  # pytest's terminal report is the log, the console is the progress
         try:
             with devices.pci_bus_order(), sigint.watch(sigints, controller.interrupt):
-                rc = int(pytest.main(pytest_args(jobs, opts.filter, plan.pins), plugins=[controller]))
+                rc = int(pytest.main(pytest_args(plan.jobs, opts.filter, plan.pins), plugins=[controller]))
         finally:
             sys.stdout, sys.stderr = streams
             display.stop()
@@ -309,6 +327,13 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     if rc == pytest.ExitCode.INTERRUPTED and sigints:
         err_console.print(f"kvbench: interrupted; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
         raise KeyboardInterrupt
+    return rc
+
+
+def _completed(opts: SweepOptions, run_dir: RunDir, controller, rc: int, err_console) -> bool:
+    """Whether pytest ran the grid to its end; a disk that refused a row stops the sweep here."""
+    from harness.grid.plugin import WRITE_FAILED  # pytest: optional, loaded only on this path
+
     if controller.write_error is not None or rc == WRITE_FAILED:
         # Not a config's fault: no "worker died" rows, every unwritten config stays undone.
         raise SweepError(f"a result could not be written to {run_dir.results} (disk full, read-only or over quota), "
@@ -326,9 +351,13 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
         why = f" ({controller.stop_reason})" if controller.stop_reason else ""
         err_console.print(f"kvbench: pytest stopped with exit code {rc}{why} before finishing; see {run_dir.path / 'pytest.log'}"
                           f"; finish it with kvbench sweep {opts.suite} --resume {run_dir.run_id}")
+    return completed
 
-    rows = load_rows(run_dir.path)
-    wall = time.time() - started
+
+def _finish(opts: SweepOptions, run_dir: RunDir, *, rows: list[dict], wall: float, root: Path, console,
+            err_console, ran_before: int, completed: bool) -> int:
+    """After the grid, each phase labelled: plots, MLflow's last uploads, the summary, the
+    judgement; the exit code."""
     meta = run_dir.meta()
     meta["wall_s"] = meta.get("wall_s", 0.0) + wall
     run_dir.write_meta(meta)
@@ -337,111 +366,10 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
     with (phase(console, "MLflow: the last uploads, the parent run's figures and plots, then closed")
           if meta.get("mlflow_uri") else nullcontext()):
         mlflow_note = finish_mlflow(run_dir, meta, rows, plots, root, err_console.print)
-    print_summary(console, rows, run_dir, wall, mlflow_note, ran=len(rows) - done_before)
+    print_summary(console, rows, run_dir, wall, mlflow_note, ran=len(rows) - ran_before)
 
     with phase(console, "compare against the baseline and the previous run, and the report"):
         gate = judge_sweep(run_dir, rows, root, opts, console, err_console.print)  # 0 without --fail-on-regression
     if gate:
         return gate
     return 0 if completed and all(r.get("verdict") in PASSING for r in rows) else 1
-
-
-class Display:
-    """The sweep's progress, told by the grid controller as pytest reports arrive: a live
-    bar on a terminal, a line per finished config in a log (CI), where a live display
-    would print nothing."""
-
-    def __init__(self, console, weights: dict[str, float] | None = None):
-        # rich: optional, loaded only on this path
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.console, self.live = console, console.is_terminal
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("eta {task.fields[eta]}"), TextColumn("{task.fields[counts]}"))
-        # pytest's output goes to pytest.log meanwhile: the bar must not take sys.stdout over.
-        self.progress = Progress(*columns, console=console, transient=False, disable=not self.live,
-                                 redirect_stdout=False, redirect_stderr=False)
-        self.task = self.progress.add_task("collecting", total=None, counts="", eta="-")
-        self.total: int | None = None
-        self.done = 0
-        self.running: list[str] = []
-        self.counts = {"violated": 0, "unexpected": 0, "failed": 0}
-        # The ETA weighs what is left by each config's modelled cost (harness/grid/cost.py: a
-        # real-model config costs dozens of accounting ones) and runs its clock from the first
-        # config's start: the workers' start-up (imports, collection) is no config's pace, and
-        # counted in made the first ETA of a 3-minute sweep 1:17:01.
-        self.weights = weights or {}
-        self.ids: list[str] = []
-        self.finished: set[str] = set()
-        self.first_start: float | None = None
-
-    def start(self) -> None:
-        self.progress.start()
-
-    def collected(self, ids: list[str]) -> None:
-        # Only this attempt's configs count: a resumed run's earlier rows are deselected.
-        self.total = len(ids)
-        self.ids = list(ids)
-        self._update()
-
-    def started(self, cid: str) -> None:
-        if self.first_start is None:
-            self.first_start = time.monotonic()
-        self.running.append(cid)
-        self._update()
-
-    def stopped(self, cid: str) -> None:
-        if cid in self.running:
-            self.running.remove(cid)
-            self._update()
-
-    def row(self, row: dict) -> None:
-        cid = row.get("test_id") or row.get("key")
-        if cid in self.running:  # a crashed worker's config never stops
-            self.running.remove(cid)
-        self.done += 1
-        self.finished.add(cid)
-        if any(v for v in (row.get("violations") or {}).values() if isinstance(v, (int, float))):
-            self.counts["violated"] += 1
-        if row.get("verdict") == "failed":
-            self.counts["failed"] += 1
-        elif row.get("verdict") not in PASSING:
-            self.counts["unexpected"] += 1
-        if not self.live:
-            self.console.print(f"[{self.done}/{self.total or '?'}] {cid}: status {row.get('status')}, "
-                               f"verdict {row.get('verdict')}, eta {self._eta()}", markup=False)
-        self._update()
-
-    def _eta(self) -> str:
-        if self.first_start is None:
-            return "-"
-        cost = lambda ids: sum(self.weights.get(i, 1.0) for i in ids)  # noqa: E731
-        done = cost(self.finished)
-        left = cost(i for i in self.ids if i not in self.finished) if self.ids else None
-        return eta(done, left, time.monotonic() - self.first_start)
-
-    def _summary(self) -> str:
-        c = self.counts
-        return f"with violations {c['violated']} · unexpected {c['unexpected']} · failed {c['failed']}"
-
-    def _update(self) -> None:
-        current = ", ".join(sorted(self.running)[:2]) or ("starting" if self.total is None else "")
-        self.progress.update(self.task, total=self.total, completed=self.done, description=current[:70],
-                             counts=self._summary(), eta=self._eta())
-
-    def stop(self) -> None:
-        self._update()
-        self.progress.stop()
-        if not self.live:
-            self.console.print(f"{self.done} configs run, {self._summary()}")
-
-
-def eta(done: float, left: float | None, elapsed: float) -> str:
-    """Time left at the pace so far: ``done`` and ``left`` in the same unit of work
-    ('-' until some work is done)."""
-    if left is None or not done:
-        return "-"
-    left = max(0.0, elapsed / done * left)
-    minutes, seconds = divmod(int(round(left)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from harness.grid.sweep import eta
+from harness.grid.progress import eta
 from harness.judge.baseline import BaselineError, build
 from harness.judge.expect import leak_verdict
 from harness.run.bounds import BoundsError, check_jobs, check_memory, max_jobs
@@ -85,11 +85,11 @@ def test_the_eta_runs_from_the_first_config_and_weighs_what_is_left(monkeypatch)
 
     from rich.console import Console
 
-    from harness.grid import sweep
+    from harness.grid import progress
 
     now = [100.0]
-    monkeypatch.setattr(sweep.time, "monotonic", lambda: now[0])
-    display = sweep.Display(Console(file=io.StringIO(), width=200), {"a": 1.0, "b": 1.0, "model": 8.0})
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    display = progress.Display(Console(file=io.StringIO(), width=200), {"a": 1.0, "b": 1.0, "model": 8.0})
     display.start()
     display.collected(["a", "b", "model"])
     now[0] = 160.0  # a minute of imports and collection before any config starts
