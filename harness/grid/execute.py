@@ -58,7 +58,7 @@ class GridSession:
         runs = [warmup] if warmup.get("status") == "failed" else [run_once(gc.config, spec)
                                                                    for _ in range(self.suite.repeat)]
         row = merge_repeats(runs, warmup)
-        # Rules match on effective values: a config that leaves free_policy out uses host_pages.
+        # Rules match on effective values: a config that leaves a knob out is judged by its profile's value.
         exp = expectation(spec.resolved() if spec is not None else dict(gc.config), self.suite.rules)
         verdict, reasons = judge(row, exp)
         if row.get("nondeterministic") and verdict != "failed":

@@ -1,91 +1,13 @@
 """Accounting profiles: the knobs that make the engine count as one production version does.
 
 A profile is a small declarative object. Each knob names one rule of the KV
-accounting that differs between versions of the system under study (DESIGN.md
+accounting that differs between versions of the system under study (docs/DESIGN.md
 section 1); the engine reads the knobs, never the profile's name. Each knob can be
 overridden on its own (``resolve``); a knob that would break what a profile is
 named for (host-aligned's aligned writers, floor-free's floor free) is refused.
 
-Knobs, with SGLang 0.5.23's values first:
-  align                  writers that page-ceil the extent they record: "extend"
-                         (prefill and extend chunks), "decode" (plain decode),
-                         "pd" (PD prealloc) and each speculative algorithm's
-                         reservation, by the writer it declares (writers(): the
-                         registry's, plugins included). 0.5.23: eagle, dflash.
-  free                   how release computes the pages to free. "segment": every
-                         page the extent touches, [0, ceil_ps(extent)), in both
-                         pools (SGLang's free_kv_row plus the over-allocation free).
-                         "floor": whole pages of the extent only, so an unaligned
-                         extent drops its last page (a what-if). "dedup": unique
-                         pages of the row's slots (the device-truth path, a sync).
-                         "unique-row": 0.5.18's, the committed row through a
-                         unique free (a sync), the over-allocation by segment;
-                         with SWA its SWAChunkCache's: both parts and the window
-                         eviction through the SWA allocator's unique frees
-                         (mini_engine.memory.extents.release_unique).
-  swa_eviction_interval  SGLANG_SWA_EVICTION_INTERVAL: a decode step evicts only
-                         once committed - window >= cursor + interval (128).
-  prefix_cache           "radix": SGLang's radix prefix tree (memory/tree/prefix.py:
-                         match and lock at admission, insert after prefill and
-                         at finish, LRU eviction before a short allocation) and
-                         its SWA eviction threshold, pre_len - ceil_ps(max(window,
-                         ps)); "chunk" (--disable-radix-cache): no tree, free at
-                         release, threshold pre_len - window, and chunked prefill
-                         evicts too. SWA models run the SWA-aware tree under
-                         "radix" (memory/tree/swa_prefix.py, SGLang's UnifiedRadixCache
-                         with the FULL and SWA components).
-  swa_ratio              SWA pool size as a share of the full pool (0.8).
-  pd_radix               the decode side's radix cache (without it SGLang forces
-                         --disable-radix-cache on the decode side, and so does
-                         kvbench: no tree once PD arrivals come); the PD tail keeps
-                         fill - floor_ps(max(0, fill - 1 - max(window, ps))).
-  row_headroom           "sglang": 4 + num_draft_tokens beyond the context, raised
-                         to reserve + ps - 1 only when ps > 1; "generous": always
-                         room for the reservation plus the page round-up.
-  row_overflow           whether a reservation past the row's end (row_headroom
-                         "sglang" at ps 1) is allocated whole and written on into
-                         the next row, leaking past-the-row slots at release, as
-                         SGLang's is (issue 33579, mini_engine.memory.extents.overflow);
-                         false: cut at the row's end. K4 reports it either way.
-  retraction             "sglang": fewest output tokens first, then the longest
-                         prompt, with SGLang's new-token ratio constants; "newest":
-                         the newest request (mini_engine.scheduler.retraction).
-  admission              the memory side of admitting a prefill batch. "sglang":
-                         SGLang 0.5.23's PrefillAdder in tokens, ignore_eos requests
-                         at ratio 1.0, each one's outputs capped at 4096, a strict
-                         < against free plus evictable tokens, max_prefill_tokens
-                         (mini_engine.scheduler.prefill_adder; SWA models: SWAPrefillBudget,
-                         mini_engine.scheduler.prefill_adder_swa; PD arrivals: the
-                         decode side's prealloc budget, mini_engine.scheduler.pd_prealloc), and
-                         each request's output clipped at arrival to what an
-                         empty pool holds (pools.output_cap), and DFLASH's
-                         min-free-slots delay (mini_engine.scheduler.admission_delay);
-                         "estimate":
-                         kvbench's whole-page estimate with the decaying new-token
-                         ratio (the designs keep it).
-  overlap                SGLang's overlap scheduler (on unless
-                         --disable-overlap-schedule): a speculative decode step
-                         N+1 is planned before step N's result is processed, so
-                         it reserves from committed lengths one step stale and a
-                         request N finishes gets one more reservation unless it
-                         was exactly one token short (mini_engine.scheduler.overlap). In
-                         0.5.23 EAGLE and DFLASH both run the overlap-capable
-                         spec-v2 workers (spec_info.create_worker), so it is on
-                         for both; plain decode is not stale (alloc_for_decode
-                         advances the length when it allocates) but its
-                         finished requests' frees land after the next plan's
-                         allocation. For every
-                         algorithm it also moves the chunk cache's eviction during
-                         chunked prefill (maybe_evict_swa: from the third chunk,
-                         one chunked_prefill_size back).
-  overlap_plan           which running requests an overlapped decode plan covers.
-                         "skip-finishing" (0.5.23): one the in-flight result
-                         finishes by length sits the plan out, and a short pool
-                         waits for its frees instead of retracting.
-                         "every-running" (0.5.18, before
-                         Scheduler._reqs_finishing_inflight existed): every
-                         unfinished request is planned, so that one gets one more
-                         reservation, and a short pool retracts.
+What each knob means and each profile's value: docs/profiles.md, the one place they
+are written (its test checks the table against PROFILES and the option schema).
 """
 
 
