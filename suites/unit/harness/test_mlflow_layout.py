@@ -108,12 +108,13 @@ def test_sync_closes_the_parent_with_its_plots(results_root, cli, capsys):
     run = RunDir(results_root / "runs" / "r1")
     run.path.mkdir(parents=True)
     run.write_meta({"suite": "unit", "mlflow_uri": uri, "hardware": {"profile": "cpu"}, "git_commit": "abc"})
-    rows = [row(ps=16), row(ps=64, policy="unaligned", verdict="as_expected")]
+    # Two page sizes of one policy: a line of two points (a panel of single points is not drawn).
+    rows = [row(ps=16), row(ps=64), row(ps=64, policy="unaligned", verdict="as_expected")]
     for r in rows:
         append_row(run.results, r)
     assert cli("sync", "r1") == 0
     out = capsys.readouterr().out
-    assert "2 uploaded, 0 already there" in out and "FINISHED" in out
+    assert "3 uploaded, 0 already there" in out and "FINISHED" in out
     cl = client(uri)
     parent = cl.get_run(run.meta()["mlflow_parent"])
     assert parent.info.status == "FINISHED"
