@@ -15,7 +15,6 @@ request may shape: in an issue body they appear only as escaped code spans.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +22,14 @@ from typing import Any
 
 from harness.ci.github_client import Client
 from harness.ci.text import code, plain
+from harness.ci.triage import note_once, open_or_update, short_key
 from harness.core.errors import UsageError
 
 LABEL = "kvbench-sglang-regression"
 MARKER = "<!-- kvbench-reference-triage -->"
-FORMAT = "kvbench-reference-report"  # harness.reference.report.FORMAT (the harness's ci side does not import it)
+# harness.reference.report.FORMAT: the ci install (no engine) cannot import that module;
+# test_ci_reference_triage holds the two equal.
+FORMAT = "kvbench-reference-report"
 MAX_KEY_IN_TITLE = 170
 MAX_REPORT_BYTES = 16 << 20
 
@@ -61,16 +63,15 @@ def load(path: Path) -> dict[str, Any]:
             isinstance(c, dict) and isinstance(c.get("key"), str) and isinstance(c.get("equal"), bool)
             for c in configs):
         raise UsageError(f"--report {path}: 'configs' must be a list of objects with a key and equal")
+    if any(not isinstance(c.get("totals") or [], list) for c in configs):
+        raise UsageError(f"--report {path}: a config's 'totals' must be a list")
     if not isinstance(doc.get("sglang_version"), str) or not isinstance(doc.get("suite"), str):
         raise UsageError(f"--report {path}: 'sglang_version' and 'suite' must be strings")
     return doc
 
 
 def title_for(key: str, version: str) -> str:
-    # GitHub titles stop at 256 characters; a long key keeps a hash so it stays unique.
-    if len(key) > MAX_KEY_IN_TITLE:
-        key = key[: MAX_KEY_IN_TITLE - 10] + "~" + hashlib.sha256(key.encode()).hexdigest()[:8]
-    return plain(f"kvbench reference: {key} differs on SGLang {version}", 250)
+    return plain(f"kvbench reference: {short_key(key, MAX_KEY_IN_TITLE)} differs on SGLang {version}", 250)
 
 
 def _body(doc: dict[str, Any], c: dict[str, Any], run_url: str) -> str:
@@ -115,18 +116,10 @@ def plan(docs: list[dict[str, Any]], run_url: str = "") -> Plan:
 
 def apply(p: Plan, client: Client) -> list[str]:
     """Open or update the issues; returns one line per action for the log."""
-    log = []
-    for f in p.file:
-        found = client.find_issue(f.title, LABEL)
-        if found is None:
-            log.append(f"opened #{client.open_issue(f.title, f.body, [LABEL])}: {f.title}")
-        else:
-            reopen = found.get("state") != "open"
-            client.update_issue(found["number"], f.body, reopen=reopen)
-            log.append(f"{'reopened' if reopen else 'updated'} #{found['number']}: {f.title}")
+    log = [open_or_update(client, f.title, f.body, LABEL) for f in p.file]
     for title in p.equal:
-        found = client.find_issue(title, LABEL)
-        if found is not None and found.get("state") == "open" and "**Equal again**" not in found["body"][-300:]:
-            client.update_issue(found["number"], found["body"] + "\n**Equal again** on the latest run.\n")
-            log.append(f"noted equal again on #{found['number']}: {title}")
+        line = note_once(client, title, LABEL, "\n**Equal again** on the latest run.\n",
+                         mark="**Equal again**", tail=300, what="equal again")
+        if line:
+            log.append(line)
     return log

@@ -74,11 +74,38 @@ class TriagePlan:
     moved: list[tuple[str, str, str]] = field(default_factory=list)  # (word, metric, key)
 
 
+def short_key(key: str, limit: int = MAX_KEY_IN_TITLE) -> str:
+    """A config key short enough for a title: GitHub titles stop at 256 characters, and a
+    long key keeps a hash of the whole so two keys alike in their first part stay apart."""
+    if len(key) > limit:
+        key = key[: limit - 10] + "~" + hashlib.sha256(key.encode()).hexdigest()[:8]
+    return key
+
+
 def title_for(key: str, where: str) -> str:
-    # GitHub titles stop at 256 characters; a long key keeps a hash so it stays unique.
-    if len(key) > MAX_KEY_IN_TITLE:
-        key = key[: MAX_KEY_IN_TITLE - 10] + "~" + hashlib.sha256(key.encode()).hexdigest()[:8]
-    return plain(f"kvbench regression: {key} ({where})", 250)
+    return plain(f"kvbench regression: {short_key(key)} ({where})", 250)
+
+
+def open_or_update(client: Client, title: str, body: str, label: str) -> str:
+    """The one issue of a title and label: opened, or its body replaced (reopened if closed);
+    the log line of what was done."""
+    found = client.find_issue(title, label)
+    if found is None:
+        return f"opened #{client.open_issue(title, body, [label])}: {title}"
+    reopen = found.get("state") != "open"
+    client.update_issue(found["number"], body, reopen=reopen)
+    return f"{'reopened' if reopen else 'updated'} #{found['number']}: {title}"
+
+
+def note_once(client: Client, title: str, label: str, note: str, *, mark: str, tail: int, what: str) -> str | None:
+    """Append note to the open issue of a title, unless the last tail characters of its body
+    already carry mark (a later run would say it again); the log line ("noted WHAT on #N"),
+    or None when there was nothing to note."""
+    found = client.find_issue(title, label)
+    if found is None or found.get("state") != "open" or mark in found["body"][-tail:]:
+        return None
+    client.update_issue(found["number"], found["body"] + note)
+    return f"noted {what} on #{found['number']}: {title}"
 
 
 def repo_url_from_env() -> str:
@@ -240,22 +267,13 @@ def plan(nights: list[Night], baseline: dict, where: str, min_nights: int = 2, r
 
 def apply(tp: TriagePlan, client: Client, where: str, newest: str) -> list[str]:
     """Open or update the issues; returns one line per action for the log."""
-    log = []
-    for t in tp.track:
-        found = client.find_issue(t.title, LABEL)
-        if found is None:
-            number = client.open_issue(t.title, t.body, [LABEL])
-            log.append(f"opened #{number}: {t.title}")
-        else:
-            reopen = found.get("state") != "open"
-            client.update_issue(found["number"], t.body, reopen=reopen)
-            log.append(f"{'reopened' if reopen else 'updated'} #{found['number']}: {t.title}")
+    log = [open_or_update(client, t.title, t.body, LABEL) for t in tp.track]
     for key in tp.recovered:
-        title = title_for(key, where)
-        found = client.find_issue(title, LABEL)
-        if found is not None and found.get("state") == "open" and "recovered on" not in found["body"][-200:]:
-            client.update_issue(found["number"], found["body"] + f"\n**Not regressed on {code(newest)}** (recovered on that night).\n")
-            log.append(f"noted recovery on #{found['number']}: {title}")
+        line = note_once(client, title_for(key, where), LABEL,
+                         f"\n**Not regressed on {code(newest)}** (recovered on that night).\n",
+                         mark="recovered on", tail=200, what="recovery")
+        if line:
+            log.append(line)
     for key, metrics in tp.blips:
         log.append(f"one night only, no issue yet: {', '.join(metrics)} on {key}")
     for word, metric, key in tp.moved:

@@ -66,6 +66,7 @@ def test_report_text_appears_only_in_code_spans():
     ("not json", "not JSON"),
     (json.dumps({"format": "other"}), "not a report of kvbench conform"),
     (json.dumps(dict(_report(), configs=[{"key": 1}])), "'configs' must be a list"),
+    (json.dumps(dict(_report(), configs=[{"key": "k", "equal": False, "totals": 5}])), "'totals' must be a list"),
 ])
 def test_a_bad_report_is_one_line(tmp_path, text, says):
     path = tmp_path / "r.json"
@@ -73,6 +74,14 @@ def test_a_bad_report_is_one_line(tmp_path, text, says):
     with pytest.raises(UsageError) as err:
         rt.load(path)
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_report_format_is_the_reference_reports():
+    # Copied, not imported (the ci install has no engine): a change on one side would
+    # refuse every nightly report.
+    from harness.reference.report import FORMAT
+
+    assert rt.FORMAT == FORMAT
 
 
 def test_cli_dry_run_prints_what_it_would_file(tmp_path):
