@@ -31,7 +31,6 @@ class UploadQueue:
         self._drop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvbench-mlflow-upload", daemon=True)
         self._thread.start()
-        self.uploaded = 0
 
     def submit(self, row: dict[str, Any]) -> None:
         self._rows.put(row)
@@ -42,8 +41,7 @@ class UploadQueue:
             if row is _STOP or self._drop.is_set():
                 return
             try:
-                if self._upload(row):
-                    self.uploaded += 1
+                self._upload(row)  # it marks the row logged itself; False leaves it for sync
             except Exception:  # the upload's own failures are caught there; this keeps the thread alive
                 pass
 

@@ -92,6 +92,6 @@ def test_a_queue_closed_without_draining_leaves_the_rest_to_sync(tmp_path):
     closer.join(10)
     assert not closer.is_alive()
     logged = run.logged_keys()
-    assert len(logged) < len(recorded)  # the row in flight at most
+    assert len(logged) <= 1  # the row in flight at most
     assert sync(run, uri, root=tmp_path) == (len(recorded) - len(logged), len(logged))
     assert run.logged_keys() == {r["key"] for r in recorded}
