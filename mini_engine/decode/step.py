@@ -114,7 +114,6 @@ class DecodeStep:
         if self.commit_planned_finish and self.inflight is not None and self.inflight.committed:
             self._commit_planned_finish(batch, rows)
         landed_s = 0.0
-        launched = bool(batch)
         if self.overlap:
             # SGLang's event_loop_overlap: step N's result is processed after step N+1 is planned.
             # A request it finishes drops out of step N+1 (that result would be skipped).
@@ -132,7 +131,7 @@ class DecodeStep:
         if self.overlap:
             # A batch the landing result emptied still ran in SGLang (launch_finished): its
             # result, holding no request that still runs, is processed next step.
-            self.inflight = InFlight(batch, results) if batch or (launched and self.launch_finished) else None
+            self.inflight = InFlight(batch, results) if batch or self.launch_finished else None
             self._launch = (self.batch.releases, rows, lens)
         else:
             self._process(batch, results, lens, rows)
@@ -251,9 +250,12 @@ class DecodeStep:
         result in flight finishes is planned and allocated a slot all the same, and
         alloc_for_decode commits that slot; 0.5.18's release hands the tree the committed
         length uncapped (verify_commit "whole"), so the slot reaches the tree."""
+        left = self.batch.left_rows[rows]
+        if not len(left) or int(left.min()) > 1:  # the usual step: none is one token from its limit
+            return
         inflight = self.inflight
         ran = self._launch[1] if self._all_live() else rows_of([inflight.batch[i] for i in inflight.live()])
-        hit = np.flatnonzero((self.batch.left_rows[rows] <= 1) & np.isin(rows, ran))
+        hit = np.flatnonzero((left <= 1) & np.isin(rows, ran))
         if not len(hit):
             return
         reqs = [batch[i] for i in hit.tolist()]
@@ -307,13 +309,14 @@ class DecodeStep:
         room = left - lens  # below 0: the output limit cuts the accepted run; 0 or below: it finishes
         ends = int(room.min()) <= 0
         if ends:
+            over = room < 0  # the limit cuts the accepted run
             n = np.minimum(lens, left)
             room = left - n
             # What the verify commits: its overshoot past the limit too under "owned" (verify_commit).
             kept = committed(lens, left, self.verify_commit) if self._spec else n
-            if (lens > left).any():
+            if over.any():
                 results = list(results)
-                for i in np.flatnonzero(lens > left).tolist():
+                for i in np.flatnonzero(over).tolist():
                     if self.verify_commit == "whole":  # 0.5.18 keys the tree on them (verify_commit)
                         batch[i].beyond = results[i][int(left[i]):]
                     results[i] = results[i][: int(left[i])]

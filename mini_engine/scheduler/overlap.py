@@ -26,9 +26,9 @@ step stale:
 
 Plain decoding is not stale: alloc_for_decode advances the committed length when
 it allocates, so the engine counts the in-flight token committed before the next
-plan (Engine._commit_in_flight) and the reservation equals the synchronous one. Its
+plan (DecodeStep._commit_in_flight) and the reservation equals the synchronous one. Its
 SWA eviction does not: maybe_evict_swa evicts at req.seqlen - 1, whose output_ids
-lack the in-flight token, so one decode step later (decode_window.evict_window). It is
+lack the in-flight token, so one decode step later (swa_window.evict_window). It is
 overlapped all the same: a request step N finishes is one output short when N+1 is
 planned, so it sits N+1 out, and its frees (process_batch_result_decode's free group)
 come after N+1's allocation; on a short pool N+1 waits for them. A prefill batch's result lands late the same way, for every algorithm

@@ -365,7 +365,7 @@ class Scheduler:
 
         In SGLang's order (Scheduler.update_running_batch): whether the step fits is decided on
         the pools as they are (ScheduleBatch.check_decode_mem), retract_decode retracts until it
-        does, only then prepare_for_decode evicts the SWA window (maybe_evict_swa; decode_window.py)
+        does, only then prepare_for_decode evicts the SWA window (maybe_evict_swa; swa_window.py)
         and allocates: an eviction that would have made room does not spare a retraction, and a
         request retracted this step is not evicted first.
 

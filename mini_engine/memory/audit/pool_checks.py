@@ -158,13 +158,14 @@ def _k7_suspects(m: KVManager, live: Live) -> np.ndarray:
     n, ps, w, rows = len(live.states), m.ps, m.mem.row_width, live.rows  # a state's row is its key
     prot = np.minimum(live.prot, w)
     cur, ext = np.maximum(live.swa, prot), np.minimum(live.alloc, w)
-    live = np.where(ext > cur, -(-ext // ps) - cur // ps, 0)
-    bad = (m.ledger.held["swa"][rows] != live) | (cur % ps != 0)  # an unaligned cursor: row by row
+    pages_held = np.where(ext > cur, -(-ext // ps) - cur // ps, 0)  # each row's SWA pages, by its extent
+    bad = (m.ledger.held["swa"][rows] != pages_held) | (cur % ps != 0)  # an unaligned cursor: row by row
     host, swa_map = m.req_to_token.host, m.swa.map_host
     which, pos = _spans(prot, np.minimum(cur, ext))  # below the cursor: no SWA copy
     bad |= np.bincount(which[swa_map[host[rows[which], pos]] != 0], minlength=n) > 0
     which, pos = _spans(cur, ext)  # above it
-    above = swa_map[host[rows[which], pos]]
+    owners = rows[which]
+    above = swa_map[host[owners, pos]]
     pages = above // ps
     idx = np.arange(len(pos))
     head = idx - (pos - np.maximum((pos // ps) * ps, cur[which]))  # flat index of its page's first position
@@ -172,7 +173,7 @@ def _k7_suspects(m: KVManager, live: Live) -> np.ndarray:
     inside = (pages >= 0) & (pages < len(owner))
     pages = np.where(inside, pages, 0)  # a page outside the pool: its row is flagged below
     wrong = ((above == 0) | (above % ps != pos % ps) | (pages != pages[head]) | ~inside
-             | (owner[pages] != rows[which] + 1))
+             | (owner[pages] != owners + 1))
     bad |= np.bincount(which[wrong], minlength=n) > 0
     # Two pages of positions on one SWA page: one mark per page (no sort) marks fewer
     # pages than there are heads; then every row is read row by row.
