@@ -17,7 +17,7 @@ Under the estimate a PD arrival is estimated like any request.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Callable
 
 from mini_engine.request import Request
 from mini_engine.scheduler.pd_prealloc import PDPreallocBudget, waits_for_ever
@@ -26,19 +26,25 @@ from mini_engine.scheduler.prefill_tokens import PrefillTokens
 from mini_engine.scheduler.prefix_match import match_pins, pd_match_pins
 
 
-class Admission(Protocol):
+class Admission:
+    """The memory side of admitting a prefill batch: the scheduler's admit loop asks its
+    policy these questions; a policy answers the three it must and keeps the defaults
+    (no cap, never full, nothing to track) for the rest."""
+
+    cap: int | None = None  # the most tokens the last fitting request's first chunk may take
+    full = False  # after a request joined: no room is left, the pass stops (SGLang's NO_TOKEN)
+
     def continuation(self, left: int, chunks: PrefillTokens) -> int | None:
         """Tokens a continuing chunked request may run now (None: parked this pass)."""
+        raise NotImplementedError
 
     def stops(self, chunks: PrefillTokens) -> bool:
         """The pass stops before its next candidate."""
+        raise NotImplementedError
 
     def fits(self, r: Request, match, matched: int) -> bool:
         """Whether ``r`` (``matched`` tokens of it matched by the prefix tree) fits."""
-
-    @property
-    def cap(self) -> int | None:
-        """The most tokens the last fitting request's first chunk may take (None: no cap)."""
+        raise NotImplementedError
 
     def charge(self, r: Request, n: int, ends_prefill: bool) -> None:
         """A chunk of ``n`` tokens of ``r`` joined the batch."""
@@ -55,17 +61,10 @@ class Admission(Protocol):
     def refused_idle(self, r: Request, step: int) -> None:
         """``r`` does not fit and nothing runs: raise where SGLang would wait for ever."""
 
-    @property
-    def full(self) -> bool:
-        """After a request joined: no room is left, the pass stops (SGLang's NO_TOKEN)."""
 
-
-class Estimate:
+class Estimate(Admission):
     """kvbench's estimate: a request needs its pages to the end of its expected output
     (``need``), against the pages free less the running requests' headroom."""
-
-    cap = None
-    full = False
 
     def __init__(self, free_pages: Callable[[], int], need: Callable[[Request, int], int]):
         self._free_pages = free_pages
@@ -85,20 +84,17 @@ class Estimate:
         self._need = self._need_of(r, matched)
         return self._need <= self.free
 
-    def charge(self, r: Request, n: int, ends_prefill: bool) -> None:
-        pass
-
     def adopted(self, pages: int) -> None:
         self.free += pages  # a matched prefix is not allocated again
 
     def joined(self) -> None:
         self.free -= self._need
 
-    def refused_idle(self, r: Request, step: int) -> None:
-        pass  # tried: a request that cannot complete ends the run pool_exhausted rather than wait for ever
+    # refused_idle: nothing; the request is tried, and one that cannot complete ends the
+    # run pool_exhausted rather than wait for ever.
 
 
-class PrefillAdder:
+class PrefillAdder(Admission):
     """SGLang's PrefillAdder memory side over a PrefillMemory (SWAPrefillMemory with SWA)."""
 
     def __init__(self, mem: PrefillMemory, manager):
@@ -124,32 +120,18 @@ class PrefillAdder:
     def charge(self, r: Request, n: int, ends_prefill: bool) -> None:
         self.mem.charge(r, n, ends_prefill)
 
-    def begin(self) -> None:
-        pass
-
-    def adopted(self, pages: int) -> None:
-        pass
-
-    def joined(self) -> None:
-        pass
-
-    def refused_idle(self, r: Request, step: int) -> None:
-        # The clip at arrival (Engine.submit) makes a prompt fit an empty engine, except at
-        # the edge of add_one_req_ignore_eos' reserve, where SGLang would wait for ever.
-        pass
+    # refused_idle: nothing. The clip at arrival (Engine.submit) makes a prompt fit an empty
+    # engine, except at the edge of add_one_req_ignore_eos' reserve, where SGLang would wait for ever.
 
     @property
     def full(self) -> bool:
         return not self.mem.has_room
 
 
-class PDPrealloc:
+class PDPrealloc(Admission):
     """The PD decode side's prealloc budget (SGLang's pop_preallocated), built when the
     pass meets its first PD arrival: it reads the pools as they are then. A PD arrival
     joins whole, with no chunk: the pass's own policy says when the pass stops."""
-
-    cap = None
-    full = False
 
     def __init__(self, build: Callable[[], PDPreallocBudget], manager):
         self._build = build
@@ -159,18 +141,6 @@ class PDPrealloc:
     def fits(self, r: Request, match, matched: int) -> bool:
         self.budget = self.budget or self._build()
         return self.budget.fits(r, prefix=matched, pinned=pd_match_pins(self.manager, match))
-
-    def charge(self, r: Request, n: int, ends_prefill: bool) -> None:
-        pass
-
-    def begin(self) -> None:
-        pass
-
-    def adopted(self, pages: int) -> None:
-        pass
-
-    def joined(self) -> None:
-        pass
 
     def refused_idle(self, r: Request, step: int) -> None:
         # Without pd_radix an arrival is refused only by pages of the prompts' tree (an
