@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.ci.github_client import Client
 from harness.ci.text import code, plain
-from harness.ci.triage import note_once, open_or_update, short_key
+from harness.ci.issues import note_once, open_or_update, short_key
 from harness.core.errors import UsageError
 
 LABEL = "kvbench-sglang-regression"
