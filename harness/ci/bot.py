@@ -15,6 +15,7 @@ from pathlib import Path
 from harness.ci import specs
 from harness.ci.permissions import COMMANDS, Permissions
 from harness.ci.runners import Registry
+from harness.ci.sglang_ref import RELEASE
 from harness.ci.specs import Refusal, show
 from harness.ci.suite_filter import check_selects
 from harness.core.errors import HarnessError
@@ -26,7 +27,13 @@ USAGE = {
     "rerun-test": "/rerun-test <file>[::Class.method] ...",
     "rerun-suite": "/rerun-suite <suite> [--runner LABEL] [--filter EXPR (rest of the line)]",
     "tag-and-rerun-ci": "/tag-and-rerun-ci",
+    "rerun-sglang": "/rerun-sglang <release|commit>",
 }
+# /rerun-sglang dispatches the nightly SGLang-regression workflow on the default branch
+# (the reference engine beside the mini engine, docs/reference.md) with this SGLang.
+SGLANG_WORKFLOW = "nightly-sglang.yml"
+SGLANG_RUNNER = "cpu"  # the workflow's runs-on: GitHub-hosted ubuntu-latest
+SGLANG_COMMIT_RE = re.compile(r"[0-9a-f]{7,40}\Z", re.ASCII)
 
 
 @dataclass
@@ -37,6 +44,7 @@ class Group:
     tests: list[str] = field(default_factory=list)
     suite: str | None = None
     filter: str | None = None
+    sglang: str | None = None  # /rerun-sglang: the SGLang release or commit the nightly installs
     status: str = "queued"
     run_url: str = ""
     mlflow: list[str] = field(default_factory=list)
@@ -44,6 +52,8 @@ class Group:
     note: str = ""
 
     def argv(self, run_id: str = "RUN_ID") -> list[str]:
+        if self.sglang is not None:  # where the ref reaches a command in the nightly job
+            return ["kvbench", "ci", "sglang-requirement", self.sglang]
         # `-m ""` lifts the default 'not gpu' deselection: a rerun asked for these tests.
         if self.suite is None:
             return PYTEST + self.tests
@@ -51,6 +61,9 @@ class Group:
         return argv + (["--filter", self.filter] if self.filter else [])
 
     def command(self) -> str:
+        if self.sglang is not None:  # the nightly job's steps, with this SGLang installed
+            return "\n".join([f"{SGLANG_WORKFLOW}: pip install \"$(kvbench ci sglang-requirement {self.sglang})\"",
+                              *(f"kvbench conform --engine --suite {s}" for s in ("smoke", "invariants"))])
         return shlex.join(self.argv())
 
 
@@ -141,6 +154,29 @@ def _rerun_suite(args: list[str], registry: Registry, grant, suites: list[str], 
     return [Group(runner, suite=suite, filter=expr)]
 
 
+def check_sglang_ref(args: list[str]) -> str:
+    """One SGLang release (0.5.23, 0.5.24.post1, 0.6.0rc1) or commit (7 to 40 lowercase hex
+    digits); branch and tag names, which the workflow takes when dispatched by hand, are
+    refused here: they move, so a comment would not name what ran."""
+    if len(args) != 1:
+        got = f"got {show(' '.join(args))}" if args else "none given"
+        raise Refusal(f"give one SGLang release or commit ({got}); usage: `{USAGE['rerun-sglang']}`")
+    ref = args[0]
+    if not (RELEASE.match(ref) or SGLANG_COMMIT_RE.match(ref)):
+        raise Refusal(f"SGLang ref {show(ref)} is neither a release (0.5.23, 0.5.24.post1) "
+                      f"nor a commit (7 to 40 lowercase hex digits)")
+    return ref
+
+
+def _rerun_sglang(args: list[str], grant) -> list[Group]:
+    ref = check_sglang_ref(args)
+    if not grant.allows("rerun-sglang", SGLANG_RUNNER):
+        raise Refusal(f"no permission to run on runner `{SGLANG_RUNNER}`")
+    note = ("the default branch's code against this SGLang; what it would file is in the run's "
+            "job summary (the workflow reports to no reply)")
+    return [Group(SGLANG_RUNNER, sglang=ref, note=note)]
+
+
 def plan_comment(
     comment: Comment,
     repo_tree: Path,
@@ -175,6 +211,8 @@ def plan_comment(
             plan.groups = _rerun_test(args, repo_tree, registry, perms, grant)
         elif name == "rerun-suite":
             plan.groups = _rerun_suite(args, registry, grant, suites or [], suite_root or repo_tree)
+        elif name == "rerun-sglang":
+            plan.groups = _rerun_sglang(args, grant)
         elif args:
             raise Refusal(f"/{name} takes no arguments (got {show(' '.join(args))})")
     except Refusal as err:

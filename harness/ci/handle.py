@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.ci import reply
-from harness.ci.bot import Comment, Plan, known_suites, plan_comment
+from harness.ci.bot import SGLANG_WORKFLOW, Comment, Group, Plan, known_suites, plan_comment
 from harness.ci.github_client import Client, GitHubError
 from harness.ci.permissions import Permissions
 from harness.ci.rerun import check_sha
@@ -82,7 +82,7 @@ def handle_event(event: dict, client: Client, root: Path, tree: Path, registry: 
     plan = plan_comment(comment, tree, registry, perms, known_suites(root), root)
     if plan.command is None:
         return Outcome(plan)
-    if plan.groups:
+    if plan.groups and plan.command != "rerun-sglang":  # the nightly runs the default branch, not the head
         try:
             plan.head = check_sha(head_sha or client.pull_head_sha(plan.pr), "the pull request's head")
         except HarnessError as err:
@@ -98,22 +98,31 @@ def handle_event(event: dict, client: Client, root: Path, tree: Path, registry: 
 def _dispatch(plan: Plan, client: Client, branch: str, reply_id: int) -> None:
     changed = False
     for i, group in enumerate(plan.groups, 1):
-        inputs = {
-            "runner": group.runner,
-            "tests": json.dumps(group.tests),
-            "suite": group.suite or "",
-            "filter": group.filter or "",
-            "pr": str(plan.pr),
-            "reply_comment": str(reply_id),
-            "group": str(i),
-            "sha": plan.head,
-        }
+        workflow, inputs = _dispatch_inputs(plan, group, i, reply_id)
         try:
-            client.dispatch_workflow(WORKFLOW, branch, inputs)
+            client.dispatch_workflow(workflow, branch, inputs)
         except GitHubError as err:
             group.status, group.note, changed = "error", f"dispatch failed: {show(str(err), 200)}", True
+            continue
+        if group.sglang is not None:  # nothing reports back to this reply: say it went
+            group.status, changed = "dispatched", True
     if changed:
         client.update_comment(reply_id, reply.render(plan))
+
+
+def _dispatch_inputs(plan: Plan, group: Group, i: int, reply_id: int) -> tuple[str, dict[str, str]]:
+    if group.sglang is not None:
+        return SGLANG_WORKFLOW, {"sglang": group.sglang}
+    return WORKFLOW, {
+        "runner": group.runner,
+        "tests": json.dumps(group.tests),
+        "suite": group.suite or "",
+        "filter": group.filter or "",
+        "pr": str(plan.pr),
+        "reply_comment": str(reply_id),
+        "group": str(i),
+        "sha": plan.head,
+    }
 
 
 def _tag_and_rerun(plan: Plan, client: Client, perms: Permissions) -> int:

@@ -17,9 +17,10 @@ from harness.core.markdown import code, prose
 from harness.core.urls import is_web_url
 
 STATE_RE = re.compile(r"<!-- kvbench-bot (\{.*?\}) -->", re.S)
-STATUSES = ("queued", "running", "passed", "failed", "cancelled", "error")
+STATUSES = ("queued", "dispatched", "running", "passed", "failed", "cancelled", "error")
 MARKERS = {
     "queued": "\u23f3 queued",
+    "dispatched": "\U0001f4e4 dispatched",
     "running": "\U0001f504 running",
     "passed": "\u2705 passed",
     "failed": "\u274c failed",

@@ -128,7 +128,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("bot", help="pull-request comment bot: /rerun-test, /rerun-suite, /tag-and-rerun-ci")
+    p = subparsers.add_parser("bot", help="pull-request comment bot: /rerun-test, /rerun-suite, /tag-and-rerun-ci, /rerun-sglang")
     sub = p.add_subparsers(dest="bot_command", metavar="BOT_COMMAND", parser_class=type(p))
     sub.required = True
 

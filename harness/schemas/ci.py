@@ -17,7 +17,7 @@ from harness.schemas import Model, check, int_in
 
 LABEL_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z", re.ASCII)
 SUITE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z", re.ASCII)
-COMMANDS = ("rerun-test", "rerun-suite", "tag-and-rerun-ci")
+COMMANDS = ("rerun-test", "rerun-suite", "tag-and-rerun-ci", "rerun-sglang")
 ASSOCIATIONS = (
     "OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR",
     "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "MANNEQUIN", "NONE",

@@ -141,7 +141,7 @@ def _texts(text: str, tree) -> list[str]:
     word = "".join(text.split())  # one word of it
     for comment in (f"/rerun-suite smoke --runner {word}", f"/rerun-suite smoke --filter {line}",
                     f"/rerun-suite {word}", f"/rerun-test {word}", f"/rerun-test suites/unit/{word}",
-                    f"/{word}", f"/tag-and-rerun-ci {line}"):
+                    f"/{word}", f"/tag-and-rerun-ci {line}", f"/rerun-sglang {word}"):
         plan = plan_comment(Comment(comment, "core-dev", "MEMBER", 42, "core-dev"), root, registry, perms, ["smoke"])
         if plan.command is not None:
             bodies.append(reply.render(plan))  # the comment's own words echoed in a refusal

@@ -68,6 +68,12 @@ CASES = {
     "control_char": (0, "control character 0x1b", None),
     "on_issue": (0, "pull requests only", None),
     "tag_and_rerun_args": (0, "takes no arguments", None),
+    # /rerun-sglang: a release or a commit only; a branch moves, so it is not what ran.
+    "rerun_sglang_branch": (0, "SGLang ref `main` is neither a release (0.5.23, 0.5.24.post1) nor a commit", None),
+    "rerun_sglang_uppercase": (0, "SGLang ref `3F2A9C1` is neither a release", None),
+    "rerun_sglang_two_refs": (0, "give one SGLang release or commit (got `0.5.23 0.5.24`)", None),
+    "rerun_sglang_empty": (0, "give one SGLang release or commit (none given)", None),
+    "rerun_sglang_author": (0, "@pr-opener has no permission for /rerun-sglang", None),
 }
 
 
@@ -113,6 +119,36 @@ def test_recorded_comment(name, setup, load_event):
         _check_inputs(inputs, registry, tree)
     # The reply reads back as the same plan: later status updates start from it.
     assert [g.runner for g in reply.parse(body).groups] == [g.runner for g in out.plan.groups]
+
+
+@pytest.mark.parametrize("name, ref", [("rerun_sglang_release", "0.5.24.post1"), ("rerun_sglang_commit", "3f2a9c1")])
+def test_rerun_sglang_dispatches_the_nightly_with_the_ref(name, ref, setup, load_event):
+    """The nightly SGLang-regression workflow on the default branch, its one input the
+    checked ref (which the workflow turns into a pip requirement again); the pull
+    request's head is not asked for, as the nightly does not run it."""
+    from harness.ci.sglang_ref import requirement
+
+    tree, registry, perms = setup
+    client = RecordingClient()
+    out = handle_event(load_event(name), client, tree, tree, registry, perms)
+    assert out.plan.refusal is None
+    assert [c for c in client.calls if c[0] == "dispatch_workflow"] == [
+        ("dispatch_workflow", "nightly-sglang.yml", "main", {"sglang": ref})]
+    assert client.count("pull_head_sha") == 0
+    body = client.comments[out.reply_id]
+    (group,) = reply.parse(body).groups
+    assert (group.status, group.sglang) == ("dispatched", ref)
+    assert f"kvbench ci sglang-requirement {ref}" in body and "kvbench conform --engine --suite invariants" in body
+    assert requirement(ref) in (f"sglang=={ref}", f"sglang @ git+https://github.com/sgl-project/sglang@{ref}"
+                                                  "#subdirectory=python")
+
+
+def test_rerun_sglang_dispatch_failure_is_reported(setup, load_event):
+    tree, registry, perms = setup
+    client = RecordingClient(fail_dispatch=True)
+    out = handle_event(load_event("rerun_sglang_release"), client, tree, tree, registry, perms)
+    (group,) = reply.parse(client.comments[out.reply_id]).groups
+    assert group.status == "error" and "dispatch failed" in group.note
 
 
 def test_reply_lists_groups_with_commands(setup, load_event):

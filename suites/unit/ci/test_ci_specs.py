@@ -97,9 +97,9 @@ def test_show_is_safe():
 
 HOSTILE = st.sampled_from(list(";|&$`<>()[]{}*?!~'\"\\\n\r\t /.:_-") + ["..", "::", "\uff0f", "\u0435", "\u2010",
                                                                        "suites/", "unit/", "test_alloc.py"])
-WORDS = st.sampled_from(["/rerun-test", "/rerun-suite", "/tag-and-rerun-ci", "--runner", "--filter", "smoke",
+WORDS = st.sampled_from(["/rerun-test", "/rerun-suite", "/tag-and-rerun-ci", "/rerun-sglang", "--runner", "--filter", "smoke",
                          "1-gpu-h100", "cpu", "spec:dflash", "and", "not", "suites/unit/test_alloc.py",
-                         "test_alloc.py::TestPages.test_free", "suites/gpu/multi/test_tp8.py"])
+                         "test_alloc.py::TestPages.test_free", "suites/gpu/multi/test_tp8.py", "0.5.23", "3f2a9c1"])
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -61,7 +61,7 @@ def test_committed_ci_files_and_baselines_validate():
     (RegistryFile, {"runners": {"cpu": {"profile": "cpu", "gpus": 0}}}, "s: runners.cpu: missing key 'runs_on'"),
     (PermissionsFile, [], "s: the file must be an object (got [])"),
     (PermissionsFile, {"version": 1, "roles": {"r": {"commands": "rerun-test"}}},
-     "s: roles.r.commands must be a list drawn from rerun-test, rerun-suite, tag-and-rerun-ci (got 'rerun-test')"),
+     "s: roles.r.commands must be a list drawn from rerun-test, rerun-suite, tag-and-rerun-ci, rerun-sglang (got 'rerun-test')"),
     (BaselineFile, {"profile": "cpu", "created": "", "git_commit": None,
                     "configs": {"k": {"counters": {"steps": "3"}, "timings": {}}}},
      "s: configs.k.counters.steps must be a finite number (got '3')"),
