@@ -59,6 +59,9 @@ def register(subparsers) -> None:
     p.add_argument("--suite", metavar="NAME",
                    help="with --engine: every config of this suite the reference supports (the others are listed "
                         "with the reason)")
+    p.add_argument("--filter", metavar="EXPR",
+                   help="with --engine --suite: only the configs this selects (kvbench sweep's --filter: words "
+                        "joined by and/or/not, name=value matching an option, e.g. 'workload=pd and ps=16')")
     p.add_argument("--report", metavar="FILE",
                    help="with --engine --suite: also write every comparison as JSON (kvbench ci reference-triage reads it)")
     add_option_flags(p, skip=OWN)
@@ -70,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--suite goes with --engine")
     if args.report is not None and args.suite is None:
         raise UsageError("--report goes with --engine --suite")
+    if args.filter is not None and args.suite is None:
+        raise UsageError("--filter goes with --engine --suite")
     if args.engine:
         if args.traces:
             raise UsageError("--engine compares a config on both engines; give it no TRACE")
@@ -95,8 +100,16 @@ def _engines(args: argparse.Namespace) -> int:
         raise UsageError("--suite takes its configs from the suite file; give it no --config or option flags")
     if args.report is not None:
         check_target(args.report, "--report")  # before the runs: a bad path is refused at once
+    suite = load_suite(args.suite)
+    configs = suite.configs
+    if args.filter is not None:
+        from harness.grid.sweep import check_filter, filter_selects
+
+        check_filter(args.filter, suite)  # one that selects nothing is refused before any run
+        selects = filter_selects(args.filter)
+        configs = [c for c in configs if selects(c.id, c.config)]
     status, findings, skipped = 0, [], collections.Counter()
-    for cid, got in compare_suite([(c.id, c.spec) for c in load_suite(args.suite).configs]):
+    for cid, got in compare_suite([(c.id, c.spec) for c in configs]):
         if isinstance(got, str):
             skipped[got] += 1
             continue

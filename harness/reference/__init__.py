@@ -8,5 +8,7 @@ processing (``SchedulerBatchResultProcessor``), bound to a small object that hol
 mini engine's run of the same config produced, so the tree's keys match. What SGLang
 imports but never calls on this path is a named stand-in (loader.py). The run's figures
 are read from SGLang's own components after every loop iteration (sampler.py) and come
-back as a result row of the mini engine's format (run.py). docs/reference.md.
+back as a result row of the mini engine's format (run.py). A PD workload runs as a
+decode node: SGLang's decode loop and its prealloc and transfer queues (pd_decode.py).
+docs/reference.md.
 """

@@ -50,6 +50,7 @@ class Driver:
         self.ran = False  # this iteration launched a batch or processed a result
         self.idle = 0
         self.sampler = Sampler()
+        self.fake_host = None  # a PD decode node's: SGLang's fake bootstrap host (pd_decode.py)
 
     # -- arrivals ------------------------------------------------------------------
     def arrive(self, s) -> None:
@@ -69,6 +70,8 @@ class Driver:
         params.normalize(None)
         req = sg.batch.Req(str(r.rid), "", array("q", r.prompt), params, vocab_size=self.vocab_size)
         req.kvbench_rid = r.rid
+        if r.fill_len:  # a PD arrival: its KV comes from a prefill node (pd_decode.py)
+            req.bootstrap_host, req.bootstrap_room = self.fake_host, r.rid
         return req
 
     def _busy(self, s) -> bool:
@@ -134,6 +137,13 @@ class Driver:
                 self.pending.append(Request(rid=nxt.rid, prompt=prompt, max_new_tokens=nxt.max_new_tokens,
                                             arrival_step=self.step + 1))
                 self.pending.sort(key=lambda r: (r.arrival_step, r.rid))
+
+    def handed_off(self, req) -> None:
+        """A PD arrival's KV landed (pop_transferred): its first output is the token the
+        prefill node sampled, the first of its recorded outputs."""
+        req.output_ids[-1] = self.outputs[req.kvbench_rid][0]
+        self.cursor[id(req)] = 1
+        self.ran = True
 
     def retracted(self, req) -> None:
         self.sampler.retractions += 1

@@ -17,7 +17,7 @@ from harness.core.errors import HarnessError
 from harness.core.kv_units import derive
 from harness.core.run_spec import RunSpec
 from harness.core.workloads import make_workload
-from harness.reference import loader
+from harness.reference import loader, pd_decode
 from harness.reference.driver import Driver
 from harness.reference.scheduler import build
 from harness.reference.spec import SUPPORTED as SPECS, spec_of
@@ -51,9 +51,21 @@ def check_supported(cfg, wl: dict, version: str) -> None:
     elif cfg.model != "none":
         why = f"--model {cfg.model} (the forward is a stand-in: model none)"
     elif wl.get("workload") == "pd":
-        why = "--workload pd (the PD decode side is not driven yet)"
+        why = _pd_unsupported(cfg, wl, version)
     if why is not None:
         raise UnsupportedByReference(f"--engine {ENGINE} does not support {why}; run it on the mini engine")
+
+
+def _pd_unsupported(cfg, wl: dict, version: str) -> str | None:
+    """Why the decode side (pd_decode.py) cannot run this PD workload, or None."""
+    if version != "0.5.23":
+        return f"--workload pd on SGLang {version} (the decode side is driven on 0.5.23's queues only)"
+    if wl.get("pd_fraction", 1.0) < 1.0:
+        return ("--pd-fraction below 1 (a decode node prefills no prompt: SGLang's decode loop "
+                "takes PD arrivals only)")
+    if cfg.has_swa:
+        return "--workload pd with --window (the decode side of a hybrid SWA model is not driven yet)"
+    return None
 
 
 def run_reference(config: RunSpec | dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +87,8 @@ def run_reference(config: RunSpec | dict[str, Any]) -> dict[str, Any]:
     outputs = {o["rid"]: o["output"] for o in mini["outputs"]}
     work = make_workload(run.workload, cfg.seed, max_context=cfg.max_context)
     overlap, radix = cfg.rules.overlap, cfg.rules.prefix_cache == "radix"
+    pd = run.workload.workload == "pd"  # every request a PD arrival (check_supported)
+    radix = radix and not pd  # a decode node's tree is off without pd_radix (handle_pd_disaggregation)
     # engine=sglang in the key and the config: a reference row is never keyed, compared or
     # baselined as the mini engine's row of the same options.
     row: dict[str, Any] = {"key": run.on(ENGINE).key,
@@ -87,10 +101,15 @@ def run_reference(config: RunSpec | dict[str, Any]) -> dict[str, Any]:
     s = build(sg, driver, ps=cfg.page_size, num_pages=cfg.num_pages, max_running=cfg.max_running,
               max_context=cfg.max_context, chunk=cfg.chunked_prefill,
               radix=radix, overlap=overlap, vocab_size=cfg.vocab_size, spec=spec,
-              swa=(swa_pages(cfg.num_pages, cfg.rules.swa_ratio), cfg.window) if cfg.has_swa else None)
+              swa=(swa_pages(cfg.num_pages, cfg.rules.swa_ratio), cfg.window) if cfg.has_swa else None,
+              pd_reserved=cfg.reserved_decode_tokens if pd else None)
+    if pd:
+        driver.fake_host = pd_decode.fake_host()
+    loop = (s.event_loop_overlap_disagg_decode if overlap else s.event_loop_normal_disagg_decode) if pd else (
+        s.event_loop_overlap if overlap else s.event_loop_normal)
     t0 = time.perf_counter()
     try:
-        (s.event_loop_overlap if overlap else s.event_loop_normal)()
+        loop()
     except Exception as err:  # SGLang's loop raising is a result, as a mini engine crash is
         row["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=8)}"
         return row

@@ -47,8 +47,13 @@ class Sampler:
         reserved = sum(r.kv.kv_allocated_len - committed(r) for r in live)
         stranded = sum(-(-r.kv.kv_allocated_len // ps) * ps - r.kv.kv_allocated_len for r in live)
         values = {"stranded": stranded, "reserved": reserved, "held": used - evictable, "swa_held": swa_held, "used": used,
-                  "running": s.req_to_token_pool.size - s.req_to_token_pool.available_size(),
+                  "running": _rows_in_use(s.req_to_token_pool),
                   "hits": sum(r.cached_tokens for r in reqs), "retractions": self.retractions,
                   "evictable": evictable}
         for k, v in values.items():
             self.series[k].append(int(v))
+
+
+def _rows_in_use(pool) -> int:
+    """Request rows taken: a PD decode node's pool has pre_alloc_size more for requests in transfer."""
+    return pool.size + getattr(pool, "pre_alloc_size", 0) - pool.available_size()

@@ -20,6 +20,8 @@ from __future__ import annotations
 import inspect
 from types import SimpleNamespace
 
+from harness.reference import pd_decode
+
 # SGLang's Scheduler methods the reference runs as they are.
 REAL = ("event_loop_normal", "event_loop_overlap", "get_next_batch_to_run", "get_new_batch_prefill",
         "_get_new_batch_prefill_raw", "get_num_allocatable_reqs", "update_running_batch",
@@ -49,7 +51,8 @@ class _Metrics(_Inert):
 def scheduler_class(sg):
     """A class holding SGLang's REAL Scheduler methods and the loop's four edges."""
     Scheduler = sg.scheduler.Scheduler
-    body = {name: inspect.unwrap(getattr(Scheduler, name)) for name in REAL if hasattr(Scheduler, name)}
+    body = {name: inspect.unwrap(getattr(Scheduler, name)) for name in (*REAL, *pd_decode.REAL)
+            if hasattr(Scheduler, name)}
 
     def ingest_requests(self, stop_at_pause: bool = False):
         self.driver.arrive(self)
@@ -67,11 +70,14 @@ def scheduler_class(sg):
         self.driver.landed(self, batch)
 
     def _add_request_to_queue(self, req, is_retracted: bool = False):
-        # Scheduler._add_request_to_queue without a disaggregation mode, a queue limit or
-        # a storage prefetch: the request joins the waiting queue.
+        # Scheduler._add_request_to_queue without a queue limit or a storage prefetch:
+        # the request joins the waiting queue, or on a PD decode node the prealloc queue.
         if is_retracted:
             self.driver.retracted(req)
-        self.waiting_queue.append(req)
+        if self.disaggregation_mode == sg.scheduler.DisaggregationMode.DECODE:
+            self.disagg_decode_prealloc_queue.add(req, is_retracted=is_retracted)
+        else:
+            self.waiting_queue.append(req)
 
     def last_batch_set(self, batch):
         self.__dict__["last_batch"] = batch
@@ -111,15 +117,17 @@ def _inert() -> dict:
 
 
 def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context: int, chunk: int,
-          radix: bool, overlap: bool, vocab_size: int, spec=None, swa: tuple[int, int] | None = None):
+          radix: bool, overlap: bool, vocab_size: int, spec=None, swa: tuple[int, int] | None = None,
+          pd_reserved: int | None = None):
     """A ReferenceScheduler over fresh SGLang components for one run (spec: spec.Spec, None
-    for plain decoding; swa: the SWA pool's pages and the window, for a hybrid SWA model)."""
+    for plain decoding; swa: the SWA pool's pages and the window, for a hybrid SWA model;
+    pd_reserved: a PD decode node's num_reserved_decode_tokens, pd_decode.py)."""
     torch = sg.torch
     args = sg.server_args.ServerArgs(model_path="dummy", device="cpu", page_size=ps,
                                      chunked_prefill_size=chunk,
                                      max_running_requests=max_running, disable_radix_cache=not radix,
                                      disable_overlap_schedule=not overlap, schedule_policy="fcfs",
-                                     **(spec.server_args if spec else {}))
+                                     **(spec.server_args if spec else {}), **_pd_args(pd_reserved))
     args._mamba_cache_chunk_size = 64  # as SGLang's CPU fixtures: no Hugging Face lookup of the dummy model
     sg.context.reset_context()
     sg.context.publish(args, role="scheduler")
@@ -127,8 +135,9 @@ def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context:
     sg.context.get_context().override("scheduler.pp_max_micro_batch_size_default",
                                       pp_max_micro_batch_size=max_running)
     # The row: the context and SGLang's headroom for the decode over-allocation (_init_pools).
-    rows = sg.pool.ReqToTokenPool(size=max_running, device="cpu", enable_memory_saver=False,
-                                  max_context_len=max_context + sg.sizing.get_req_to_token_extra_context_len())
+    row_len = max_context + sg.sizing.get_req_to_token_extra_context_len()
+    rows = (sg.pool.ReqToTokenPool(size=max_running, device="cpu", enable_memory_saver=False, max_context_len=row_len)
+            if pd_reserved is None else pd_decode.request_pool(sg, max_running=max_running, max_context_len=row_len))
     bigram = bool(spec and spec.bigram)
     if swa is not None:  # SGLang's SWA allocator over both pools, the FULL + SWA tree
         alloc, tree = sg.serving.build(num_pages, swa[0], ps, swa[1], bigram, req_to_token_pool=rows,
@@ -158,7 +167,8 @@ def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context:
         priority_scheduling_preemption_threshold=args.priority_scheduling_preemption_threshold,
         chunked_req=None, waiting_queue=[], running_batch=sg.batch.ScheduleBatch(reqs=[], batch_is_full=False),
         cur_batch_for_debug=None, _sched_idled=False, forward_ct=0,
-        disaggregation_mode=sg.scheduler.DisaggregationMode.NULL,
+        disaggregation_mode=sg.scheduler.DisaggregationMode.NULL if pd_reserved is None else
+        sg.scheduler.DisaggregationMode.DECODE, server_args=args,
         policy=sg.policy.SchedulePolicy("fcfs", tree, False, False, False),
         new_token_ratio_tracker=sg.ratio.NewTokenRatioTracker.from_config())
     s.request_receiver = SimpleNamespace(recv_requests=s.ingest_requests)  # 0.5.18's arrivals
@@ -173,7 +183,17 @@ def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context:
         metrics_collector=_Inert(), metrics_reporter=s.metrics_reporter, draft_worker=None, model_worker=_Inert(),
         logprob_result_processor=_Inert(), output_streamer=_Inert(), beam_coordinator=s.beam_coordinator,
         abort_request=lambda *a, **k: None)
+    if pd_reserved is not None:
+        pd_decode.attach(sg, s, driver, reserved=pd_reserved)
     return s
+
+
+def _pd_args(reserved: int | None) -> dict:
+    """A PD decode node's server arguments: SGLang's fake transfer backend (pd_decode.py)."""
+    if reserved is None:
+        return {}
+    return dict(disaggregation_mode="decode", disaggregation_transfer_backend="fake",
+                num_reserved_decode_tokens=reserved)
 
 
 def _made(cls, **kwargs):
