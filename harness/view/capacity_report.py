@@ -8,11 +8,11 @@ block size, window and profile, across the page sizes it ran at.
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 from harness.core.turns import nominal_length
 from harness.run.capacity import GPUS, capacity
+from harness.view.templating import render
 
 # The options that change what one request needs or what the pool holds.
 SHAPE_KEYS = ("model", "spec", "block_size", "topk", "steps", "num_draft_tokens", "window", "layer_pattern", "profile",
@@ -59,14 +59,4 @@ def short_fits(row: dict[str, Any], cache: dict | None = None) -> str:
 
 
 def capacity_section(rows: list[dict[str, Any]]) -> str:
-    found = capacity_rows(rows)
-    if not found:
-        return ('<p class="empty">no config of this run names a model shape (model none loads no model); '
-                '<code>kvbench run --capacity SHAPE</code> answers for any shape.</p>')
-    head = "".join(f"<th>{escape(GPUS[g][0])}</th>" for g in GPUS)
-    body = "".join(f'<tr><td class="mono">{escape(what)}</td><td>{context}</td>'
-                   + "".join(f"<td>{n:,}</td>" for n in fits) + "</tr>" for what, context, fits in found)
-    return ('<p class="note">Requests of the config\'s length (input + output) that fit at its mem_fraction '
-            '(default 0.9), from the engine\'s pool sizing; GPU sizes as marketed, in GiB.</p>'
-            f'<table class="capacity"><thead><tr><th>config</th><th>context</th>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table>")
+    return render("capacity", rows=capacity_rows(rows), gpus=[GPUS[g][0] for g in GPUS])

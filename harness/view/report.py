@@ -10,13 +10,16 @@ over page_size x block_size, one per slice of the other options (report_heatmap.
 Styles and charts are inline (SVG), no script and no network, so the file opens
 the same from a CI artifact. The Markdown summary is
 the same story in a few lines for $GITHUB_STEP_SUMMARY.
+
+This file picks and orders what each section shows; the markup is in one template per
+section under templates/report/ (templating.py, autoescaped).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from html import escape
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +32,10 @@ from harness.judge.compare import CompareReport, compare_rows, reference_of_run
 from harness.judge.rollup import ORDER, rollup_lines
 from harness.store.links import mlflow_link
 from harness.view.capacity_report import capacity_section
-from harness.view.report_configs import CSS as CONFIG_CSS, configs_section, single_sample
+from harness.view.report_configs import configs_section, single_sample
 from harness.view.report_heatmap import heatmap_section
 from harness.view.report_svg import line_chart
+from harness.view.templating import render
 
 MAX_LINES = 8  # configs per trend chart; more are unreadable
 MAX_TABLE = 200
@@ -80,7 +84,7 @@ def pick_configs(hist: history.History, metric: str, wanted: list[str] | None) -
 def trend_section(hist: history.History, metrics: list[str], wanted: list[str] | None) -> str:
     labels = [n.short for n in hist.nights]
     model_none = {r["key"] for n in hist.nights for r in n.rows if accounting_only(r)}
-    parts = []
+    charts = []
     for j, metric in enumerate(metrics):
         ranked = pick_configs(hist, metric, wanted)
         if not ranked:
@@ -99,35 +103,32 @@ def trend_section(hist: history.History, metrics: list[str], wanted: list[str] |
             series.append({"label": hist.names.get(k, k) + also + mark, "values": hist.values(k, metric),
                            "spread": spreads, "members": [hist.names.get(m, m) for m in members]})
         drawn = sum(len(m) for m in list(same.values())[:MAX_LINES])
-        more = (f'<p class="note">{len(ranked) - drawn} more configs not drawn here (moved and most varied first); '
-                f'every config has its own view under <a href="#configs">Per config</a>.</p>'
-                if len(ranked) > drawn else "")
         once = all(single_sample(hist, k, metric) for k in ranked)
         head = metric_label(metric, bool(model_none)) + ("; one sample a run: no spread, never judged" if once else "")
-        parts.append(f'<section class="chart"><h3>{escape(head)}</h3>'
-                     + line_chart(metric, labels, series, metric, f"trend-{j}") + more + "</section>")
-    return "\n".join(parts) or '<p class="empty">no figures to draw</p>'
+        charts.append({"head": head, "svg": line_chart(metric, labels, series, metric, f"trend-{j}"),
+                       "not_drawn": len(ranked) - drawn})
+    return render("trends", charts=charts)
 
 
 def moved_section(hist: history.History, limit: int = 12) -> str:
-    """Each figure that moved, on its own scale: a one-page change on a few hundred pages
-    is flat in a chart shared with other configs."""
+    """The roll-up, the table of moves, then each figure that moved on its own scale: a
+    one-page change on a few hundred pages is flat in a chart shared with other configs."""
     labels = [n.short for n in hist.nights]
-    parts = []
     seen: list[tuple[str, str]] = []
     for m in hist.moves:
         if (m.key, m.metric) not in seen:
             seen.append((m.key, m.metric))
+    charts = []
     for i, (key, metric) in enumerate(seen[:limit]):
         spreads = [(min(s), max(s)) if len(s) > 1 else None for s in hist.samples(key, metric)]
         name = hist.names.get(key, key)
         series = [{"label": name, "values": hist.values(key, metric), "spread": spreads}]
-        parts.append(f'<figure><figcaption><span class="mono">{escape(name)}</span> {escape(metric)}</figcaption>'
-                     + line_chart(f"{name} {metric}", labels, series, metric, f"moved-{i}", size=(460, 200),
-                                  legend=False, cls="moved") + "</figure>")
-    if len(seen) > limit:
-        parts.append(f'<p class="note">{len(seen) - limit} more moved figures: see the table.</p>')
-    return '<div class="heatmaps">' + "\n".join(parts) + "</div>"
+        charts.append({"name": name, "metric": metric,
+                       "svg": line_chart(f"{name} {metric}", labels, series, metric, f"moved-{i}", size=(460, 200),
+                                         legend=False, cls="moved")})
+    return render("moved", rollup_html=rollup_html(hist.moves, hist.configs()),
+                  moves=[(hist.names.get(m.key, m.key), m) for m in hist.moves[:MAX_TABLE]],
+                  unlisted=max(0, len(hist.moves) - MAX_TABLE), charts=charts, undrawn=max(0, len(seen) - limit))
 
 
 def newest_compare(hist: history.History, baseline: dict | None) -> tuple[CompareReport | None, str]:
@@ -151,128 +152,49 @@ def compare_table(report: CompareReport | None, against: str, newest: history.Ni
     """The newest run's compare; figures the moved table already lists (the same pair of
     runs) are left out, so each moved figure is in one table only."""
     if report is None:
-        return '<p class="empty">one run and no --baseline: nothing to compare with</p>'
+        return render("compare", report=None)
     shown = [f for f in report.findings if f.verdict != "ok" and (f.key, f.metric) not in shown_above][:MAX_TABLE]
-    head = "".join(f"<th>{h}</th>" for h in ("config", "metric", escape(against),
-                                              escape(f"{newest.name} ({newest.short})"), "change", "verdict"))
-    body = "".join(
-        f'<tr class="{escape(f.verdict.replace(" ", "-"))}"><td class="mono">{escape(report.names.get(f.key, f.key))}'
-        f'</td><td class="mono">{escape(f.metric)}</td><td>{_num(f.baseline)}</td><td>{_num(f.now)}</td>'
-        f"<td>{escape(f.change)}</td><td>{escape(f.verdict)}</td></tr>" for f in shown)
-    if not shown:
-        body = ('<tr><td colspan="6">no other changes: the moved figures are in the table above</td></tr>'
-                if shown_above else '<tr><td colspan="6">no changes</td></tr>')
-    return (f'<p>{escape(newest.name)} against {escape(against)}: {escape(report.summary())}</p>'
-            + rollup_html(report.findings, report.configs) + f'<table class="compare"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
-
-
-def _num(v: Any) -> str:
-    if v is None:
-        return "-"
-    return escape(f"{v:.6g}" if isinstance(v, float) else str(v))
+    return render("compare", report=report, against=against, newest=newest.name, now=f"{newest.name} ({newest.short})",
+                  rollup_html=rollup_html(report.findings, report.configs), shown_above=bool(shown_above),
+                  rows=[(report.names.get(f.key, f.key), f) for f in shown])
 
 
 def runs_table(hist: history.History, mlflow_url: str) -> str:
-    rows = []
+    runs = []
     for n in hist.nights:
-        counts: dict[str, int] = {}
-        for r in n.rows:
-            counts[str(r.get("verdict") or r.get("status"))] = counts.get(str(r.get("verdict") or r.get("status")), 0) + 1
-        link = mlflow_link(n.path, ui_base(n, mlflow_url))
+        counts = Counter(str(r.get("verdict") or r.get("status")) for r in n.rows)
         when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(n.created)) if n.created != float("inf") else "?"
-        rows.append(f'<tr><td class="mono">{escape(n.name)}</td><td class="mono" title="{escape(n.commit)}">'
-                    f'{escape(n.short)}</td><td>{when}</td><td>{escape(n.profile or "-")}</td><td>{len(n.rows)}</td>'
-                    f'<td>{escape(", ".join(f"{v} {k}" for k, v in sorted(counts.items())))}</td>'
-                    f'<td>{f"<a href={chr(34)}{escape(link)}{chr(34)}>MLflow run</a>" if link else "-"}</td></tr>')
-    return ('<table class="runs"><thead><tr><th>run</th><th>commit</th><th>started (UTC)</th><th>hardware</th>'
-            '<th>configs</th><th>verdicts</th><th>MLflow</th></tr></thead><tbody>' + "".join(rows) + "</tbody></table>")
+        runs.append({"name": n.name, "commit": n.commit, "short": n.short, "profile": n.profile or "-", "when": when,
+                     "configs": len(n.rows), "verdicts": ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
+                     "link": mlflow_link(n.path, ui_base(n, mlflow_url))})
+    return render("runs", runs=runs)
 
 
 def rollup_html(findings, configs: dict) -> str:
     """The roll-up by metric and axis (harness/judge/rollup.py), each line in its verdict's colour."""
-
     moved = [f for f in findings if f.verdict in ORDER]
-    items = []
+    lines = []
     for line in rollup_lines(moved, configs)[1:]:
         word = line.split()[1] if len(line.split()) > 1 else ""
-        cls = {"regressed": "regression", "improved": "improvement", "changed": "changed"}.get(word, "")
-        items.append(f'<li class="{cls}">{escape(line.strip())}</li>')
-    return f'<ul class="rollup">{"".join(items)}</ul>' if items else ""
-
-
-def moves_table(hist: history.History) -> str:
-    if not hist.moves:
-        return '<p>No figure moved between consecutive runs.</p>'
-    body = "".join(
-        f'<tr class="{escape(m.verdict)}"><td class="mono">{escape(hist.names.get(m.key, m.key))}</td>'
-        f'<td class="mono">{escape(m.metric)}</td><td>{_num(m.before)}</td><td>{_num(m.after)}</td>'
-        f'<td>{escape(m.change)}</td><td>{escape(m.verdict)}</td><td class="mono">{escape(m.good[:10])}..'
-        f'{escape(m.bad[:10])}</td></tr>' for m in hist.moves[:MAX_TABLE])
-    return ('<table class="moves"><thead><tr><th>config</th><th>metric</th><th>before</th><th>after</th>'
-            '<th>change</th><th>verdict</th><th>commit range</th></tr></thead><tbody>' + body + "</tbody></table>"
-            + (f'<p class="note">{len(hist.moves) - MAX_TABLE} more moves not listed.</p>'
-               if len(hist.moves) > MAX_TABLE else ""))
-
-
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1120px;color:#222;padding:0 16px}
-h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd}
-h3{font-size:14px;margin:16px 0 4px} .mono,code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
-table{border-collapse:collapse;margin:6px 0} th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f4f4f4} tr.regression td{background:#fde8e4} tr.improvement td{background:#e6f4ea}
-tr.changed td{background:#eef0fb} .rollup li.regression{color:#b3261e} .rollup li.improvement{color:#1e7b34}
-.rollup li.changed{color:#3949ab} .rollup{margin:6px 0;padding-left:20px}
-tr.missing td,tr.new td{background:#fff6d8} tr.not-comparable td{color:#777}
-svg text{font-size:11px;fill:#333} svg .mono{font-family:ui-monospace,Menlo,monospace}
-.plot{fill:#fff;stroke:#bbb} .grid{stroke:#eee} .line{fill:none;stroke-width:2} .err{stroke-width:1.5;opacity:.6}
-.nocell{fill:#f4f4f4} .legend{list-style:none;padding:0;margin:2px 0 10px;columns:2;font-size:12px}
-.legend li{font-family:ui-monospace,Menlo,monospace;overflow-wrap:anywhere}
-.swatch{display:inline-block;width:10px;height:10px;margin-right:6px;border-radius:2px}
-.heatmaps{display:flex;flex-wrap:wrap;gap:18px} figure{margin:0} figcaption{font-size:12px;color:#555}
-.note,.empty{color:#666;font-size:12px}
-"""
+        lines.append(({"regressed": "regression", "improved": "improvement", "changed": "changed"}.get(word, ""),
+                      line.strip()))
+    return render("rollup", lines=lines)
 
 
 def page(hist: history.History, *, metrics: list[str], configs: list[str] | None, heat_metric: str,
          baseline: dict | None = None, mlflow_url: str = "") -> tuple[str, CompareReport | None]:
     newest = hist.nights[-1]
-    suite = newest.suite or "?"
     report, against = newest_compare(hist, baseline)
     # Against the run before, the compare is the moved table's last pair: list those once.
     last = len(hist.nights) - 1
     shown_twice = {(m.key, m.metric) for m in hist.moves if m.night == last} if baseline is None else set()
-    none = sum(accounting_only(r) for r in newest.rows)
-    note = (f'<p class="note">{none} of {len(newest.rows)} configs use the accounting-only backend '
-            '(<code>--model none</code>): for them a rate such as output_tokens_per_s is the speed of the '
-            'bookkeeping, not of serving.</p>' if none else "")
-    html = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>kvbench report: {escape(suite)}</title><style>{CSS}{CONFIG_CSS}</style></head>
-<body>
-<h1>kvbench report: {escape(suite)}</h1>
-<p>{len(hist.nights)} runs, oldest first; newest <span class="mono">{escape(newest.name)}</span> at commit
-<span class="mono">{escape(newest.commit)}</span>. Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.</p>
-{note}
-<h2>Runs</h2>
-{runs_table(hist, mlflow_url)}
-<h2 id="trends">Trends per config</h2>
-<p class="note">x: the runs by commit; a point's tooltip names config and value; bars span the repeated samples.</p>
-{trend_section(hist, metrics, configs)}
-<h2 id="configs">Per config</h2>
-{configs_section(hist, metrics)[0]}
-<h2 id="moved">Moved between consecutive runs</h2>
-{rollup_html(hist.moves, hist.configs())}
-{moves_table(hist)}
-{moved_section(hist)}
-<h2 id="compare">Compare: newest run</h2>
-{compare_table(report, against, newest, shown_twice)}
-<h2 id="heatmap">{escape(heat_metric)} over page_size x block_size ({escape(newest.name)})</h2>
-{heatmap_section(newest, heat_metric)}
-<h2 id="capacity">Capacity per GPU ({escape(newest.name)})</h2>
-{capacity_section(newest.rows)}
-</body></html>
-"""
+    html = render("page", suite=newest.suite or "?", runs=len(hist.nights), newest=newest,
+                  written=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                  bookkeeping=sum(accounting_only(r) for r in newest.rows), heat_metric=heat_metric,
+                  runs_html=runs_table(hist, mlflow_url), trends_html=trend_section(hist, metrics, configs),
+                  configs_html=configs_section(hist, metrics)[0], moved_html=moved_section(hist),
+                  compare_html=compare_table(report, against, newest, shown_twice),
+                  heatmaps_html=heatmap_section(newest, heat_metric), capacity_html=capacity_section(newest.rows))
     return html, report
 
 

@@ -12,12 +12,12 @@ exactly one config.
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 from harness.core.metrics import lookup
 from harness.judge import history
 from harness.view.report_svg import heatmap
+from harness.view.templating import render
 
 MAX_SLICES = 8
 IGNORED = ("seed",)  # one value per suite; never what tells slices apart
@@ -54,22 +54,12 @@ def caption(named: dict[str, str]) -> str:
 def heatmap_section(night: history.Night, metric: str, x: str = "page_size", y: str = "block_size") -> str:
     """One heatmap per slice of the run (every other option fixed), each cell one config."""
     found = slices(night.rows, metric, x, y)
-    if not found:
-        return f'<p class="empty">no config of {escape(night.name)} has both {x} and {y} with {escape(metric)}</p>'
-    unit = lookup(metric).unit
-    parts = [f'<p class="note">A cell is {escape(metric)} in {escape(unit)} of one config. Each heatmap holds every '
-             f'option but {escape(x)} and {escape(y)} fixed at the values in its caption, so cells compare like for '
-             'like.</p><div class="heatmaps">']
+    drawn = []
     for i, (named, cells) in enumerate(found[:MAX_SLICES]):
         xs = sorted({k[0] for k in cells})
         ys = sorted({k[1] for k in cells})
         title = caption(named)
-        parts.append(f'<figure class="slice"><figcaption>{escape(title)}</figcaption>'
-                     + heatmap(f"{metric}: {title}", xs, ys, {k: (v, "") for k, v in cells.items()}, x, y,
-                               f"heatmap-{i}") + "</figure>")
-    parts.append("</div>")
-    if len(found) > MAX_SLICES:
-        rest = "; ".join(caption(named) for named, _ in found[MAX_SLICES:])
-        parts.append(f'<p class="note">{len(found) - MAX_SLICES} more slices not drawn (fewer cells): '
-                     f'{escape(rest)}.</p>')
-    return "\n".join(parts)
+        drawn.append({"caption": title, "svg": heatmap(f"{metric}: {title}", xs, ys,
+                                                       {k: (v, "") for k, v in cells.items()}, x, y, f"heatmap-{i}")})
+    return render("heatmaps", slices=drawn, undrawn=[caption(named) for named, _ in found[MAX_SLICES:]],
+                  night=night.name, metric=metric, unit=lookup(metric).unit, x=x, y=y)

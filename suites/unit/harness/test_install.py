@@ -29,6 +29,9 @@ def test_the_wheel_ships_the_suite_grids_and_not_the_tests(wheel):
     assert SHIPPED_SUITES <= names
     assert not any(n.startswith(("suites/unit", "suites/gpu", "suites/bench", "suites/invariants/")) for n in names)
     assert {"harness/cli.py", "harness/run/devices.py", "mini_engine/engine.py"} <= names
+    # The report's templates are package data: without them `kvbench report` fails at its first section.
+    templates = {p.relative_to(ROOT).as_posix() for p in (ROOT / "harness" / "view" / "templates").rglob("*.*")}
+    assert templates and templates <= names, templates - names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "kvbench = harness.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
 

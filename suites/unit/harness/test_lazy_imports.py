@@ -27,7 +27,7 @@ OPTIONAL = {
     "mlflow": "mlflow", "psutil": "psutil", "pynvml": "nvml", "matplotlib": "matplotlib",
     "scipy": "scipy", "rich": "rich", "pytest": "pytest", "_pytest": "pytest", "xdist": "xdist",
     "pydantic": "pydantic", "yaml": "yaml", "playwright": "playwright", "sglang": "sglang",
-    "transformers": "transformers", "hypothesis": "hypothesis",
+    "transformers": "transformers", "hypothesis": "hypothesis", "jinja2": "jinja2",
 }
 # Submodules heavy enough to count apart from their package (torch's extension builder
 # loads setuptools and a compiler toolchain's wrappers; torch itself does not).
