@@ -27,7 +27,10 @@ from mini_engine.model.build_lock import BuildBusy, building
 log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = [CSRC / name for name in ("decode_attention.cpp", "decode_layer.cpp", "extend_attention.cpp")]
+# Four translation units, compiled in parallel, the longest first (ninja starts them in
+# this order, three at a time on two cores): the kernels include only the ATen headers
+# they use and register.cpp alone the dispatcher's (csrc/ops.h says why).
+SOURCES = [CSRC / name for name in ("decode_layer.cpp", "register.cpp", "extend_attention.cpp", "decode_attention.cpp")]
 NAME = "kvbench_cpu_kernels"  # + the host's CPU features (see _build_name)
 # -march=native: the loops vectorise to the host's widest registers (a fifth faster than
 # the x86-64 baseline with AVX-512). -fno-trapping-math lets the exp loop vectorise (no

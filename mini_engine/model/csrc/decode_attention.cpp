@@ -8,13 +8,11 @@
 // exact softmax (max, exp, sum), then the weighted sum of values. No copy, no mask,
 // no padding; positions outside the window are never visited.
 //
-// Registered as torch.ops.kvbench_cpu.decode_attention (no Python binding module:
-// the dispatcher's schema is the interface, which keeps the build to ATen headers);
-// decode_layer.cpp calls it directly.
+// Registered as torch.ops.kvbench_cpu.decode_attention (register.cpp); decode_layer.cpp
+// calls it directly.
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
+#include <ATen/core/Tensor.h>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -25,6 +23,7 @@
 #include <vector>
 
 #include "attend_math.h"
+#include "ops.h"
 
 namespace {
 
@@ -193,14 +192,6 @@ void attention_into(const at::Tensor& q, const at::Tensor& k_cache, const at::Te
   }
 }
 
-at::Tensor attention_op(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                        const at::Tensor& pages, const at::Tensor& lens, int64_t page_size, int64_t window,
-                        double scale) {
-  at::Tensor out = at::empty_like(q);
-  attention_into(q, k_cache, v_cache, pages, lens, page_size, window, scale, out);
-  return out;
-}
-
 }  // namespace
 
 namespace kvbench {
@@ -209,10 +200,12 @@ void decode_attention_into(const at::Tensor& q, const at::Tensor& k_cache, const
                            double scale, at::Tensor& out) {
   attention_into(q, k_cache, v_cache, pages, lens, page_size, window, scale, out);
 }
-}  // namespace kvbench
 
-TORCH_LIBRARY_FRAGMENT(kvbench_cpu, m) {
-  m.def("decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor pages, Tensor lens, int page_size, "
-        "int window, float scale) -> Tensor");
-  m.impl("decode_attention", c10::DispatchKey::CPU, &attention_op);
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const at::Tensor& pages, const at::Tensor& lens, int64_t page_size, int64_t window,
+                            double scale) {
+  at::Tensor out = q.new_empty(q.sizes());  // attention_into checks q is contiguous: so is this
+  attention_into(q, k_cache, v_cache, pages, lens, page_size, window, scale, out);
+  return out;
 }
+}  // namespace kvbench

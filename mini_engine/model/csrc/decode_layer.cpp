@@ -13,12 +13,20 @@
 // decode_attention.cpp's kernel. Also here: the greedy head (final norm, LM head,
 // argmax) and the RMSNorm / SiLU loops on their own for the Python layer.
 
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/cos.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/neg.h>
+#include <ATen/ops/sin.h>
 #include <c10/core/InferenceMode.h>
-#include <torch/library.h>
 
 #include <cmath>
 #include <cstring>
@@ -27,12 +35,7 @@
 #include <vector>
 
 #include "fast_exp.h"
-
-namespace kvbench {
-void decode_attention_into(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                           const at::Tensor& pages, const at::Tensor& lens, int64_t page_size, int64_t window,
-                           double scale, at::Tensor& out);
-}
+#include "ops.h"
 
 namespace {
 
@@ -249,6 +252,10 @@ std::vector<int64_t> row_cuts(int64_t B, const std::optional<at::Tensor>& row_se
   return cuts;
 }
 
+}  // namespace
+
+namespace kvbench {
+
 // Every layer of a decode forward in one call: `weights` holds each layer's w_in, w_post,
 // w_qkv, w_o, w_gate_up, w_down (then q_norm, k_norm with qk_norm), `sliding[i]` picks
 // the SWA pool's slots and page table for layer i, `windows[i]` its window.
@@ -377,18 +384,4 @@ at::Tensor silu_mul_op(const at::Tensor& gate_up) {
   return out;
 }
 
-}  // namespace
-
-TORCH_LIBRARY_FRAGMENT(kvbench_cpu, m) {
-  m.def("decode_layers(Tensor x, Tensor[] weights, Tensor(a!)[] k_caches, Tensor(b!)[] v_caches, Tensor out_slots, "
-        "Tensor pages, Tensor? swa_out, Tensor? swa_pages, int[] sliding, int[] windows, Tensor lens, "
-        "Tensor positions, Tensor inv_freq, int heads, int kv_heads, bool qk_norm, float eps, int page_size, "
-        "float scale, Tensor? row_seq=None) -> Tensor");
-  m.impl("decode_layers", c10::DispatchKey::CPU, &decode_layers);
-  m.def("greedy_head(Tensor h, Tensor norm_w, Tensor head, float eps) -> Tensor");
-  m.impl("greedy_head", c10::DispatchKey::CPU, &greedy_head);
-  m.def("rms_norm(Tensor x, Tensor w, float eps) -> Tensor");
-  m.impl("rms_norm", c10::DispatchKey::CPU, &rms_norm_op);
-  m.def("silu_mul(Tensor gate_up) -> Tensor");
-  m.impl("silu_mul", c10::DispatchKey::CPU, &silu_mul_op);
-}
+}  // namespace kvbench

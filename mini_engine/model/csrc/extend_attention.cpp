@@ -12,11 +12,10 @@
 // only inside the window. Then an exact softmax over the seen keys (max, exp, sum) and
 // the weighted values, as the decode kernel.
 //
-// Registered as torch.ops.kvbench_cpu.extend_attention.
+// Registered as torch.ops.kvbench_cpu.extend_attention (register.cpp).
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <limits>
@@ -24,6 +23,7 @@
 #include <vector>
 
 #include "attend_math.h"
+#include "ops.h"
 
 namespace {
 
@@ -210,6 +210,9 @@ void attend_any(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor
   }
 }
 
+}  // namespace
+
+namespace kvbench {
 at::Tensor extend_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& kv_slots, const at::Tensor& q_indptr, const at::Tensor& kv_indptr,
                             const at::Tensor& q_pos, const std::optional<at::Tensor>& custom_mask,
@@ -233,7 +236,7 @@ at::Tensor extend_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   }
   const int8_t* mp = m.defined() ? m.data_ptr<int8_t>() : nullptr;
   const int64_t* mip = mi.defined() ? mi.data_ptr<int64_t>() : nullptr;
-  at::Tensor out = at::empty_like(qc);
+  at::Tensor out = qc.new_empty(qc.sizes());
   if (q.scalar_type() == at::kFloat) {
     attend_any<float>(qc, k_cache, v_cache, sl, qi, ki, ps, mp, mip, window, scale, out);
   } else {
@@ -242,11 +245,4 @@ at::Tensor extend_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   }
   return out;
 }
-
-}  // namespace
-
-TORCH_LIBRARY_FRAGMENT(kvbench_cpu, m) {
-  m.def("extend_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor kv_slots, Tensor q_indptr, "
-        "Tensor kv_indptr, Tensor q_pos, Tensor? custom_mask, Tensor? mask_indptr, int window, float scale) -> Tensor");
-  m.impl("extend_attention", c10::DispatchKey::CPU, &extend_attention);
-}
+}  // namespace kvbench
