@@ -103,7 +103,7 @@ def _engines(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite)
     configs = suite.configs
     if args.filter is not None:
-        from harness.grid.sweep import check_filter, filter_selects
+        from harness.grid.sweep import check_filter, filter_selects  # pydantic: only --filter needs the sweep
 
         check_filter(args.filter, suite)  # one that selects nothing is refused before any run
         selects = filter_selects(args.filter)
