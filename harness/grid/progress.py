@@ -36,6 +36,12 @@ class Display:
         self.ids: list[str] = []
         self.finished: set[str] = set()
         self.first_start: float | None = None
+        self.beside = ""  # a phase running beside the grid (the CPU kernels' build)
+
+    def aside(self, label: str) -> None:
+        """Show ``label`` after the running configs ('' clears it); any thread may call it."""
+        self.beside = label
+        self._update()
 
     def start(self) -> None:
         self.progress.start()
@@ -87,8 +93,10 @@ class Display:
         return f"with violations {c['violated']} · unexpected {c['unexpected']} · failed {c['failed']}"
 
     def _update(self) -> None:
-        current = ", ".join(sorted(self.running)[:2]) or ("starting" if self.total is None else "")
-        self.progress.update(self.task, total=self.total, completed=self.done, description=current[:70],
+        current = (", ".join(sorted(self.running)[:2]) or ("starting" if self.total is None else ""))[:70]
+        if self.beside:
+            current = f"{current} ({self.beside})" if current else self.beside
+        self.progress.update(self.task, total=self.total, completed=self.done, description=current,
                              counts=self._summary(), eta=self._eta())
 
     def stop(self) -> None:

@@ -27,7 +27,8 @@ from harness.grid.engines import skipped_line, unsupported, with_engine
 from harness.grid.cost import model_seconds
 from harness.grid.filter import compile_filter
 from harness.grid.lifecycle import PROJECT, finish_mlflow, prepare_run, write_run_plots
-from harness.grid.phases import build_cpu_kernels, needs_cpu_kernels, phase
+from harness.grid.phases import (build_cpu_kernels, build_cpu_kernels_beside, has_accounting_configs,
+                                 needs_cpu_kernels, phase)
 from harness.grid.progress import Display
 from harness.grid.shards import parse_shard, shard_meta
 from harness.grid.suites import SUITES_DIR, Suite, SuiteError, load_suite
@@ -270,10 +271,17 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
                   + (f" (resuming, {done_before} done)" if opts.resume else ""))
     if order := devices.check_order():  # before the live progress, which would overdraw it
         err_console.print(order, markup=False, soft_wrap=True)
+    kernels = None
     if engine in (None, "mini") and needs_cpu_kernels(suite, hw.profile):
-        console.print(build_cpu_kernels(console), markup=False)  # before the grid: no config waits on the compiler
+        if has_accounting_configs(suite):  # built beside them: only the real-model configs wait for it
+            kernels = build_cpu_kernels_beside(console, display.aside)
+        else:
+            console.print(build_cpu_kernels(console), markup=False)
     started = time.time()
     rc = _run_grid(opts, run_dir, plan, controller, display, err_console)
+    if kernels is not None and kernels.is_alive():  # no real-model config waited for it (resumed, filtered, failed)
+        with phase(console, "CPU kernels: the build begun beside the grid, finishing"):
+            kernels.join()  # its line before the summary; an unfinished build would be left for the next run
     completed = _completed(opts, run_dir, controller, rc, err_console)
     return _finish(opts, run_dir, rows=load_rows(run_dir.path), wall=time.time() - started, root=root,
                    console=console, err_console=err_console, ran_before=done_before, completed=completed)

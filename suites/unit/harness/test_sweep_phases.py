@@ -35,3 +35,50 @@ def test_the_kernel_phase_is_labelled_before_it_runs_and_says_how_it_went(monkey
     assert calls and "CPU kernels for the real-model configs: building if not cached" in calls[0]
     monkeypatch.setattr(cpu_kernels, "ops", lambda: None)
     assert "not built" in phases.build_cpu_kernels(console)
+
+
+def _beside(monkeypatch, child: str) -> tuple[str, list[str]]:
+    """Run build_cpu_kernels_beside with ``child`` as the builder process; its console
+    output and the labels it put beside the progress."""
+    out = io.StringIO()
+    shown: list[str] = []
+    monkeypatch.setattr(phases, "_CHILD", child)
+    phases.build_cpu_kernels_beside(Console(file=out, width=200), shown.append).join(timeout=60)
+    return out.getvalue(), shown
+
+
+def test_the_kernels_built_beside_the_grid_are_labelled_and_say_how_it_went(monkeypatch):
+    text, shown = _beside(monkeypatch, f"print('{phases._READY}41.0')")
+    assert "building beside the accounting-only configs" in text.splitlines()[0]
+    assert text.splitlines()[-1] == "CPU kernels: built in 41 s"
+    assert shown == ["CPU kernels building", ""]  # the progress label is cleared when it ends
+    text, _ = _beside(monkeypatch, f"print('{phases._READY}0.3')")
+    assert text.splitlines()[-1] == "CPU kernels: ready (cached)"
+
+
+def test_a_failed_build_beside_the_grid_says_why_and_an_interrupted_one_says_nothing(monkeypatch):
+    text, _ = _beside(monkeypatch, "import sys; sys.stderr.write('no compiler here\\n'); sys.exit(3)")
+    assert text.splitlines()[-2:] == ["CPU kernels: no compiler here", phases._result(None)]
+    text, shown = _beside(monkeypatch, "import os, signal; os.kill(os.getpid(), signal.SIGINT)")
+    assert len(text.splitlines()) == 1 and shown[-1] == ""  # only the line that it began
+
+
+def test_the_builder_process_imports_this_checkout(monkeypatch, tmp_path):
+    import mini_engine
+
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # a path without the engine
+    child = "import mini_engine, sys; sys.stderr.write(mini_engine.__file__); sys.exit(3)"
+    text, _ = _beside(monkeypatch, child)
+    assert f"CPU kernels: {mini_engine.__file__}" in text
+
+
+def test_the_progress_shows_a_phase_running_beside_the_grid():
+    from harness.grid.progress import Display
+
+    display = Display(Console(file=io.StringIO(), width=200))
+    display.collected(["a", "b"])
+    display.started("a")
+    display.aside("CPU kernels building")
+    assert display.progress.tasks[0].description == "a (CPU kernels building)"
+    display.aside("")
+    assert display.progress.tasks[0].description == "a"
