@@ -10,6 +10,7 @@ length: the loop only filters and merges them; SGLang's own reservation
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 SUPPORTED = ("none", "dflash", "eagle")
@@ -36,10 +37,14 @@ def spec_of(cfg) -> Spec | None:
 
 
 def draft_input(sg, spec: Spec, bs: int, topk: int = 1):
-    """A fresh next_draft_input of ``bs`` rows for ``spec``."""
+    """A fresh next_draft_input of ``bs`` rows for ``spec``: DFLASH's worker's own
+    constructor (make_draft_input_v2, with no top-k or hidden-state columns: the rows of a
+    PD decode node's prebuilt batch, built by the same function, merge with them)."""
     torch = sg.torch
+    if spec.algorithm == "DFLASH":
+        common = importlib.import_module("sglang.srt.speculative.draft_worker_common")
+        zeros = torch.zeros((bs,), dtype=torch.int64)
+        return common.make_draft_input_v2(bonus_tokens=zeros, new_seq_lens=zeros)
     rows = dict(topk_p=torch.zeros((bs, topk)), topk_index=torch.zeros((bs, topk), dtype=torch.int64),
                 bonus_tokens=torch.zeros((bs,), dtype=torch.int64), hidden_states=torch.zeros((bs, 1)))
-    if spec.algorithm == "DFLASH":
-        return sg.dflash.DFlashDraftInputV2(new_seq_lens=torch.zeros((bs,), dtype=torch.int64), **rows)
     return sg.eagle.EagleDraftInput(**rows)

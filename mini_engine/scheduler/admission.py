@@ -133,14 +133,22 @@ class PDPrealloc(Admission):
     pass meets its first PD arrival: it reads the pools as they are then. A PD arrival
     joins whole, with no chunk: the pass's own policy says when the pass stops."""
 
-    def __init__(self, build: Callable[[], PDPreallocBudget], manager):
+    def __init__(self, build: Callable[[bool], PDPreallocBudget], manager):
         self._build = build
         self.manager = manager
         self.budget: PDPreallocBudget | None = None
 
     def fits(self, r: Request, match, matched: int) -> bool:
-        self.budget = self.budget or self._build()
-        return self.budget.fits(r, prefix=matched, pinned=pd_match_pins(self.manager, match))
+        self.budget = self.budget or self._build(True)
+        pinned = pd_match_pins(self.manager, match)
+        if self.budget.fits(r, prefix=matched, pinned=pinned):
+            return True
+        if not self.budget.idles:
+            return False
+        # SGLang idles an iteration (no batch, no step) and its next pass, with the
+        # finished requests filtered out of its running batch, is the one that admits.
+        self.budget = self._build(False)
+        return self.budget.fits(r, prefix=matched, pinned=pinned)
 
     def refused_idle(self, r: Request, step: int) -> None:
         # Without pd_radix an arrival is refused only by pages of the prompts' tree (an

@@ -69,6 +69,7 @@ class PDPreallocBudget:
         self.tail = window is not None and page_size > 1
         self.window, self.swa_free, self.swa_evictable, self.swa_size = window, swa_free, swa_evictable, swa_size
         self.preallocated = 0  # this pass's preallocs: active, not running yet
+        self.finished = 0  # of running: finished since the last pass, not filtered out yet (unfiltered)
         self.empty = False  # empty_pool_budget's: pools that hold nothing, not a node's own
         self.retractable = sum(len(r.prompt) + len(r.outputs) for r in running)
         self.single = max((clip_new_tokens(r.max_new_tokens) + len(r.prompt) - self.retractable for r in running), default=0)
@@ -133,6 +134,13 @@ class PDPreallocBudget:
         self.swa_need = self._ceil(tail) + (self.reserved if self.radix else 0)
         return max(self.swa_need, tail + max_new - self.retractable_swa) <= self.swa_allocatable(pinned[1])
 
+    @property
+    def idles(self) -> bool:
+        """A refusal here makes SGLang's iteration idle: the budget counts only requests
+        finished since the last pass and nothing was preallocated (the next pass, with
+        them filtered out, is the one that admits)."""
+        return self.finished > 0 and self.finished == len(self.running) and not self.preallocated
+
     def charge(self) -> None:
         """After the request's prealloc: it is active; 0.5.18 takes its SWA need off the budget."""
         self.preallocated += 1
@@ -140,21 +148,39 @@ class PDPreallocBudget:
             self._swa_left -= self.swa_need
 
 
+def unfiltered(release: str, finished: list[Request]) -> list[Request]:
+    """The requests a decode result finished since the last pass that SGLang 0.5.23's
+    decode node still has in its running batch when it budgets the next prealloc:
+    process_decode_queue (pop_preallocated) runs before get_next_disagg_decode_batch_to_run,
+    whose update_running_batch filters them out, and the budget reads running_batch.reqs
+    (retractable tokens, _need_space_for_single_req, _active_req_count). Their KV is
+    freed, but each still counts as active (num_reserved_decode_tokens more). A request
+    finished at its transfer (the prebuilt batch, one output) is filtered before the merge.
+    When they are all the budget counts and the head is refused, SGLang's iteration is
+    idle (no batch) and the next one budgets without them (PDPrealloc.fits).
+    0.5.18's loop reads it the same way; its profile keeps its rule until checked there."""
+    return [r for r in finished if len(r.outputs) > 1] if release == "0.5.23" else []
+
+
 def decode_prealloc_budget(manager, cfg, running: list[Request],
-                           planned: Callable[[], int] = lambda: 0) -> PDPreallocBudget:
+                           planned: Callable[[], int] = lambda: 0, finished: list[Request] = ()) -> PDPreallocBudget:
     """The budget of one pop_preallocated pass over the manager's pools, read live; planned:
     full pages the pass's prefill chunks will take (a retracted PD request prefilling again,
-    which SGLang's decode side never does), not free for a prealloc."""
+    which SGLang's decode side never does), not free for a prealloc; finished: the requests
+    finished since the last pass (unfiltered)."""
+    finished = unfiltered(cfg.rules.release, list(finished))
     ps, m = cfg.page_size, manager
     kw = {}
     if m.swa is not None:
         a = m.swa.allocator
         kw = dict(window=m.mem.window, swa_size=a.num_pages * ps, swa_free=lambda: a.num_free_pages * ps,
                   swa_evictable=lambda: m.evictable_swa_tokens)
-    return PDPreallocBudget(release=cfg.rules.release, page_size=ps, reserved=cfg.reserved_decode_tokens,
-                            running=running, full_free=lambda: (m.num_free_pages - planned()) * ps,
-                            full_evictable=lambda: m.evictable_pages * ps, radix=cfg.rules.pd_radix,
-                            radix_tail=cfg.rules.pd_radix_tail, **kw)
+    budget = PDPreallocBudget(release=cfg.rules.release, page_size=ps, reserved=cfg.reserved_decode_tokens,
+                              running=[*running, *finished], full_free=lambda: (m.num_free_pages - planned()) * ps,
+                              full_evictable=lambda: m.evictable_pages * ps, radix=cfg.rules.pd_radix,
+                              radix_tail=cfg.rules.pd_radix_tail, **kw)
+    budget.finished = len(finished)
+    return budget
 
 
 def empty_pool_budget(cfg, pages: int) -> PDPreallocBudget:

@@ -59,6 +59,7 @@ class Scheduler:
         self.retractions = 0
         self.swa_retractions = 0  # retractions because the SWA pool, not the full one, was short
         self.aborted = 0  # PD arrivals SGLang aborted at prealloc (a step that only aborts made progress)
+        self.finished_since: list[Request] = []  # finished since the last pass (pd_prealloc.unfiltered)
         self.extend_batches: dict[int, int] = {}  # rid -> prefill chunks run since it (re)started
         self._planned: list[tuple[Request, int]] = []  # admit's chunks (request, end), allocated at its end
         self.last_memory: PrefillMemory | None = None  # the last batch's memory budget (SGLang's admission rule)
@@ -84,6 +85,7 @@ class Scheduler:
     def idle(self) -> None:
         """Nothing waits or runs until the next arrival (SGLang's loop found no batch)."""
         self.ratio = self.rules.idle_ratio(self.ratio)
+        self.finished_since = []  # the idle loop's batch forming filtered them out
 
     def has_work(self) -> bool:
         return bool(self.future or self.waiting or self.running)
@@ -112,6 +114,7 @@ class Scheduler:
             chunks, pd = self._admit()
         finally:
             self._allocate_planned()
+            self.finished_since = []
         self.gate.end(chunks)
         return chunks, pd
 
@@ -146,7 +149,8 @@ class Scheduler:
             pd_policy = policy
         else:
             policy = PrefillAdder(mem, self.manager)
-            pd_policy = PDPrealloc(lambda: decode_prealloc_budget(self.manager, self.cfg, dec, self._planned_pages),
+            pd_policy = PDPrealloc(lambda finished: decode_prealloc_budget(
+                self.manager, self.cfg, dec, self._planned_pages, finished=self.finished_since if finished else ()),
                                    self.manager)
         chunks = self._continue_prefills(budget, policy)
         pd = self._admit_waiting(budget, policy, pd_policy, dec, chunks) if self.waiting else []
@@ -437,6 +441,7 @@ class Scheduler:
     def finish(self, r: Request) -> None:
         self._leave(r, retracted=False)
         r.status = Status.FINISHED
+        self.finished_since.append(r)
 
     def _leave(self, r: Request, *, retracted: bool) -> None:
         self.gate.left()  # a request leaving the running batch clears batch_is_full

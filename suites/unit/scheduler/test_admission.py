@@ -36,10 +36,12 @@ def test_pd_prealloc_builds_its_budget_at_the_first_arrival_only():
     built = []
 
     class Budget:
+        idles = False
+
         def fits(self, r, prefix, pinned):
             return r == "fits"
 
-    def build():
+    def build(finished):
         built.append(1)
         return Budget()
 
@@ -48,6 +50,26 @@ def test_pd_prealloc_builds_its_budget_at_the_first_arrival_only():
     assert pd.budget is None and built == []  # a pass without a PD arrival builds nothing
     assert pd.fits("fits", None, 0) and not pd.fits("waits", None, 0)
     assert built == [1]
+
+
+def test_pd_prealloc_rebuilds_without_the_finished_when_sglang_would_idle():
+    """A refusal by a budget that counts only requests finished since the last pass: SGLang
+    idles that iteration and its next pass, without them, decides (pd_prealloc.unfiltered)."""
+    built = []
+
+    class Budget:
+        def __init__(self, finished):
+            self.idles = finished
+
+        def fits(self, r, prefix, pinned):
+            return not self.idles
+
+    def build(finished):
+        built.append(finished)
+        return Budget(finished)
+
+    pd = PDPrealloc(build, SimpleNamespace(swa=None, prefix=None))
+    assert pd.fits("r", None, 0) and built == [True, False]
 
 
 def test_a_spent_compute_budget_stops_the_adder_unless_memory_is_spent_too():
