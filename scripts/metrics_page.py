@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a checkout: the schema is imported from it
     sys.path.insert(0, str(ROOT))
 
-from harness.core.metrics import _DECLARED, GATES, GROUPS, Metric  # noqa: E402
+from harness.core.metrics import (_DECLARED, GATES, GROUPS, HEADLINE, HEADLINE_SECTION, HEADLINE_VERDICT,  # noqa: E402
+                                  Metric)
 
 PAGE = ROOT / "docs" / "metrics.md"
 GATE_WORDS = {"exact": "exact: any change", "noise": ">= 10 % and Mann-Whitney U", "none": "never gated"}
@@ -28,7 +29,10 @@ HEAD = """# Metrics
 
 Every figure a result row carries, as `harness/core/metrics.py` declares it. A row keeps
 the plain names (`results.jsonl`, baselines, `kvbench compare`); MLflow shows each under
-its group, as `group/name`. The kind decides how `kvbench compare` gates a change:
+its group, as `group/name`, except the headline figures: {headline}
+are `{section}/name`, the section a config run opens on, beside `{section}/{verdict}`
+(1 when the config ran as the suite expects, 0 when not). The kind decides how
+`kvbench compare` gates a change:
 
 | kind | gate |
 |---|---|
@@ -56,7 +60,8 @@ def row(m: Metric) -> str:
 
 def render() -> str:
     kinds = "\n".join(f"| {k} | {GATE_WORDS[g]} |" for k, g in GATES.items())
-    out = [HEAD.format(kinds=kinds)]
+    out = [HEAD.format(kinds=kinds, headline=", ".join(f"`{n}`" for n in HEADLINE), section=HEADLINE_SECTION,
+                       verdict=HEADLINE_VERDICT)]
     head = ["| name | kind | unit | better | what it is | derived from |", "|---|---|---|---|---|---|"]
     for group in GROUPS:
         scalars = [m for m in _DECLARED if m.group == group and not m.series]

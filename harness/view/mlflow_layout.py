@@ -3,7 +3,8 @@
 Pure functions of result rows and meta.json; harness/view/mlflow_log.py makes the calls.
 Metric names come from the declared schema (harness/core/metrics.py): ``group/name``,
 so MLflow draws one section per group (memory, invariants, throughput, ...), and
-series under ``group/series/name``. A parent run carries, per value of the axes a
+series under ``group/series/name``; a config run's headline figures and its verdict
+come first, in the section ``at a glance`` that MLflow sorts before the groups. A parent run carries, per value of the axes a
 dashboard charts (page_size, block_size, window), the sweep's peak token slots and
 KV bytes held, stranded slots, leaked token slots and throughput medians, so that one metric of the
 parent runs of successive nights is a trend line.
@@ -17,7 +18,8 @@ from importlib.metadata import version
 from typing import Any
 
 from harness.core import run_tags
-from harness.core.metrics import BOOKKEEPING, METRICS, bookkeeping_only, lookup, row_metrics, series
+from harness.core.metrics import (BOOKKEEPING, HEADLINE, HEADLINE_SECTION, HEADLINE_VERDICT, METRICS,
+                                  bookkeeping_only, lookup, row_metrics, series)
 from harness.judge.expect import PASSING
 
 SERIES_POINTS = 256  # step metrics per series; the full series is in the row artifact
@@ -28,6 +30,7 @@ AGGREGATES = (("peak_tokens_held", "max"), ("peak_swa_tokens_held", "max"), ("pe
               ("peak_stranded_slots", "max"), ("leaked_tokens", "sum"), ("leaked_swa_tokens", "sum"),
               ("output_tokens_per_s", "median"))
 _FOLD = {"max": max, "sum": sum, "median": statistics.median}
+VERDICT_PASS = f"{HEADLINE_SECTION}/{HEADLINE_VERDICT}"  # a config's verdict, charted: 1 pass, 0 not
 
 
 def kvbench_version() -> str:
@@ -134,11 +137,14 @@ def config_note(row: dict[str, Any]) -> str:
 def schema_note() -> str:
     """The metric legend, a markdown table logged on the parent run (MLflow has no metric descriptions)."""
     lines = ["# kvbench metrics", "", "Config runs carry these; a parent carries the sweep's aggregates of some "
-             "(`<name>.<max|sum|median>/<axis>_<value>`) and the verdict counts (`sweep/`).", "",
+             "(`<group>/<name>.<max|sum|median>/<axis>_<value>`, e.g. `memory/peak_tokens_held.max/all`) and the "
+             "verdict counts (`sweep/`).", "",
              "| metric | unit | kind | help |", "|---|---|---|---|"]
-    for m in sorted(METRICS.values(), key=lambda m: m.mlflow_name):
-        help = f"{m.help}; with model none: {BOOKKEEPING}" if m.is_rate else m.help
-        lines.append(f"| `{m.mlflow_name}` | {m.unit} | {m.kind} | {help} |")
+    rows = [(m.mlflow_name, m.unit, m.kind, f"{m.help}; with model none: {BOOKKEEPING}" if m.is_rate else m.help)
+            for m in METRICS.values()]
+    rows.append((VERDICT_PASS, "1 = pass", "verdict", "1 when the config ran as the suite expects (verdict ok or "
+                 "as_expected), 0 when unexpected or failed"))
+    lines += [f"| `{name}` | {unit} | {kind} | {help} |" for name, unit, kind, help in sorted(rows)]
     return "\n".join(lines)
 
 
@@ -150,8 +156,14 @@ def iqr(values: list[float]) -> float:
 
 
 def scalar_metrics(row: dict[str, Any]) -> dict[str, float]:
-    """MLflow name -> value: every declared scalar, and the IQR of each repeated timing."""
-    out = {lookup(name).mlflow_name: v for name, v in row_metrics(row).items()}
+    """MLflow name -> value: the headline figures and the verdict first (MLflow's compare-runs
+    view starts on the first metric a run logged), then every declared scalar and the IQR
+    of each repeated timing."""
+    figures = row_metrics(row)
+    out = {lookup(name).mlflow_name: figures[name] for name in HEADLINE if name in figures}
+    if row.get("verdict") is not None:
+        out[VERDICT_PASS] = float(row["verdict"] in PASSING)
+    out.update({lookup(name).mlflow_name: v for name, v in figures.items()})
     for name, samples in (row.get("samples") or {}).items():
         if isinstance(samples, list) and len(samples) > 1:
             out[f"{lookup(name).mlflow_name}.iqr"] = iqr([float(s) for s in samples])
@@ -196,7 +208,7 @@ def sweep_aggregates(rows: list[dict[str, Any]]) -> dict[str, float]:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or (m.gate == "noise" and not repeated(r)):
                 continue
             config = r.get("config") or {}
-            name = f"{m.mlflow_name}.{how}"
+            name = f"{m.group_name}.{how}"
             if m.is_rate:
                 name += f".model_{_piece(config.get('model', 'none'))}"
             slices.setdefault(f"{name}/all", []).append(float(value))

@@ -187,7 +187,9 @@ def experiment_note(description: str) -> str:
     return (f"{description}\n\nOne parent run per sweep (tag `kvbench.compare`: regressed, changed, improved or "
             "clean against the baseline and the previous run; `compare/` holds the table and the HTML report), "
             "one nested run per config, named by the axes it varies. Memory is in token slots and KV bytes "
-            "(`memory/peak_tokens_held`, `memory/peak_kv_bytes_held`); pages are not comparable across page sizes.")
+            "(`at a glance/peak_tokens_held`, `memory/peak_kv_bytes_held`); pages are not comparable across page "
+            "sizes. A config run opens on its section `at a glance`: peak token slots held, peak stranded and "
+            "leaked slots, and `verdict_pass` (1 when it ran as the suite expects).")
 
 
 def log_row(cl, exp_id: str, parent_id: str, run_id: str, row: dict[str, Any], name: str,

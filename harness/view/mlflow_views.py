@@ -14,13 +14,16 @@ kvbench prints to an experiment carries its key, and every link to a run carries
 ``workflowType=machine_learning`` (MLflow 3.17 picks its GenAI or model-training
 pages from that parameter, or the browser's last choice, not from an experiment tag).
 
-Nothing is renamed: the metric names stay the schema's (harness/core/metrics.py).
+The metric names are the schema's (harness/core/metrics.py): a config run's headline
+figures are ``at a glance/<name>``, the parent's aggregates ``<group>/<name>.<fold>/all``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+
+from harness.core.metrics import lookup
 
 SHARE_TAG = "mlflow.sharedViewState."
 ML_VIEW = "workflowType=machine_learning"
@@ -29,10 +32,11 @@ SECTION = "kvbench-headline"
 # (harness/view/mlflow_layout.py); a chart with no value in the runs shown stays hidden.
 # MLflow 3.17's chart grid titles a card by its metric name; the title is kept for the
 # card's editor and for versions that show it.
+HELD, STRANDED, LEAKED = (lookup(n).mlflow_name for n in ("peak_tokens_held", "peak_stranded_slots", "leaked_tokens"))
 HEADLINE = (
-    ("memory/peak_tokens_held", "peak token slots held"),
-    ("memory/peak_stranded_slots", "peak stranded slots"),
-    ("memory/leaked_tokens", "leaked token slots"),
+    (HELD, "peak token slots held"),
+    (STRANDED, "peak stranded slots"),
+    (LEAKED, "leaked token slots"),
     ("memory/peak_tokens_held.max/all", "sweep: peak slots held"),
     ("memory/peak_stranded_slots.max/all", "sweep: peak stranded"),
     ("memory/leaked_tokens.sum/all", "sweep: leaked slots"),
@@ -40,8 +44,8 @@ HEADLINE = (
     ("sweep/verdict_failed", "sweep: failed configs"),
     ("sweep/violations_unexpected", "sweep: unexpected violations"),
 )
-COLUMNS = ("tags.`kvbench.compare`", "tags.`kvbench.verdict`", "metrics.`memory/peak_tokens_held`",
-           "metrics.`memory/peak_stranded_slots`", "metrics.`memory/leaked_tokens`",
+COLUMNS = ("tags.`kvbench.compare`", "tags.`kvbench.verdict`", f"metrics.`{HELD}`", f"metrics.`{STRANDED}`",
+           f"metrics.`{LEAKED}`",
            "metrics.`memory/peak_tokens_held.max/all`", "metrics.`memory/leaked_tokens.sum/all`",
            "metrics.`sweep/verdict_unexpected`", "tags.`commit`")
 
@@ -55,8 +59,9 @@ def headline_view() -> dict:
         "orderByKey": "attributes.start_time", "orderByAsc": False,
         "selectedColumns": list(COLUMNS),
         "compareRunCharts": charts,
-        # Two cards a row, not three: MLflow titles a card by its full metric name and cuts it.
-        "compareRunSections": [{"uuid": SECTION, "name": "headline (kvbench)", "display": True, "columns": 2,
+        # One card a row: MLflow titles a card by its full metric name and cuts it; at two a
+        # row beside the Assistant panel MLflow opens with, 1440 px wide, it read `at a glance/peak_t...`.
+        "compareRunSections": [{"uuid": SECTION, "name": "headline (kvbench)", "display": True, "columns": 1,
                                 "isReordered": True, "deleted": False, "isGenerated": False}],
         "isAccordionReordered": True, "hideEmptyCharts": True, "useGroupedValuesInCharts": True,
     }

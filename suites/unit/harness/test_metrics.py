@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.core.metric_kinds import higher_is_better, kind
-from harness.core.metrics import GROUPS, INVARIANTS, KINDS, METRICS, SERIES, UnknownMetric, lookup, undeclared
+from harness.core.metrics import GROUPS, HEADLINE, HEADLINE_SECTION, INVARIANTS, KINDS, METRICS, SERIES, UnknownMetric, lookup, undeclared
 
 ROOT = Path(__file__).resolve().parents[3]
 BASELINES = ROOT / "results" / "baselines"
@@ -85,13 +85,27 @@ def test_mlflow_names_are_grouped_unique_and_valid():
 
     names = [m.mlflow_name for m in [*METRICS.values(), *SERIES.values()]]
     assert len(set(names)) == len(names)
-    assert all(validate_param_and_metric_name(n) and n.split("/")[0] in GROUPS for n in names)
+    assert all(validate_param_and_metric_name(n) and n.split("/")[0] in (*GROUPS, HEADLINE_SECTION) for n in names)
     assert lookup("peak_pages_held").mlflow_name == "memory/peak_pages_held"
+    assert lookup("peak_tokens_held").mlflow_name == "at a glance/peak_tokens_held"
+    assert lookup("peak_tokens_held").group_name == "memory/peak_tokens_held"  # the parent's aggregates' stem
     assert lookup("violations.K1").mlflow_name == "invariants/K1"
     assert SERIES["held"].mlflow_name == "memory/series/held"
     assert {f"violations.{k}" for k in INVARIANTS} <= set(METRICS)
     for m in METRICS.values():
         assert m.help and m.unit and (m.kind in ("timing", "memory") or not m.is_rate)
+
+
+def test_the_headline_section_sorts_before_every_group_as_mlflow_orders_sections():
+    """MLflow 3.17 orders a run's chart sections by name, with a plain sort on first load and
+    a locale compare when new metrics arrive: the headline must come first under both (a config
+    run opened on engine/ counters of zeros)."""
+    sections = {n.rsplit("/", 1)[0] for n in (m.mlflow_name for m in [*METRICS.values(), *SERIES.values()])}
+    sections |= {"sweep", "system"}  # the parent's verdict counts, MLflow's system metrics
+    assert sorted(sections)[0] == HEADLINE_SECTION
+    assert sorted(sections, key=str.casefold)[0] == HEADLINE_SECTION
+    assert {n.rsplit("/", 1)[0] for n in (lookup(h).mlflow_name for h in HEADLINE)} == {HEADLINE_SECTION}
+    assert {lookup(h).unit for h in HEADLINE} == {"tokens", "slots"}
 
 
 def test_the_profiles_new_figures_are_declared_as_counters():

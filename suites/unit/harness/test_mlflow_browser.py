@@ -3,8 +3,10 @@
 A sweep of two configs goes into a temporary results root; `kvbench ui` serves
 that store on a free loopback port and prints the runs view of the experiment;
 Playwright drives /usr/bin/chromium through it. What must hold: the runs view
-lists the sweep, and a config run's metrics page shows the schema's groups as
-sections (memory, invariants, ...), not one flat list of charts.
+lists the sweep; a config run's metrics page opens on its headline section (peak
+token slots held, stranded and leaked slots, the verdict), titles drawn whole, then
+the schema's groups as sections (memory, invariants, ...), not one flat list of
+charts; comparing config runs starts on peak token slots held.
 
 Skips when there is no browser or no Playwright (`apt-get install chromium`,
 `pip install -e '.[test]'`). KVBENCH_BROWSER_SHOTS=DIR keeps the screenshots.
@@ -24,6 +26,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from harness.core.metrics import HEADLINE, HEADLINE_SECTION, HEADLINE_VERDICT, lookup
 
 CHROMIUM = Path("/usr/bin/chromium")
 FILTER = "dflash and ps:16 and win:none and not free and not model and (profile:sglang-0.5.23 or pre-35265)"  # 0.5.23 and pre-35265
@@ -97,17 +101,31 @@ def ui(results_root: Path, tmp_path: Path):
         proc.wait()
 
 
-def shot(page, tmp_path: Path, name: str) -> None:
+def shot(page, tmp_path: Path, name: str, full_page: bool = True) -> None:
     path = tmp_path / name
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     keep = os.environ.get("KVBENCH_BROWSER_SHOTS")
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(path, Path(keep) / name)
 
 
-def test_the_runs_view_lists_the_sweep_and_a_config_run_shows_grouped_sections(results_root, cli, tmp_path,
-                                                                                 browser, request):
+SECTION = re.compile(r"^(.+)\n\((\d+)\)\nAdd chart$", re.M)  # a chart section's header: name, (count), button
+# Whether a text is drawn whole: the box of its text inside its nearest clipping ancestor
+# (MLflow cuts a long title with an ellipsis: `memory/peak_tokens_h...`).
+WHOLE = """e => { const r = document.createRange(); r.selectNodeContents(e); const t = r.getBoundingClientRect();
+  for (let a = e; a; a = a.parentElement) { const s = getComputedStyle(a);
+    if (s.overflowX !== 'visible' || s.textOverflow === 'ellipsis') {
+      const b = a.getBoundingClientRect(); return t.left >= b.left - 1 && t.right <= b.right + 1; } }
+  return true; }"""
+
+
+def drawn_whole(page, text: str) -> bool:
+    return page.get_by_text(text, exact=True).first.evaluate(WHOLE)
+
+
+def test_the_runs_view_lists_the_sweep_and_a_config_run_opens_on_its_headline(results_root, cli, tmp_path,
+                                                                              browser, request):
     assert cli("sweep", "smoke", "--filter", FILTER, "--run-id", "web1", "-j", "1") == 0
     from harness.view.mlflow_log import client
 
@@ -130,12 +148,23 @@ def test_the_runs_view_lists_the_sweep_and_a_config_run_shows_grouped_sections(r
     shot(page, tmp_path, "runs.png")
 
     page.goto(f"{base}/#/experiments/{exp}/runs/{unaligned.info.run_id}/model-metrics?workflowType=machine_learning")
+    # The first section is the headline (it was engine/, counters of zeros): its four
+    # cards, titled whole by names that carry their unit, each figure in the first screen.
+    page.get_by_text("Add chart").first.wait_for()  # a section's header is drawn
+    sections = SECTION.findall(page.inner_text("body"))
+    assert sections and sections[0] == (HEADLINE_SECTION, "4"), sections
+    held = unaligned.data.metrics[lookup("peak_tokens_held").mlflow_name]
+    page.get_by_text(f"{held:.2f}", exact=True).first.wait_for()  # the bar's label: its figure is drawn
+    shot(page, tmp_path, "config-first-screen.png", full_page=False)
+    for card in (*HEADLINE, HEADLINE_VERDICT):
+        assert in_first_screen(page, card) and drawn_whole(page, card), card
+    assert in_first_screen(page, f"{held:.2f}")
     # A section header is the group alone, its cards are titled by the name after the
     # group. MLflow draws a card only once it scrolls into view, and a section of 15
     # cards is taller than the window, so find each card as a user would: type its name
     # into the page's chart search.
     search = page.get_by_placeholder("Search metric charts")
-    for section, card in (("memory", "peak_stranded_slots"), ("invariants", "violations"), ("throughput", "output_tokens_per_s")):
+    for section, card in (("memory", "peak_pages_held"), ("invariants", "violations"), ("throughput", "output_tokens_per_s")):
         search.fill("")  # every section again
         page.get_by_text(section, exact=True).first.wait_for()
         search.fill(card)
@@ -143,21 +172,22 @@ def test_the_runs_view_lists_the_sweep_and_a_config_run_shows_grouped_sections(r
         assert page.get_by_text(section, exact=True).first.is_visible()  # still under its group
     search.fill("")
     shot(page, tmp_path, "config-metrics.png")
-    assert "memory/peak_stranded_slots" not in page.inner_text("body")  # no flat list of full names
+    assert "memory/peak_pages_held" not in page.inner_text("body")  # no flat list of full names
 
 
-def in_first_screen(page, text: str) -> bool:
+def in_first_screen(page, text: str, wait: bool = True) -> bool:
     """Whether ``text`` is drawn inside the window as it opens, without scrolling (in any
     of the places it appears: a tag above the fold, the description below it)."""
     found = page.get_by_text(text)
-    found.first.wait_for()
+    if wait:
+        found.first.wait_for()
     view = page.viewport_size
     boxes = [found.nth(i).bounding_box() for i in range(found.count())]
     return any(b is not None and 0 <= b["y"] < view["height"] and b["x"] < view["width"] for b in boxes)
 
 
-def test_a_run_opens_on_memory_in_tokens_and_the_config_runs_have_distinct_names(results_root, cli, tmp_path,
-                                                                                   browser, request):
+def test_a_run_opens_on_memory_in_tokens_its_configs_have_distinct_names_and_compare_starts_on_the_headline(
+        results_root, cli, tmp_path, browser, request):
     from harness.core.run_names import short_name
     from harness.view.mlflow_log import client
 
@@ -170,7 +200,7 @@ def test_a_run_opens_on_memory_in_tokens_and_the_config_runs_have_distinct_names
     assert names == sorted(short_name(k.data.tags["kvbench.test_id"]) for k in kids)
     assert len(set(names)) == 2 and all(n.startswith("dflash ps16") for n in names)
     kid = kids[0]
-    tokens = int(kid.data.metrics["memory/peak_tokens_held"])
+    tokens = int(kid.data.metrics[lookup("peak_tokens_held").mlflow_name])
     assert tokens == 16 * int(kid.data.metrics["memory/peak_pages_held"])
 
     base, runs_url = request.getfixturevalue("ui")
@@ -194,11 +224,22 @@ def test_a_run_opens_on_memory_in_tokens_and_the_config_runs_have_distinct_names
     # The headline view (harness/view/mlflow_views.py): the table's columns are the peak
     # token slots held, stranded and leaked, each config's figure in its row.
     heads = page.locator("[role=columnheader]").all_inner_texts()
-    assert any("memory/peak_tokens_held" in h for h in heads), heads
+    assert any(lookup("peak_tokens_held").mlflow_name in h for h in heads), heads
     kid_row = page.locator("[role=row]").filter(has=page.get_by_text(kid.info.run_name, exact=True)).first
     index = kid_row.get_attribute("aria-rowindex")  # the grid draws a row's pinned name apart from its figures
     cells = " ".join(page.locator(f"[role=row][aria-rowindex='{index}']").all_inner_texts()).split()
     assert str(tokens) in cells, cells
+    # Compare the two config runs as a user does (tick them, Compare): MLflow's compare
+    # view starts on the first metric a run logged, once engine/aborted_requests (all 0).
+    for name in names:
+        index = page.locator("[role=row]").filter(has=page.get_by_text(name, exact=True)).first.get_attribute("aria-rowindex")
+        page.locator(f"[role=row][aria-rowindex='{index}'] input.ag-checkbox-input").first.check()
+    page.get_by_role("button", name=re.compile("^Compare")).first.click()
+    page.get_by_text("Parallel Coordinates Plot").first.wait_for()
+    page.get_by_role("button", name="Clear All").wait_for()  # the plot's pickers, a metric picked
+    assert not in_first_screen(page, "engine/aborted_requests", wait=False)
+    assert in_first_screen(page, lookup("peak_tokens_held").mlflow_name)  # the metric picked, and the plot's axis
+    shot(page, tmp_path, "compare.png", full_page=False)
     # The parent's link (the report's and the bot's) opens on the model-training pages, not GenAI's.
     from harness.store.links import mlflow_link
 

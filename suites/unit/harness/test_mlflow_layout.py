@@ -38,6 +38,20 @@ def test_names_are_grouped_and_timings_carry_their_spread():
         layout.scalar_metrics(row(metrics={"mystery_pages": 1}))
 
 
+def test_a_config_run_logs_its_headline_figures_and_verdict_first():
+    """MLflow's compare-runs view starts on the first metric a run logged (it defaulted to
+    engine/aborted_requests); the run's first chart section is these, with their units."""
+    names = list(layout.scalar_metrics(row(held=3, leaked=1)))
+    assert names[:4] == ["at a glance/peak_tokens_held", "at a glance/peak_stranded_slots",
+                         "at a glance/leaked_tokens", "at a glance/verdict_pass"]
+    assert len(names) == len(set(names)) and "memory/peak_tokens_held" not in names
+    assert layout.scalar_metrics(row(held=3, leaked=1))["at a glance/leaked_tokens"] == 16
+    for verdict, passed in (("ok", 1), ("as_expected", 1), ("unexpected", 0), ("failed", 0)):
+        assert layout.scalar_metrics(row(verdict=verdict))["at a glance/verdict_pass"] == passed
+    assert "at a glance/verdict_pass" not in layout.scalar_metrics(row(verdict=None))
+    assert "| `at a glance/verdict_pass` | 1 = pass |" in layout.schema_note()
+
+
 def test_tags_say_what_a_config_ran_and_what_its_throughput_means():
     tags = layout.config_tags(row(model="none"))
     assert tags["profile"] == "aligned" and "bookkeeping speed" in tags["throughput_meaning"]
@@ -87,7 +101,11 @@ def test_runs_carry_the_sweep_context_and_their_measured_times(tmp_path):
     kid = next(k for k in kids if k.data.tags["profile"] == "unaligned")
     assert (kid.info.start_time, kid.info.end_time) == (1_700_000_000_000, 1_700_000_002_500)
     assert kid.data.tags["mlflow.source.git.commit"] == "c0ffee" and kid.data.tags["suite"] == "unit"
-    assert kid.data.metrics["invariants/K1"] == 2 and kid.data.metrics["memory/peak_stranded_slots"] == 11
+    assert kid.data.metrics["invariants/K1"] == 2 and kid.data.metrics["at a glance/peak_stranded_slots"] == 11
+    # MLflow's compare-runs view starts on the first metric the store returns: the headline
+    assert list(kid.data.metrics)[:4] == ["at a glance/peak_tokens_held", "at a glance/peak_stranded_slots",
+                                          "at a glance/leaked_tokens", "at a glance/verdict_pass"]
+    assert kid.data.metrics["at a glance/verdict_pass"] == 0  # unexpected
 
     plot = tmp_path / "a.png"
     plot.write_bytes(b"\x89PNG\r\n")

@@ -37,6 +37,6 @@ def test_the_headline_view_is_one_experiment_tag_its_links_name():
     view = headline_view()
     assert view["selectedColumns"] == list(COLUMNS)
     first = [c["metricKey"] for c in view["compareRunCharts"]]
-    assert first[:3] == ["memory/peak_tokens_held", "memory/peak_stranded_slots", "memory/leaked_tokens"]
+    assert first[:3] == ["at a glance/peak_tokens_held", "at a glance/peak_stranded_slots", "at a glance/leaked_tokens"]
     assert all(c["metricSectionId"] == view["compareRunSections"][0]["uuid"] for c in view["compareRunCharts"])
     assert len(value) < 5000 and len(HEADLINE) == len(first)  # an MLflow tag value holds it
