@@ -222,6 +222,11 @@ class Engine:
             # --disaggregation-decode-enable-radix-cache (pd_radix).
             if not self.cfg.rules.pd_radix:
                 self.manager.disable_prefix_cache()
+            # A node of PD arrivals only runs SGLang's decode loop, whose overlap variant never
+            # turns enable_skip_finishing_decode on (event_loop_overlap does): a request its
+            # in-flight result finishes is planned once more, as 0.5.18 plans every request.
+            if all(r.is_pd for r in (*self.requests, *reqs)):
+                self.decoder.skip_finishing = False
         self.sched.add(reqs)
         self.requests.extend(reqs)
 

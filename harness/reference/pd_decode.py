@@ -17,7 +17,9 @@ iteration; the mini engine assumes the same (its transfer lands at once,
 mini_engine/scheduler/pd_prealloc.py). The KV manager (``_init_kv_manager``: the
 transfer engine's registration of device buffers) is SGLang's ``FakeKVManager`` with no
 buffers. The token the prefill node sampled (the handoff, ``_commit_transfer_to_req``)
-is the request's first recorded output, as the mini engine's transfer gives it.
+is the request's first recorded output, as the mini engine's transfer gives it. With
+the decode radix cache the server names a real backend (SGLang refuses that cache beside
+the fake one) while every request still takes the fake transfer (scheduler._pd_args).
 """
 
 from __future__ import annotations

@@ -40,7 +40,9 @@ WHAT_IFS = ("policy", "align", "free_policy", "swa_eviction_interval", "row_head
 def check_supported(cfg, wl: dict, version: str) -> None:
     """UnsupportedByReference naming the first option the reference does not drive."""
     why = None
-    knob = next((k for k in WHAT_IFS if getattr(cfg, k) is not None), None)
+    # The decode radix cache is SGLang's own option on a decode node, not a what-if there.
+    own = ("pd_radix",) if wl.get("workload") == "pd" else ()
+    knob = next((k for k in WHAT_IFS if getattr(cfg, k) is not None and k not in own), None)
     profile = loader.PROFILE_OF[version]
     if cfg.profile != profile:
         why = f"--profile {cfg.profile} (the reference is SGLang {version}'s own loop: --profile {profile})"
@@ -88,7 +90,8 @@ def run_reference(config: RunSpec | dict[str, Any]) -> dict[str, Any]:
     work = make_workload(run.workload, cfg.seed, max_context=cfg.max_context)
     overlap, radix = cfg.rules.overlap, cfg.rules.prefix_cache == "radix"
     pd = run.workload.workload == "pd"  # every request a PD arrival (check_supported)
-    radix = radix and not pd  # a decode node's tree is off without pd_radix (handle_pd_disaggregation)
+    # A decode node's tree: on only with its radix cache (handle_pd_disaggregation).
+    radix = cfg.rules.pd_radix if pd else radix
     # engine=sglang in the key and the config: a reference row is never keyed, compared or
     # baselined as the mini engine's row of the same options.
     row: dict[str, Any] = {"key": run.on(ENGINE).key,
@@ -102,7 +105,7 @@ def run_reference(config: RunSpec | dict[str, Any]) -> dict[str, Any]:
               max_context=cfg.max_context, chunk=cfg.chunked_prefill,
               radix=radix, overlap=overlap, vocab_size=cfg.vocab_size, spec=spec,
               swa=(swa_pages(cfg.num_pages, cfg.rules.swa_ratio), cfg.window) if cfg.has_swa else None,
-              pd_reserved=cfg.reserved_decode_tokens if pd else None)
+              pd_reserved=cfg.reserved_decode_tokens if pd else None, pd_radix=pd and cfg.rules.pd_radix)
     if pd:
         driver.fake_host = pd_decode.fake_host()
     loop = (s.event_loop_overlap_disagg_decode if overlap else s.event_loop_normal_disagg_decode) if pd else (

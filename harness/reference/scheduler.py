@@ -118,16 +118,16 @@ def _inert() -> dict:
 
 def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context: int, chunk: int,
           radix: bool, overlap: bool, vocab_size: int, spec=None, swa: tuple[int, int] | None = None,
-          pd_reserved: int | None = None):
+          pd_reserved: int | None = None, pd_radix: bool = False):
     """A ReferenceScheduler over fresh SGLang components for one run (spec: spec.Spec, None
     for plain decoding; swa: the SWA pool's pages and the window, for a hybrid SWA model;
-    pd_reserved: a PD decode node's num_reserved_decode_tokens, pd_decode.py)."""
+    pd_reserved: a PD decode node's num_reserved_decode_tokens, pd_radix: its radix cache, pd_decode.py)."""
     torch = sg.torch
     args = sg.server_args.ServerArgs(model_path="dummy", device="cpu", page_size=ps,
                                      chunked_prefill_size=chunk,
                                      max_running_requests=max_running, disable_radix_cache=not radix,
                                      disable_overlap_schedule=not overlap, schedule_policy="fcfs",
-                                     **(spec.server_args if spec else {}), **_pd_args(pd_reserved))
+                                     **(spec.server_args if spec else {}), **_pd_args(pd_reserved, pd_radix))
     args._mamba_cache_chunk_size = 64  # as SGLang's CPU fixtures: no Hugging Face lookup of the dummy model
     sg.context.reset_context()
     sg.context.publish(args, role="scheduler")
@@ -188,12 +188,16 @@ def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context:
     return s
 
 
-def _pd_args(reserved: int | None) -> dict:
-    """A PD decode node's server arguments: SGLang's fake transfer backend (pd_decode.py)."""
+def _pd_args(reserved: int | None, radix: bool) -> dict:
+    """A PD decode node's server arguments: SGLang's fake transfer backend (pd_decode.py).
+    SGLang refuses its decode radix cache beside the fake backend (handle_pd_disaggregation),
+    so with it the server names a real backend; every request still takes the fake
+    transfer (the fake bootstrap host) and the KV manager is the fake one either way."""
     if reserved is None:
         return {}
-    return dict(disaggregation_mode="decode", disaggregation_transfer_backend="fake",
-                num_reserved_decode_tokens=reserved)
+    backend = "mooncake" if radix else "fake"
+    return dict(disaggregation_mode="decode", disaggregation_transfer_backend=backend,
+                num_reserved_decode_tokens=reserved, disaggregation_decode_enable_radix_cache=radix)
 
 
 def _made(cls, **kwargs):

@@ -63,18 +63,26 @@ def test_plain_pd_arrivals_equal_with_overlap_off(reference):
 
 
 def test_the_decode_loop_plans_a_request_its_inflight_result_finishes(reference):
-    """event_loop_overlap_disagg_decode leaves enable_skip_finishing_decode off (only
-    event_loop_overlap turns it on), so plain decoding's last result is followed by one
-    more batch: one trailing step more than the mini engine's 0.5.23 rule, every common
-    step equal (docs/reference.md)."""
+    """Regression: event_loop_overlap_disagg_decode leaves enable_skip_finishing_decode off
+    (only event_loop_overlap turns it on), so a request one output short is planned once
+    more and its result lands a step later. The mini engine's decode node follows it; with
+    0.5.23's normal-loop rule it stopped a step early (61 steps against 62)."""
     c = compare({**PLAIN, "overlap": True})
-    assert c.first_step is None, describe(c)
-    assert c.steps[1] == c.steps[0] + 1, describe(c)
+    assert c.equal, describe(c)
+    assert c.steps == (62, 62)
+
+
+@pytest.mark.parametrize("ps", [1, 16])
+def test_decode_radix_hits_equal_on_every_step(reference, ps):
+    """The decode radix cache (--pd-radix): arrivals 20 steps apart over a shared 200-token
+    prompt hit the finished ones' prompts in the decode node's tree."""
+    c = compare({**PD, "num_requests": 6, "arrival_gap": 20, "shared_prefix": 200, "pd_radix": True, "page_size": ps})
+    assert c.equal, describe(c)
+    assert c.theirs["prefix_hit_tokens"] > 0
 
 
 def test_pd_workloads_the_decode_side_cannot_run_are_refused():
-    for extra, what in (({"pd_fraction": 0.5}, "--pd-fraction below 1"), ({"window": 32}, "--workload pd with --window"),
-                        ({"pd_radix": True}, "--pd-radix")):
+    for extra, what in (({"pd_fraction": 0.5}, "--pd-fraction below 1"), ({"window": 32}, "--workload pd with --window")):
         spec = RunSpec.parse({**PD, **extra})
         with pytest.raises(UnsupportedByReference, match=what):
             check_supported(spec.engine, spec.workload.to_dict(), "0.5.23")
