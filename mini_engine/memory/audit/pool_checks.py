@@ -160,24 +160,27 @@ def _k7_suspects(m: KVManager, live: Live) -> np.ndarray:
     cur, ext = np.maximum(live.swa, prot), np.minimum(live.alloc, w)
     pages_held = np.where(ext > cur, -(-ext // ps) - cur // ps, 0)  # each row's SWA pages, by its extent
     bad = (m.ledger.held["swa"][rows] != pages_held) | (cur % ps != 0)  # an unaligned cursor: row by row
-    host, swa_map = m.req_to_token.host, m.swa.map_host
-    which, pos = _spans(prot, np.minimum(cur, ext))  # below the cursor: no SWA copy
-    bad |= np.bincount(which[swa_map[host[rows[which], pos]] != 0], minlength=n) > 0
-    which, pos = _spans(cur, ext)  # above it
+    host, swa_map, owner = m.req_to_token.host, m.swa.map_host, m.ledger.owner["swa"]
+    # Every position from the tree's part to the extent in one pass (the per-call cost of
+    # the numpy calls, not the positions, bounds this check): below the cursor no SWA copy,
+    # above it one on a page the request holds.
+    which, pos = _spans(prot, ext)
     owners = rows[which]
-    above = swa_map[host[owners, pos]]
-    pages = above // ps
+    mapped = swa_map[host[owners, pos]]
+    cw = cur[which]
+    below = pos < cw
     idx = np.arange(len(pos))
-    head = idx - (pos - np.maximum((pos // ps) * ps, cur[which]))  # flat index of its page's first position
-    owner = m.ledger.owner["swa"]
+    # The flat index of its page's first position above the cursor (its own below it).
+    head = np.where(below, idx, idx - (pos - np.maximum((pos // ps) * ps, cw)))
+    pages = mapped // ps
     inside = (pages >= 0) & (pages < len(owner))
     pages = np.where(inside, pages, 0)  # a page outside the pool: its row is flagged below
-    wrong = ((above == 0) | (above % ps != pos % ps) | (pages != pages[head]) | ~inside
-             | (owner[pages] != owners + 1))
+    wrong = np.where(below, mapped != 0, (mapped == 0) | (mapped % ps != pos % ps) | (pages != pages[head])
+                     | ~inside | (owner[pages] != owners + 1))
     bad |= np.bincount(which[wrong], minlength=n) > 0
     # Two pages of positions on one SWA page: one mark per page (no sort) marks fewer
     # pages than there are heads; then every row is read row by row.
-    heads = pages[head == idx]
+    heads = pages[(head == idx) & ~below]
     marked = np.zeros(len(owner), dtype=bool)
     marked[heads] = True
     if np.count_nonzero(marked) != len(heads):

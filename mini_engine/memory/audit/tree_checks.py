@@ -82,12 +82,19 @@ def swa_tree_violations(tree: SWARadixCache, step: int = 0) -> list[Violation]:
     pool's map names none for its FULL slots), a live node's SWA slots are the ones the map
     names, the four sizes are the nodes' tokens split by their locks (SWA protected = the
     SWA-locked live nodes), and no eviction freed a node some request SWA-locked."""
-    sizes = {"full_evictable": 0, "full_protected": 0, "swa_evictable": 0, "swa_protected": 0}
+    full_ev = full_pr = swa_ev = swa_pr = 0  # every step: one walk, plain locals
     nodes = list(tree.nodes())
     for x in nodes:
-        sizes["full_protected" if x.full_lock else "full_evictable"] += len(x.key)
+        if x.full_lock:
+            full_pr += len(x.key)
+        else:
+            full_ev += len(x.key)
         if x.swa is not None:
-            sizes["swa_protected" if x.swa_lock else "swa_evictable"] += len(x.swa)
+            if x.swa_lock:
+                swa_pr += len(x.swa)
+            else:
+                swa_ev += len(x.swa)
+    sizes = {"full_evictable": full_ev, "full_protected": full_pr, "swa_evictable": swa_ev, "swa_protected": swa_pr}
     out = [v for x in _k14_suspects(tree, nodes) if (v := _k14_node(tree, x, step)) is not None]
     have = {"full_evictable": tree.full_evictable, "full_protected": tree.full_protected,
             "swa_evictable": tree.swa_evictable, "swa_protected": tree.swa_protected}
@@ -101,15 +108,21 @@ def swa_tree_violations(tree: SWARadixCache, step: int = 0) -> list[Violation]:
 def _k14_suspects(tree: SWARadixCache, nodes: list) -> list:
     """The nodes _k14_node may find in breach (the rest it clears), in tree order: one map
     read of every node's slots instead of one per node, every step."""
-    tombs = [x for x in nodes if x.swa is None]
-    live = [x for x in nodes if x.swa is not None and len(x.swa) == len(x.full)]
-    suspect = {id(x) for x in nodes if x.swa is not None and len(x.swa) != len(x.full)}
-    if tombs and tree.swa_map[np.concatenate([x.full for x in tombs])].any():
-        suspect.update(map(id, tombs))
-    if live and (tree.swa_map[np.concatenate([x.full for x in live])]
-                 != np.concatenate([x.swa for x in live])).any():
-        suspect.update(map(id, live))
-    return [x for x in nodes if id(x) in suspect] if suspect else []
+    tombs, live, odd = [], [], False
+    for x in nodes:
+        if x.swa is None:
+            tombs.append(x.full)
+        elif len(x.swa) == len(x.full):
+            live.append(x)
+        else:
+            odd = True
+    suspect_tombs = bool(tombs) and bool(tree.swa_map[np.concatenate(tombs)].any())
+    suspect_live = bool(live) and bool((tree.swa_map[np.concatenate([x.full for x in live])]
+                                        != np.concatenate([x.swa for x in live])).any())
+    if not (odd or suspect_tombs or suspect_live):
+        return []
+    return [x for x in nodes if (suspect_tombs if x.swa is None
+                                 else suspect_live if len(x.swa) == len(x.full) else True)]
 
 
 def _k14_node(tree: SWARadixCache, x, step: int) -> Violation | None:
