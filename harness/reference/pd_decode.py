@@ -51,8 +51,9 @@ def request_pool(sg, *, max_running: int, max_context_len: int):
                                                  enable_memory_saver=False, pre_alloc_size=extra_slots(max_running))
 
 
-def attach(sg, s, driver, *, reserved: int) -> None:
-    """Give the scheduler ``s`` SGLang's decode-side queues and the methods that drive them."""
+def attach(sg, s, driver, *, reserved: int, window: int | None = None) -> None:
+    """Give the scheduler ``s`` SGLang's decode-side queues and the methods that drive them
+    (window: a hybrid SWA model's sliding window)."""
     m = modules()
     torch = sg.torch
     size = s.req_to_token_pool.size * 2  # Scheduler: *2 headroom (not a MiniMax sparse model)
@@ -70,7 +71,8 @@ def attach(sg, s, driver, *, reserved: int) -> None:
     class PreallocQueue(m.decode.DecodePreallocQueue):
         def _init_kv_manager(self):
             args = m.base.KVArgs()
-            args.state_types = []  # full attention: the KV pages are all it sends (no SWA or Mamba state)
+            # The state a transfer carries beside the KV pages: a hybrid SWA model's window.
+            args.state_types = [m.base.StateType.SWA] if window is not None else []
             return m.fake.FakeKVManager(args, s.disaggregation_mode, s.server_args)
 
     # One rank: the queues all-reduce their poll flags over the TP group's CPU group, a
@@ -85,7 +87,17 @@ def attach(sg, s, driver, *, reserved: int) -> None:
     s.__dict__.update(random_seed=0, kv_checksum_computer=None, enable_decode_hicache=False,
                       future_map=SimpleNamespace(stash=lambda *a, **k: None, publish=lambda *a, **k: None),
                       schedule_stream=SimpleNamespace(wait_stream=lambda other: None), forward_stream=None)
-    s.tp_worker.is_hybrid_swa = False
+    s.tp_worker.is_hybrid_swa = window is not None
+    alloc = s.token_to_kv_pool_allocator
+    if window is not None:
+        # The decode side takes its SWA tail path (_uses_swa_tail_prealloc, ps > 1) for
+        # SGLang's SWAKVPool: the CPU stand-in pool (conform's, with no KV buffers) is
+        # given that class too; the path reads only its full -> SWA index map.
+        swa_pool = importlib.import_module("sglang.srt.mem_cache.swa_memory_pool").SWAKVPool
+        kv = alloc.get_kvcache()
+        kv.__class__ = type("MapOnlySWAKVPool", (type(kv), swa_pool), {})
+        s.tp_worker.model_runner.swa_max_total_num_tokens = alloc.size_swa
+        s.sliding_window_size = window
     s.tp_worker.model_runner.kv_cache_dtype_str = "auto"
     s.disagg_metadata_buffers, s.req_to_metadata_buffer_idx_allocator = buffers, idx
     s.disagg_decode_transfer_queue = TransferQueue(req_to_metadata_buffer_idx_allocator=idx, metadata_buffers=buffers,

@@ -65,8 +65,6 @@ def _pd_unsupported(cfg, wl: dict, version: str) -> str | None:
     if wl.get("pd_fraction", 1.0) < 1.0:
         return ("--pd-fraction below 1 (a decode node prefills no prompt: SGLang's decode loop "
                 "takes PD arrivals only)")
-    if cfg.has_swa:
-        return "--workload pd with --window (the decode side of a hybrid SWA model is not driven yet)"
     return None
 
 

@@ -184,7 +184,7 @@ def build(sg, driver, *, ps: int, num_pages: int, max_running: int, max_context:
         logprob_result_processor=_Inert(), output_streamer=_Inert(), beam_coordinator=s.beam_coordinator,
         abort_request=lambda *a, **k: None)
     if pd_reserved is not None:
-        pd_decode.attach(sg, s, driver, reserved=pd_reserved)
+        pd_decode.attach(sg, s, driver, reserved=pd_reserved, window=swa[1] if swa is not None else None)
     return s
 
 

@@ -152,7 +152,7 @@ def test_unsupported_features_are_refused_in_one_line():
     for extra, what in (({"spec": "ngram"}, "--spec ngram"), ({"model": "tiny"}, "--model tiny"),
                         ({"profile": "host-aligned"}, "--profile host-aligned"), ({"align": "none"}, "--align"),
                         ({"workload": "pd", "pd_fraction": 0.5}, "--pd-fraction below 1"),
-                        ({"workload": "pd", "window": 32}, "--workload pd with --window")):
+                        ({"workload": "pd", "window": 32, "swa_ratio": 0.2}, "--swa-ratio")):
         spec = RunSpec.parse({**SMALL, **extra})
         with pytest.raises(UnsupportedByReference, match=what):
             check_supported(spec.engine, spec.workload.to_dict(), "0.5.23")

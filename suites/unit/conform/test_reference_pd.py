@@ -81,8 +81,18 @@ def test_decode_radix_hits_equal_on_every_step(reference, ps):
     assert c.theirs["prefix_hit_tokens"] > 0
 
 
+@pytest.mark.parametrize("ps", [1, 16])
+def test_hybrid_swa_decode_side_equal_on_every_step(reference, ps):
+    """A hybrid SWA model's decode node, held out of the suite (window 64, the reservation
+    binding, staggered arrivals): at ps 16 SGLang's SWA tail prealloc (_uses_swa_tail_prealloc),
+    at ps 1 the full side read against the smaller pool."""
+    c = compare({**PD, "window": 64, "num_requests": 12, "pool_tokens": 4096, "arrival_gap": 2, "page_size": ps})
+    assert c.equal, describe(c)
+    assert c.theirs["peak_swa_pages_held"] > 0
+
+
 def test_pd_workloads_the_decode_side_cannot_run_are_refused():
-    for extra, what in (({"pd_fraction": 0.5}, "--pd-fraction below 1"), ({"window": 32}, "--workload pd with --window")):
+    for extra, what in (({"pd_fraction": 0.5}, "--pd-fraction below 1"), ({"window": 32, "swa_ratio": 0.2}, "--swa-ratio")):
         spec = RunSpec.parse({**PD, **extra})
         with pytest.raises(UnsupportedByReference, match=what):
             check_supported(spec.engine, spec.workload.to_dict(), "0.5.23")
