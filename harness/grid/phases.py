@@ -20,9 +20,9 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
-from harness.grid.suites import Suite
+from harness.grid.suites import GridConfig
 
 KERNELS_EXPECTED = "once per machine, about a minute on 2 cores"
 
@@ -38,18 +38,19 @@ def phase(console, label: str) -> Iterator[None]:
         yield
 
 
-def needs_cpu_kernels(suite: Suite, hardware_profile: str) -> bool:
-    """Whether a config of the suite runs the model on this machine's CPU, where the
-    compiled kernels serve it (KVBENCH_CPU_KERNELS=0 turns them off)."""
+def needs_cpu_kernels(configs: Sequence[GridConfig], hardware_profile: str) -> bool:
+    """Whether a config this sweep runs (after --filter and its shard) runs the model on
+    this machine's CPU, where the compiled kernels serve it (KVBENCH_CPU_KERNELS=0 turns
+    them off). A filter that leaves only accounting configs builds nothing."""
     if hardware_profile != "cpu" or os.environ.get("KVBENCH_CPU_KERNELS", "1") == "0":
         return False
-    return any(_model(gc.config) not in (None, "none") for gc in suite.configs)
+    return any(_model(gc.config) not in (None, "none") for gc in configs)
 
 
-def has_accounting_configs(suite: Suite) -> bool:
-    """Whether some config of the suite runs without a model: work for the grid while the
-    kernels build beside it."""
-    return any(_model(gc.config) in (None, "none") for gc in suite.configs)
+def has_accounting_configs(configs: Sequence[GridConfig]) -> bool:
+    """Whether some config this sweep runs goes without a model: work for the grid while
+    the kernels build beside it."""
+    return any(_model(gc.config) in (None, "none") for gc in configs)
 
 
 def _model(config: dict[str, Any]) -> Any:

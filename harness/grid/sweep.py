@@ -79,6 +79,13 @@ def filter_selects(expr: str):
     return compile_filter(expr)
 
 
+def _to_run(suite: Suite, expr: str | None, only: list[str] | None) -> list:
+    """The configs this sweep runs: its shard's (or those not skipped), chosen by --filter."""
+    selects = filter_selects(expr) if expr is not None else None
+    return [gc for gc in suite.configs
+            if (only is None or gc.id in only) and (selects is None or selects(gc.id, gc.config))]
+
+
 def check_filter(expr: str | None, suite: Suite | None = None) -> int | None:
     """Parse the -k expression as pytest will, and refuse one that selects nothing;
     how many configs of the suite it selects."""
@@ -271,9 +278,9 @@ def _sweep(opts: SweepOptions, suite: Suite, run_dir: RunDir, hw: hardware.Hardw
                   + (f" (resuming, {done_before} done)" if opts.resume else ""))
     if order := devices.check_order():  # before the live progress, which would overdraw it
         err_console.print(order, markup=False, soft_wrap=True)
-    kernels = None
-    if engine in (None, "mini") and needs_cpu_kernels(suite, hw.profile):
-        if has_accounting_configs(suite):  # built beside them: only the real-model configs wait for it
+    kernels, to_run = None, _to_run(suite, opts.filter, only)
+    if engine in (None, "mini") and needs_cpu_kernels(to_run, hw.profile):
+        if has_accounting_configs(to_run):  # built beside them: only the real-model configs wait for it
             kernels = build_cpu_kernels_beside(console, display.aside)
         else:
             console.print(build_cpu_kernels(console), markup=False)

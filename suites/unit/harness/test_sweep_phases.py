@@ -12,16 +12,30 @@ from harness.grid.suites import load_suite
 
 
 def test_the_smoke_suite_needs_the_kernels_on_a_cpu_only(monkeypatch):
-    smoke = load_suite("smoke", validate=False)
+    smoke = load_suite("smoke", validate=False).configs
     monkeypatch.delenv("KVBENCH_CPU_KERNELS", raising=False)
     assert phases.needs_cpu_kernels(smoke, "cpu")  # its real-model config
     assert not phases.needs_cpu_kernels(smoke, "h100")  # the GPU runs the model there
     monkeypatch.setenv("KVBENCH_CPU_KERNELS", "0")
     assert not phases.needs_cpu_kernels(smoke, "cpu")
     monkeypatch.delenv("KVBENCH_CPU_KERNELS")
-    accounting = load_suite("smoke", validate=False)
-    accounting.configs = [gc for gc in accounting.configs if gc.config.get("model", "none") == "none"]
+    accounting = [gc for gc in smoke if gc.config.get("model", "none") == "none"]
     assert not phases.needs_cpu_kernels(accounting, "cpu")
+
+
+def test_a_sweep_builds_the_kernels_only_when_a_config_it_runs_needs_them(monkeypatch):
+    """--filter and a shard choose what runs: a night of accounting configs only, or the
+    shard without the real-model config, starts no build (it waited for one at its end)."""
+    from harness.grid.sweep import _to_run
+
+    monkeypatch.delenv("KVBENCH_CPU_KERNELS", raising=False)
+    smoke = load_suite("smoke", validate=False)
+    real = [gc.id for gc in smoke.configs if gc.config.get("model", "none") != "none"]
+    assert real and phases.needs_cpu_kernels(_to_run(smoke, None, None), "cpu")
+    assert not phases.needs_cpu_kernels(_to_run(smoke, "spec=eagle", None), "cpu")
+    others = [gc.id for gc in smoke.configs if gc.id not in real]
+    assert not phases.needs_cpu_kernels(_to_run(smoke, None, others), "cpu")
+    assert _to_run(smoke, None, real[:1])[0].id == real[0]
 
 
 def test_the_kernel_phase_is_labelled_before_it_runs_and_says_how_it_went(monkeypatch):
