@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout: the schema is 
     sys.path.insert(0, str(ROOT))
 
 from harness.core.metrics import (_DECLARED, GATES, GROUPS, HEADLINE, HEADLINE_SECTION, HEADLINE_VERDICT,  # noqa: E402
-                                  Metric)
+                                  SWEEP_HEADLINE, Metric)
 
 PAGE = ROOT / "docs" / "metrics.md"
 GATE_WORDS = {"exact": "exact: any change", "noise": ">= 10 % and Mann-Whitney U", "none": "never gated"}
@@ -70,6 +70,12 @@ def render() -> str:
     series = [m for m in _DECLARED if m.series]
     out += ["## Per-step series", "", "Lists in a row's `series`, one value per engine step.", "",
             *head, *(row(m) for m in series), ""]
+    out += ["## A sweep's parent run (MLflow)", "",
+            f"A parent opens on its own `{HEADLINE_SECTION}` section, the night's figures folded over its",
+            "configs. They duplicate its verdict counts (`sweep/`) and aggregates",
+            "(`<group>/<name>.<fold>/all`), which keep their names so that nights chart as a trend.", "",
+            "| name | unit | what it is |", "|---|---|---|",
+            *(f"| `{HEADLINE_SECTION}/{n}` | {u} | {cell(h)} |" for n, u, h in SWEEP_HEADLINE), ""]
     return "\n".join(out)
 
 

@@ -69,6 +69,18 @@ HEADLINE = ("peak_tokens_held", "peak_stranded_slots", "leaked_tokens")
 # Beside them, a config's verdict as a figure (MLflow charts numbers): 1 when it ran as the
 # suite expects (verdict ok or as_expected), 0 when not. MLflow's alone: a row keeps its verdict word.
 HEADLINE_VERDICT = "verdict_pass"
+# A sweep's parent run opens on a headline of its own, the night's figures a reader wants
+# first, folded over its configs: ``at a glance/<name>`` (name, unit, what it is). They
+# duplicate the parent's aggregates and verdict counts (memory/<name>.<fold>/all, sweep/...),
+# which keep their names so their trend lines reach earlier nights; harness/view/mlflow_layout.py
+# folds them (a ``<metric>.<max|sum>`` is that aggregate over every measured config).
+SWEEP_HEADLINE = (
+    ("configs_unexpected", "configs", "configs that did not run as the suite expects (verdict unexpected or failed)"),
+    ("violations_unexpected", "violations", "invariant violations in configs the suite does not expect to violate"),
+    ("leaked_tokens.sum", "tokens", "full-pool token slots not back after drain, summed over the configs"),
+    ("peak_tokens_held.max", "tokens", "most full-pool token slots a config held at once, the max over the configs"),
+    ("peak_stranded_slots.max", "slots", "most slots a config stranded at once, the max over the configs"),
+)
 
 
 class UnknownMetric(HarnessError):
@@ -293,6 +305,8 @@ assert len({m.column for m in COLUMNS}) == len(COLUMNS), "two metrics share a su
 DERIVED: tuple[Metric, ...] = tuple(m for m in METRICS.values() if m.of)
 assert all(m.of in METRICS or m.of in SERIES for m in DERIVED), "a derived figure names an undeclared source"
 assert set(HEADLINE) <= set(METRICS), "a headline figure is not declared"
+assert {n.split(".")[0] for n, _, _ in SWEEP_HEADLINE if "." in n} <= set(METRICS), \
+    "a sweep headline folds an undeclared figure"
 
 
 def lookup(name: str) -> Metric:

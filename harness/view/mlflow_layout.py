@@ -7,7 +7,8 @@ series under ``group/series/name``; a config run's headline figures and its verd
 come first, in the section ``at a glance`` that MLflow sorts before the groups. A parent run carries, per value of the axes a
 dashboard charts (page_size, block_size, window), the sweep's peak token slots and
 KV bytes held, stranded slots, leaked token slots and throughput medians, so that one metric of the
-parent runs of successive nights is a trend line.
+parent runs of successive nights is a trend line. It opens on its own ``at a glance``
+(SWEEP_HEADLINE): the night's verdict and peaks, duplicated from those.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from importlib.metadata import version
 from typing import Any
 
 from harness.core import run_tags
-from harness.core.metrics import (BOOKKEEPING, HEADLINE, HEADLINE_SECTION, HEADLINE_VERDICT, METRICS,
+from harness.core.metrics import (BOOKKEEPING, HEADLINE, HEADLINE_SECTION, HEADLINE_VERDICT, METRICS, SWEEP_HEADLINE,
                                   bookkeeping_only, lookup, row_metrics, series)
 from harness.judge.expect import PASSING
 
@@ -31,6 +32,8 @@ AGGREGATES = (("peak_tokens_held", "max"), ("peak_swa_tokens_held", "max"), ("pe
               ("output_tokens_per_s", "median"))
 _FOLD = {"max": max, "sum": sum, "median": statistics.median}
 VERDICT_PASS = f"{HEADLINE_SECTION}/{HEADLINE_VERDICT}"  # a config's verdict, charted: 1 pass, 0 not
+assert all(tuple(n.split(".")) in AGGREGATES for n, _, _ in SWEEP_HEADLINE if "." in n), \
+    "a folded sweep headline is not one of the parent's aggregates"
 
 
 def kvbench_version() -> str:
@@ -144,6 +147,8 @@ def schema_note() -> str:
             for m in METRICS.values()]
     rows.append((VERDICT_PASS, "1 = pass", "verdict", "1 when the config ran as the suite expects (verdict ok or "
                  "as_expected), 0 when unexpected or failed"))
+    rows += [(f"{HEADLINE_SECTION}/{name}", unit, "sweep", f"the parent's: {help}")
+             for name, unit, help in SWEEP_HEADLINE]
     lines += [f"| `{name}` | {unit} | {kind} | {help} |" for name, unit, kind, help in sorted(rows)]
     return "\n".join(lines)
 
@@ -230,6 +235,22 @@ def verdict_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
         counts[name] = float(sum((r.get("metrics") or {}).get("violations", 0) or 0 for r in rows
                                  if r.get("status") != "failed" and (r.get("verdict") == "as_expected") == expected))
     return counts
+
+
+def sweep_headline(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The parent's own headline, ``at a glance/<name>`` (SWEEP_HEADLINE): the section sorts
+    first, so a parent opened on it rather than on one chart of 0 per axis value. The same
+    figures as its verdict counts and ``/all`` aggregates, which keep their names."""
+    counts, folds = verdict_metrics(rows), sweep_aggregates(rows)
+    found = {"configs_unexpected": counts["sweep/verdict_unexpected"] + counts["sweep/verdict_failed"],
+             "violations_unexpected": counts["sweep/violations_unexpected"]}
+    for name, _, _ in SWEEP_HEADLINE:
+        if "." in name:
+            metric, how = name.split(".")
+            found[name] = folds.get(f"{lookup(metric).group_name}.{how}/all")
+    # In declaration order (MLflow's compare view starts on the first metric logged); a fold
+    # of no measured config (every one failed) is left out, not charted as 0.
+    return {f"{HEADLINE_SECTION}/{n}": found[n] for n, _, _ in SWEEP_HEADLINE if found.get(n) is not None}
 
 
 def parent_status(rows: list[dict[str, Any]]) -> str:

@@ -336,15 +336,15 @@ def sync(run_dir, uri: str | None = None, *, root: Path) -> tuple[int, int]:
 
 def finish_parent(uri: str, parent_id: str, rows: list[dict[str, Any]], artifacts: list[Path],
                   status: str | None = None) -> str:
-    """Close the sweep's parent run: its verdict counts and per-axis aggregates as
-    metrics, its plots, the profiles it swept; FINISHED when every config ran as
-    expected, else FAILED (or ``status``). Closing again (a later sync) updates it."""
+    """Close the sweep's parent run: its headline (logged first), verdict counts and
+    per-axis aggregates as metrics, its plots, the profiles it swept; FINISHED when
+    every config ran as expected, else FAILED (or ``status``). Closing again (a later sync) updates it."""
     stop_system_metrics(parent_id)
     cl = client(uri)
     from mlflow.entities import Metric, RunTag  # mlflow: optional, loaded only on this path
 
     now = int(time.time() * 1000)
-    figures = {**layout.verdict_metrics(rows), **layout.sweep_aggregates(rows)}
+    figures = {**layout.sweep_headline(rows), **layout.verdict_metrics(rows), **layout.sweep_aggregates(rows)}
     metrics = [Metric(k, float(v), now, 0) for k, v in figures.items()]
     for i in range(0, len(metrics), 1000):
         cl.log_batch(parent_id, metrics=metrics[i:i + 1000])

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness.core.metric_kinds import higher_is_better, kind
-from harness.core.metrics import GROUPS, HEADLINE, HEADLINE_SECTION, INVARIANTS, KINDS, METRICS, SERIES, UnknownMetric, lookup, undeclared
+from harness.core.metrics import (GROUPS, HEADLINE, HEADLINE_SECTION, INVARIANTS, KINDS, METRICS, SERIES, SWEEP_HEADLINE,
+                                  UnknownMetric, lookup, undeclared)
 
 ROOT = Path(__file__).resolve().parents[3]
 BASELINES = ROOT / "results" / "baselines"
@@ -106,6 +107,15 @@ def test_the_headline_section_sorts_before_every_group_as_mlflow_orders_sections
     assert sorted(sections, key=str.casefold)[0] == HEADLINE_SECTION
     assert {n.rsplit("/", 1)[0] for n in (lookup(h).mlflow_name for h in HEADLINE)} == {HEADLINE_SECTION}
     assert {lookup(h).unit for h in HEADLINE} == {"tokens", "slots"}
+
+
+def test_the_parent_headline_names_are_valid_and_say_their_unit():
+    """A parent's `at a glance` cards are titled by the name after the section: each says its unit."""
+    from mlflow.utils.validation import validate_param_and_metric_name
+
+    for name, unit, help in SWEEP_HEADLINE:
+        assert validate_param_and_metric_name(f"{HEADLINE_SECTION}/{name}") and unit in name and help, name
+    assert len(SWEEP_HEADLINE) <= 5  # a first screen, not another wall of charts
 
 
 def test_the_profiles_new_figures_are_declared_as_counters():

@@ -6,7 +6,8 @@ Playwright drives /usr/bin/chromium through it. What must hold: the runs view
 lists the sweep; a config run's metrics page opens on its headline section (peak
 token slots held, stranded and leaked slots, the verdict), titles drawn whole, then
 the schema's groups as sections (memory, invariants, ...), not one flat list of
-charts; comparing config runs starts on peak token slots held.
+charts; the sweep's parent opens on its own headline (configs and violations not as
+expected, leaked and peak slots); comparing config runs starts on peak token slots held.
 
 Skips when there is no browser or no Playwright (`apt-get install chromium`,
 `pip install -e '.[test]'`). KVBENCH_BROWSER_SHOTS=DIR keeps the screenshots.
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.metrics import HEADLINE, HEADLINE_SECTION, HEADLINE_VERDICT, lookup
+from harness.core.metrics import HEADLINE, HEADLINE_SECTION, HEADLINE_VERDICT, SWEEP_HEADLINE, lookup
 
 CHROMIUM = Path("/usr/bin/chromium")
 FILTER = "dflash and ps:16 and win:none and not free and not model and (profile:sglang-0.5.23 or pre-35265)"  # 0.5.23 and pre-35265
@@ -173,6 +174,23 @@ def test_the_runs_view_lists_the_sweep_and_a_config_run_opens_on_its_headline(re
     search.fill("")
     shot(page, tmp_path, "config-metrics.png")
     assert "memory/peak_pages_held" not in page.inner_text("body")  # no flat list of full names
+
+    # The parent opens on its own headline (it opened on memory/leaked_tokens.sum, one chart
+    # of 0.00 per axis value): the night's verdict and peaks, titled whole, in the first screen.
+    from harness.view.mlflow_log import find_parent
+
+    parent = cl.get_run(find_parent(cl, exp, "web1"))
+    page.goto(f"{base}/#/experiments/{exp}/runs/{parent.info.run_id}/model-metrics?workflowType=machine_learning")
+    page.get_by_text("Add chart").first.wait_for()
+    sections = SECTION.findall(page.inner_text("body"))
+    assert sections and sections[0] == (HEADLINE_SECTION, str(len(SWEEP_HEADLINE))), sections
+    peak = parent.data.metrics[f"{HEADLINE_SECTION}/peak_tokens_held.max"]
+    assert peak == max(k.data.metrics[lookup("peak_tokens_held").mlflow_name] for k in kids) > 0
+    page.get_by_text(f"{peak:.2f}", exact=True).first.wait_for()
+    shot(page, tmp_path, "parent-first-screen.png", full_page=False)
+    for card, _, _ in SWEEP_HEADLINE:
+        assert in_first_screen(page, card) and drawn_whole(page, card), card
+    assert in_first_screen(page, f"{peak:.2f}")
 
 
 def in_first_screen(page, text: str, wait: bool = True) -> bool:

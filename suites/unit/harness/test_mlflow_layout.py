@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core.metrics import UnknownMetric
+from harness.core.metrics import SWEEP_HEADLINE, UnknownMetric
 from harness.store.results import RunDir, append_row
 from harness.view import mlflow_layout as layout
 from harness.view.mlflow_log import client, ensure_experiment, ensure_parent, finish_parent, log_row
@@ -86,6 +86,29 @@ def test_the_parent_aggregates_per_axis_value_and_leaves_failed_configs_out():
     assert not any(k.startswith("invariants/") for k in layout.verdict_metrics(rows))  # not a clean night's first chart
 
 
+def test_the_parent_headline_duplicates_the_nights_figures_a_reader_wants_first():
+    """A parent opened on `memory/leaked_tokens.sum`, one chart of 0 per axis value: its own
+    `at a glance` section holds the night's verdict and peaks, the same figures as its
+    verdict counts and /all aggregates (which keep their names: nights chart as a trend)."""
+    rows = [row(ps=16, held=10), row(ps=16, policy="unaligned", held=12, leaked=3, verdict="unexpected"),
+            row(ps=64, held=4, verdict="as_expected", metrics={"violations": 60, "peak_tokens_held": 256}),
+            row(ps=64, status="failed", verdict="failed", held=999, leaked=50)]
+    rows[1]["metrics"]["violations"] = 2
+    head = layout.sweep_headline(rows)
+    assert head == {"at a glance/configs_unexpected": 2, "at a glance/violations_unexpected": 2,
+                    "at a glance/leaked_tokens.sum": 48, "at a glance/peak_tokens_held.max": 256,
+                    "at a glance/peak_stranded_slots.max": 11}
+    agg, counts = layout.sweep_aggregates(rows), layout.verdict_metrics(rows)
+    assert head["at a glance/peak_tokens_held.max"] == agg["memory/peak_tokens_held.max/all"]
+    assert head["at a glance/leaked_tokens.sum"] == agg["memory/leaked_tokens.sum/all"]
+    assert head["at a glance/violations_unexpected"] == counts["sweep/violations_unexpected"]
+    # every config failed: the counts stand, no fold of nothing is charted as 0
+    assert layout.sweep_headline(rows[3:]) == {"at a glance/configs_unexpected": 1,
+                                               "at a glance/violations_unexpected": 0}
+    note = layout.schema_note()
+    assert all(f"| `at a glance/{n}` | {unit} | sweep |" in note for n, unit, _ in SWEEP_HEADLINE)
+
+
 def test_runs_carry_the_sweep_context_and_their_measured_times(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cl = client(uri)
@@ -115,6 +138,9 @@ def test_runs_carry_the_sweep_context_and_their_measured_times(tmp_path):
     assert run.info.start_time == 1_699_999_999_000
     assert run.data.metrics["memory/peak_tokens_held.max/page_size_16"] == 160
     assert run.data.metrics["sweep/verdict_unexpected"] == 1 and run.data.tags["profile"] == "aligned,unaligned"
+    # The parent opens on its own headline, logged first; its aggregates keep their names.
+    assert list(run.data.metrics)[:5] == [f"at a glance/{n}" for n, _, _ in SWEEP_HEADLINE]
+    assert run.data.metrics["at a glance/configs_unexpected"] == 1
     assert [a.path for a in cl.list_artifacts(parent, "plots")] == ["plots/a.png"]
     legend = cl.download_artifacts(parent, "metrics.md", str(tmp_path))
     assert "| `throughput/output_tokens_per_s` | tokens/s | timing |" in open(legend).read()
