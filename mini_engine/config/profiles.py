@@ -73,6 +73,15 @@ class Profile:
     # result is processed one loop iteration later even when it finished every request of it.
     verify_commit: str = "cut"
     launch_finished: bool = False
+    # SGLang 0.5.23's waiting-prefix refresh (mini_engine/scheduler/prefix_refresh.py): every
+    # 32nd prefill pass that reaches its queue policy touches the waiting requests' cached
+    # prefixes, so LRU eviction spares them. A loop rule, not a knob: 0.5.18 has no such
+    # refresh, and the designs keep kvbench's tree recency.
+    waiting_prefix_refresh: bool = False
+    # Where a retracted request waits: at the back of the queue in retraction order, as
+    # SGLang's update_running_batch queues them (_add_request_to_queue appends), or at the
+    # front, kvbench's rule (older than anything waiting), which the designs keep. Not a knob.
+    requeue_back: bool = False
     # The SGLang release whose rules the profile follows where the releases differ (the PD
     # decode side's budget, tail, match and eviction; 0.5.18's unrounded SWA window, its
     # tree cores) and whose code its traces conform against (SGLANG_VERSIONS); the designs
@@ -134,7 +143,9 @@ class Profile:
         """The knobs as plain JSON values (the trace header, a result row)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("fixed", "about", "align_all",
                                                                                   "swa_branching", "verify_commit",
-                                                                                  "launch_finished")}
+                                                                                  "launch_finished",
+                                                                                  "waiting_prefix_refresh",
+                                                                                  "requeue_back")}
         out["align"] = self.aligned_writers()
         out["pd_radix_tail"] = self.pd_radix_tail  # what the trace needs of the release
         return out
@@ -160,7 +171,7 @@ _SGLANG = dict(free="segment", swa_eviction_interval=128, prefix_cache="radix", 
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("sglang-0.5.23", align=frozenset({"eagle", "dflash"}), **_SGLANG, verify_commit="owned",
-            launch_finished=True,
+            launch_finished=True, waiting_prefix_refresh=True, requeue_back=True,
             about="SGLang 0.5.23: only the speculative reservation is page-aligned; segment free"),
     Profile("sglang-pre-35265", align=frozenset({"eagle"}), **{**_SGLANG, "overlap_plan": "every-running", "free": "unique-row",
                                                     "swa_branching": False, "release": "0.5.18",

@@ -29,6 +29,7 @@ from mini_engine.scheduler.pd_prealloc import decode_prealloc_budget, refused_pr
 from mini_engine.scheduler.prefill_adder import PrefillMemory
 from mini_engine.scheduler.prefill_adder_swa import admission_memory
 from mini_engine.scheduler.prefill_tokens import PrefillTokens
+from mini_engine.scheduler.prefix_refresh import PrefixRefresh
 from mini_engine.scheduler.prefix_match import pd_prefix_match, pd_releases_swa, prefix_match
 from mini_engine.scheduler.retraction import Retraction, retract_demand
 from mini_engine.scheduler.swa_window import evict_window
@@ -67,10 +68,20 @@ class Scheduler:
         # SGLang's min-free-slots delay (mini_engine.scheduler.admission_delay), part of its admission.
         self.min_free_slots = (min_free_slots(cfg.max_running, cfg.algo.delays_admission)
                                if self.profile.admission == "sglang" else None)
+        # SGLang 0.5.23's waiting-prefix refresh (prefix_refresh.py): with a prefix tree, off
+        # once a PD arrival comes (the decode side of disaggregation has none).
+        self.refresh = (PrefixRefresh() if self.profile.waiting_prefix_refresh and manager.prefix is not None
+                        else None)
+        # Where a retracted request waits (Profile.requeue_back): SGLang's back of the queue,
+        # except on the decode side, whose retracted requests SGLang keeps in its prealloc
+        # queue's own retracted queue (kvbench prefills them again: its rule, the front).
+        self.requeue_back = self.profile.requeue_back
 
     # -- queues ------------------------------------------------------------
 
     def add(self, reqs: list[Request]) -> None:
+        if any(r.is_pd for r in reqs):  # a decode node from now on
+            self.refresh, self.requeue_back = None, False
         self.future.extend(reqs)
         self.future.sort(key=lambda r: (r.arrival_step, r.rid))
         self.future.reverse()  # pop() from the end is the earliest
@@ -144,6 +155,8 @@ class Scheduler:
         mem = self.last_memory = self.prefill_memory(budget)
         dec = self.decode_batch()
         self.gate.begin(bool(dec))  # SGLang's running batch: the requests done prefilling
+        if self.refresh is not None and self.waiting and self.reaches_queue_policy(dec):
+            self.refresh.on_pass(self.manager.prefix, self.waiting)
         if mem is None:
             policy = Estimate(lambda: self._free_pages() - self._headroom() - self._planned_pages(), self._need)
             pd_policy = policy
@@ -155,6 +168,17 @@ class Scheduler:
         chunks = self._continue_prefills(budget, policy)
         pd = self._admit_waiting(budget, policy, pd_policy, dec, chunks) if self.waiting else []
         return chunks, pd
+
+    def reaches_queue_policy(self, dec: list[Request]) -> bool:
+        """Whether SGLang's pass gets to calc_priority (_get_new_batch_prefill_raw): a chunked
+        request goes on regardless; else batch_is_full, the min-free-slots delay and a
+        pass with no request row to add return before it."""
+        if len(dec) != len(self.running):
+            return True
+        if self.gate.shut:
+            return False
+        allocatable = min(self.cfg.max_running - len(dec), self.manager.num_free_rows)
+        return allocatable > 0 and not delayed(self.min_free_slots, len(dec), allocatable)
 
     def _continue_prefills(self, budget: PrefillTokens, policy: Admission) -> list[PrefillChunk]:
         """The next chunk of each running request still prefilling, oldest first."""
@@ -435,8 +459,10 @@ class Scheduler:
         r.prefilled = r.prefill_target = 0
         r.retractions += 1
         self.retractions += 1
-        # Front of the queue: retracted requests are older than anything waiting.
-        self.waiting.appendleft(r)
+        if self.requeue_back:  # SGLang's update_running_batch: appended, in retraction order
+            self.waiting.append(r)
+        else:  # kvbench's: the front, as retracted requests are older than anything waiting
+            self.waiting.appendleft(r)
 
     def finish(self, r: Request) -> None:
         self._leave(r, retracted=False)

@@ -108,6 +108,13 @@ class PrefixCache:
         self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id}, tokens)
         return slots, node
 
+    def touch(self, tokens, rid=None) -> None:
+        """Refresh the recency of tokens' cached path, as a match of all of them would
+        (SGLang's touch_prefix: the tree walk alone, its key prompt + outputs uncut, a
+        split where it ends inside a node); nothing is locked or counted. The trace
+        records it as the match it is, so a replay walks the same path."""
+        self.match(tokens, rid, whole=True)
+
     def adopt(self, state: ReqKVState, slots: np.ndarray, node: RadixNode, lookup: int = 0,
               first: bool = True) -> int:
         """A fresh request starts at its match: the slots fill its row, the node is locked.

@@ -38,3 +38,24 @@ def test_ties_keep_their_batch_order_and_newest_keeps_admission():
     a, b, c = (Request(i, [1] * p, 8, outputs=[0] * o) for i, (p, o) in enumerate([(20, 3), (20, 3), (10, 2)]))
     assert Retraction("sglang").kept_order([c, a, b]) == [a, b, c]
     assert Retraction("newest").kept_order([c, a, b]) == [c, a, b]
+
+
+def _requeued(profile: str) -> list[int]:
+    """The waiting queue after requests 1 and then 2 are retracted while request 3 waits
+    (max_running 3: requests 0, 1, 2 run after the first pass)."""
+    eng = Engine(EngineConfig(page_size=16, pool_tokens=4096, max_running=3, max_context=128, overlap="off",
+                              profile=profile))
+    reqs = [Request(i, [10 + i] * 32, 8) for i in range(4)]
+    eng.submit(reqs)
+    eng.tick()
+    assert [r.rid for r in eng.sched.running] == [0, 1, 2] and [r.rid for r in eng.sched.waiting] == [3]
+    eng.sched.retract(reqs[1])
+    eng.sched.retract(reqs[2])
+    return [r.rid for r in eng.sched.waiting]
+
+
+def test_sglang_0523_requeues_retracted_requests_at_the_back_in_retraction_order():
+    # update_running_batch: for req in retracted_reqs: _add_request_to_queue (waiting_queue.append)
+    assert _requeued("sglang-0.5.23") == [3, 1, 2]
+    # kvbench's rule, which the designs keep: each at the front, so the last retracted leads
+    assert _requeued("host-aligned") == [2, 1, 3]
