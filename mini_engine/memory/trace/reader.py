@@ -56,7 +56,7 @@ RECORDS = {
                   **SWA_AFTER},
 }
 OPTIONAL = {"full_hit": "count", "prev_prefix_len": "count", "pool": "pool", "decode": "bool", "bigram": "bool", "skip_swa": "bool", "need_sort": "bool",
-            "aligned": "bool", "pages": "ints", "slots": "ints", "swa_pages": "ints", "swa_slots": "ints", "from": "rid"}
+            "touch": "bool", "aligned": "bool", "pages": "ints", "slots": "ints", "swa_pages": "ints", "swa_slots": "ints", "from": "rid"}
 # The header (line 1), after its format and version: required fields, then those that
 # may be absent or null.
 HEADER = {"page_size": "size", "num_pages": "size"}

@@ -4,7 +4,9 @@ PrefixCache (memory/tree/prefix.py) makes five calls on its RadixCache: match, i
 inc_lock_ref (lock), dec_lock_ref (unlock) and evict. With a trace open, each is one
 record carrying its arguments and what kvbench got (matched or cached length, the node
 it ended on, the lock delta, the evicted pages) and the tree's evictable and protected
-sizes after it, so a replay can run the same calls on another tree and compare.
+sizes after it, so a replay can run the same calls on another tree and compare. The
+waiting-prefix refresh's walks (SGLang's touch_prefix) are match records of the whole
+key marked ``touch``: a replay runs them as the matches they are.
 
 Keys are token ids, and a request's are looked up and inserted again and again as it
 grows: a ``tokens`` record gives a request's ids once (only what the trace has not had

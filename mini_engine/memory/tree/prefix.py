@@ -101,19 +101,22 @@ class PrefixCache:
         """(slots, node) of the longest cached prefix of tokens[:len - 1], page-aligned.
         rid: the request's (names its tokens in the trace); whole: of all the tokens (a PD
         arrival computes none of its prompt here)."""
-        tokens = np.asarray(tokens, dtype=np.int64)
-        n = len(tokens) if whole else max(len(tokens) - 1, 0)
-        key = self._key(tokens[:n])
-        slots, node = self.tree.match_prefix(key)
-        self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id}, tokens)
-        return slots, node
+        return self._match(tokens, rid, whole, {})
 
     def touch(self, tokens, rid=None) -> None:
         """Refresh the recency of tokens' cached path, as a match of all of them would
         (SGLang's touch_prefix: the tree walk alone, its key prompt + outputs uncut, a
         split where it ends inside a node); nothing is locked or counted. The trace
-        records it as the match it is, so a replay walks the same path."""
-        self.match(tokens, rid, whole=True)
+        records it as the match it is (marked ``touch``), so a replay walks the same path."""
+        self._match(tokens, rid, True, {"touch": True})
+
+    def _match(self, tokens, rid, whole: bool, mark: dict) -> tuple[np.ndarray, RadixNode]:
+        tokens = np.asarray(tokens, dtype=np.int64)
+        n = len(tokens) if whole else max(len(tokens) - 1, 0)
+        key = self._key(tokens[:n])
+        slots, node = self.tree.match_prefix(key)
+        self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id, **mark}, tokens)
+        return slots, node
 
     def adopt(self, state: ReqKVState, slots: np.ndarray, node: RadixNode, lookup: int = 0,
               first: bool = True) -> int:

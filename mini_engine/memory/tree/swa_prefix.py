@@ -118,25 +118,27 @@ class SWAPrefixCache:
     def match(self, tokens, rid=None, whole: bool = False) -> tuple[np.ndarray, SWANode]:
         """rid: the request's (names its tokens in the trace); whole: match all the tokens
         (PrefixCache.match)."""
-        return self._match(tokens, rid, whole, branch=True)
+        return self._match(tokens, rid, whole, touch=False)
 
     def touch(self, tokens, rid=None) -> None:
         """Refresh the recency of tokens' cached path (PrefixCache.touch): the walk of a match
         of all of them, the SWA window's LRU included; the request's branching point is not
         set (SGLang's touch_prefix drops the match result)."""
-        self._match(tokens, rid, True, branch=False)
+        self._match(tokens, rid, True, touch=True)
 
-    def _match(self, tokens, rid, whole: bool, branch: bool) -> tuple[np.ndarray, SWANode]:
+    def _match(self, tokens, rid, whole: bool, touch: bool) -> tuple[np.ndarray, SWANode]:
         tokens = np.asarray(tokens, dtype=np.int64)
         n = len(tokens) if whole else max(len(tokens) - 1, 0)
         slots, node = self.tree.match_prefix(tree_key(tokens[:n], self.bigram))
         # SGLang's branching point (finalize_match_result_in_tree_core, set on the request
         # at match): the page-aligned FULL hit where it runs past the SWA-valid match.
         hit = self.tree.full_hit // self.ps * self.ps
-        if branch and self.t.rules.swa_branching and rid is not None:
+        if not touch and self.t.rules.swa_branching and rid is not None:
             self.branching[rid] = hit if hit > len(slots) else None
         # full_hit: the page-aligned FULL hit, so a replay checks the branching point too.
-        self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id, "full_hit": hit}, tokens)
+        mark = {"touch": True} if touch else {}
+        self._note("match", {"rid": rid, "len": n, "matched": len(slots), "node": node.id, "full_hit": hit, **mark},
+                   tokens)
         return slots, node
 
     def adopt(self, state: ReqKVState, slots: np.ndarray, node: SWANode, lookup: int = 0,
