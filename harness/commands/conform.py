@@ -120,9 +120,20 @@ def _engines(args: argparse.Namespace) -> int:
         print(f"not run, {n} config{'s' * (n > 1)}: {why}")
     if not findings:
         raise UsageError(f"--suite {args.suite}: the reference engine supports none of its configs")
+    print(_summary(findings, sum(skipped.values()), loader.load().version))
     if args.report is not None:
         report.write(args.report, args.suite, loader.load().version, findings, dict(skipped.most_common()))
     return status
+
+
+def _summary(findings: list[dict], not_run: int, version: str) -> str:
+    """The suite's verdict in one last line, so a reader (or a log) need not count lines."""
+    equal = sum(1 for f in findings if f["equal"])
+    failed = sum(1 for f in findings if f.get("error"))
+    differ = len(findings) - equal - failed
+    n = len(findings)
+    return (f"sglang {version}: {n} config{'s' * (n != 1)} compared, {equal} equal on every total and every step, "
+            f"{differ} differ, {failed} failed on SGLang's loop; {not_run} not run")
 
 
 def _traces(args: argparse.Namespace) -> int:

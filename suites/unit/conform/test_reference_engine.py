@@ -230,6 +230,8 @@ def test_cli_conform_engine_runs_a_suites_supported_configs(reference, tmp_path,
     out = capsys.readouterr().out.splitlines()
     assert "equal on every total and every step" in out[0]
     assert out[1].startswith("not run, 1 config: --engine sglang does not support --spec ngram")
+    assert out[-1] == ("sglang 0.5.23: 1 config compared, 1 equal on every total and every step, 0 differ, "
+                       "0 failed on SGLang's loop; 1 not run")
     doc = json.loads(report.read_text())  # what kvbench ci reference-triage reads
     assert (doc["suite"], doc["sglang_version"], len(doc["configs"])) == (str(suite), "0.5.23", 1)
     assert doc["configs"][0]["equal"] and doc["configs"][0]["first_step"] is None
