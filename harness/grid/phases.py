@@ -116,8 +116,8 @@ print("{_READY}%.1f" % (time.monotonic() - started), flush=True)
 
 
 def _build_line() -> str:
-    import torch  # noqa: F401  (optional, loaded only on this path; its import is no part of the build)
-    from mini_engine.model.cpu_kernels import ops
+    import torch  # noqa: F401  torch: loaded only on this path (its import is no part of the build)
+    from mini_engine.model.cpu_kernels import ops  # torch: the kernels' module imports it
 
     started = time.monotonic()
     ready = ops() is not None
