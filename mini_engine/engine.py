@@ -283,6 +283,9 @@ class Engine:
         self.prefiller.stash()  # overlap: the last prefill's mid-prompt chunks, checkpointed before this pass
         try:
             chunks, arrivals = self.sched.admit()
+            if self.sched.emptied and not arrivals and self.decoder.inflight is None and self.prefiller.inflight is None:
+                # 0.5.18: that iteration ran nothing (not a step) and cleared batch_is_full.
+                chunks, arrivals = self.sched.admit()
         except SGLangHalts as err:  # SGLang stops there (an assertion) or idles for ever
             self.halted = str(err)
             return StepOutcome.EXHAUSTED
@@ -320,7 +323,8 @@ class Engine:
         with self.manager.free_group() if self.cfg.rules.pd_radix else nullcontext():
             for r in reqs:
                 if r.remaining <= 0:
-                    self.sched.finish(r)
+                    # The decode side's own loop (no update_running_batch filter modelled there).
+                    self.sched.finish(r, filtered=True)
 
     def _end_step(self) -> None:
         self.decoding.filter()  # requests that finished or were retracted this step

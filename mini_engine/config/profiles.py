@@ -175,7 +175,8 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
             about="SGLang 0.5.23: only the speculative reservation is page-aligned; segment free"),
     Profile("sglang-pre-35265", align=frozenset({"eagle"}), **{**_SGLANG, "overlap_plan": "every-running", "free": "unique-row",
                                                     "swa_branching": False, "release": "0.5.18",
-                                                    "verify_commit": "whole", "launch_finished": True},
+                                                    "verify_commit": "whole", "launch_finished": True,
+                                                    "requeue_back": True},
             about="SGLang 0.5.18, the last release before PR 35265: the DFLASH reservation is unaligned "
                   "(EAGLE stays aligned), every running request is planned under overlap"),
     Profile("host-aligned", align=frozenset(), align_all=True, **{**_SGLANG, "free": "floor", "row_headroom": "generous", "row_overflow": False,

@@ -126,7 +126,7 @@ class PrefillStep:
                     self.stats.output_tokens += 1
                     took.append(r)
                     if r.remaining <= 0:
-                        self.sched.finish(r)
+                        self.sched.finish(r, filtered=not landing)
                         continue
                 checkpoint_prefill(self.manager, r)  # the prefix tree takes the committed prefix
         if landing and took:

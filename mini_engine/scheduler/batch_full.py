@@ -33,6 +33,15 @@ overlap the decode result that finishes a request lands after the next pass was 
 first to see the leave in both; so does a prefill result's (mini_engine.prefill.step),
 which finishes a request whose first output is its last.
 
+SGLang 0.5.18 filters its running batch only in ``update_running_batch``, which runs after
+the pass and only when the pass formed no batch (0.5.23 filters it before every pass,
+PR 35265's scheduler). So there a request that a decode result finished (or, under
+overlap, a prefill result: it landed after the next pass's filter of that batch) leaves
+the running batch, and clears the flag, at the next pass that forms no batch, and the
+pass after that one is the first to admit: one step later than 0.5.23. Only a prefill
+result processed in its own step (overlap off) is dropped by the next pass's filter of
+the previous batch, before it. Retractions happen in update_running_batch in both.
+
 SGLang also clears the flag at every pass for hybrid SWA models and under priority
 preemption; kvbench's SWA pools take SGLang's SWA budget (mini_engine.scheduler.prefill_adder_swa)
 and the gate is off for them, which is what a flag cleared at every pass amounts to. The
@@ -43,10 +52,12 @@ from __future__ import annotations
 
 
 class AdmissionGate:
-    def __init__(self, active: bool):
+    def __init__(self, active: bool, late_filter: bool = False):
         self.active = active  # the profile's admission rule is "sglang", full-attention pools
+        self.late_filter = late_filter  # 0.5.18: finished requests leave at update_running_batch
         self.full = False  # SGLang's running_batch.batch_is_full
         self._left = False  # a request left the running set since the last pass
+        self._unfiltered = 0  # finished, still in SGLang's running batch (late_filter)
         self._chunked = False  # the last pass's batch held a chunk that does not end its prefill
         self._decoded = False  # SGLang's running batch held a request at the last pass
 
@@ -59,9 +70,26 @@ class AdmissionGate:
         """A request finished or was retracted."""
         self._left = True
 
+    def finished(self, filtered: bool) -> None:
+        """A request finished. filtered: its batch was a prefill processed in its own step,
+        which the next pass's filter of the last batch drops before the pass (0.5.18)."""
+        if self.late_filter and not filtered:
+            self._unfiltered += 1
+        else:
+            self._left = True
+
+    def updated(self) -> bool:
+        """The pass formed no batch: update_running_batch filters the finished requests out.
+        True when it dropped some (the flag is clear for the next pass)."""
+        if not self._unfiltered:
+            return False
+        self._left, self._unfiltered = True, 0
+        return True
+
     def begin(self, decoding: bool) -> None:
         """Before a pass (get_next_batch_to_run's filters). decoding: SGLang's running batch
-        (the requests done prefilling) is not empty."""
+        (the requests done prefilling, and 0.5.18's finished ones not filtered yet) is not empty."""
+        decoding = decoding or self._unfiltered > 0
         if self._left or self._chunked or not decoding or not self._decoded:
             self.full = False
         self._left = self._chunked = False

@@ -64,7 +64,11 @@ class Scheduler:
         self.extend_batches: dict[int, int] = {}  # rid -> prefill chunks run since it (re)started
         self._planned: list[tuple[Request, int]] = []  # admit's chunks (request, end), allocated at its end
         self.last_memory: PrefillMemory | None = None  # the last batch's memory budget (SGLang's admission rule)
-        self.gate = AdmissionGate(self.profile.admission == "sglang" and manager.swa is None)
+        # The last pass formed no batch and 0.5.18's filter then emptied the running batch of
+        # finished requests (AdmissionGate.updated): SGLang's next iteration passes again.
+        self.emptied = False
+        self.gate = AdmissionGate(self.profile.admission == "sglang" and manager.swa is None,
+                                  late_filter=self.profile.release == "0.5.18")
         # SGLang's min-free-slots delay (mini_engine.scheduler.admission_delay), part of its admission.
         self.min_free_slots = (min_free_slots(cfg.max_running, cfg.algo.delays_admission)
                                if self.profile.admission == "sglang" else None)
@@ -127,6 +131,8 @@ class Scheduler:
             self._allocate_planned()
             self.finished_since = []
         self.gate.end(chunks)
+        # No prefill batch: SGLang's update_running_batch runs, and its filter may leave nothing.
+        self.emptied = not chunks and self.gate.updated() and not self.decode_batch()
         return chunks, pd
 
     def prefill_tokens(self) -> PrefillTokens:
@@ -454,6 +460,7 @@ class Scheduler:
         return True
 
     def retract(self, r: Request) -> None:
+        self.gate.left()  # retract_decode's shrink clears batch_is_full
         self._leave(r, retracted=True)
         r.status = Status.WAITING
         r.prefilled = r.prefill_target = 0
@@ -464,13 +471,14 @@ class Scheduler:
         else:  # kvbench's: the front, as retracted requests are older than anything waiting
             self.waiting.appendleft(r)
 
-    def finish(self, r: Request) -> None:
+    def finish(self, r: Request, *, filtered: bool = False) -> None:
+        """filtered: a prefill result processed in its own step (AdmissionGate.finished)."""
+        self.gate.finished(filtered)
         self._leave(r, retracted=False)
         r.status = Status.FINISHED
         self.finished_since.append(r)
 
     def _leave(self, r: Request, *, retracted: bool) -> None:
-        self.gate.left()  # a request leaving the running batch clears batch_is_full
         self.extend_batches.pop(r.rid, None)
         self.on_release(r, retracted)
         if self.manager.prefix is None or retracted:  # a retraction inserts nothing into the tree

@@ -16,9 +16,9 @@ from mini_engine.request import Request
 
 
 def _run(spec, *, gate: bool = True, overlap: bool = False, pool: int = 256, chunk: int = 256,
-         max_running: int = 64, admission: str = "sglang", cache: str = "chunk"):
+         max_running: int = 64, admission: str = "sglang", cache: str = "chunk", profile: str = "sglang-0.5.23"):
     """Run distinct prompts; returns (result, [(step, rid, start, end)] of each chunk, {rid: finish step})."""
-    cfg = EngineConfig(spec="none", page_size=16, pool_tokens=pool, chunked_prefill=chunk, prefix_cache=cache,
+    cfg = EngineConfig(profile=profile, spec="none", page_size=16, pool_tokens=pool, chunked_prefill=chunk, prefix_cache=cache,
                        max_running=max_running, max_context=8192, admission=admission, overlap=overlap)
     engine = Engine(cfg)
     sched = engine.sched
@@ -31,9 +31,9 @@ def _run(spec, *, gate: bool = True, overlap: bool = False, pool: int = 256, chu
         chunks.extend((engine.step_no, x.req.rid, x.start, x.end) for x in c)
         return c, pd
 
-    def recording_finish(r):
+    def recording_finish(r, **kw):
         finished[r.rid] = engine.step_no
-        finish(r)
+        finish(r, **kw)
 
     sched.admit, sched.finish = recording_admit, recording_finish
     res = engine.run([Request(rid=i, prompt=list(range(i * 10000, i * 10000 + n)), max_new_tokens=o,
@@ -61,6 +61,28 @@ def test_under_overlap_the_leave_is_seen_one_step_later():
     res, chunks, finished = _run([(64, 100, 0), (64, 100, 0)], overlap=True)
     assert res.verdict == "ok"
     assert finished[0] == 100 and chunks == [(0, 0, 0, 64), (101, 1, 0, 64)]
+
+
+def test_0518_sees_a_finish_at_the_next_update_running_batch():
+    # SGLang 0.5.18 filters finished requests out of its running batch only in
+    # update_running_batch, after the pass (0.5.23 before every pass). Overlap: A's last
+    # result lands at step 100 (0.5.18 plans every running request, A too); step 101's pass
+    # still finds the flag set, its update_running_batch drops A; B joins at step 102, one
+    # step after 0.5.23's 101 (above). SGLang 0.5.18's own loop gives the same (kvbench
+    # conform --engine, suites/unit/conform/test_reference_0518.py).
+    res, chunks, finished = _run([(64, 100, 0), (64, 100, 0)], overlap=True, profile="sglang-pre-35265")
+    assert res.verdict == "ok"
+    assert finished[0] == 100 and chunks == [(0, 0, 0, 64), (102, 1, 0, 64)]
+
+
+def test_0518_an_iteration_that_only_filters_is_not_a_step():
+    # Overlap off: A finishes at step 99; SGLang 0.5.18's next iteration forms no batch (the
+    # flag), filters A out (its running batch is then empty) and runs nothing: not a step. The
+    # iteration after it admits B, at step 100 as on 0.5.23 (Engine.step passes again; the
+    # late filter alone would leave that step nothing to run: pool_exhausted, B never admitted).
+    res, chunks, finished = _run([(64, 100, 0), (64, 100, 0)], profile="sglang-pre-35265")
+    assert res.verdict == "ok"
+    assert finished == {0: 99, 1: 199} and chunks == [(0, 0, 0, 64), (100, 1, 0, 64)]
 
 
 def test_kvbench_estimate_keeps_retesting():
@@ -113,18 +135,37 @@ def test_what_clears_the_flag():
     assert not AdmissionGate(False).shut
 
 
+def test_0518_a_finish_clears_the_flag_after_the_next_pass():
+    g = AdmissionGate(True, late_filter=True)
+    g.begin(True)
+    g.begin(True)
+    g.close()
+    g.finished(filtered=False)  # a decode result: still in SGLang's running batch
+    g.begin(False)  # the mini engine's running set is empty, SGLang's is not
+    assert g.shut  # this pass admits nobody
+    assert g.updated()  # it formed no batch: update_running_batch filters the request out
+    g.begin(True)
+    assert not g.shut
+    g.close()
+    g.finished(filtered=True)  # a prefill result processed in its own step
+    g.begin(True)
+    assert not g.shut  # the next pass's filter of that batch dropped it first
+    assert not g.updated()
+
+
 @settings(max_examples=30, deadline=None)
 @given(spec=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 200), st.integers(0, 30)), min_size=1,
                      max_size=8),
        pool_pages=st.integers(24, 64), chunk_pages=st.integers(1, 16), max_running=st.sampled_from([1, 2, 64]),
-       overlap=st.booleans(), cache=st.sampled_from(["radix", "chunk"]))
-def test_every_request_finishes_under_the_flag(spec, pool_pages, chunk_pages, max_running, overlap, cache):
+       overlap=st.booleans(), cache=st.sampled_from(["radix", "chunk"]),
+       profile=st.sampled_from(["sglang-0.5.23", "sglang-pre-35265"]))
+def test_every_request_finishes_under_the_flag(spec, pool_pages, chunk_pages, max_running, overlap, cache, profile):
     # The flag never outlives the requests that could clear it: every request that fits the
     # pool alone finishes, and a request joins only after its arrival.
     pool = pool_pages * 16
     spec = [(n, o, a) for n, o, a in spec if n + o + 32 < pool] or [(10, 10, 0)]
     res, chunks, finished = _run(spec, pool=pool, chunk=chunk_pages * 16, max_running=max_running,
-                                 overlap=overlap, cache=cache)
+                                 overlap=overlap, cache=cache, profile=profile)
     assert res.verdict == "ok", res.error
     assert set(finished) == set(range(len(spec)))
     assert all(step >= spec[rid][2] for step, rid, _, _ in chunks)

@@ -59,3 +59,10 @@ def test_sglang_0523_requeues_retracted_requests_at_the_back_in_retraction_order
     assert _requeued("sglang-0.5.23") == [3, 1, 2]
     # kvbench's rule, which the designs keep: each at the front, so the last retracted leads
     assert _requeued("host-aligned") == [2, 1, 3]
+
+
+def test_0518_requeues_retracted_requests_behind_the_queue():
+    # SGLang 0.5.18's update_running_batch appends them the same way, and its fcfs policy
+    # never sorts the queue: the invariants suite's EAGLE topk 4 at ps 256 differed from its
+    # loop from step 15 (running 9 against 3) while sglang-pre-35265 kept kvbench's front.
+    assert _requeued("sglang-pre-35265") == [3, 1, 2]
